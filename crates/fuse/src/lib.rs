@@ -1,0 +1,1 @@
+//! FUSE face: a thin adapter from fuser to the kaiso store.

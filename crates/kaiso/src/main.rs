@@ -1,0 +1,114 @@
+//! `kaiso`: the one binary. Each subcommand lives in its own module under `cmd/`,
+//! owned by the capability it fronts; this file only parses and dispatches.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "kaiso",
+    version,
+    about = "Application-transparent hierarchical storage"
+)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `kaiso_store=debug`.
+    #[arg(long, global = true, env = "KAISO_LOG", default_value = "warn")]
+    log: String,
+    /// Emit logs as JSON lines instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Mount a store's union namespace through FUSE.
+    Mount(cmd::mount::MountArgs),
+    /// Take an existing directory tree in place as a tier, copying nothing.
+    Adopt(cmd::mount::AdoptArgs),
+    /// Reconcile the metadata database with the tiers' directories.
+    Fsck(cmd::mount::FsckArgs),
+    /// Per-tier usage, share of accesses, mover queue and rate.
+    Status(cmd::ops::StatusArgs),
+    /// Which tier holds PATH.
+    Where(cmd::ops::PathArgs),
+    /// Where PATH is and which rule put it there.
+    Explain(cmd::ops::PathArgs),
+    /// Keep PATH on its current (or a named) tier.
+    Pin(cmd::ops::PinArgs),
+    /// Release a pin.
+    Unpin(cmd::ops::MoveArgs),
+    /// Move PATH to a faster tier now.
+    Promote(cmd::ops::MoveArgs),
+    /// Move PATH to a slower tier now.
+    Demote(cmd::ops::MoveArgs),
+    /// Record or inspect kaiso file-level access traces.
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
+    /// Replay traces or generated workloads through the policy code.
+    Sim(cmd::sim::SimArgs),
+    /// Benchmarks that print ratios against a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+    /// Post-copy migration of a live file server into a store.
+    #[command(subcommand)]
+    Migrate(cmd::migrate::MigrateCommand),
+    /// Serve a store over network protocols (embedded NFSv3).
+    Serve(cmd::migrate::ServeArgs),
+    /// Run an unmodified program with a process-private directory in a memory pool.
+    Run(cmd::private::RunArgs),
+    /// Inspect, export, import and repair private-directory pools.
+    #[command(subcommand)]
+    Private(cmd::private::PrivateCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log, cli.log_json);
+    let result = match cli.command {
+        Command::Mount(a) => cmd::mount::mount(a),
+        Command::Adopt(a) => cmd::mount::adopt(a),
+        Command::Fsck(a) => cmd::mount::fsck(a),
+        Command::Status(a) => cmd::ops::status(a),
+        Command::Where(a) => cmd::ops::where_is(a),
+        Command::Explain(a) => cmd::ops::explain(a),
+        Command::Pin(a) => cmd::ops::pin(a),
+        Command::Unpin(a) => cmd::ops::unpin(a),
+        Command::Promote(a) => cmd::ops::promote(a),
+        Command::Demote(a) => cmd::ops::demote(a),
+        Command::Trace(c) => cmd::trace::run(c),
+        Command::Sim(a) => cmd::sim::run(a),
+        Command::Bench(c) => cmd::bench::run(c),
+        Command::Migrate(c) => cmd::migrate::run(c),
+        Command::Serve(a) => cmd::migrate::serve(a),
+        Command::Run(a) => cmd::private::run_program(a),
+        Command::Private(c) => cmd::private::run(c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line a cause, outermost first: the operator sees what failed and why.
+            eprintln!("kaiso: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(filter: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

@@ -1,0 +1,1 @@
+//! Library file system pool: process-private directories in a memory-mapped pool.

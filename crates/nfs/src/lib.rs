@@ -1,0 +1,1 @@
+//! Embedded NFSv3 server face over the kaiso store.

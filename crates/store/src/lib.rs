@@ -1,0 +1,1 @@
+//! The kaiso store: tiers, namespace, placement, crash-safe mover, journal, metadata database.
