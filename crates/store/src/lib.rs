@@ -1,1 +1,3 @@
 //! The kaiso store: tiers, namespace, placement, crash-safe mover, journal, metadata database.
+
+pub mod migrate;

@@ -1,0 +1,1 @@
+//! Post-copy migration: stub state, on-demand fetch, background crawl (being written).
