@@ -1,1 +1,143 @@
 //! FUSE face: a thin adapter from fuser to the kaiso store.
+//!
+//! [`KaisoFs`] maps each FUSE request to one [`kaiso_store::Store`] method; [`mount`] checks
+//! the environment first so the usual failures (no /dev/fuse, busy mountpoint) come back as
+//! one-line errors instead of a panic or an opaque errno.
+
+mod fs;
+
+pub use fs::KaisoFs;
+
+use kaiso_store::Store;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How to mount.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Let other users than the mounter use the mount (`allow_other`).
+    pub allow_other: bool,
+    /// FUSE worker threads.
+    pub threads: usize,
+    /// Ask the kernel for passthrough of resident files (falls back cleanly if refused).
+    pub passthrough: bool,
+    /// Attribute and entry cache time.
+    pub ttl: std::time::Duration,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions { allow_other: false, threads: 4, passthrough: true, ttl: std::time::Duration::from_secs(1) }
+    }
+}
+
+/// A mount error, phrased for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("cannot open /dev/fuse: {0} (load the fuse module, or give the container --device /dev/fuse)")]
+    NoDevFuse(std::io::Error),
+    #[error("mountpoint {0} does not exist")]
+    NoMountpoint(PathBuf),
+    #[error("mountpoint {0} is not a directory")]
+    NotADirectory(PathBuf),
+    #[error("mountpoint {0} is busy: something is already mounted there (unmount it first: fusermount3 -u {0})")]
+    Busy(PathBuf),
+    #[error("cannot mount on {0}: {1}")]
+    Mount(PathBuf, std::io::Error),
+}
+
+/// Whether `p` is currently a mount point (listed in /proc/self/mountinfo).
+pub fn is_mountpoint(p: &Path) -> bool {
+    let Ok(canon) = std::fs::canonicalize(p) else { return false };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    info.lines().any(|l| l.split(' ').nth(4).map(unescape_mountinfo).is_some_and(|m| Path::new(&m) == canon))
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+/// Check the environment before mounting.
+pub fn preflight(mountpoint: &Path) -> Result<(), MountError> {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
+    match std::fs::metadata(mountpoint) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(MountError::Busy(mountpoint.to_path_buf())),
+        Err(_) => return Err(MountError::NoMountpoint(mountpoint.to_path_buf())),
+        Ok(m) if !m.is_dir() => return Err(MountError::NotADirectory(mountpoint.to_path_buf())),
+        Ok(_) => {}
+    }
+    if is_mountpoint(mountpoint) {
+        return Err(MountError::Busy(mountpoint.to_path_buf()));
+    }
+    Ok(())
+}
+
+fn fuser_config(store: &Store, opts: &MountOptions) -> fuser::Config {
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        fuser::MountOption::FSName(format!("kaiso:{}", store.config().state_dir.display())),
+        fuser::MountOption::Subtype("kaiso".into()),
+        fuser::MountOption::DefaultPermissions,
+        fuser::MountOption::Dev,
+        fuser::MountOption::Suid,
+        fuser::MountOption::RW,
+    ];
+    if opts.allow_other {
+        cfg.acl = fuser::SessionACL::All;
+    }
+    cfg.n_threads = Some(opts.threads.max(1));
+    cfg.clone_fd = true;
+    cfg
+}
+
+/// A mounted store. Dropping it unmounts.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    pub mountpoint: PathBuf,
+}
+
+impl Mounted {
+    /// Whether the session ended (e.g. `fusermount3 -u` from outside).
+    pub fn finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// Unmount and wait for the worker threads.
+    pub fn unmount(mut self) -> std::io::Result<()> {
+        match self.session.take() {
+            Some(s) => s.umount_and_join(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.umount_and_join();
+        }
+    }
+}
+
+/// Mount `store` on `mountpoint` in background threads.
+pub fn mount(store: Arc<Store>, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted, MountError> {
+    preflight(mountpoint)?;
+    let cfg = fuser_config(&store, opts);
+    let fs = KaisoFs::new(store, opts);
+    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
+    Ok(Mounted { session: Some(session), mountpoint: mountpoint.to_path_buf() })
+}

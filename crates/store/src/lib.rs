@@ -1,3 +1,34 @@
 //! The kaiso store: tiers, namespace, placement, crash-safe mover, journal, metadata database.
+//!
+//! An inode-based file-system library over N ordered tiers, fully usable and tested without
+//! a mount; the FUSE and NFS faces are thin adapters over [`Store`]. See docs/dev/store-api.md.
 
+pub mod config;
+pub mod control;
+mod db;
+pub mod emulate;
+pub mod error;
+mod dataops;
+mod fsops;
+mod handles;
+pub mod metrics;
 pub mod migrate;
+mod mover;
+mod namespace;
+pub mod operator;
+mod opsapi;
+mod placement;
+mod store;
+pub mod stub;
+mod tier;
+pub mod trace;
+pub mod types;
+mod util;
+
+pub use config::{ConfigError, DeviceKind, MoverConfig, PlacementRule, StoreConfig, TierConfig};
+pub use error::{FsError, FsResult};
+pub use operator::{Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus, TierStatus};
+pub use mover::{Background, MoveError};
+pub use store::{FailPoint, JobId, OpenError, Store};
+pub use stub::{StubEntry, StubFiller, StubState};
+pub use types::{Caller, DirEntry, Fh, FileAttr, FileKind, Ino, Opened, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags};

@@ -1,8 +1,831 @@
-//! Placeholder until the owning capability lands its benchmark.
+//! `kaiso bench fs`: the mount's data and metadata path against the backing directory and
+//! mergerfs over the same directories, and the tiering benefit on a Zipf-skewed workload.
+//!
+//! Everything is measured in one run and printed with its ratio to the baseline measured
+//! in that run:
+//! - fio sequential 1 MiB write and read, random 4 KiB read (`fio` from Debian) on
+//!   (a) the backing directory, (b) a kaiso mount over it, (c) mergerfs over the same tiers;
+//! - a metadata test (create, stat, unlink N small files) on the same three;
+//! - tiering: Zipf-skewed reads over 2 tiers (fast; emulated HDD whose service times come
+//!   from kaiso-device), the fast tier holding 10% of the data; after a warm-up, mean read
+//!   latency against the same data all on the fast tier and all on the emulated HDD.
+//!
+//! Every mount it makes is unmounted, and every file removed, on exit and on Ctrl-C.
+//! `--zipf-on DIR` runs only the skewed read workload on an existing tree (used by
+//! scripts/demo.sh to show latency falling while kaiso promotes).
 
-#[derive(clap::Args)]
-pub struct Args {}
+use anyhow::{Context, Result, bail};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("this benchmark is not built yet")
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where to create the benchmark's temporary directories (its file system is the
+    /// "native" baseline).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    pub dir: PathBuf,
+    /// Small sizes and short durations (about 2-3 minutes in all).
+    #[arg(long)]
+    pub quick: bool,
+    /// fio file size for the sequential and random tests [default: 1GiB, quick 256MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Seconds of random 4 KiB reads per target [default: 15, quick 5].
+    #[arg(long)]
+    pub runtime: Option<u64>,
+    /// Files in the metadata test [default: 100000, quick 10000].
+    #[arg(long)]
+    pub files: Option<u64>,
+    /// Use O_DIRECT in fio (measures the device too; default measures the file-system
+    /// path with a warm page cache).
+    #[arg(long)]
+    pub direct: bool,
+    /// Skip the mergerfs comparison.
+    #[arg(long)]
+    pub no_mergerfs: bool,
+    /// Skip the fio and metadata tests (run only the tiering test).
+    #[arg(long)]
+    pub only_tiering: bool,
+    /// Skip the tiering test.
+    #[arg(long)]
+    pub no_tiering: bool,
+    /// Total data of the tiering test [default: 512MiB, quick 160MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub tier_data: Option<u64>,
+    /// Size of each file in the tiering test.
+    #[arg(long, value_parser = parse_size, default_value = "1MiB")]
+    pub tier_file_size: u64,
+    /// Zipf exponent of the skewed reads.
+    #[arg(long, default_value_t = 1.1)]
+    pub zipf: f64,
+    /// Bytes per read in the tiering test.
+    #[arg(long, value_parser = parse_size, default_value = "64KiB")]
+    pub read_size: u64,
+    /// Warm-up seconds before measuring (the mover promotes meanwhile) [default: 60, quick 25].
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Measured seconds of the tiering test per configuration [default: 20, quick 8].
+    #[arg(long)]
+    pub measure: Option<u64>,
+    /// Emulated device of the slow tier (kaiso device spec kind).
+    #[arg(long, default_value = "hdd")]
+    pub slow_device: String,
+    /// Seed of the workload generators.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Run only the Zipf read workload on the files under DIR (e.g. a kaiso mount),
+    /// printing the mean latency every --interval seconds for --seconds seconds.
+    #[arg(long, value_name = "DIR")]
+    pub zipf_on: Option<PathBuf>,
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    #[arg(long, default_value_t = 5)]
+    pub interval: u64,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        u => return Err(format!("unknown size unit {u:?} in {s:?}")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Set by SIGINT/SIGTERM; long loops stop and the guards clean up.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+fn check_interrupt() -> Result<()> {
+    if interrupted() {
+        bail!("interrupted");
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> Result<()> {
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    if let Some(dir) = &args.zipf_on {
+        return zipf_on_existing(dir, &args);
+    }
+    let work = WorkDir::new(&args.dir)?;
+    let mut report = String::new();
+    if !args.only_tiering {
+        data_and_metadata(&args, &work, &mut report)?;
+    }
+    if !args.no_tiering {
+        tiering(&args, &work, &mut report)?;
+    }
+    println!("\n==== summary ====\n{report}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Temporary directories and mounts, cleaned up on drop.
+
+struct WorkDir {
+    root: PathBuf,
+}
+
+impl WorkDir {
+    fn new(base: &Path) -> Result<WorkDir> {
+        let root = base.join(format!("kaiso-bench-{}", std::process::id()));
+        fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
+        Ok(WorkDir { root })
+    }
+    fn sub(&self, name: &str) -> Result<PathBuf> {
+        let p = self.root.join(name);
+        fs::create_dir_all(&p).with_context(|| format!("create {}", p.display()))?;
+        Ok(p)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        for m in mounts_under(&self.root) {
+            unmount(&m);
+        }
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+fn mounts_under(root: &Path) -> Vec<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut v: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(root))
+        .collect();
+    v.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    v
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&m.replace("\\040", " ")) == p)
+}
+
+fn unmount(p: &Path) {
+    for _ in 0..30 {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(p)
+            .stderr(Stdio::null())
+            .status();
+        if !is_mounted(p) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("umount").arg("-l").arg(p).status();
+}
+
+/// A FUSE daemon (kaiso or mergerfs) in the foreground as our child.
+struct Mounted {
+    path: PathBuf,
+    child: Child,
+    name: &'static str,
+}
+
+impl Mounted {
+    fn start(name: &'static str, mut cmd: Command, path: &Path, log: &Path) -> Result<Mounted> {
+        let logf = fs::File::create(log)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf)
+            .spawn()
+            .with_context(|| format!("start {name}"))?;
+        let mut m = Mounted {
+            path: path.to_path_buf(),
+            child,
+            name,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mounted(path) {
+            if let Some(st) = m.child.try_wait()? {
+                let log = fs::read_to_string(log).unwrap_or_default();
+                bail!("{name} exited ({st}) before mounting {}:\n{log}", path.display());
+            }
+            if Instant::now() > deadline {
+                bail!("{name} did not mount {} within 30 s", path.display());
+            }
+            check_interrupt()?;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(m)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        unmount(&self.path);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                eprintln!("{} did not exit after unmount; killing it", self.name);
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A kaiso store configuration for the benchmark (format: docs/tiering.md).
+struct BenchTier<'a> {
+    name: &'a str,
+    path: &'a Path,
+    capacity: u64,
+    device: Option<&'a str>,
+    watermarks: Option<(f64, f64)>,
+}
+
+fn write_config(path: &Path, state: &Path, tiers: &[BenchTier], mover_ms: u64) -> Result<()> {
+    let mut s = String::new();
+    writeln!(s, "[store]\nstate_dir = {:?}\n", state.display().to_string())?;
+    writeln!(s, "[store.mover]\ninterval_ms = {mover_ms}\nmax_rate = \"1GiB\"")?;
+    for t in tiers {
+        writeln!(
+            s,
+            "\n[[tier]]\nname = {:?}\npath = {:?}\ncapacity = {}",
+            t.name,
+            t.path.display().to_string(),
+            t.capacity
+        )?;
+        if let Some((low, high)) = t.watermarks {
+            writeln!(s, "low_watermark = {low}\nhigh_watermark = {high}")?;
+        }
+        if let Some(d) = t.device {
+            writeln!(s, "[tier.device]\nkind = {d:?}")?;
+        }
+    }
+    fs::write(path, s).with_context(|| format!("write {}", path.display()))
+}
+
+fn mount_kaiso(work: &WorkDir, tag: &str, tiers: &[BenchTier], mover_ms: u64) -> Result<Mounted> {
+    let state = work.sub(&format!("state-{tag}"))?;
+    let cfg = work.root.join(format!("{tag}.toml"));
+    write_config(&cfg, &state, tiers, mover_ms)?;
+    let mnt = work.sub(&format!("mnt-{tag}"))?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("mount").arg(&cfg).arg(&mnt);
+    Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
+}
+
+// ---------------------------------------------------------------------------------------
+// fio and metadata on native / kaiso / mergerfs.
+
+#[derive(Default, Clone, Debug)]
+struct Figures {
+    seq_write_mibs: f64,
+    seq_read_mibs: f64,
+    rand_read_iops: f64,
+    create_per_s: f64,
+    stat_per_s: f64,
+    unlink_per_s: f64,
+}
+
+fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
+    if Command::new("fio").arg("--version").output().is_err() {
+        bail!("fio is not installed (apt-get install fio; scripts/install-deps.sh does it)");
+    }
+    let size = args.size.unwrap_or(if args.quick { 256 * MIB } else { 1 << 30 });
+    let runtime = args.runtime.unwrap_or(if args.quick { 5 } else { 15 });
+    let files = args.files.unwrap_or(if args.quick { 10_000 } else { 100_000 });
+    let t0 = work.sub("tier0")?;
+    let t1 = work.sub("tier1")?;
+    let host_free = free_bytes(&t0)?;
+    let cap = host_free / 2;
+    println!(
+        "data path: fio file {} MiB, random reads {runtime} s, metadata {files} files, {}",
+        size / MIB,
+        if args.direct { "O_DIRECT" } else { "buffered, warm page cache" }
+    );
+
+    let mut rows: Vec<(&str, Figures)> = Vec::new();
+    let native_dir = work.sub("tier0/native")?;
+    rows.push(("native", measure_target("native", &native_dir, size, runtime, files, args)?));
+
+    {
+        let tiers = [
+            BenchTier { name: "t0", path: &t0, capacity: cap, device: None, watermarks: None },
+            BenchTier { name: "t1", path: &t1, capacity: cap, device: None, watermarks: None },
+        ];
+        let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
+        let dir = m.path.join("kaiso");
+        fs::create_dir_all(&dir)?;
+        rows.push(("kaiso", measure_target("kaiso", &dir, size, runtime, files, args)?));
+    }
+
+    if !args.no_mergerfs {
+        if Command::new("mergerfs").arg("--version").output().is_err() {
+            println!("mergerfs is not installed: skipping it (apt-get install mergerfs)");
+        } else {
+            let mnt = work.sub("mnt-mergerfs")?;
+            let mut cmd = Command::new("mergerfs");
+            // Foreground; new files on the first branch like kaiso's fastest-with-room;
+            // page cache on, as mergerfs recommends for performance.
+            cmd.args(["-f", "-o", "cache.files=partial,category.create=ff,fsname=mergerfs-bench"])
+                .arg(format!("{}:{}", t0.display(), t1.display()))
+                .arg(&mnt);
+            let m = Mounted::start("mergerfs", cmd, &mnt, &work.root.join("mergerfs.log"))?;
+            let dir = m.path.join("mergerfs");
+            fs::create_dir_all(&dir)?;
+            rows.push(("mergerfs", measure_target("mergerfs", &dir, size, runtime, files, args)?));
+        }
+    }
+
+    let native = rows[0].1.clone();
+    let mut t = String::new();
+    writeln!(
+        t,
+        "{:<10} {:>14} {:>14} {:>16} {:>12} {:>12} {:>12}",
+        "target", "seq write MiB/s", "seq read MiB/s", "rand 4K read IOPS", "create/s", "stat/s", "unlink/s"
+    )?;
+    for (name, f) in &rows {
+        writeln!(
+            t,
+            "{:<10} {:>14.0} {:>14.0} {:>16.0} {:>12.0} {:>12.0} {:>12.0}",
+            name, f.seq_write_mibs, f.seq_read_mibs, f.rand_read_iops, f.create_per_s, f.stat_per_s, f.unlink_per_s
+        )?;
+    }
+    for (name, f) in rows.iter().skip(1) {
+        let r = |a: f64, b: f64| if b > 0.0 { 100.0 * a / b } else { 0.0 };
+        writeln!(
+            t,
+            "{:<10} {:>13.0}% {:>13.0}% {:>15.0}% {:>11.0}% {:>11.0}% {:>11.0}%",
+            format!("{name}/nat"),
+            r(f.seq_write_mibs, native.seq_write_mibs),
+            r(f.seq_read_mibs, native.seq_read_mibs),
+            r(f.rand_read_iops, native.rand_read_iops),
+            r(f.create_per_s, native.create_per_s),
+            r(f.stat_per_s, native.stat_per_s),
+            r(f.unlink_per_s, native.unlink_per_s)
+        )?;
+    }
+    println!("\n{t}");
+    report.push_str(&t);
+    Ok(())
+}
+
+fn free_bytes(p: &Path) -> Result<u64> {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())?;
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } != 0 {
+        bail!("statvfs {}: {}", p.display(), std::io::Error::last_os_error());
+    }
+    Ok(sv.f_bavail * sv.f_frsize)
+}
+
+fn measure_target(name: &str, dir: &Path, size: u64, runtime: u64, files: u64, args: &Args) -> Result<Figures> {
+    println!("-- {name}: {}", dir.display());
+    let file = dir.join("fio.dat");
+    let mut f = Figures::default();
+    let w = fio(&file, "write", "1M", size, None, args.direct)?;
+    f.seq_write_mibs = w.write_bw / MIB as f64;
+    println!("   seq write 1M: {:.0} MiB/s", f.seq_write_mibs);
+    let r = fio(&file, "read", "1M", size, None, args.direct)?;
+    f.seq_read_mibs = r.read_bw / MIB as f64;
+    println!("   seq read 1M:  {:.0} MiB/s", f.seq_read_mibs);
+    let rr = fio(&file, "randread", "4k", size, Some(runtime), args.direct)?;
+    f.rand_read_iops = rr.read_iops;
+    println!("   rand read 4K: {:.0} IOPS", f.rand_read_iops);
+    let _ = fs::remove_file(&file);
+    check_interrupt()?;
+    let (c, s, u) = metadata(&dir.join("meta"), files)?;
+    f.create_per_s = c;
+    f.stat_per_s = s;
+    f.unlink_per_s = u;
+    println!("   metadata: create {c:.0}/s, stat {s:.0}/s, unlink {u:.0}/s");
+    Ok(f)
+}
+
+struct FioResult {
+    read_bw: f64,
+    read_iops: f64,
+    write_bw: f64,
+}
+
+fn fio(file: &Path, rw: &str, bs: &str, size: u64, runtime: Option<u64>, direct: bool) -> Result<FioResult> {
+    check_interrupt()?;
+    let mut cmd = Command::new("fio");
+    cmd.arg("--name=kaiso-bench")
+        .arg(format!("--filename={}", file.display()))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--size={size}"))
+        .arg("--ioengine=psync")
+        .arg("--numjobs=1")
+        .arg(format!("--direct={}", u8::from(direct)))
+        .arg("--output-format=json");
+    if rw == "write" {
+        cmd.arg("--end_fsync=1");
+    } else {
+        // Reads measure the file-system path with the data in the page cache (the write
+        // just before put it there) unless --direct.
+        cmd.arg("--invalidate=0");
+    }
+    if let Some(secs) = runtime {
+        cmd.arg("--time_based").arg(format!("--runtime={secs}"));
+    }
+    let out = cmd.stdin(Stdio::null()).output().context("run fio")?;
+    if !out.status.success() {
+        bail!(
+            "fio {rw} on {} failed: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    // fio may print warnings before the JSON object.
+    let start = text.find('{').context("fio printed no JSON")?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..]).context("parse fio JSON")?;
+    let job = &v["jobs"][0];
+    let num = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
+    Ok(FioResult {
+        read_bw: num(&job["read"]["bw_bytes"]),
+        read_iops: num(&job["read"]["iops"]),
+        write_bw: num(&job["write"]["bw_bytes"]),
+    })
+}
+
+/// Create, stat and unlink `n` empty files in `dir`; rates per second of each phase.
+fn metadata(dir: &Path, n: u64) -> Result<(f64, f64, f64)> {
+    fs::create_dir_all(dir)?;
+    let names: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("f{i:07}"))).collect();
+    let t = Instant::now();
+    for (i, p) in names.iter().enumerate() {
+        fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
+        if i % 1024 == 0 {
+            check_interrupt()?;
+        }
+    }
+    let create = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for p in &names {
+        fs::metadata(p).with_context(|| format!("stat {}", p.display()))?;
+    }
+    let stat = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for (i, p) in names.iter().enumerate() {
+        fs::remove_file(p).with_context(|| format!("unlink {}", p.display()))?;
+        if i % 1024 == 0 {
+            check_interrupt()?;
+        }
+    }
+    let unlink = n as f64 / t.elapsed().as_secs_f64();
+    let _ = fs::remove_dir(dir);
+    Ok((create, stat, unlink))
+}
+
+// ---------------------------------------------------------------------------------------
+// Tiering benefit.
+
+/// Zipf(s) over ranks 1..=n by inverse CDF (n is small: a table is fine).
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Zipf {
+        let mut cdf = Vec::with_capacity(n);
+        let mut acc = 0.0;
+        for k in 1..=n {
+            acc += 1.0 / (k as f64).powf(s);
+            cdf.push(acc);
+        }
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        Zipf { cdf }
+    }
+    /// Rank in 0..n from a uniform sample in [0, 1).
+    fn sample(&self, u: f64) -> usize {
+        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1)
+    }
+}
+
+struct SplitMix(u64);
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The skewed read workload: which file each rank is (a seeded permutation, so the hot
+/// files are not simply the first ones written), one read of `read_size` at a random
+/// aligned offset per request, each through a fresh open with the page cache of the file
+/// dropped first so every read reaches the file system.
+struct Workload {
+    files: Vec<PathBuf>,
+    file_size: u64,
+    read_size: u64,
+    zipf: Zipf,
+    rng: SplitMix,
+    buf: Vec<u8>,
+}
+
+impl Workload {
+    fn new(files: Vec<PathBuf>, file_size: u64, read_size: u64, s: f64, seed: u64) -> Workload {
+        let mut rng = SplitMix(seed);
+        let mut files = files;
+        for i in (1..files.len()).rev() {
+            let j = (rng.next() % (i as u64 + 1)) as usize;
+            files.swap(i, j);
+        }
+        let n = files.len();
+        Workload {
+            files,
+            file_size,
+            read_size: read_size.min(file_size).max(1),
+            zipf: Zipf::new(n, s),
+            rng,
+            buf: vec![0u8; read_size as usize],
+        }
+    }
+
+    /// One request; its latency.
+    fn request(&mut self) -> Result<Duration> {
+        let rank = self.zipf.sample(self.rng.unit());
+        let path = &self.files[rank];
+        let slots = (self.file_size / self.read_size).max(1);
+        let off = (self.rng.next() % slots) * self.read_size;
+        let t = Instant::now();
+        let f = fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+        use std::os::fd::AsRawFd;
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let n = self.buf.len();
+        f.read_exact_at(&mut self.buf[..n], off)
+            .with_context(|| format!("read {}", path.display()))?;
+        drop(f);
+        Ok(t.elapsed())
+    }
+
+    /// Run for `secs`; latencies in microseconds.
+    fn run_for(&mut self, secs: u64) -> Result<Vec<f64>> {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut lat = Vec::new();
+        while Instant::now() < end {
+            check_interrupt()?;
+            lat.push(self.request()?.as_secs_f64() * 1e6);
+        }
+        Ok(lat)
+    }
+}
+
+struct LatStats {
+    n: usize,
+    mean: f64,
+    p50: f64,
+    p99: f64,
+}
+
+fn stats(mut v: Vec<f64>) -> LatStats {
+    if v.is_empty() {
+        return LatStats { n: 0, mean: 0.0, p50: 0.0, p99: 0.0 };
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    LatStats {
+        n,
+        mean: v.iter().sum::<f64>() / n as f64,
+        p50: v[n / 2],
+        p99: v[(n * 99 / 100).min(n - 1)],
+    }
+}
+
+fn write_data_set(dir: &Path, n: usize, size: u64, seed: u64) -> Result<Vec<String>> {
+    let mut rng = SplitMix(seed ^ 0xda7a);
+    let mut buf = vec![0u8; size as usize];
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        check_interrupt()?;
+        for c in buf.chunks_mut(8) {
+            let v = rng.next().to_le_bytes();
+            c.copy_from_slice(&v[..c.len()]);
+        }
+        let rel = format!("d{:02}/file{i:05}", i % 16);
+        let p = dir.join(&rel);
+        fs::create_dir_all(p.parent().unwrap())?;
+        fs::write(&p, &buf).with_context(|| format!("write {}", p.display()))?;
+        names.push(rel);
+    }
+    Ok(names)
+}
+
+fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
+    let data = args.tier_data.unwrap_or(if args.quick { 160 * MIB } else { 512 * MIB });
+    let warmup = args.warmup.unwrap_or(if args.quick { 25 } else { 60 });
+    let measure = args.measure.unwrap_or(if args.quick { 8 } else { 20 });
+    let fsize = args.tier_file_size.max(4096);
+    let n = (data / fsize).max(10) as usize;
+    let fast_cap = (n as u64 * fsize) / 10;
+    println!(
+        "\ntiering: {n} files x {} KiB, Zipf s={}, {} KiB reads; fast tier {} MiB (10% of the data); \
+         slow tier emulated {}; warm-up {warmup} s, measured {measure} s",
+        fsize / 1024,
+        args.zipf,
+        args.read_size / 1024,
+        fast_cap / MIB,
+        args.slow_device
+    );
+    // One copy of the data in the slow tier's directory, used by all three configurations:
+    // all-fast is that directory without emulation; all-slow with it; tiered adds a fast
+    // tier in front and starts with everything on the slow tier.
+    let slow = work.sub("slow")?;
+    let fast = work.sub("fast")?;
+    let names = write_data_set(&slow, n, fsize, args.seed)?;
+    let big = data * 4;
+
+    let mut run = |tag: &str, tiers: &[BenchTier], warm: u64| -> Result<LatStats> {
+        let m = mount_kaiso(work, tag, tiers, 500)?;
+        let files: Vec<PathBuf> = names.iter().map(|r| m.path.join(r)).collect();
+        let mut w = Workload::new(files, fsize, args.read_size, args.zipf, args.seed);
+        if warm > 0 {
+            let t = Instant::now();
+            let mut last = Instant::now();
+            while t.elapsed() < Duration::from_secs(warm) {
+                let l = stats(w.run_for(1)?);
+                if last.elapsed() >= Duration::from_secs(5) {
+                    println!("   {tag} warm-up {:>3} s: mean {:.0} us", t.elapsed().as_secs(), l.mean);
+                    last = Instant::now();
+                }
+            }
+        }
+        let s = stats(w.run_for(measure)?);
+        println!(
+            "   {tag}: {} reads, mean {:.0} us, p50 {:.0} us, p99 {:.0} us",
+            s.n, s.mean, s.p50, s.p99
+        );
+        drop(m);
+        Ok(s)
+    };
+    let all_fast = run(
+        "all-fast",
+        &[BenchTier { name: "fast", path: &slow, capacity: big, device: None, watermarks: None }],
+        warmup.min(5),
+    )?;
+    let all_slow = run(
+        "all-slow",
+        &[BenchTier { name: "slow", path: &slow, capacity: big, device: Some(&args.slow_device), watermarks: None }],
+        warmup.min(5),
+    )?;
+    let tiered = run(
+        "tiered",
+        &[
+            BenchTier { name: "fast", path: &fast, capacity: fast_cap, device: None, watermarks: Some((0.8, 0.95)) },
+            BenchTier { name: "slow", path: &slow, capacity: big, device: Some(&args.slow_device), watermarks: None },
+        ],
+        warmup,
+    )?;
+    let on_fast = count_files(&fast);
+    let mut t = String::new();
+    writeln!(t, "\ntiering benefit (mean read latency after warm-up, {} KiB reads):", args.read_size / 1024)?;
+    writeln!(t, "{:<24} {:>10} {:>10} {:>10} {:>8}", "configuration", "mean us", "p50 us", "p99 us", "reads")?;
+    for (name, s) in [("all on fast tier", &all_fast), ("tiered (fast 10%)", &tiered), ("all on emulated slow", &all_slow)] {
+        writeln!(t, "{:<24} {:>10.0} {:>10.0} {:>10.0} {:>8}", name, s.mean, s.p50, s.p99, s.n)?;
+    }
+    writeln!(
+        t,
+        "tiered / all-fast = {:.2}x (target <= 1.5x); all-slow / tiered = {:.1}x; files on the fast tier after the run: {on_fast} of {n}",
+        tiered.mean / all_fast.mean.max(1e-9),
+        all_slow.mean / tiered.mean.max(1e-9)
+    )?;
+    println!("{t}");
+    report.push_str(&t);
+    Ok(())
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => count_files(&e.path()),
+            Ok(_) if !e.file_name().as_bytes().starts_with(b".kaiso") => 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// `--zipf-on DIR`: the skewed workload over the regular files already under DIR.
+fn zipf_on_existing(dir: &Path, args: &Args) -> Result<()> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    if files.is_empty() {
+        bail!("no files under {}", dir.display());
+    }
+    files.sort();
+    let size = fs::metadata(&files[0])?.len().max(1);
+    let mut w = Workload::new(files, size, args.read_size, args.zipf, args.seed);
+    println!(
+        "zipf reads (s={}) over {} files under {}, {} KiB each, for {} s",
+        args.zipf,
+        w.files.len(),
+        dir.display(),
+        args.read_size / 1024,
+        args.seconds
+    );
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(args.seconds) {
+        let s = stats(w.run_for(args.interval.max(1))?);
+        println!(
+            "t={:>4}s  reads {:>6}  mean {:>8.0} us  p50 {:>8.0} us  p99 {:>8.0} us",
+            start.elapsed().as_secs(),
+            s.n,
+            s.mean,
+            s.p50,
+            s.p99
+        );
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in fs::read_dir(dir).with_context(|| format!("read {}", dir.display()))? {
+        let e = e?;
+        let t = e.file_type()?;
+        if t.is_dir() {
+            collect_files(&e.path(), out)?;
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_is_skewed_and_in_range() {
+        let z = Zipf::new(100, 1.1);
+        let mut rng = SplitMix(1);
+        let mut counts = [0u32; 100];
+        for _ in 0..100_000 {
+            counts[z.sample(rng.unit())] += 1;
+        }
+        let top10: u32 = counts[..10].iter().sum();
+        assert!(top10 > 50_000, "top 10% of ranks got {top10} of 100000");
+        assert!(counts[0] > counts[50]);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1MiB"), Ok(MIB));
+        assert_eq!(parse_size("256k"), Ok(256 << 10));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn latency_stats() {
+        let s = stats((1..=100).map(|x| x as f64).collect());
+        assert_eq!(s.n, 100);
+        assert!((s.mean - 50.5).abs() < 1e-9);
+        assert_eq!(s.p99, 100.0);
+        assert_eq!(stats(vec![]).n, 0);
+    }
 }

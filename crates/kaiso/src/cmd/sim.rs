@@ -1,8 +1,377 @@
 //! `kaiso sim`: replay traces or generated workloads through the policy code.
+//! The logic lives in `kaiso_sim`; this module parses arguments, shows progress and prints.
 
-#[derive(clap::Args)]
-pub struct SimArgs {}
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use kaiso_device::DeviceSpec;
+use kaiso_policy::cache::{Capacity, Unit, by_name};
+use kaiso_sim::replay::cache::{Granularity, parse_size, to_requests};
+use kaiso_sim::replay::tier::{Placement, TierConfig, TierResult, TierSpec, Workload, run_tiering};
+use kaiso_sim::report::{LineChart, write_csv, write_json};
+use kaiso_sim::source::{Generator, Source};
+use kaiso_sim::sweep::{CacheSize, SweepPoint, footprint, sweep};
+use kaiso_sim::trace::{self, IoRecord, TraceFormat};
+use std::path::{Path, PathBuf};
 
-pub fn run(_a: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("sim is not built yet")
+#[derive(Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+#[derive(Subcommand)]
+pub enum SimCommand {
+    /// Cache mode: miss ratios of cache policies × cache sizes (a sweep, with a progress bar).
+    Cache(CacheArgs),
+    /// Tiering mode: a policy over device-modelled tiers; iops, latency, utilisation, moves.
+    Tier(TierArgs),
+    /// Write a generated workload as a trace file (MSR CSV, oracleGeneral or kaiso).
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct InputArgs {
+    /// Trace file to replay (`-` for standard input).
+    #[arg(long, conflicts_with = "generate")]
+    pub trace: Option<PathBuf>,
+    /// Trace format: msr, blkparse, vscsi, oracle, kaiso (default: from the file name).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Generated workload instead of a trace: usr1, web2, proj2, proj4, proj4-spike,
+    /// proj4-short, tpcxv, files, zipf; parameters as NAME:key=value,...
+    #[arg(long)]
+    pub generate: Option<String>,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+impl InputArgs {
+    pub fn source(&self) -> Result<Source> {
+        match (&self.trace, &self.generate) {
+            (Some(path), _) => {
+                let format = match &self.format {
+                    Some(f) => TraceFormat::parse(f).with_context(|| format!("unknown trace format {f:?}; known: {}", TraceFormat::NAMES.join(", ")))?,
+                    None => TraceFormat::from_path(path).with_context(|| format!("cannot tell the format of {} from its name; pass --format", path.display()))?,
+                };
+                Ok(Source::File { path: path.clone(), format })
+            }
+            (None, Some(g)) => Ok(Source::Generated { generator: Generator::parse(g).map_err(anyhow::Error::msg)?, seed: self.seed }),
+            (None, None) => bail!("give --trace FILE or --generate NAME"),
+        }
+    }
+}
+
+fn read_all(source: &Source) -> Result<Vec<IoRecord>> {
+    source.records().map_err(anyhow::Error::from)?.collect::<Result<Vec<_>, _>>().map_err(Into::into)
+}
+
+#[derive(Args)]
+pub struct CacheArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Cache policies, comma-separated, each NAME or NAME:key=value (libCacheSim-style).
+    #[arg(long, default_value = "fifo,lru,clock,arc,twoq,lirs,s3fifo,sieve,smq,belady")]
+    pub policies: String,
+    /// Cache sizes: fractions of the footprint (0.01) or amounts (1000, 64m).
+    #[arg(long, default_value = "0.001,0.01,0.1")]
+    pub sizes: String,
+    /// Object granularity: object, request (libCacheSim's MSR convention) or a block size (4k).
+    #[arg(long)]
+    pub granularity: Option<String>,
+    /// What the capacity counts: objects or bytes.
+    #[arg(long, default_value = "objects")]
+    pub unit: String,
+    /// Requests that warm the cache before counting.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Write results.json, results.csv and miss_ratio.svg here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct TierArgs {
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// none (slow tier only), spike, spike-persistent, kaiso, or writeback:<cache policy>.
+    #[arg(long, default_value = "spike")]
+    pub policy: String,
+    /// Fast tier device (hdd, ssd, nvm, link, with :key=value parameters).
+    #[arg(long, default_value = "ssd")]
+    pub fast: String,
+    /// Fast tier capacity (e.g. 6g).
+    #[arg(long, default_value = "6g")]
+    pub fast_capacity: String,
+    /// Slow (home) tier device.
+    #[arg(long, default_value = "hdd:capacity_gb=600")]
+    pub slow: String,
+    /// Region (segment/chunk) size the policy places (1g for the 002 rule).
+    #[arg(long, default_value = "1g")]
+    pub region: String,
+    /// Block size of the writeback cache baseline.
+    #[arg(long, default_value = "4k")]
+    pub block: String,
+    /// Replay speed-up: trace time / speed (as btreplay -x).
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Simulated seconds to run (default: until the trace ends).
+    #[arg(long)]
+    pub horizon: Option<f64>,
+    /// Seconds between policy plans.
+    #[arg(long, default_value_t = 1.0)]
+    pub plan_interval: f64,
+    /// Seconds per time-series point.
+    #[arg(long, default_value_t = 60.0)]
+    pub sample_interval: f64,
+    /// Write result.json, series.csv and series.svg here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Generator spec, as for --generate.
+    pub spec: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// msr, oracle (block traces are written with one object per 4 KiB block) or kaiso.
+    #[arg(long, default_value = "msr")]
+    pub format: String,
+}
+
+pub fn run(a: SimArgs) -> Result<()> {
+    match a.command {
+        SimCommand::Cache(c) => cache(c),
+        SimCommand::Tier(t) => tier(t),
+        SimCommand::Generate(g) => generate(g),
+    }
+}
+
+fn bar(total: u64) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb
+}
+
+fn cache(a: CacheArgs) -> Result<()> {
+    let source = a.input.source()?;
+    let granularity = match &a.granularity {
+        Some(g) => Granularity::parse(g).with_context(|| format!("bad granularity {g:?}: object, request or a block size such as 4k"))?,
+        None => source.default_granularity(),
+    };
+    let unit = match a.unit.as_str() {
+        "objects" => Unit::Objects,
+        "bytes" => Unit::Bytes,
+        u => bail!("--unit must be objects or bytes, got {u:?}"),
+    };
+    let sizes = CacheSize::parse_list(&a.sizes).map_err(anyhow::Error::msg)?;
+    let policies: Vec<String> = a.policies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    // Check every policy name before the long part.
+    for p in &policies {
+        let (name, params) = kaiso_sim::sweep::split_policy(p);
+        by_name(name, Capacity::objects(1), params).map_err(|e| anyhow::anyhow!("{p}: {e}"))?;
+    }
+    eprintln!("reading {} …", source.describe());
+    let reqs = to_requests(read_all(&source)?, granularity);
+    let fp = footprint(&reqs, unit);
+    eprintln!("{} requests, footprint {fp} {}", reqs.len(), a.unit);
+    let pb = bar((policies.len() * sizes.len()) as u64);
+    let window = (reqs.len() as u64 / 100).max(1);
+    let points = sweep(&reqs, &policies, &sizes, unit, a.warmup, window, |done, _, msg| {
+        pb.set_position(done as u64);
+        pb.set_message(msg.to_string());
+    })
+    .map_err(anyhow::Error::msg)?;
+    pb.finish_and_clear();
+    print_cache_table(&points);
+    if let Some(dir) = &a.out {
+        write_cache_outputs(dir, &points, fp)?;
+        eprintln!("wrote {}/results.json, results.csv, miss_ratio.svg", dir.display());
+    }
+    Ok(())
+}
+
+fn print_cache_table(points: &[SweepPoint]) {
+    println!("{:<16} {:>10} {:>12} {:>11} {:>11} {:>12}", "policy", "size", "capacity", "miss ratio", "byte miss", "Mreq/s");
+    for p in points {
+        let r = &p.result;
+        println!(
+            "{:<16} {:>10} {:>12} {:>11.4} {:>11.4} {:>12.2}",
+            r.policy, p.size, r.capacity, r.miss_ratio, r.byte_miss_ratio, r.requests_per_sec / 1e6
+        );
+    }
+}
+
+fn write_cache_outputs(dir: &Path, points: &[SweepPoint], fp: u64) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_json(&dir.join("results.json"), &points)?;
+    let rows: Vec<Vec<String>> = points
+        .iter()
+        .map(|p| {
+            let r = &p.result;
+            vec![r.policy.clone(), p.size.clone(), r.capacity.to_string(), r.unit.into(), r.requests.to_string(), format!("{:.6}", r.miss_ratio), format!("{:.6}", r.byte_miss_ratio), format!("{:.0}", r.requests_per_sec)]
+        })
+        .collect();
+    write_csv(&dir.join("results.csv"), &["policy", "size", "capacity", "unit", "requests", "miss_ratio", "byte_miss_ratio", "requests_per_sec"], &rows)?;
+    let mut chart = LineChart::new("Miss ratio by cache size", &format!("cache size (footprint {fp})"), "miss ratio");
+    chart.log_x = true;
+    let mut names: Vec<&str> = points.iter().map(|p| p.result.policy.as_str()).collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    for n in names {
+        let pts = points.iter().filter(|p| p.result.policy == n).map(|p| (p.result.capacity as f64, p.result.miss_ratio)).collect();
+        chart.add(n, pts);
+    }
+    chart.write(&dir.join("miss_ratio.svg"))?;
+    Ok(())
+}
+
+fn size_arg(s: &str, what: &str) -> Result<u64> {
+    parse_size(s).with_context(|| format!("bad {what} {s:?}: a size such as 4k, 1g"))
+}
+
+fn device(s: &str) -> Result<DeviceSpec> {
+    s.parse::<DeviceSpec>().map_err(|e| anyhow::anyhow!("{s}: {e}"))
+}
+
+fn tier(a: TierArgs) -> Result<()> {
+    let source = a.input.source()?;
+    let mut cfg = TierConfig::new(
+        vec![
+            TierSpec::new("fast", device(&a.fast)?, size_arg(&a.fast_capacity, "--fast-capacity")?),
+            TierSpec::new("slow", device(&a.slow)?, u64::MAX / 4),
+        ],
+        size_arg(&a.region, "--region")?,
+    );
+    cfg.plan_interval = (a.plan_interval.max(0.001) * 1e9) as u64;
+    cfg.sample_interval = (a.sample_interval.max(0.001) * 1e9) as u64;
+    cfg.horizon = a.horizon.map(|h| (h * 1e9) as u64);
+    let records = source.records()?;
+    // A malformed record stops the replay with its error, reported after the run.
+    let failure = std::sync::Mutex::new(None);
+    let records = records.map_while(|r| match r {
+        Ok(r) => Some(r),
+        Err(e) => {
+            *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            None
+        }
+    });
+    let workload = Workload::Open { records: Box::new(records), speed: a.speed };
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_message(format!("replaying {} with {} …", source.describe(), a.policy));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let result = if a.policy == "none" {
+        run_tiering(&cfg, Placement::HomeOnly, workload, |_| {})
+    } else if let Some(cache) = a.policy.strip_prefix("writeback:") {
+        let block = size_arg(&a.block, "--block")?;
+        let (name, params) = kaiso_sim::sweep::split_policy(cache);
+        let cap = Capacity::bytes(cfg.tiers[0].capacity);
+        let mut c = by_name(name, cap, params).map_err(|e| anyhow::anyhow!("{cache}: {e}"))?;
+        run_tiering(&cfg, Placement::WriteBackCache { cache: c.as_mut(), block }, workload, |_| {})
+    } else {
+        let mut p = kaiso_sim::policies::placement(&a.policy).map_err(anyhow::Error::msg)?;
+        run_tiering(&cfg, Placement::Policy(p.as_mut()), workload, |_| {})
+    };
+    spinner.finish_and_clear();
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(anyhow::Error::from(e).context("replay stopped at a malformed record"));
+    }
+    print_tier(&result);
+    if let Some(dir) = &a.out {
+        write_tier_outputs(dir, &result)?;
+        eprintln!("wrote {}/result.json, series.csv, series.svg", dir.display());
+    }
+    Ok(())
+}
+
+fn print_tier(r: &TierResult) {
+    println!("placement        {}", r.placement);
+    println!("simulated        {:.0} s", r.simulated_s);
+    println!("requests         {}", r.requests);
+    println!("iops             {:.1}", r.iops);
+    if r.transactions > 0 {
+        println!("tps              {:.2}", r.tps);
+    }
+    println!("fast-tier share  {:.3}", r.hit_ratio);
+    println!("latency          mean {:.2} ms  p50 {:.2} ms  p99 {:.2} ms", r.latency.mean_ms, r.latency.p50_ms, r.latency.p99_ms);
+    println!("moved            {} moves, {:.2} GB; fast tier holds {:.2} GB", r.moves, r.bytes_moved as f64 / 1e9, r.fast_tier_used as f64 / 1e9);
+    for d in &r.devices {
+        println!("device {:<9} util {:.3}  iops {:.1}  svctm {:.2} ms  await {:.2} ms", d.tier, d.util, d.iops, d.svctm_ms, d.await_ms);
+    }
+}
+
+fn write_tier_outputs(dir: &Path, r: &TierResult) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_json(&dir.join("result.json"), r)?;
+    let mut header = vec!["end_s".to_string(), "iops".into(), "tps".into(), "hit_ratio".into(), "mean_latency_ms".into(), "bytes_moved".into()];
+    if let Some(s) = r.series.first() {
+        for d in &s.devices {
+            header.push(format!("{}_util", d.tier));
+            header.push(format!("{}_svctm_ms", d.tier));
+        }
+    }
+    let rows: Vec<Vec<String>> = r
+        .series
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("{:.0}", s.end_s), format!("{:.2}", s.iops), format!("{:.3}", s.tps), format!("{:.4}", s.hit_ratio), format!("{:.3}", s.mean_latency_ms), s.bytes_moved.to_string()];
+            for d in &s.devices {
+                row.push(format!("{:.4}", d.util));
+                row.push(format!("{:.3}", d.svctm_ms));
+            }
+            row
+        })
+        .collect();
+    let h: Vec<&str> = header.iter().map(String::as_str).collect();
+    write_csv(&dir.join("series.csv"), &h, &rows)?;
+    let mut chart = LineChart::new(&format!("{}: iops per interval", r.placement), "seconds", "iops");
+    chart.add("user iops", r.series.iter().map(|s| (s.end_s, s.iops)).collect());
+    chart.write(&dir.join("series.svg"))?;
+    let mut util = LineChart::new(&format!("{}: device utilisation", r.placement), "seconds", "%util / 100");
+    if let Some(first) = r.series.first() {
+        for (i, d) in first.devices.iter().enumerate() {
+            util.add(&d.tier, r.series.iter().map(|s| (s.end_s, s.devices[i].util)).collect());
+        }
+    }
+    util.write(&dir.join("util.svg"))?;
+    Ok(())
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    let g = Generator::parse(&a.spec).map_err(anyhow::Error::msg)?;
+    let file = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let records = g.records(a.seed);
+    match a.format.as_str() {
+        "msr" => trace::write_msr_csv(file, records)?,
+        "oracle" => {
+            let gran = g.default_granularity();
+            let mut reqs = Vec::new();
+            for r in records {
+                kaiso_sim::replay::cache::split(&r, gran, |q| reqs.push(((q.time / 1_000_000_000) as u32, q.id, q.size)));
+            }
+            trace::write_oracle_general(file, &reqs)?;
+        }
+        "kaiso" => {
+            use std::io::Write;
+            let mut w = std::io::BufWriter::new(file);
+            writeln!(w, "# kaiso-trace v1")?;
+            for r in records {
+                let op = match r.op {
+                    kaiso_policy::Op::Write => "write",
+                    _ => "read",
+                };
+                writeln!(w, "{} {op} {} {} {}", r.time, r.object, r.offset, r.len)?;
+            }
+            w.flush()?;
+        }
+        f => bail!("--format must be msr, oracle or kaiso, got {f:?}"),
+    }
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
 }

@@ -1,0 +1,406 @@
+//! The fuser `Filesystem` implementation: one store call per request.
+
+use crate::MountOptions;
+use fuser::{
+    AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// Passthrough backing ids: the kernel wants one per inode while any handle uses it.
+#[derive(Default)]
+struct Backing {
+    by_ino: HashMap<Ino, (Arc<BackingId>, usize)>,
+    by_fh: HashMap<u64, Ino>,
+}
+
+/// The FUSE face over a store.
+pub struct KaisoFs {
+    store: Arc<Store>,
+    ttl: Duration,
+    want_passthrough: bool,
+    /// Whether the kernel accepted passthrough at init.
+    passthrough: AtomicBool,
+    backing: Mutex<Backing>,
+}
+
+fn errno(e: FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn attr(a: &FileAttr) -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+}
+
+fn time(t: Option<TimeOrNow>) -> Option<TimeSet> {
+    t.map(|t| match t {
+        TimeOrNow::Now => TimeSet::Now,
+        TimeOrNow::SpecificTime(s) => TimeSet::At(s),
+    })
+}
+
+impl KaisoFs {
+    pub fn new(store: Arc<Store>, opts: &MountOptions) -> KaisoFs {
+        KaisoFs {
+            store,
+            ttl: opts.ttl,
+            want_passthrough: opts.passthrough,
+            passthrough: AtomicBool::new(false),
+            backing: Mutex::new(Backing::default()),
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, FsError>) {
+        match r {
+            Ok(a) => reply.entry(&self.ttl, &attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// The backing id for a passthrough open of `ino` (shared by its handles).
+    fn backing_for(&self, ino: Ino, fh: u64, file: &std::fs::File, open: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>) -> Option<Arc<BackingId>> {
+        let mut b = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match b.by_ino.get_mut(&ino) {
+            Some((id, n)) => {
+                *n += 1;
+                id.clone()
+            }
+            None => match open(file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    b.by_ino.insert(ino, (id.clone(), 1));
+                    id
+                }
+                Err(e) => {
+                    tracing::debug!(ino, error = %e, "passthrough refused; serving through FUSE");
+                    return None;
+                }
+            },
+        };
+        b.by_fh.insert(fh, ino);
+        Some(id)
+    }
+
+    fn drop_backing(&self, fh: u64) {
+        let mut b = self.backing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ino) = b.by_fh.remove(&fh) {
+            if let Some((_, n)) = b.by_ino.get_mut(&ino) {
+                *n -= 1;
+                if *n == 0 {
+                    b.by_ino.remove(&ino);
+                }
+            }
+        }
+    }
+
+    fn passthrough_on(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+}
+
+impl fuser::Filesystem for KaisoFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let caps = config.capabilities();
+        let mut want = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        want &= caps;
+        if config.add_capabilities(want).is_err() {
+            tracing::warn!("kernel refused some FUSE capabilities");
+        }
+        if self.want_passthrough && self.store.config().passthrough && caps.contains(InitFlags::FUSE_PASSTHROUGH) {
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(2).is_ok();
+            self.passthrough.store(ok, Ordering::Relaxed);
+        }
+        tracing::info!(passthrough = self.passthrough_on(), "FUSE session initialised");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.store.shutdown();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.store.lookup(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.store.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.store.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(a) => reply.attr(&self.ttl, &attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr { mode, uid, gid, size, atime: time(atime), mtime: time(mtime), fh: fh.map(|f| f.0) };
+        match self.store.setattr(ino.0, &set, caller(req)) {
+            Ok(a) => reply.attr(&self.ttl, &attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.store.readlink(ino.0) {
+            Ok(t) => reply.data(t.as_encoded_bytes()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        self.entry(reply, self.store.mknod(parent.0, name, mode, umask, rdev as u64, caller(req)));
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        self.entry(reply, self.store.mkdir(parent.0, name, mode, umask, caller(req)));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.unlink(parent.0, name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.rmdir(parent.0, name));
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.entry(reply, self.store.symlink(parent.0, link_name, target, caller(req)));
+    }
+
+    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.rename(parent.0, name, newparent.0, newname, flags.bits()));
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.store.link(ino.0, newparent.0, newname));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
+            Ok(o) => {
+                if let Some(file) = &o.passthrough {
+                    if let Some(id) = self.backing_for(ino.0, o.fh, file, |f| reply.open_backing(f)) {
+                        reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id);
+                        return;
+                    }
+                }
+                reply.opened(FileHandle(o.fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        match self.store.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.store.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.flush(fh.0));
+    }
+
+    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let r = self.store.release(fh.0);
+        self.drop_backing(fh.0);
+        Self::empty(reply, r);
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.fsync(fh.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.store.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.store.readdir(fh.0, offset) {
+            Ok(entries) => {
+                for e in entries {
+                    if reply.add(INodeNo(e.ino), e.offset, kind(e.kind), &e.name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        match self.store.readdirplus(fh.0, offset) {
+            Ok(entries) => {
+                let mut full = false;
+                for (e, a) in entries {
+                    let counted = e.name != "." && e.name != "..";
+                    if full || reply.add(INodeNo(e.ino), e.offset, &e.name, &self.ttl, &attr(&a), Generation(0)) {
+                        // Not sent: give back the lookup reference readdirplus took.
+                        full = true;
+                        if counted {
+                            self.store.forget(e.ino, 1);
+                        }
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.releasedir(fh.0));
+    }
+
+    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.fsyncdir(ino.0));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.store.statfs() {
+            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.setxattr(ino.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, self.store.getxattr(ino.0, name));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, self.store.listxattr(ino.0));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.removexattr(ino.0, name));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.access(ino.0, mask.bits(), caller(req)));
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        match self.store.create(parent.0, name, mode, umask, flags, caller(req), self.passthrough_on()) {
+            Ok((a, o)) => {
+                if let Some(file) = &o.passthrough {
+                    if let Some(id) = self.backing_for(a.ino, o.fh, file, |f| reply.open_backing(f)) {
+                        reply.created_passthrough(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), FopenFlags::empty(), &id);
+                        return;
+                    }
+                }
+                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        Self::empty(reply, self.store.fallocate(fh.0, offset, length, mode));
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        match self.store.lseek(fh.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(e)),
+    }
+}

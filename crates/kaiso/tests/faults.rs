@@ -1,0 +1,335 @@
+//! Fault tests (issue 2, items 4, 8 and 10): a full tier spills to the next one, a tier
+//! directory that is missing, read-only or removed while mounted, bad configurations,
+//! a busy or missing mountpoint, a missing /dev/fuse and permission problems. Every
+//! refusal must be a one-line explanation with a non-zero exit, never a panic.
+
+mod common;
+
+use common::{Store, StoreSpec, TierSpec, as_nobody, kaiso_bin};
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+/// Runs `kaiso mount` expecting it to refuse: returns its stderr after checking the exit
+/// code, that it did not panic, and that it did not leave a mount behind.
+fn mount_must_fail(config: &Path, mountpoint: &Path) -> String {
+    let mut child = Command::new(kaiso_bin())
+        .arg("mount")
+        .arg(config)
+        .arg(mountpoint)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            common::cleanup_mounts_under(mountpoint);
+            panic!("kaiso mount did not refuse within 20 s (it should exit with an error)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    check_refusal(&out)
+}
+
+fn check_refusal(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "expected failure, got success; stderr:\n{err}");
+    assert_ne!(out.status.code(), None, "killed by a signal: {:?}\n{err}", out.status);
+    assert!(!err.contains("panicked"), "panicked instead of explaining:\n{err}");
+    assert!(!err.trim().is_empty(), "failed without a word");
+    err
+}
+
+fn tier_bytes(dir: &Path) -> u64 {
+    fn walk(d: &Path) -> u64 {
+        let Ok(rd) = fs::read_dir(d) else { return 0 };
+        rd.flatten()
+            .map(|e| {
+                let md = e.metadata().unwrap();
+                if md.is_dir() { walk(&e.path()) } else { md.len() }
+            })
+            .sum()
+    }
+    walk(dir)
+}
+
+#[test]
+fn full_tier_spills_to_next_without_enospc() {
+    fuse_or_skip!();
+    let store = Store::new(
+        "spill",
+        StoreSpec::with_tiers(vec![
+            TierSpec::new("fast").capacity(2 * MIB),
+            TierSpec::new("slow").capacity(24 * MIB),
+        ]),
+    );
+    let m = store.mount();
+    // Many new files: the first fill the fast tier, the rest must land on the slow one.
+    let chunk = vec![0x5au8; 256 * 1024];
+    for i in 0..24 {
+        fs::write(m.path.join(format!("small{i}")), &chunk)
+            .unwrap_or_else(|e| panic!("small{i}: {e} (a tier still has room)"));
+    }
+    // One file that grows past what the fast tier can hold while it is open.
+    let mut f = fs::File::create(m.path.join("growing")).unwrap();
+    for i in 0..32 {
+        f.write_all(&chunk)
+            .unwrap_or_else(|e| panic!("growing file, chunk {i}: {e} (a tier still has room)"));
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    for i in 0..24 {
+        assert_eq!(fs::read(m.path.join(format!("small{i}"))).unwrap(), chunk);
+    }
+    let g = fs::read(m.path.join("growing")).unwrap();
+    assert_eq!(g.len(), 32 * chunk.len());
+    assert!(g.iter().all(|b| *b == 0x5a), "growing file corrupted by the spill");
+    let fast = tier_bytes(&store.tiers[0]);
+    assert!(fast <= 2 * MIB, "fast tier holds {fast} bytes, over its 2 MiB hard limit");
+    assert!(tier_bytes(&store.tiers[1]) > 0, "nothing spilled to the slow tier");
+    // Once every tier is full, ENOSPC is the right answer (and nothing else breaks).
+    let mut big = fs::File::create(m.path.join("too-big")).unwrap();
+    let mut err = None;
+    for _ in 0..64 {
+        if let Err(e) = big.write_all(&chunk) {
+            err = Some(e);
+            break;
+        }
+    }
+    let err = err.expect("wrote more than all tiers' capacity");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "full store: {err}");
+    drop(big);
+    assert_eq!(fs::read(m.path.join("small0")).unwrap(), chunk);
+    fs::remove_file(m.path.join("too-big")).unwrap();
+    fs::write(m.path.join("after"), b"room again").unwrap();
+    assert!(m.unmount().success());
+}
+
+#[test]
+fn missing_tier_directory_is_refused() {
+    fuse_or_skip!();
+    let store = Store::new("missing-tier", StoreSpec::tiers(2));
+    fs::remove_dir(&store.tiers[1]).unwrap();
+    let err = mount_must_fail(&store.config, &store.mountpoint);
+    let missing = store.tiers[1].display().to_string();
+    assert!(err.contains(&missing), "error does not name {missing}:\n{err}");
+}
+
+#[test]
+fn read_only_tier_directory_is_refused() {
+    fuse_or_skip!();
+    let store = Store::new("ro-tier", StoreSpec::tiers(2));
+    let t = &store.tiers[0];
+    let bind = |args: &[&str]| Command::new("mount").args(args).arg(t).arg(t).status().unwrap();
+    if !bind(&["--bind"]).success() {
+        eprintln!("skipping: cannot bind-mount (not root?)");
+        return;
+    }
+    let ro = Command::new("mount")
+        .args(["-o", "remount,bind,ro"])
+        .arg(t)
+        .status()
+        .unwrap();
+    assert!(ro.success());
+    let err = mount_must_fail(&store.config, &store.mountpoint);
+    let _ = Command::new("umount").arg(t).status();
+    assert!(
+        err.contains(&t.display().to_string()) && err.to_lowercase().contains("read-only"),
+        "error should name the read-only tier {}:\n{err}",
+        t.display()
+    );
+}
+
+#[test]
+fn tier_removed_while_mounted_keeps_other_tiers_serving() {
+    fuse_or_skip!();
+    let store = Store::new("removed-tier", StoreSpec::tiers(2));
+    store.seed(0, "fast-file", b"fast");
+    store.seed(1, "slow-file", b"slow");
+    let mut m = store.mount();
+    assert_eq!(fs::read(m.path.join("slow-file")).unwrap(), b"slow");
+    let gone = store.root.join("tier-gone");
+    fs::rename(&store.tiers[1], &gone).unwrap();
+    // The file on the vanished tier now fails with an errno (not a hang or a crash) …
+    let r = fs::read(m.path.join("slow-file"));
+    eprintln!("read from removed tier: {r:?}");
+    // … while the daemon keeps serving the remaining tier.
+    assert!(m.alive(), "daemon died when a tier vanished:\n{}", m.log_text());
+    assert_eq!(fs::read(m.path.join("fast-file")).unwrap(), b"fast");
+    fs::write(m.path.join("new"), b"new").unwrap();
+    assert_eq!(fs::read(m.path.join("new")).unwrap(), b"new");
+    assert!(m.alive());
+    fs::rename(&gone, &store.tiers[1]).unwrap();
+    let status = m.unmount();
+    assert_eq!(status.code(), Some(0), "daemon exit after unmount");
+}
+
+/// (description, config text with `{T0}`/`{T1}`/`{STATE}` placeholders, words the error
+/// must contain).
+const BAD_CONFIGS: &[(&str, &str, &[&str])] = &[
+    (
+        "TOML syntax error",
+        "[store]\nstate_dir = \"{STATE}\"\n[[tier]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n",
+        &["line 3"],
+    ),
+    (
+        "misspelt tier key",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\ncapcity = 1000\n",
+        &["capcity", "line 8"],
+    ),
+    (
+        "wrong type",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = \"lots\"\n",
+        &["capacity", "line 7"],
+    ),
+    ("no tiers", "[store]\nstate_dir = \"{STATE}\"\n", &["tier"]),
+    (
+        "missing state_dir",
+        "[store]\nallow_other = false\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n",
+        &["state_dir"],
+    ),
+    (
+        "watermarks inverted",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\nhigh_watermark = 0.3\nlow_watermark = 0.8\n",
+        &["low_watermark", "line 9"],
+    ),
+    (
+        "duplicate tier names",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n\n[[tier]]\nname = \"a\"\npath = \"{T1}\"\ncapacity = 1000000\n",
+        &["duplicate", "line 10"],
+    ),
+    (
+        "unknown device",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n[tier.device]\nkind = \"floppy\"\n",
+        &["floppy", "device"],
+    ),
+];
+
+#[test]
+fn bad_configs_name_key_and_line() {
+    fuse_or_skip!();
+    let store = Store::new("badcfg", StoreSpec::tiers(2));
+    let mut failures = Vec::new();
+    for (what, text, words) in BAD_CONFIGS {
+        let text = text
+            .replace("{T0}", &store.tiers[0].display().to_string())
+            .replace("{T1}", &store.tiers[1].display().to_string())
+            .replace("{STATE}", &store.state.display().to_string());
+        let cfg = store.root.join("bad.toml");
+        fs::write(&cfg, &text).unwrap();
+        let err = mount_must_fail(&cfg, &store.mountpoint);
+        for w in *words {
+            if !err.contains(w) {
+                failures.push(format!("{what}: error lacks {w:?}:\n{err}"));
+            }
+        }
+        // The operator commands read the same file and must refuse the same way.
+        let out = common::run_kaiso(&["fsck", &cfg.display().to_string()]);
+        check_refusal(&out);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let out = common::run_kaiso(&["mount", "/nonexistent/kaiso.toml", "/tmp"]);
+    let err = check_refusal(&out);
+    assert!(err.contains("/nonexistent/kaiso.toml"), "missing config not named:\n{err}");
+}
+
+#[test]
+fn busy_or_bad_mountpoint_is_refused() {
+    fuse_or_skip!();
+    let a = Store::new("busy-a", StoreSpec::tiers(1));
+    let b = Store::new("busy-b", StoreSpec::tiers(1));
+    let m = a.mount();
+    fs::write(m.path.join("x"), b"a's").unwrap();
+    let err = mount_must_fail(&b.config, &m.path);
+    assert!(
+        err.contains(&m.path.display().to_string()),
+        "busy mountpoint not named:\n{err}"
+    );
+    // The first mount is untouched.
+    assert_eq!(fs::read(m.path.join("x")).unwrap(), b"a's");
+    assert!(m.unmount().success());
+    // A mountpoint that does not exist, and one that is a file.
+    let err = mount_must_fail(&b.config, &b.root.join("nope"));
+    assert!(err.contains("nope"), "{err}");
+    let file = b.root.join("file");
+    fs::write(&file, b"").unwrap();
+    let err = mount_must_fail(&b.config, &file);
+    assert!(err.contains("file"), "{err}");
+}
+
+#[test]
+fn missing_dev_fuse_is_explained() {
+    fuse_or_skip!();
+    if Command::new("unshare").arg("--version").output().is_err() {
+        eprintln!("skipping: unshare is not installed");
+        return;
+    }
+    let store = Store::new("nofuse", StoreSpec::tiers(1));
+    // A private mount namespace with an empty /dev: /dev/fuse is missing in there only.
+    let script = format!(
+        "mount -t tmpfs none /dev && exec {} mount {} {}",
+        kaiso_bin().display(),
+        store.config.display(),
+        store.mountpoint.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = check_refusal(&out);
+    assert!(err.contains("/dev/fuse"), "missing /dev/fuse not explained:\n{err}");
+}
+
+#[test]
+fn permission_problems_are_explained() {
+    fuse_or_skip!();
+    let store = Store::new("perm", StoreSpec::tiers(1));
+    store.seed(0, "f", b"root data");
+    // Without allow_other, other users cannot enter the mount at all.
+    let m = store.mount();
+    let mp = m.path.clone();
+    let r = as_nobody(move || fs::metadata(&mp).map(|_| ()).map_err(|e| e.raw_os_error()));
+    assert_eq!(r, Err(Some(libc::EACCES)), "allow_other must be off by default");
+    assert!(m.unmount().success());
+
+    // A user who may not read the configuration gets a clear refusal.
+    fs::set_permissions(&store.config, fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(kaiso_bin())
+        .arg("mount")
+        .arg(&store.config)
+        .arg(&store.mountpoint)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = check_refusal(&out);
+    assert!(
+        err.contains(&store.config.display().to_string()) && err.contains("ermission denied"),
+        "unreadable config not explained:\n{err}"
+    );
+    assert!(!common::is_mounted(&store.mountpoint));
+
+    // A state directory the daemon cannot write.
+    fs::set_permissions(&store.config, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(kaiso_bin())
+        .arg("fsck")
+        .arg(&store.config)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = check_refusal(&out);
+    assert!(err.contains("ermission denied"), "unwritable state not explained:\n{err}");
+}

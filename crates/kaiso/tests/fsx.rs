@@ -1,0 +1,615 @@
+//! fsx-style randomized test (issue 2, item 10): several threads do writes, truncates,
+//! renames, links, unlinks and reads on files through the mount, each checked against an
+//! in-memory model, while the mover moves the same files (a tiny fast tier whose
+//! watermarks keep the planner busy, plus explicit `kaiso promote/demote` requests).
+//!
+//! Seeded and reproducible per worker: `KAISO_TEST_SEED=<n>` replays the operation
+//! sequences (thread interleaving and mover timing still vary). Bounded by
+//! `KAISO_FSX_SECS` (default 20, capped at 60).
+
+mod common;
+
+use common::rng::{Rng, test_seed};
+use common::{Store, StoreSpec, TierSpec};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const WORKERS: u64 = 4;
+const NAMES: u64 = 6; // names per worker: n0..n5
+const MAX_FILE: u64 = 192 * 1024;
+const MAX_WRITE: u64 = 48 * 1024;
+const STRIPE: u64 = 64 * 1024; // each worker's region of the shared file
+
+/// One worker's model: names → inode ids, inode ids → contents.
+#[derive(Default)]
+struct Model {
+    names: BTreeMap<String, u64>,
+    data: BTreeMap<u64, Vec<u8>>,
+    next_ino: u64,
+}
+
+impl Model {
+    fn new_inode(&mut self, content: Vec<u8>) -> u64 {
+        self.next_ino += 1;
+        self.data.insert(self.next_ino, content);
+        self.next_ino
+    }
+    /// Drops inodes no name (and no held fd) refers to.
+    fn gc(&mut self, held: Option<u64>) {
+        let live: Vec<u64> = self.names.values().copied().chain(held).collect();
+        self.data.retain(|k, _| live.contains(k));
+    }
+}
+
+fn secs() -> u64 {
+    std::env::var("KAISO_FSX_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20)
+        .min(60)
+}
+
+fn c(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn pwrite_all(fd: i32, data: &[u8], off: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let n = unsafe {
+            libc::pwrite(
+                fd,
+                data[done..].as_ptr().cast(),
+                data.len() - done,
+                (off + done as u64) as i64,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+fn pread_all(fd: i32, len: usize, off: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = unsafe {
+            libc::pread(
+                fd,
+                buf[done..].as_mut_ptr().cast(),
+                len - done,
+                (off + done as u64) as i64,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
+fn first_diff(a: &[u8], b: &[u8]) -> String {
+    if a.len() != b.len() {
+        return format!("length {} != model {}", a.len(), b.len());
+    }
+    let i = a.iter().zip(b).position(|(x, y)| x != y).unwrap_or(0);
+    format!("byte {i}: {:#04x} != model {:#04x}", a[i], b[i])
+}
+
+struct Worker {
+    id: u64,
+    dir: PathBuf,
+    rng: Rng,
+    model: Model,
+    /// A descriptor kept open across operations (the file may be renamed, unlinked or
+    /// moved between tiers meanwhile) and the model inode it refers to.
+    held: Option<(i32, u64)>,
+    shared: PathBuf,
+    stripe: Vec<u8>,
+    ops: u64,
+    log: Vec<String>,
+}
+
+impl Worker {
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn fail(&self, what: String) -> ! {
+        let tail: Vec<&String> = self.log.iter().rev().take(20).collect();
+        panic!(
+            "worker {} op {}: {what}\nlast operations (newest first):\n{tail:#?}",
+            self.id, self.ops
+        );
+    }
+
+    fn name(&mut self) -> String {
+        format!("n{}", self.rng.below(NAMES))
+    }
+
+    fn existing(&mut self) -> Option<String> {
+        let names: Vec<String> = self.model.names.keys().cloned().collect();
+        if names.is_empty() {
+            None
+        } else {
+            Some(names[self.rng.below(names.len() as u64) as usize].clone())
+        }
+    }
+
+    fn step(&mut self) {
+        self.ops += 1;
+        match self.rng.below(100) {
+            0..=19 => self.op_write(),
+            20..=27 => self.op_truncate(),
+            28..=47 => self.op_read(),
+            48..=55 => self.op_rename(),
+            56..=60 => self.op_link(),
+            61..=65 => self.op_unlink(),
+            66..=71 => self.op_create(),
+            72..=79 => self.op_held(),
+            80..=87 => self.op_stripe(),
+            88..=92 => self.op_mmap_read(),
+            _ => self.op_fsync(),
+        }
+    }
+
+    fn op_create(&mut self) {
+        let name = self.name();
+        let len = self.rng.below(MAX_FILE) as usize;
+        let data = self.rng.bytes(len);
+        self.log.push(format!("create {name} len {len}"));
+        if let Err(e) = fs::write(self.p(&name), &data) {
+            self.fail(format!("create {name}: {e}"));
+        }
+        // Writing through an existing name keeps its inode (and hard links).
+        match self.model.names.get(&name).copied() {
+            Some(ino) => {
+                self.model.data.insert(ino, data);
+            }
+            None => {
+                let ino = self.model.new_inode(data);
+                self.model.names.insert(name, ino);
+            }
+        }
+    }
+
+    fn op_write(&mut self) {
+        let Some(name) = self.existing() else {
+            return self.op_create();
+        };
+        let ino = self.model.names[&name];
+        let cur = self.model.data[&ino].len() as u64;
+        let off = self.rng.below(cur + 4096).min(MAX_FILE);
+        let len = 1 + self.rng.below(MAX_WRITE) as usize;
+        let data = self.rng.bytes(len);
+        let append = self.rng.chance(20);
+        self.log.push(format!("write {name} off {off} len {len} append {append}"));
+        let flags = libc::O_WRONLY | if append { libc::O_APPEND } else { 0 };
+        let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), flags | libc::O_CLOEXEC) };
+        if fd < 0 {
+            self.fail(format!("open {name}: {}", std::io::Error::last_os_error()));
+        }
+        let at = if append { cur } else { off };
+        let r = pwrite_all(fd, &data, at);
+        unsafe { libc::close(fd) };
+        if let Err(e) = r {
+            self.fail(format!("write {name}: {e}"));
+        }
+        let m = self.model.data.get_mut(&ino).unwrap();
+        let end = at as usize + len;
+        if m.len() < end {
+            m.resize(end, 0);
+        }
+        m[at as usize..end].copy_from_slice(&data);
+    }
+
+    fn op_truncate(&mut self) {
+        let Some(name) = self.existing() else { return };
+        let ino = self.model.names[&name];
+        let size = self.rng.below(MAX_FILE);
+        self.log.push(format!("truncate {name} {size}"));
+        if unsafe { libc::truncate(c(&self.p(&name)).as_ptr(), size as i64) } < 0 {
+            self.fail(format!("truncate {name}: {}", std::io::Error::last_os_error()));
+        }
+        self.model.data.get_mut(&ino).unwrap().resize(size as usize, 0);
+    }
+
+    fn op_read(&mut self) {
+        let Some(name) = self.existing() else { return };
+        let ino = self.model.names[&name];
+        self.log.push(format!("read {name}"));
+        let got = match fs::read(self.p(&name)) {
+            Ok(d) => d,
+            Err(e) => self.fail(format!("read {name}: {e}")),
+        };
+        let want = &self.model.data[&ino];
+        if &got != want {
+            self.fail(format!("read {name}: {}", first_diff(&got, want)));
+        }
+    }
+
+    fn op_rename(&mut self) {
+        let Some(from) = self.existing() else { return };
+        let to = self.name();
+        self.log.push(format!("rename {from} -> {to}"));
+        if let Err(e) = fs::rename(self.p(&from), self.p(&to)) {
+            self.fail(format!("rename {from} -> {to}: {e}"));
+        }
+        if from != to {
+            let ino = self.model.names.remove(&from).unwrap();
+            // Renaming onto another name of the same inode is a no-op in POSIX.
+            if self.model.names.get(&to) == Some(&ino) {
+                self.model.names.insert(from, ino);
+            } else {
+                self.model.names.insert(to, ino);
+            }
+        }
+        self.model.gc(self.held.map(|h| h.1));
+    }
+
+    fn op_link(&mut self) {
+        let Some(from) = self.existing() else { return };
+        let to = self.name();
+        if self.model.names.contains_key(&to) {
+            return;
+        }
+        self.log.push(format!("link {from} -> {to}"));
+        if let Err(e) = fs::hard_link(self.p(&from), self.p(&to)) {
+            self.fail(format!("link {from} -> {to}: {e}"));
+        }
+        let ino = self.model.names[&from];
+        self.model.names.insert(to, ino);
+    }
+
+    fn op_unlink(&mut self) {
+        let Some(name) = self.existing() else { return };
+        self.log.push(format!("unlink {name}"));
+        if let Err(e) = fs::remove_file(self.p(&name)) {
+            self.fail(format!("unlink {name}: {e}"));
+        }
+        self.model.names.remove(&name);
+        self.model.gc(self.held.map(|h| h.1));
+    }
+
+    /// Keep one descriptor open across operations; write and read through it.
+    fn op_held(&mut self) {
+        match self.held {
+            None => {
+                let Some(name) = self.existing() else { return };
+                self.log.push(format!("hold {name}"));
+                let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    self.fail(format!("open {name}: {}", std::io::Error::last_os_error()));
+                }
+                self.held = Some((fd, self.model.names[&name]));
+            }
+            Some((fd, ino)) => {
+                if self.rng.chance(25) {
+                    self.log.push("close held".into());
+                    unsafe { libc::close(fd) };
+                    self.held = None;
+                    self.model.gc(None);
+                    return;
+                }
+                let cur = self.model.data[&ino].len() as u64;
+                let off = self.rng.below(cur + 1).min(MAX_FILE);
+                let len = 1 + self.rng.below(MAX_WRITE / 4) as usize;
+                let data = self.rng.bytes(len);
+                self.log.push(format!("held write off {off} len {len}"));
+                if let Err(e) = pwrite_all(fd, &data, off) {
+                    self.fail(format!("held write: {e}"));
+                }
+                let m = self.model.data.get_mut(&ino).unwrap();
+                let end = off as usize + len;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[off as usize..end].copy_from_slice(&data);
+                let want = self.model.data[&ino].clone();
+                match pread_all(fd, want.len() + 10, 0) {
+                    Ok(got) if got == want => {}
+                    Ok(got) => self.fail(format!("held read: {}", first_diff(&got, &want))),
+                    Err(e) => self.fail(format!("held read: {e}")),
+                }
+            }
+        }
+    }
+
+    /// Write and verify this worker's stripe of the file all workers share.
+    fn op_stripe(&mut self) {
+        let off = self.rng.below(STRIPE);
+        let len = (1 + self.rng.below(8192)).min(STRIPE - off) as usize;
+        let data = self.rng.bytes(len);
+        self.log.push(format!("stripe write off {off} len {len}"));
+        let fd = unsafe { libc::open(c(&self.shared).as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            self.fail(format!("open shared: {}", std::io::Error::last_os_error()));
+        }
+        let base = self.id * STRIPE;
+        let r = pwrite_all(fd, &data, base + off);
+        self.stripe[off as usize..off as usize + len].copy_from_slice(&data);
+        let got = pread_all(fd, STRIPE as usize, base);
+        unsafe { libc::close(fd) };
+        if let Err(e) = r {
+            self.fail(format!("stripe write: {e}"));
+        }
+        match got {
+            Ok(g) if g == self.stripe => {}
+            Ok(g) => self.fail(format!("stripe read: {}", first_diff(&g, &self.stripe))),
+            Err(e) => self.fail(format!("stripe read: {e}")),
+        }
+    }
+
+    fn op_mmap_read(&mut self) {
+        let Some(name) = self.existing() else { return };
+        let ino = self.model.names[&name];
+        let want = self.model.data[&ino].clone();
+        if want.is_empty() {
+            return;
+        }
+        self.log.push(format!("mmap read {name}"));
+        let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            self.fail(format!("open {name}: {}", std::io::Error::last_os_error()));
+        }
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), want.len(), libc::PROT_READ, libc::MAP_SHARED, fd, 0)
+        };
+        unsafe { libc::close(fd) };
+        if p == libc::MAP_FAILED {
+            self.fail(format!("mmap {name}: {}", std::io::Error::last_os_error()));
+        }
+        let got = unsafe { std::slice::from_raw_parts(p as *const u8, want.len()) }.to_vec();
+        unsafe { libc::munmap(p, want.len()) };
+        if got != want {
+            self.fail(format!("mmap read {name}: {}", first_diff(&got, &want)));
+        }
+    }
+
+    fn op_fsync(&mut self) {
+        let Some(name) = self.existing() else { return };
+        self.log.push(format!("fsync {name}"));
+        let f = match fs::OpenOptions::new().write(true).open(self.p(&name)) {
+            Ok(f) => f,
+            Err(e) => self.fail(format!("open {name}: {e}")),
+        };
+        if let Err(e) = f.sync_all() {
+            self.fail(format!("fsync {name}: {e}"));
+        }
+    }
+
+    /// Full comparison of the directory against the model.
+    fn verify_all(&self, root: &Path) {
+        let dir = root.join(format!("w{}", self.id));
+        let mut on_disk: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let names: Vec<String> = self.model.names.keys().cloned().collect();
+        assert_eq!(on_disk, names, "worker {}: names differ from the model", self.id);
+        let mut inos: BTreeMap<u64, u64> = BTreeMap::new();
+        for (name, ino) in &self.model.names {
+            let got = fs::read(dir.join(name)).unwrap();
+            let want = &self.model.data[ino];
+            assert!(
+                &got == want,
+                "worker {}: {name}: {} (seed replay: see the seed above)",
+                self.id,
+                first_diff(&got, want)
+            );
+            let real = std::os::unix::fs::MetadataExt::ino(&fs::metadata(dir.join(name)).unwrap());
+            if let Some(prev) = inos.insert(*ino, real) {
+                assert_eq!(prev, real, "worker {}: hard link {name} lost its inode", self.id);
+            }
+        }
+        let shared = fs::read(root.join("shared")).unwrap();
+        let s = (self.id * STRIPE) as usize;
+        assert!(
+            shared[s..s + STRIPE as usize] == self.stripe[..],
+            "worker {}: shared stripe differs",
+            self.id
+        );
+    }
+}
+
+/// Asks the running store to move `path` one tier up or down (the `kaiso promote/demote`
+/// operator commands). Errors are returned, not fatal: the file may just have been renamed.
+fn request_move(path: &Path, up: bool) -> Result<(), String> {
+    let out = common::run_kaiso(&[
+        if up { "promote" } else { "demote" },
+        &path.to_string_lossy(),
+    ]);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn fsx_while_mover_moves() {
+    fuse_or_skip!();
+    let seed = test_seed("fsx_while_mover_moves");
+    const MIB: u64 = 1 << 20;
+    // A 2 MiB fast tier kept between 20% and 40%: the working set (about 4-5 MiB) never
+    // fits, so the planner promotes and demotes all the time.
+    let store = Store::new(
+        "fsx",
+        StoreSpec::with_tiers(vec![
+            TierSpec::new("fast").capacity(2 * MIB).watermarks(0.2, 0.4),
+            TierSpec::new("mid").capacity(64 * MIB),
+            TierSpec::new("slow"),
+        ]),
+    );
+    let mount = store.mount();
+    let root = mount.path.clone();
+    fs::write(root.join("shared"), vec![0u8; (WORKERS * STRIPE) as usize]).unwrap();
+    for w in 0..WORKERS {
+        fs::create_dir(root.join(format!("w{w}"))).unwrap();
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(secs());
+
+    // The mover driver: explicit promote/demote requests on random names.
+    let moves_ok = Arc::new(AtomicU64::new(0));
+    let move_errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let driver = {
+        let (stop, root, ok, errs) = (stop.clone(), root.clone(), moves_ok.clone(), move_errors.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng::new(seed ^ 0xd15c);
+            while !stop.load(Ordering::Relaxed) {
+                let target = if rng.chance(30) {
+                    root.join("shared")
+                } else {
+                    root.join(format!("w{}/n{}", rng.below(WORKERS), rng.below(NAMES)))
+                };
+                if !target.exists() {
+                    continue;
+                }
+                match request_move(&target, rng.chance(50)) {
+                    Ok(()) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        let mut v = errs.lock().unwrap();
+                        if v.len() < 20 {
+                            v.push(e)
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        })
+    };
+    // Samples where the shared file lives, to prove moves happened under load.
+    let shared_moves = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (stop, tiers, moved) = (stop.clone(), store.tiers.clone(), shared_moves.clone());
+        std::thread::spawn(move || {
+            let mut last: Option<Vec<usize>> = None;
+            while !stop.load(Ordering::Relaxed) {
+                let now: Vec<usize> = (0..tiers.len())
+                    .filter(|i| tiers[*i].join("shared").exists())
+                    .collect();
+                if now.len() == 1 && last.as_ref().is_some_and(|l| l.len() == 1 && *l != now) {
+                    moved.fetch_add(1, Ordering::Relaxed);
+                }
+                if now.len() == 1 {
+                    last = Some(now);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|id| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let mut w = Worker {
+                    id,
+                    dir: root.join(format!("w{id}")),
+                    rng: Rng::new(seed.wrapping_add(id)),
+                    model: Model::default(),
+                    held: None,
+                    shared: root.join("shared"),
+                    stripe: vec![0u8; STRIPE as usize],
+                    ops: 0,
+                    log: Vec::new(),
+                };
+                while Instant::now() < deadline {
+                    w.step();
+                    if w.log.len() > 200 {
+                        w.log.drain(..100);
+                    }
+                }
+                if let Some((fd, _)) = w.held.take() {
+                    unsafe { libc::close(fd) };
+                }
+                w.model.gc(None);
+                w
+            })
+        })
+        .collect();
+    let mut done = Vec::new();
+    let mut panicked = None;
+    for h in workers {
+        match h.join() {
+            Ok(w) => done.push(w),
+            Err(p) => panicked = Some(p),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    driver.join().unwrap();
+    sampler.join().unwrap();
+    if let Some(p) = panicked {
+        eprintln!("daemon log:\n{}", mount.log_text());
+        std::panic::resume_unwind(p);
+    }
+    let ops: u64 = done.iter().map(|w| w.ops).sum();
+    eprintln!(
+        "fsx: {ops} operations, {} move requests accepted, shared file moved {} times",
+        moves_ok.load(Ordering::Relaxed),
+        shared_moves.load(Ordering::Relaxed)
+    );
+    for w in &done {
+        w.verify_all(&root);
+    }
+    assert!(
+        moves_ok.load(Ordering::Relaxed) > 0,
+        "no promote/demote request succeeded: {:?}",
+        move_errors.lock().unwrap()
+    );
+    assert!(
+        shared_moves.load(Ordering::Relaxed) >= 1,
+        "the shared file was never seen changing tier while in use"
+    );
+
+    // Everything again after a remount, then the tiers themselves.
+    let status = mount.unmount();
+    assert!(status.success(), "daemon exit {status}");
+    let mount = store.mount();
+    for w in &done {
+        w.verify_all(&mount.path);
+    }
+    assert!(mount.unmount().success());
+    let mut seen: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (t, files) in store.files_per_tier().into_iter().enumerate() {
+        for f in files {
+            seen.entry(f).or_default().push(t);
+        }
+    }
+    let dup: Vec<_> = seen.iter().filter(|(_, t)| t.len() > 1).collect();
+    assert!(dup.is_empty(), "names on more than one tier after unmount: {dup:?}");
+    // A hard-link group never spans tiers.
+    for w in &done {
+        let mut groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (name, ino) in &w.model.names {
+            let rel = format!("w{}/{name}", w.id);
+            for t in store.tiers_holding(&rel) {
+                groups.entry(*ino).or_default().push(t);
+            }
+        }
+        for (ino, tiers) in groups {
+            let mut t = tiers.clone();
+            t.dedup();
+            assert!(t.len() == 1, "worker {}: link group {ino} spans tiers {tiers:?}", w.id);
+        }
+    }
+}

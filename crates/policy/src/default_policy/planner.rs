@@ -1,0 +1,592 @@
+//! One planning pass of [`KaisoPolicy`]: drain tiers over their high watermark, relieve
+//! spikes, promote hot objects (exchanging with much colder residents), prefetch the
+//! file-contiguous neighbours of promoted regions.
+
+use std::cmp::Ordering;
+
+use super::object::{Decision, UNPLACED, secs};
+use super::{IdMap, InFlight, KaisoPolicy};
+use crate::engine::{Move, MoveReason, ObjectId, TierId, TierState};
+use crate::time::Nanos;
+
+/// First tier with room for `size` under its high watermark, else the first with room under
+/// its hard capacity, else the tier with the most free bytes (the caller's allocation then
+/// fails cleanly on a full system instead of the policy inventing room).
+pub(super) fn place_new(size: u64, tiers: &[TierState]) -> TierId {
+    if tiers.is_empty() {
+        return 0;
+    }
+    let fits = |t: &TierState, limit: u64| t.used.saturating_add(size) <= limit;
+    let pick = tiers
+        .iter()
+        .position(|t| fits(t, high_bytes(t)))
+        .or_else(|| tiers.iter().position(|t| fits(t, t.capacity)))
+        .unwrap_or_else(|| {
+            let mut best = 0;
+            for (i, t) in tiers.iter().enumerate() {
+                let free = t.capacity.saturating_sub(t.used);
+                if free > tiers[best].capacity.saturating_sub(tiers[best].used) {
+                    best = i;
+                }
+            }
+            best
+        });
+    pick.min(TierId::MAX as usize) as TierId
+}
+
+fn frac_bytes(capacity: u64, f: f64) -> u64 {
+    let f = if f.is_finite() {
+        f.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    ((capacity as f64) * f) as u64
+}
+
+fn high_bytes(t: &TierState) -> u64 {
+    frac_bytes(t.capacity, t.high_watermark).min(t.capacity)
+}
+
+fn low_bytes(t: &TierState) -> u64 {
+    frac_bytes(t.capacity, t.low_watermark.min(t.high_watermark)).min(high_bytes(t))
+}
+
+/// Residents an exchange looks past (not cold enough) before giving up.
+const EXCHANGE_SCAN: usize = 32;
+
+fn merit_is_score_only(merit: Merit, on_rate: bool) -> bool {
+    matches!(merit, Merit::Score) && !on_rate
+}
+
+/// What an exchange compares.
+#[derive(Clone, Copy)]
+enum Merit {
+    Score,
+    Rate,
+}
+
+/// A placed, unpinned object as seen by this pass.
+struct Cand {
+    id: ObjectId,
+    size: u64,
+    tier: u8,
+    score: f64,
+    rate: f64,
+    residency_ok: bool,
+    moved: bool,
+}
+
+pub(super) struct Planner<'a> {
+    policy: &'a mut KaisoPolicy,
+    now: Nanos,
+    tiers: &'a [TierState],
+    /// This pass's byte budget: `max_bytes`, capped by `move_bytes_per_sec` over the time
+    /// since the previous plan.
+    max_bytes: u64,
+    used: Vec<u64>,
+    spent: u64,
+    cands: Vec<Cand>,
+    index: IdMap<usize>,
+    /// Per tier, its objects at the start of the pass, coldest first (built on first use).
+    cold: Vec<Option<Vec<usize>>>,
+    prefetch_spent: u64,
+    moves: Vec<Move>,
+}
+
+impl<'a> Planner<'a> {
+    pub(super) fn run(
+        policy: &'a mut KaisoPolicy,
+        now: Nanos,
+        tiers: &'a [TierState],
+        max_bytes: u64,
+    ) -> Vec<Move> {
+        let ntiers = tiers.len().min(UNPLACED as usize);
+        let tiers = &tiers[..ntiers];
+        let mut used: Vec<u64> = tiers.iter().map(|t| t.used).collect();
+        let in_flight = policy.reserve_in_flight(now, &mut used);
+        let max_bytes = max_bytes
+            .min(policy.rate_allowance(now))
+            .min(policy.in_flight_limit().saturating_sub(in_flight));
+        if tiers.len() < 2 || max_bytes == 0 {
+            return Vec::new();
+        }
+        let mut cands = Vec::new();
+        for (&id, s) in &policy.objects {
+            if s.tier == UNPLACED
+                || s.pinned()
+                || usize::from(s.tier) >= ntiers
+                || policy.in_flight.contains_key(&id)
+            {
+                continue;
+            }
+            cands.push(Cand {
+                id,
+                size: s.size,
+                tier: s.tier,
+                score: policy.score_of(s, now),
+                rate: policy.rate_of(s, now),
+                residency_ok: policy.residency_ok(s, now),
+                moved: false,
+            });
+        }
+        // Id order first: every later sort is stable, so ties always break by id.
+        cands.sort_unstable_by_key(|c| c.id);
+        let index = cands.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
+        let mut p = Planner {
+            policy,
+            now,
+            tiers,
+            max_bytes,
+            used,
+            spent: 0,
+            cands,
+            index,
+            cold: (0..ntiers).map(|_| None).collect(),
+            prefetch_spent: 0,
+            moves: Vec::new(),
+        };
+        p.drain_over_high_watermark();
+        p.relieve_spikes();
+        p.promote_hot();
+        p.moves
+    }
+
+    fn busy(&self, t: usize) -> f64 {
+        self.tiers[t].busy
+    }
+
+    /// Room left in this plan's byte budget for a move paced at `pace`.
+    fn allowance(&self, pace: f64) -> u64 {
+        ((self.max_bytes as f64) * pace) as u64
+    }
+
+    fn fits_budget(&self, bytes: u64, pace: f64) -> bool {
+        self.spent.saturating_add(bytes) <= self.allowance(pace)
+    }
+
+    /// Takes tier `t`'s list of objects at the start of the pass, coldest first, recently
+    /// moved ones last (drained only if nothing else can go); entries already moved by this
+    /// pass are dropped from the front. Give it back with `put_cold`.
+    fn take_cold(&mut self, t: usize) -> Vec<usize> {
+        let mut v = match self.cold[t].take() {
+            Some(v) => v,
+            None => {
+                let mut v: Vec<usize> = (0..self.cands.len())
+                    .filter(|&i| usize::from(self.cands[i].tier) == t)
+                    .collect();
+                v.sort_by(|&a, &b| {
+                    let (ca, cb) = (&self.cands[a], &self.cands[b]);
+                    cb.residency_ok
+                        .cmp(&ca.residency_ok)
+                        .then(ca.score.partial_cmp(&cb.score).unwrap_or(Ordering::Equal))
+                });
+                v
+            }
+        };
+        let skip = v.iter().take_while(|&&i| self.cands[i].moved).count();
+        v.drain(..skip);
+        v
+    }
+
+    fn put_cold(&mut self, t: usize, v: Vec<usize>) {
+        self.cold[t] = Some(v);
+    }
+
+    /// A slower tier than `t` with room for `size`: under its high watermark if possible,
+    /// else under its hard capacity.
+    fn room_below(&self, t: usize, size: u64) -> Option<usize> {
+        let n = self.tiers.len();
+        let fits = |d: usize, limit: u64| self.used[d].saturating_add(size) <= limit;
+        (t + 1..n)
+            .find(|&d| fits(d, high_bytes(&self.tiers[d])))
+            .or_else(|| (t + 1..n).find(|&d| fits(d, self.tiers[d].capacity)))
+    }
+
+    fn commit(&mut self, i: usize, to: usize, reason: MoveReason, decision: Decision) {
+        let c = &mut self.cands[i];
+        let from = usize::from(c.tier);
+        self.used[from] = self.used[from].saturating_sub(c.size);
+        self.used[to] = self.used[to].saturating_add(c.size);
+        self.spent = self.spent.saturating_add(c.size);
+        c.moved = true;
+        self.moves.push(Move {
+            object: c.id,
+            from: c.tier,
+            to: to as TierId,
+            bytes: c.size,
+            reason,
+        });
+        if let Some(b) = self.policy.buckets.get_mut(to).filter(|_| to < from) {
+            b.tokens -= c.size as f64;
+        }
+        self.policy.in_flight.insert(
+            c.id,
+            InFlight {
+                from: from as TierId,
+                to: to as TierId,
+                bytes: c.size,
+                at: self.now,
+            },
+        );
+        let moved_at = secs(self.now).saturating_add(1);
+        if let Some(s) = self.policy.objects.get_mut(&c.id) {
+            s.decision = decision;
+            s.last_move_secs = moved_at;
+        }
+    }
+
+    fn note(&mut self, i: usize, decision: Decision) {
+        if let Some(s) = self.policy.objects.get_mut(&self.cands[i].id) {
+            s.decision = decision;
+        }
+    }
+
+    /// Watermarks: any tier above its high watermark sheds its coldest objects to slower
+    /// tiers until it is at its low watermark. Fastest first, so cascades settle in one pass.
+    fn drain_over_high_watermark(&mut self) {
+        let n = self.tiers.len();
+        for t in 0..n - 1 {
+            if self.used[t] <= high_bytes(&self.tiers[t]) {
+                continue;
+            }
+            let low = low_bytes(&self.tiers[t]);
+            let cold = self.take_cold(t);
+            for &i in &cold {
+                if self.used[t] <= low {
+                    break;
+                }
+                let size = self.cands[i].size;
+                let Some(d) = self.room_below(t, size) else {
+                    continue;
+                };
+                let pace = self.policy.pace(self.busy(t).max(self.busy(d)));
+                if !self.fits_budget(size, pace) {
+                    continue;
+                }
+                if self.cands[i].moved {
+                    continue;
+                }
+                self.commit(i, d, MoveReason::DemoteOverWatermark, Decision::Demoted);
+            }
+            self.put_cold(t, cold);
+        }
+    }
+
+    /// The 002 rule inside the default policy: a slower tier busier than `spike_util_high`
+    /// sends its highest-rate objects up until the predicted utilisation (`%util per
+    /// touch-rate`) falls to `spike_util_target`. Spike promotions may fill the faster tier up
+    /// to its high watermark (not just the low one) and are paced by the destination only,
+    /// since they unload the busy source.
+    fn relieve_spikes(&mut self) {
+        let n = self.tiers.len();
+        let cfg = self.policy.cfg.clone();
+        for s in 1..n {
+            let busy = self.busy(s);
+            if busy.is_nan() || busy <= cfg.spike_util_high {
+                continue;
+            }
+            let total_rate: f64 = self
+                .cands
+                .iter()
+                .filter(|c| usize::from(c.tier) == s)
+                .map(|c| c.rate)
+                .sum::<f64>()
+                + self.policy.pinned_rate_on(s, self.now);
+            if total_rate <= 0.0 {
+                continue;
+            }
+            let util_per_rate = busy / total_rate;
+            let mut hot: Vec<usize> = (0..self.cands.len())
+                .filter(|&i| {
+                    let c = &self.cands[i];
+                    usize::from(c.tier) == s && !c.moved && c.rate >= cfg.spike_min_rate
+                })
+                .collect();
+            hot.sort_by(|&a, &b| {
+                self.cands[b]
+                    .rate
+                    .partial_cmp(&self.cands[a].rate)
+                    .unwrap_or(Ordering::Equal)
+            });
+            let mut predicted = busy;
+            for i in hot {
+                if predicted <= cfg.spike_util_target {
+                    break;
+                }
+                let rate = self.cands[i].rate;
+                let moved = (0..s).find(|&t| {
+                    let limit = high_bytes(&self.tiers[t]);
+                    let pace = self.policy.pace(self.busy(t));
+                    self.try_promote(
+                        i,
+                        t,
+                        limit,
+                        pace,
+                        Merit::Rate,
+                        MoveReason::Spike,
+                        Decision::SpikePromoted,
+                    )
+                });
+                if let Some(t) = moved {
+                    predicted -= rate * util_per_rate;
+                    self.prefetch_unit_of(i, t);
+                }
+            }
+        }
+    }
+
+    /// Objects scoring at least `promote_min_heat` on slower tiers move up, hottest first,
+    /// filling each faster tier to its low watermark and beyond that only by exchange with
+    /// residents `swap_ratio` times colder.
+    fn promote_hot(&mut self) {
+        let n = self.tiers.len();
+        let min_heat = self.policy.cfg.promote_min_heat;
+        for t in 0..n - 1 {
+            let mut hot: Vec<usize> = (0..self.cands.len())
+                .filter(|&i| {
+                    let c = &self.cands[i];
+                    usize::from(c.tier) > t && !c.moved && c.score >= min_heat
+                })
+                .collect();
+            hot.sort_by(|&a, &b| {
+                self.cands[b]
+                    .score
+                    .partial_cmp(&self.cands[a].score)
+                    .unwrap_or(Ordering::Equal)
+            });
+            let limit = low_bytes(&self.tiers[t]);
+            let mut misses = 0;
+            for i in hot {
+                if self.spent >= self.max_bytes || misses >= 64 {
+                    break;
+                }
+                let src = usize::from(self.cands[i].tier);
+                let pace = self.policy.pace(self.busy(t).max(self.busy(src)));
+                if self.try_promote(
+                    i,
+                    t,
+                    limit,
+                    pace,
+                    Merit::Score,
+                    MoveReason::Promote,
+                    Decision::Promoted,
+                ) {
+                    misses = 0;
+                    self.prefetch_unit_of(i, t);
+                } else {
+                    misses += 1;
+                }
+            }
+        }
+    }
+
+    /// Layout-aware prefetch: the rest of a promoted region's cache unit follows it, within
+    /// `prefetch_share` of the plan budget, into free room only (never by exchange).
+    fn prefetch_unit_of(&mut self, i: usize, t: usize) {
+        let cfg = &self.policy.cfg;
+        let n = u64::from(cfg.prefetch_unit_regions);
+        let share = cfg.prefetch_share;
+        let Some(layout) = self.policy.layout.as_ref() else {
+            return;
+        };
+        if n <= 1 {
+            return;
+        }
+        let unit = layout.unit_of(self.cands[i].id, n);
+        let limit = low_bytes(&self.tiers[t]);
+        for id in unit {
+            let Some(&j) = self.index.get(&id) else {
+                continue;
+            };
+            let c = &self.cands[j];
+            if c.moved || usize::from(c.tier) <= t || !c.residency_ok {
+                continue;
+            }
+            let size = c.size;
+            if self.used[t].saturating_add(size) > limit {
+                return;
+            }
+            let src = usize::from(c.tier);
+            let pace = self.policy.pace(self.busy(t).max(self.busy(src)));
+            let share_bytes = self.allowance(pace * share);
+            if self.prefetch_spent.saturating_add(size) > share_bytes
+                || self.spent.saturating_add(size) > self.max_bytes
+            {
+                return;
+            }
+            if !self.has_tokens(t, size) {
+                return;
+            }
+            self.prefetch_spent += size;
+            self.commit(j, t, MoveReason::Prefetch, Decision::Prefetched);
+        }
+    }
+
+    fn has_tokens(&self, t: usize, size: u64) -> bool {
+        self.policy
+            .buckets
+            .get(t)
+            .is_none_or(|b| b.tokens >= size as f64)
+    }
+
+    /// Moves candidate `i` up to tier `t`, into free room up to `limit` bytes or by exchange
+    /// with colder residents. All-or-nothing: either every move of the exchange is planned or
+    /// none is.
+    /// Exchanges compare `merit`: the score for heat promotions, the spike rate for spike
+    /// relief (a spike must be able to displace yesterday's heat).
+    #[allow(clippy::too_many_arguments)]
+    fn try_promote(
+        &mut self,
+        i: usize,
+        t: usize,
+        limit: u64,
+        pace: f64,
+        merit: Merit,
+        reason: MoveReason,
+        decision: Decision,
+    ) -> bool {
+        let c = &self.cands[i];
+        if c.moved || usize::from(c.tier) <= t {
+            return false;
+        }
+        if !c.residency_ok {
+            self.note(i, Decision::HeldResidency);
+            return false;
+        }
+        let size = c.size;
+        let (c_score, c_rate) = (c.score, c.rate);
+        if !self.has_tokens(t, size) {
+            self.note(i, Decision::HeldBudget);
+            return false;
+        }
+        if !self.fits_budget(size, pace) {
+            return false;
+        }
+        let high = high_bytes(&self.tiers[t]);
+        if self.used[t].saturating_add(size) <= limit.min(high) {
+            self.commit(i, t, reason, decision);
+            return true;
+        }
+        // Exchange: evict residents at least swap_ratio times colder until the candidate
+        // fits without raising the tier above max(limit, its current use).
+        let target = limit.max(self.used[t]).min(high);
+        let ratio = self.policy.cfg.swap_ratio;
+        let min_rate = self.policy.cfg.spike_min_rate;
+        let on_rate = self.policy.cfg.exchange_on_rate;
+        // The candidate displaces a resident `ratio` times colder by long-term score, or,
+        // when `exchange_on_rate`, by short-term rate if the candidate is busy now: a shift
+        // of the working set need not wait for yesterday's heat to decay.
+        let beats = |v: &Cand| match merit {
+            Merit::Rate => v.rate * ratio + min_rate <= c_rate,
+            Merit::Score => {
+                v.score * ratio <= c_score
+                    || (on_rate && c_rate >= min_rate && v.rate * ratio <= c_rate)
+            }
+        };
+        let mut skipped = 0;
+        let mut victims = Vec::new();
+        let mut freed = 0u64;
+        let mut extra_below: Vec<(usize, u64)> = Vec::new();
+        let mut bytes = size;
+        let cold = self.take_cold(t);
+        for &v in &cold {
+            if self.used[t].saturating_sub(freed).saturating_add(size) <= target {
+                break;
+            }
+            let vc = &self.cands[v];
+            if vc.moved {
+                continue;
+            }
+            if !vc.residency_ok {
+                break;
+            }
+            if !beats(vc) {
+                // Coldest first by score; a few hotter-by-score residents may still be idle now.
+                skipped += 1;
+                if skipped > EXCHANGE_SCAN || merit_is_score_only(merit, on_rate) {
+                    break;
+                }
+                continue;
+            }
+            // Find room below for the victim, counting victims already chosen.
+            let vsize = vc.size;
+            let dest = (t + 1..self.tiers.len()).find(|&d| {
+                let pending: u64 = extra_below.iter().filter(|e| e.0 == d).map(|e| e.1).sum();
+                self.used[d].saturating_add(pending).saturating_add(vsize) <= self.tiers[d].capacity
+            });
+            let Some(d) = dest else {
+                break;
+            };
+            bytes = bytes.saturating_add(vsize);
+            extra_below.push((d, vsize));
+            victims.push((v, d));
+            freed = freed.saturating_add(vsize);
+        }
+        self.put_cold(t, cold);
+        if self.used[t].saturating_sub(freed).saturating_add(size) > target
+            || !self.fits_budget(bytes, pace)
+        {
+            self.note(i, Decision::HeldNoRoom);
+            return false;
+        }
+        for (v, d) in victims {
+            self.commit(v, d, MoveReason::Evict, Decision::Evicted);
+        }
+        self.commit(i, t, reason, decision);
+        true
+    }
+}
+
+impl KaisoPolicy {
+    /// Drops in-flight moves older than `in_flight_timeout_secs` (the caller dropped them),
+    /// projects the others as done (the caller carries moves out in plan order, so a move
+    /// planned after them finds their room), and returns their total bytes.
+    fn reserve_in_flight(&mut self, now: Nanos, used: &mut [u64]) -> u64 {
+        let timeout = (self.cfg.in_flight_timeout_secs * 1e9) as Nanos;
+        self.in_flight
+            .retain(|_, m| now.saturating_sub(m.at) < timeout);
+        let mut total = 0u64;
+        for m in self.in_flight.values() {
+            if let Some(u) = used.get_mut(usize::from(m.from)) {
+                *u = u.saturating_sub(m.bytes);
+            }
+            if let Some(u) = used.get_mut(usize::from(m.to)) {
+                *u = u.saturating_add(m.bytes);
+            }
+            total = total.saturating_add(m.bytes);
+        }
+        total
+    }
+
+    /// Bytes that may be in flight at once: `max_in_flight_secs` of `move_bytes_per_sec`.
+    fn in_flight_limit(&self) -> u64 {
+        if self.cfg.move_bytes_per_sec == 0 {
+            return u64::MAX;
+        }
+        (self.cfg.move_bytes_per_sec as f64 * self.cfg.max_in_flight_secs) as u64
+    }
+
+    /// Bytes the plan at `now` may move at `move_bytes_per_sec` since the previous plan
+    /// (at most `max_plan_gap_secs` of it; one second's worth for the first plan).
+    fn rate_allowance(&mut self, now: Nanos) -> u64 {
+        let rate = self.cfg.move_bytes_per_sec;
+        let elapsed = match self.last_plan {
+            Some(t) => (now.saturating_sub(t) as f64 / 1e9).min(self.cfg.max_plan_gap_secs),
+            None => 1.0,
+        };
+        self.last_plan = Some(self.last_plan.map_or(now, |t| t.max(now)));
+        if rate == 0 {
+            return u64::MAX;
+        }
+        (rate as f64 * elapsed) as u64
+    }
+
+    /// Spike rate of pinned objects on tier `t`: they load the tier but cannot move.
+    fn pinned_rate_on(&self, t: usize, now: Nanos) -> f64 {
+        self.objects
+            .values()
+            .filter(|s| s.pinned() && usize::from(s.tier) == t)
+            .map(|s| self.rate_of(s, now))
+            .sum()
+    }
+}

@@ -1,0 +1,499 @@
+use super::*;
+use crate::engine::MoveReason;
+use crate::time::{MINUTE, SECOND};
+
+const MIB: u64 = 1 << 20;
+
+fn tier(capacity: u64, used: u64) -> TierState {
+    TierState {
+        capacity,
+        used,
+        high_watermark: 0.9,
+        low_watermark: 0.8,
+        busy: 0.0,
+    }
+}
+
+fn read(at: Nanos, object: ObjectId, offset: u64) -> Access {
+    Access {
+        at,
+        object,
+        op: Op::Read,
+        offset,
+        len: 4096,
+    }
+}
+
+/// A tiny test world: objects on tiers, moves applied as the store would.
+struct World {
+    tiers: Vec<TierState>,
+    sizes: Vec<u64>,
+    on: Vec<u8>,
+}
+
+impl World {
+    fn new(policy: &mut KaisoPolicy, caps: &[u64], sizes: &[u64], start_tier: u8) -> Self {
+        let mut tiers: Vec<TierState> = caps.iter().map(|&c| tier(c, 0)).collect();
+        for (i, &s) in sizes.iter().enumerate() {
+            policy.placed(i as u64, s, start_tier);
+            tiers[start_tier as usize].used += s;
+        }
+        World {
+            tiers,
+            sizes: sizes.to_vec(),
+            on: vec![start_tier; sizes.len()],
+        }
+    }
+
+    /// Applies `moves` in order, checking every intermediate state stays within capacity.
+    fn apply(&mut self, policy: &mut KaisoPolicy, moves: &[Move]) {
+        for m in moves {
+            let i = m.object as usize;
+            assert_eq!(self.on[i], m.from, "move from the wrong tier: {m:?}");
+            assert_eq!(self.sizes[i], m.bytes);
+            self.tiers[m.from as usize].used -= m.bytes;
+            self.tiers[m.to as usize].used += m.bytes;
+            for t in &self.tiers {
+                assert!(t.used <= t.capacity, "capacity exceeded: {t:?} after {m:?}");
+            }
+            self.on[i] = m.to;
+            policy.placed(m.object, m.bytes, m.to);
+        }
+    }
+}
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[test]
+fn capacity_is_never_exceeded_under_random_load() {
+    for seed in 1..6u64 {
+        let mut p = KaisoPolicy::default();
+        let mut rng = Lcg(seed);
+        let sizes: Vec<u64> = (0..200).map(|_| (1 + rng.next() % 8) * MIB).collect();
+        let total: u64 = sizes.iter().sum();
+        let mut w = World::new(&mut p, &[total / 5, total / 3, total * 2], &sizes, 2);
+        let mut now = 0;
+        for round in 0..60 {
+            for _ in 0..300 {
+                // Zipf-ish: low ids far more often.
+                let r = rng.next() % 1000;
+                let obj = (r * r / 5000) % 200;
+                now += 10 * crate::time::MILLISECOND;
+                p.record(&read(now, obj, (rng.next() % 64) * 4096));
+            }
+            for t in &mut w.tiers {
+                t.busy = (round % 7) as f64 / 7.0;
+            }
+            now += MINUTE;
+            let moves = p.plan(now, &w.tiers, 64 * MIB);
+            let moved: u64 = moves.iter().map(|m| m.bytes).sum();
+            assert!(moved <= 64 * MIB, "max_bytes exceeded: {moved}");
+            w.apply(&mut p, &moves);
+        }
+        assert!(
+            w.tiers[0].used > 0,
+            "seed {seed}: nothing was ever promoted"
+        );
+    }
+}
+
+#[test]
+fn a_tier_over_its_high_watermark_is_drained_to_its_low_watermark() {
+    let mut p = KaisoPolicy::default();
+    let sizes = vec![MIB; 100];
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 0);
+    // Tier 0 is 100% full; objects 0..10 are hot.
+    for k in 0..5 {
+        for o in 0..10 {
+            p.record(&read(k * 10 * SECOND, o, o * 8192));
+        }
+    }
+    let moves = p.plan(MINUTE, &w.tiers, 1000 * MIB);
+    assert!(
+        moves
+            .iter()
+            .all(|m| m.reason == MoveReason::DemoteOverWatermark)
+    );
+    assert!(
+        moves.iter().all(|m| m.object >= 10),
+        "a hot object was demoted"
+    );
+    w.apply(&mut p, &moves);
+    assert_eq!(
+        w.tiers[0].used,
+        80 * MIB,
+        "drained to exactly the low watermark"
+    );
+}
+
+#[test]
+fn pinned_objects_are_never_moved() {
+    let mut p = KaisoPolicy::default();
+    let sizes = vec![MIB; 50];
+    let mut w = World::new(&mut p, &[20 * MIB, 1000 * MIB], &sizes, 1);
+    for o in 0..50 {
+        if o % 2 == 0 {
+            p.pin(o, Some(1));
+        }
+    }
+    // Everything hot, even-numbered hottest.
+    let mut now = 0;
+    for k in 0..20u64 {
+        for o in 0..50 {
+            now += SECOND;
+            p.record(&read(now, o, k * 65536));
+            if o % 2 == 0 {
+                p.record(&read(now, o, k * 65536 + 999));
+            }
+        }
+    }
+    for round in 0..30 {
+        let mut ts = w.tiers.clone();
+        ts[1].busy = if round % 2 == 0 { 0.95 } else { 0.0 };
+        let moves = p.plan(now + round * MINUTE * 11, &ts, 1000 * MIB);
+        assert!(
+            moves.iter().all(|m| m.object % 2 == 1),
+            "pinned object moved: {moves:?}"
+        );
+        w.apply(&mut p, &moves);
+    }
+    assert!(w.tiers[0].used > 0);
+}
+
+fn scenario(p: &mut KaisoPolicy) -> Vec<Vec<Move>> {
+    let mut rng = Lcg(42);
+    let sizes: Vec<u64> = (0..300).map(|_| (1 + rng.next() % 4) * MIB).collect();
+    let mut w = World::new(p, &[100 * MIB, 300 * MIB, 10_000 * MIB], &sizes, 2);
+    let mut out = Vec::new();
+    let mut now = 0;
+    for round in 0..40 {
+        for _ in 0..500 {
+            now += 5 * crate::time::MILLISECOND;
+            let obj = (rng.next() % 300).min(rng.next() % 300);
+            p.record(&read(now, obj, rng.next() % 100 * 4096));
+        }
+        w.tiers[2].busy = if round % 9 < 3 { 0.9 } else { 0.3 };
+        now += MINUTE;
+        let moves = p.plan(now, &w.tiers, 50 * MIB);
+        w.apply(p, &moves);
+        out.push(moves);
+    }
+    out
+}
+
+#[test]
+fn same_calls_give_the_same_plans() {
+    let a = scenario(&mut KaisoPolicy::default());
+    let b = scenario(&mut KaisoPolicy::default());
+    assert!(a.iter().map(Vec::len).sum::<usize>() > 10);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn objects_of_similar_heat_do_not_ping_pong() {
+    let mut p = KaisoPolicy::default();
+    // Room for 10 of 20 equal objects; all equally hot, the leading group shifting slightly.
+    let sizes = vec![MIB; 20];
+    let mut w = World::new(&mut p, &[12 * MIB, 100 * MIB], &sizes, 1);
+    let mut now = 0;
+    let mut moves_per_object = [0u32; 20];
+    let mut last_move: [Option<(u8, Nanos)>; 20] = [None; 20];
+    for round in 0..200u64 {
+        for o in 0..20u64 {
+            // Slightly uneven, rotating: each object is a little hotter in turn.
+            let extra = u64::from((o + round) % 20 < 10);
+            for k in 0..(2 + extra) {
+                now += 100 * crate::time::MILLISECOND;
+                p.record(&read(now, o, (k * 7 + round) % 50 * 65536));
+            }
+        }
+        now += 30 * SECOND;
+        let moves = p.plan(now, &w.tiers, 100 * MIB);
+        for m in &moves {
+            let i = m.object as usize;
+            moves_per_object[i] += 1;
+            if let Some((to, at)) = last_move[i] {
+                assert!(
+                    now - at >= 600 * SECOND,
+                    "object {i} moved back to {} {}s after moving to {to}",
+                    m.to,
+                    (now - at) / SECOND
+                );
+            }
+            last_move[i] = Some((m.to, now));
+        }
+        w.apply(&mut p, &moves);
+    }
+    let total: u32 = moves_per_object.iter().sum();
+    // 200 plans, 100 minutes: a ping-ponging policy would move on nearly every plan.
+    assert!(
+        total <= 30,
+        "too many moves for near-equal heat: {total} {moves_per_object:?}"
+    );
+}
+
+#[test]
+fn one_sequential_pass_does_not_make_an_object_hot() {
+    let mut p = KaisoPolicy::default();
+    let mut w = World::new(&mut p, &[100 * MIB, 10_000 * MIB], &[64 * MIB, MIB, MIB], 1);
+    let mut now = 0;
+    // Object 0: a 64 MiB file scanned once, 16 K reads in order.
+    p.record(&Access {
+        at: now,
+        object: 0,
+        op: Op::Open,
+        offset: 0,
+        len: 0,
+    });
+    for k in 0..16_384u64 {
+        now += 50 * crate::time::MICROSECOND;
+        p.record(&read(now, 0, k * 4096));
+    }
+    // Object 1: three random reads a few seconds apart. Object 2: one read.
+    for k in 0..3 {
+        now += 5 * SECOND;
+        p.record(&read(now, 1, (k * 37 % 16) * 4096));
+    }
+    p.record(&read(now, 2, 0));
+    let moves = p.plan(now + SECOND, &w.tiers, 1000 * MIB);
+    let promoted: Vec<ObjectId> = moves.iter().map(|m| m.object).collect();
+    assert_eq!(promoted, vec![1], "{}", p.explain(0, now));
+    w.apply(&mut p, &moves);
+    assert!(p.score(0, now).unwrap() < p.config().promote_min_heat);
+}
+
+#[test]
+fn a_busy_slow_tier_sends_its_hottest_objects_up_as_a_spike() {
+    let mut p = KaisoPolicy::default();
+    let sizes = vec![MIB; 10];
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 1);
+    let mut now = 0;
+    // Objects 0 and 1 carry most of the load; 2..10 a little.
+    for _ in 0..30 {
+        for o in 0..10u64 {
+            let n = if o < 2 { 20 } else { 1 };
+            for k in 0..n {
+                now += 100 * crate::time::MILLISECOND;
+                p.record(&read(now, o, (k * 13 % 97) * 4096));
+            }
+        }
+    }
+    // Stop accessing long enough that heat promotions alone would be small, then spike.
+    w.tiers[1].busy = 0.95;
+    let moves = p.plan(now + SECOND, &w.tiers, 1000 * MIB);
+    let mut spiked: Vec<ObjectId> = moves
+        .iter()
+        .filter(|m| m.reason == MoveReason::Spike)
+        .map(|m| m.object)
+        .collect();
+    spiked.sort_unstable();
+    assert_eq!(spiked, vec![0, 1], "{moves:?}");
+    assert_eq!(
+        moves[0].reason,
+        MoveReason::Spike,
+        "spike relief comes first"
+    );
+    w.apply(&mut p, &moves);
+}
+
+#[test]
+fn the_flash_write_budget_limits_promotions() {
+    let cfg = KaisoConfig {
+        promote_bytes_per_day: 10 * MIB,
+        promote_burst_fraction: 0.5,
+        ..KaisoConfig::default()
+    };
+    let mut p = KaisoPolicy::new(cfg).unwrap();
+    let sizes = vec![MIB; 40];
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 1);
+    let mut now = 0;
+    for k in 0..5 {
+        for o in 0..40 {
+            now += SECOND;
+            p.record(&read(now, o, k * 8192));
+        }
+    }
+    let moves = p.plan(now, &w.tiers, 1000 * MIB);
+    assert_eq!(moves.len(), 5, "burst of half a day's 10 MiB budget");
+    w.apply(&mut p, &moves);
+    let held = (0..40).find(|&o| w.on[o as usize] == 1).unwrap();
+    assert!(
+        p.explain(held, now).contains("budget"),
+        "{}",
+        p.explain(held, now)
+    );
+    // Twelve hours later another 5 MiB of budget has accrued; the objects are hot again.
+    now += 12 * 3600 * SECOND;
+    for k in 0..5 {
+        for o in 0..40 {
+            now += SECOND;
+            p.record(&read(now, o, (k + 9) * 8192));
+        }
+    }
+    let moves = p.plan(now, &w.tiers, 1000 * MIB);
+    assert_eq!(moves.len(), 5);
+    // No time passed: no budget left.
+    w.apply(&mut p, &moves);
+    assert!(p.plan(now, &w.tiers, 1000 * MIB).is_empty());
+}
+
+#[test]
+fn moves_back_off_when_the_devices_are_busy() {
+    let run = |busy: f64| {
+        let mut p = KaisoPolicy::default();
+        let sizes = vec![MIB; 40];
+        let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 1);
+        for k in 0..4 {
+            for o in 0..40 {
+                p.record(&read(k * 50 * SECOND + o, o, k * 8192));
+            }
+        }
+        w.tiers[0].busy = busy;
+        p.plan(200 * SECOND, &w.tiers, 20 * MIB)
+            .iter()
+            .map(|m| m.bytes)
+            .sum::<u64>()
+    };
+    assert_eq!(run(0.2), 20 * MIB);
+    assert_eq!(run(0.99), 2 * MIB, "pace_floor of 10%");
+    let mid = run(0.725);
+    assert!(mid > 2 * MIB && mid < 20 * MIB, "{mid}");
+}
+
+#[test]
+fn place_new_spills_down_and_never_past_capacity() {
+    let mut p = KaisoPolicy::default();
+    let tiers = [tier(100, 85), tier(1000, 100)];
+    assert_eq!(p.place_new(0, 4, &tiers), 0);
+    assert_eq!(
+        p.place_new(0, 10, &tiers),
+        1,
+        "would cross tier 0's high watermark"
+    );
+    let full = [tier(100, 95), tier(100, 99)];
+    assert_eq!(
+        p.place_new(0, 3, &full),
+        0,
+        "over the watermark but under capacity"
+    );
+    assert_eq!(
+        p.place_new(0, 50, &full),
+        0,
+        "nowhere fits: the emptiest tier"
+    );
+    assert_eq!(p.place_new(0, 1, &[]), 0);
+}
+
+#[test]
+fn a_much_hotter_object_exchanges_with_a_cold_resident() {
+    let mut p = KaisoPolicy::new(KaisoConfig {
+        promote_dwpd: 100.0,
+        ..KaisoConfig::default()
+    })
+    .unwrap();
+    let sizes = vec![MIB; 12];
+    let mut w = World::new(&mut p, &[10 * MIB, 100 * MIB], &sizes, 1);
+    // Fill tier 0 with 0..8 (warm), leave 8..12 on tier 1.
+    let mut now = 0;
+    for k in 0..3 {
+        for o in 0..8 {
+            now += SECOND;
+            p.record(&read(now, o, k * 8192));
+        }
+    }
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    assert_eq!(moves.len(), 8);
+    w.apply(&mut p, &moves);
+    // Later object 11 becomes very hot; the residents have cooled.
+    now += 2 * 3600 * SECOND;
+    for k in 0..30 {
+        now += SECOND;
+        p.record(&read(now, 11, k * 8192));
+    }
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    assert_eq!(moves.len(), 2, "{moves:?}");
+    assert_eq!(moves[0].reason, MoveReason::Evict);
+    assert_eq!(
+        (moves[1].object, moves[1].reason),
+        (11, MoveReason::Promote)
+    );
+    w.apply(&mut p, &moves);
+}
+
+#[test]
+fn explain_shows_heat_rank_pin_and_decision() {
+    let mut p = KaisoPolicy::default();
+    p.placed(7, 3 * MIB, 1);
+    p.pin(7, Some(1));
+    p.record(&read(SECOND, 7, 0));
+    let e = p.explain(7, 2 * SECOND);
+    for word in [
+        "tier 1",
+        "3.0 MiB",
+        "heat",
+        "rank 1 of 1",
+        "pinned to tier 1",
+        "last decision",
+    ] {
+        assert!(e.contains(word), "{word:?} missing from {e}");
+    }
+    assert!(p.explain(8, 0).contains("unknown"));
+}
+
+#[test]
+fn config_reads_from_serde_with_defaults_and_rejects_bad_values() {
+    let cfg: KaisoConfig = serde_json::from_str(r#"{"promote_min_heat": 3.0}"#).unwrap();
+    assert_eq!(cfg.promote_min_heat, 3.0);
+    assert_eq!(
+        cfg.heat_half_life_secs,
+        KaisoConfig::default().heat_half_life_secs
+    );
+    assert!(serde_json::from_str::<KaisoConfig>(r#"{"promote_min_heta": 3.0}"#).is_err());
+    let bad = KaisoConfig {
+        spike_util_target: 0.9,
+        ..KaisoConfig::default()
+    };
+    assert!(KaisoPolicy::new(bad).is_err());
+    let bad = KaisoConfig {
+        heat_half_life_secs: f64::NAN,
+        ..KaisoConfig::default()
+    };
+    let err = KaisoPolicy::new(bad).err().unwrap();
+    assert!(err.to_string().contains("heat_half_life_secs"));
+}
+
+#[test]
+fn layout_prefetch_brings_file_neighbours_along() {
+    let mut p = KaisoPolicy::default();
+    let mut layout = RegionLayout::new(MIB).unwrap();
+    // File 1 is chunks 10, 3, 7, 5 (scattered on the volume).
+    for (i, chunk) in [10u64, 3, 7, 5].iter().enumerate() {
+        layout.insert(*chunk, 1, i as u64 * MIB).unwrap();
+    }
+    p.set_layout(layout);
+    let sizes = vec![MIB; 12];
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 1);
+    for k in 0..4 {
+        p.record(&read(k * 10 * SECOND, 10, k * 8192));
+    }
+    let moves = p.plan(MINUTE, &w.tiers, 100 * MIB);
+    let got: Vec<(ObjectId, MoveReason)> = moves.iter().map(|m| (m.object, m.reason)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (10, MoveReason::Promote),
+            (3, MoveReason::Prefetch),
+            (7, MoveReason::Prefetch)
+        ]
+    );
+    w.apply(&mut p, &moves);
+}

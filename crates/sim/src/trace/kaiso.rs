@@ -1,0 +1,88 @@
+//! kaiso's own file-level trace (recorded by `kaiso trace record`), format in
+//! docs/dev/trace-format.md: UTF-8 text, one access a line,
+//! `TIME_NS OP FILE_ID OFFSET LEN`, separated by spaces or tabs; `#` starts a comment.
+//! OP is one of open, read, write, create, truncate, delete. Extra trailing fields (such
+//! as a path) are ignored, so the format can grow.
+
+use super::{IoRecord, Position, TraceError, read_line};
+use kaiso_policy::Op;
+use std::io::BufRead;
+
+const FORMAT: &str = "kaiso";
+
+pub struct KaisoReader<R> {
+    input: R,
+    buf: String,
+    line: u64,
+    first: Option<u64>,
+    done: bool,
+}
+
+impl<R: BufRead> KaisoReader<R> {
+    pub fn new(input: R) -> Self {
+        KaisoReader {
+            input,
+            buf: String::new(),
+            line: 0,
+            first: None,
+            done: false,
+        }
+    }
+
+    fn parse(&mut self) -> Result<Option<IoRecord>, TraceError> {
+        let at = Position::Line(self.line);
+        let text = self.buf.split('#').next().unwrap_or("").trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let f: Vec<&str> = text.split_ascii_whitespace().take(5).collect();
+        if f.len() < 5 {
+            return Err(TraceError::at(FORMAT, at, format!("expected TIME_NS OP FILE_ID OFFSET LEN, got {} fields", f.len())));
+        }
+        let num = |i: usize, name: &str| {
+            f[i].parse::<u64>()
+                .map_err(|_| TraceError::at(FORMAT, at, format!("{name} {:?} is not an unsigned integer", f[i])))
+        };
+        let time = num(0, "TIME_NS")?;
+        let op = match f[1].to_ascii_lowercase().as_str() {
+            "open" => Op::Open,
+            "read" => Op::Read,
+            "write" => Op::Write,
+            "create" => Op::Create,
+            "truncate" => Op::Truncate,
+            "delete" => Op::Delete,
+            other => return Err(TraceError::at(FORMAT, at, format!("unknown OP {other:?}"))),
+        };
+        let file = num(2, "FILE_ID")?;
+        let offset = num(3, "OFFSET")?;
+        let len = num(4, "LEN")?;
+        let first = *self.first.get_or_insert(time);
+        Ok(Some(IoRecord::new(time.saturating_sub(first), file, offset, len, op)))
+    }
+}
+
+impl<R: BufRead> Iterator for KaisoReader<R> {
+    type Item = Result<IoRecord, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.line += 1;
+            match read_line(&mut self.input, &mut self.buf, FORMAT, self.line) {
+                Ok(false) => self.done = true,
+                Ok(true) => match self.parse() {
+                    Ok(None) => continue,
+                    Ok(Some(r)) => return Some(Ok(r)),
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,714 @@
+//! NFSv3 straight from user space: no kernel client, no mount on the new host.
+//!
+//! - Listing uses READDIRPLUS, so one round trip brings names, file handles and full
+//!   attributes (fileid = source inode number, nlink) for a whole batch of entries.
+//! - Reads are split into `read_size` pieces (1 MiB by default) issued concurrently over
+//!   a pool of TCP connections, so one 10 MiB fetch keeps several READs in flight.
+//! - The source is read-only during migration, so file handles are cached by path for the
+//!   life of the source (the thesis used a one-week attribute cache for the same reason).
+//! - Names are opaque bytes in NFSv3 (`filename3`), so non-UTF-8 names round-trip exactly.
+//! - NFSv3 has no xattrs, and NFSACL is a side protocol this client does not speak: those
+//!   calls return empty results and [`SourceFeatures`] says so.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kaiso_store::migrate::{
+    FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
+    SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+};
+use nfs3_client::nfs3_types::nfs3::{
+    self, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result, READ3args, READDIRPLUS3args,
+    READLINK3args, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
+};
+use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
+use nfs3_client::nfs3_types::xdr_codec::Opaque;
+use nfs3_client::tokio::{TokioConnector, TokioIo};
+use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+type Client = Nfs3Client<TokioIo<TcpStream>>;
+
+/// Where and how to reach an NFSv3 export.
+#[derive(Clone, Debug)]
+pub struct NfsConfig {
+    /// Server IP address (a literal address: the client does no name resolution).
+    pub host: String,
+    /// The export path as the server's MOUNT service knows it.
+    pub export: String,
+    /// Portmapper port, used when `mount_port` or `nfs_port` is not given.
+    pub portmapper_port: u16,
+    pub mount_port: Option<u16>,
+    pub nfs_port: Option<u16>,
+    /// TCP connections kept open, i.e. RPCs in flight at most.
+    pub connections: usize,
+    /// Size of one READ (the thesis used rsize = 1 MiB).
+    pub read_size: u32,
+    /// AUTH_UNIX identity presented to the server (0/0: the read-everything account).
+    pub uid: u32,
+    pub gid: u32,
+    /// Bind the client sockets to a port below 1024, as many servers require.
+    pub privileged_port: bool,
+    /// How long one RPC may take before the server counts as unreachable.
+    pub rpc_timeout: Duration,
+}
+
+impl NfsConfig {
+    pub fn new(host: impl Into<String>, export: impl Into<String>) -> Self {
+        Self {
+            host: host.into(),
+            export: export.into(),
+            portmapper_port: 111,
+            mount_port: None,
+            nfs_port: None,
+            connections: 4,
+            read_size: 1 << 20,
+            uid: 0,
+            gid: 0,
+            privileged_port: true,
+            rpc_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// An NFSv3 export read over a pool of connections.
+pub struct NfsSource {
+    config: NfsConfig,
+    runtime: tokio::runtime::Runtime,
+    mount_port: u16,
+    nfs_port: u16,
+    root: nfs_fh3,
+    idle: Mutex<Vec<Client>>,
+    slots: Semaphore,
+    handles: Mutex<HashMap<SourcePath, nfs_fh3>>,
+}
+
+/// JUKEBOX means "busy, retry later": retry this often before giving up.
+const JUKEBOX_RETRIES: u32 = 20;
+
+impl NfsSource {
+    /// Mounts the export and opens the first connection.
+    pub fn connect(config: NfsConfig) -> SourceResult<Self> {
+        let root_path = SourcePath::root();
+        if config.connections == 0 || config.read_size == 0 {
+            return Err(SourceError::new(
+                SourceErrorKind::Invalid,
+                &root_path,
+                "connections and read_size must be > 0",
+            ));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("kaiso-nfs-source")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                SourceError::new(
+                    SourceErrorKind::Io,
+                    &root_path,
+                    format!("tokio runtime: {e}"),
+                )
+            })?;
+        let cfg = config.clone();
+        let (mount_port, nfs_port, root, first) = block_on(&runtime, async move {
+            let conn = tokio::time::timeout(
+                cfg.rpc_timeout,
+                builder(&cfg, cfg.mount_port, cfg.nfs_port).mount(),
+            )
+            .await
+            .map_err(|_| unreachable_error(&cfg, "mount timed out"))?
+            .map_err(|e| connect_error(&cfg, &e.to_string()))?;
+            let root = conn.root_nfs_fh3();
+            Ok::<_, SourceError>((
+                conn.mount_port,
+                conn.nfs3_port,
+                root,
+                conn.into_nfs3_client(),
+            ))
+        })?;
+        let mut handles = HashMap::new();
+        handles.insert(SourcePath::root(), root.clone());
+        Ok(Self {
+            slots: Semaphore::new(config.connections),
+            config,
+            runtime,
+            mount_port,
+            nfs_port,
+            root,
+            idle: Mutex::new(vec![first]),
+            handles: Mutex::new(handles),
+        })
+    }
+
+    /// Runs `f` with a pooled connection; a connection that failed at the transport level
+    /// is dropped (and replaced on next use) instead of being returned to the pool.
+    async fn call<T, F, Fut>(&self, path: &SourcePath, what: &str, f: F) -> SourceResult<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = (Client, Result<T, nfs3_client::RpcError>)>,
+    {
+        let _permit = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| self.io(path, "pool closed"))?;
+        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let client = match pooled {
+            Some(c) => c,
+            None => self.new_client(path).await?,
+        };
+        match tokio::time::timeout(self.config.rpc_timeout, f(client)).await {
+            Err(_) => Err(SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                format!("{what}: no reply within {:?}", self.config.rpc_timeout),
+            )),
+            Ok((client, Ok(v))) => {
+                self.idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(client);
+                Ok(v)
+            }
+            Ok((_broken, Err(e))) => {
+                let kind = match e {
+                    nfs3_client::RpcError::Io(_) => SourceErrorKind::Unreachable,
+                    nfs3_client::RpcError::Auth(_) => SourceErrorKind::PermissionDenied,
+                    _ => SourceErrorKind::Io,
+                };
+                Err(SourceError::new(
+                    kind,
+                    path,
+                    format!("{what}: RPC failed: {e}"),
+                ))
+            }
+        }
+    }
+
+    async fn new_client(&self, path: &SourcePath) -> SourceResult<Client> {
+        let conn = builder(&self.config, Some(self.mount_port), Some(self.nfs_port))
+            .mount()
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    SourceErrorKind::Unreachable,
+                    path,
+                    format!("reconnect: {e}"),
+                )
+            })?;
+        Ok(conn.into_nfs3_client())
+    }
+
+    fn io(&self, path: &SourcePath, msg: &str) -> SourceError {
+        SourceError::new(SourceErrorKind::Io, path, msg.to_string())
+    }
+
+    /// The file handle of `path`, looked up component by component from the longest
+    /// cached ancestor.
+    async fn resolve(&self, path: &SourcePath) -> SourceResult<nfs_fh3> {
+        if let Some(fh) = self.cached(path) {
+            return Ok(fh);
+        }
+        let components: Vec<&[u8]> = path.components().collect();
+        let mut at = SourcePath::root();
+        let mut fh = self.root.clone();
+        let mut start = 0;
+        for (i, _) in components.iter().enumerate().rev() {
+            let prefix = SourcePath::parse(&components[..=i].join(&b'/'))?;
+            if let Some(found) = self.cached(&prefix) {
+                at = prefix;
+                fh = found;
+                start = i + 1;
+                break;
+            }
+        }
+        for name in &components[start..] {
+            at = at.join(name)?;
+            fh = self.lookup(&at, fh, name).await?;
+            self.handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(at.clone(), fh.clone());
+        }
+        Ok(fh)
+    }
+
+    fn cached(&self, path: &SourcePath) -> Option<nfs_fh3> {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+            .cloned()
+    }
+
+    async fn lookup(&self, path: &SourcePath, dir: nfs_fh3, name: &[u8]) -> SourceResult<nfs_fh3> {
+        self.retry_jukebox(path, "LOOKUP", || {
+            let (dir, name) = (dir.clone(), name.to_vec());
+            async move {
+                let r = self
+                    .call(path, "LOOKUP", move |mut c| {
+                        let (dir, name) = (dir.clone(), name.clone());
+                        async move {
+                            let args = LOOKUP3args {
+                                what: diropargs3 {
+                                    dir,
+                                    name: filename3(Opaque::owned(name)),
+                                },
+                            };
+                            let r = c.lookup(&args).await;
+                            (c, r)
+                        }
+                    })
+                    .await?;
+                Ok(match r {
+                    Nfs3Result::Ok(ok) => Ok(ok.object),
+                    Nfs3Result::Err((stat, _)) => Err(stat),
+                })
+            }
+        })
+        .await
+    }
+
+    /// Runs an NFS procedure, retrying while the server answers NFS3ERR_JUKEBOX.
+    async fn retry_jukebox<T, F, Fut>(&self, path: &SourcePath, what: &str, f: F) -> SourceResult<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = SourceResult<Result<T, nfsstat3>>>,
+    {
+        let mut delay = Duration::from_millis(100);
+        for _ in 0..JUKEBOX_RETRIES {
+            match f().await? {
+                Ok(v) => return Ok(v),
+                Err(nfsstat3::NFS3ERR_JUKEBOX) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(stat) => return Err(stat_error(path, what, stat)),
+            }
+        }
+        Err(SourceError::new(
+            SourceErrorKind::Unreachable,
+            path,
+            format!("{what}: server busy (JUKEBOX) after {JUKEBOX_RETRIES} retries"),
+        ))
+    }
+
+    async fn getattr(&self, path: &SourcePath) -> SourceResult<fattr3> {
+        let fh = self.resolve(path).await?;
+        self.retry_jukebox(path, "GETATTR", || {
+            let fh = fh.clone();
+            async move {
+                let r = self
+                    .call(path, "GETATTR", move |mut c| {
+                        let args = GETATTR3args { object: fh.clone() };
+                        async move {
+                            let r = c.getattr(&args).await;
+                            (c, r)
+                        }
+                    })
+                    .await?;
+                Ok(match r {
+                    Nfs3Result::Ok(ok) => Ok(ok.obj_attributes),
+                    Nfs3Result::Err((stat, _)) => Err(stat),
+                })
+            }
+        })
+        .await
+    }
+
+    async fn read_dir_async(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        let dir = self.resolve(path).await?;
+        let mut cookie = 0u64;
+        let mut verf = nfs3::cookieverf3::default();
+        let mut out = Vec::new();
+        let mut missing = Vec::new();
+        loop {
+            let args_dir = dir.clone();
+            let page = self
+                .retry_jukebox(path, "READDIRPLUS", || {
+                    let dir = args_dir.clone();
+                    async move {
+                        let r = self
+                            .call(path, "READDIRPLUS", move |mut c| {
+                                let args = READDIRPLUS3args {
+                                    dir: dir.clone(),
+                                    cookie,
+                                    cookieverf: verf,
+                                    dircount: 64 * 1024,
+                                    maxcount: 512 * 1024,
+                                };
+                                async move {
+                                    let r = c.readdirplus(&args).await;
+                                    (c, r)
+                                }
+                            })
+                            .await?;
+                        Ok(match r {
+                            Nfs3Result::Ok(ok) => Ok(ok),
+                            Nfs3Result::Err((stat, _)) => Err(stat),
+                        })
+                    }
+                })
+                .await?;
+            verf = page.cookieverf;
+            let eof = page.reply.eof;
+            let entries = page.reply.entries.into_inner();
+            let progressed = !entries.is_empty();
+            for e in entries {
+                cookie = e.cookie;
+                let name = e.name.0.to_vec();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let child = path.join(&name)?;
+                if let Nfs3Option::Some(fh) = e.name_handle {
+                    self.handles
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(child.clone(), fh);
+                }
+                match e.name_attributes {
+                    Nfs3Option::Some(a) => out.push(SourceEntry {
+                        name,
+                        attr: attr_from_fattr(&a),
+                    }),
+                    Nfs3Option::None => missing.push(name),
+                }
+            }
+            if eof {
+                break;
+            }
+            if !progressed {
+                return Err(self.io(
+                    path,
+                    "READDIRPLUS returned no entries before end of directory",
+                ));
+            }
+        }
+        // Servers may omit attributes for some entries; fetch those one by one.
+        for name in missing {
+            let child = path.join(&name)?;
+            match self.getattr(&child).await {
+                Ok(a) => out.push(SourceEntry {
+                    name,
+                    attr: attr_from_fattr(&a),
+                }),
+                Err(e) if e.kind == SourceErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_piece(
+        &self,
+        path: &SourcePath,
+        fh: &nfs_fh3,
+        offset: u64,
+        count: u32,
+    ) -> SourceResult<(Vec<u8>, bool)> {
+        self.retry_jukebox(path, "READ", || {
+            let fh = fh.clone();
+            async move {
+                let r = self
+                    .call(path, "READ", move |mut c| {
+                        let args = READ3args {
+                            file: fh.clone(),
+                            offset,
+                            count,
+                        };
+                        async move {
+                            let r = c.read(&args).await;
+                            (c, r)
+                        }
+                    })
+                    .await?;
+                Ok(match r {
+                    Nfs3Result::Ok(ok) => Ok((ok.data.to_vec(), ok.eof)),
+                    Nfs3Result::Err((stat, _)) => Err(stat),
+                })
+            }
+        })
+        .await
+    }
+
+    async fn read_async(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        let fh = self.resolve(path).await?;
+        let piece = self.config.read_size as usize;
+        let mut starts = Vec::new();
+        let mut at = 0usize;
+        while at < len {
+            starts.push(at);
+            at += piece;
+        }
+        // All pieces are issued at once; the connection pool bounds what is in flight.
+        let reads = starts.iter().map(|&s| {
+            let count = piece.min(len - s) as u32;
+            let fh = &fh;
+            async move { self.read_piece(path, fh, offset + s as u64, count).await }
+        });
+        let results = join_all(reads).await;
+        let mut out = Vec::with_capacity(len);
+        for (i, r) in results.into_iter().enumerate() {
+            let (mut data, eof) = r?;
+            let want = piece.min(len - starts[i]);
+            // A short piece that is not at EOF must be completed before the next one.
+            while data.len() < want && !eof {
+                let more_off = offset + (starts[i] + data.len()) as u64;
+                let (more, more_eof) = self
+                    .read_piece(path, &fh, more_off, (want - data.len()) as u32)
+                    .await?;
+                if more.is_empty() {
+                    break;
+                }
+                data.extend_from_slice(&more);
+                if more_eof {
+                    break;
+                }
+            }
+            let short = data.len() < want;
+            out.extend_from_slice(&data);
+            if short {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_link_async(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        let fh = self.resolve(path).await?;
+        self.retry_jukebox(path, "READLINK", || {
+            let fh = fh.clone();
+            async move {
+                let r = self
+                    .call(path, "READLINK", move |mut c| {
+                        let args = READLINK3args {
+                            symlink: fh.clone(),
+                        };
+                        async move {
+                            let r = c.readlink(&args).await;
+                            (c, r)
+                        }
+                    })
+                    .await?;
+                Ok(match r {
+                    Nfs3Result::Ok(ok) => Ok(ok.data.0.to_vec()),
+                    Nfs3Result::Err((stat, _)) => Err(stat),
+                })
+            }
+        })
+        .await
+    }
+}
+
+/// Awaits all futures concurrently and returns their outputs in order.
+async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in futures.iter_mut().enumerate() {
+            if outputs[i].is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => outputs[i] = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future completed"))
+        .collect()
+}
+
+fn builder(
+    cfg: &NfsConfig,
+    mount_port: Option<u16>,
+    nfs_port: Option<u16>,
+) -> Nfs3ConnectionBuilder<TokioConnector> {
+    let auth = auth_unix {
+        stamp: 0x6b61_6973,
+        machinename: Opaque::owned(b"kaiso".to_vec()),
+        uid: cfg.uid,
+        gid: cfg.gid,
+        gids: vec![],
+    };
+    let mut b = Nfs3ConnectionBuilder::new(TokioConnector, cfg.host.clone(), cfg.export.clone())
+        .portmapper_port(cfg.portmapper_port)
+        .connect_from_privileged_port(cfg.privileged_port)
+        .credential(opaque_auth::auth_unix(&auth));
+    if let Some(p) = mount_port {
+        b = b.mount_port(p);
+    }
+    if let Some(p) = nfs_port {
+        b = b.nfs3_port(p);
+    }
+    b
+}
+
+fn connect_error(cfg: &NfsConfig, msg: &str) -> SourceError {
+    let kind = if msg.contains("Permission denied") || msg.contains("ACCES") {
+        SourceErrorKind::PermissionDenied
+    } else {
+        SourceErrorKind::Unreachable
+    };
+    SourceError::new(
+        kind,
+        &SourcePath::root(),
+        format!("mount {}:{}: {msg}", cfg.host, cfg.export),
+    )
+}
+
+fn unreachable_error(cfg: &NfsConfig, msg: &str) -> SourceError {
+    SourceError::new(
+        SourceErrorKind::Unreachable,
+        &SourcePath::root(),
+        format!("{}:{}: {msg}", cfg.host, cfg.export),
+    )
+}
+
+fn stat_error(path: &SourcePath, what: &str, stat: nfsstat3) -> SourceError {
+    let kind = match stat {
+        nfsstat3::NFS3ERR_NOENT => SourceErrorKind::NotFound,
+        nfsstat3::NFS3ERR_ACCES | nfsstat3::NFS3ERR_PERM => SourceErrorKind::PermissionDenied,
+        nfsstat3::NFS3ERR_NOTDIR | nfsstat3::NFS3ERR_ISDIR | nfsstat3::NFS3ERR_INVAL => {
+            SourceErrorKind::WrongKind
+        }
+        nfsstat3::NFS3ERR_STALE | nfsstat3::NFS3ERR_BADHANDLE => SourceErrorKind::Changed,
+        nfsstat3::NFS3ERR_NOTSUPP => SourceErrorKind::Unsupported,
+        _ => SourceErrorKind::Io,
+    };
+    SourceError::new(kind, path, format!("{what}: {stat:?}"))
+}
+
+fn nfs_time(t: &nfs3::nfstime3) -> Timestamp {
+    Timestamp {
+        secs: i64::from(t.seconds),
+        nanos: t.nseconds.min(999_999_999),
+    }
+}
+
+fn attr_from_fattr(a: &fattr3) -> SourceAttr {
+    let kind = match a.type_ {
+        ftype3::NF3REG => FileKind::Regular,
+        ftype3::NF3DIR => FileKind::Directory,
+        ftype3::NF3BLK => FileKind::BlockDevice,
+        ftype3::NF3CHR => FileKind::CharDevice,
+        ftype3::NF3LNK => FileKind::Symlink,
+        ftype3::NF3SOCK => FileKind::Socket,
+        ftype3::NF3FIFO => FileKind::Fifo,
+    };
+    SourceAttr {
+        kind,
+        perm: a.mode & 0o7777,
+        uid: a.uid,
+        gid: a.gid,
+        size: a.size,
+        nlink: a.nlink,
+        ino: a.fileid,
+        rdev: (a.rdev.specdata1, a.rdev.specdata2),
+        atime: nfs_time(&a.atime),
+        mtime: nfs_time(&a.mtime),
+        ctime: nfs_time(&a.ctime),
+        btime: None,
+        dos_attributes: None,
+    }
+}
+
+/// Runs a future to completion from synchronous code, also when the caller itself runs
+/// inside a tokio runtime (then on a helper thread, since nesting `block_on` panics).
+fn block_on<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(|| rt.block_on(f))
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    } else {
+        rt.block_on(f)
+    }
+}
+
+impl Source for NfsSource {
+    fn describe(&self) -> String {
+        format!(
+            "nfs://{}:{}{}",
+            self.config.host, self.nfs_port, self.config.export
+        )
+    }
+
+    fn features(&self) -> SourceFeatures {
+        SourceFeatures {
+            unix_ids: true,
+            symlinks: true,
+            special_files: true,
+            xattrs: false,
+            acls: false,
+            streams: false,
+            byte_names: true,
+        }
+    }
+
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        block_on(&self.runtime, async {
+            self.getattr(path).await.map(|a| attr_from_fattr(&a))
+        })
+    }
+
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        block_on(&self.runtime, self.read_dir_async(path))
+    }
+
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        block_on(&self.runtime, self.read_async(path, offset, len))
+    }
+
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        block_on(&self.runtime, self.read_link_async(path))
+    }
+
+    fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(Vec::new())
+    }
+
+    fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+        Ok(SourceAcl::default())
+    }
+
+    fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        Ok(Vec::new())
+    }
+
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        _stream: &str,
+        _offset: u64,
+        _len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        Err(SourceError::new(
+            SourceErrorKind::Unsupported,
+            path,
+            "NFSv3 has no alternate data streams",
+        ))
+    }
+}

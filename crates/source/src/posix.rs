@@ -1,0 +1,430 @@
+//! A source that is a directory on this host, typically an NFS or SMB mount of the old
+//! server made with the operating system's own client.
+//!
+//! Names are raw bytes (`OsStr`), so names that are not valid UTF-8 round-trip exactly.
+//! Symlinks are never followed: every path is resolved component by component with
+//! `openat(O_NOFOLLOW)` under the root, so a symlink inside the share cannot lead a read
+//! outside it.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use kaiso_store::migrate::{
+    FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
+    SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+};
+
+const ACL_ACCESS: &[u8] = b"system.posix_acl_access";
+const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
+
+/// A POSIX directory tree read with plain system calls.
+pub struct PosixSource {
+    root: PathBuf,
+    root_fd: OwnedFd,
+}
+
+impl PosixSource {
+    /// Opens `root`, which must be a directory.
+    pub fn open(root: impl AsRef<Path>) -> SourceResult<Self> {
+        let root = root.as_ref().to_path_buf();
+        let c = cstring(root.as_os_str().as_bytes(), &SourcePath::root())?;
+        // SAFETY: c is a valid NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(errno_error(
+                &SourcePath::root(),
+                &format!("open root {}", root.display()),
+            ));
+        }
+        // SAFETY: fd was just returned by open and is owned by nobody else.
+        let root_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { root, root_fd })
+    }
+
+    /// Opens `path` below the root without following any symlink on the way.
+    fn open_path(&self, path: &SourcePath, flags: libc::c_int) -> SourceResult<OwnedFd> {
+        let components: Vec<&[u8]> = path.components().collect();
+        // SAFETY: duplicating a descriptor we own.
+        let mut dir = unsafe { libc::fcntl(self.root_fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dir < 0 {
+            return Err(errno_error(path, "dup root"));
+        }
+        // SAFETY: dir is a fresh descriptor we own.
+        let mut dir_fd = unsafe { OwnedFd::from_raw_fd(dir) };
+        for (i, name) in components.iter().enumerate() {
+            let last = i + 1 == components.len();
+            let c = cstring(name, path)?;
+            let f = if last {
+                flags
+            } else {
+                libc::O_RDONLY | libc::O_DIRECTORY
+            };
+            // SAFETY: dir is open, c is NUL-terminated.
+            let fd =
+                unsafe { libc::openat(dir, c.as_ptr(), f | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(errno_error(path, "open"));
+            }
+            // SAFETY: fd was just returned by openat.
+            dir_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            dir = dir_fd.as_raw_fd();
+        }
+        Ok(dir_fd)
+    }
+
+    /// `fstatat(parent, name, AT_SYMLINK_NOFOLLOW)`.
+    fn lstat(&self, path: &SourcePath) -> SourceResult<libc::stat> {
+        let (dir, name) = self.parent_and_name(path)?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: dir is open, name is NUL-terminated, st is large enough.
+        let r = unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                st.as_mut_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(errno_error(path, "stat"));
+        }
+        // SAFETY: fstatat succeeded and filled st.
+        Ok(unsafe { st.assume_init() })
+    }
+
+    /// The parent directory descriptor and the last name (`.` for the root).
+    fn parent_and_name(&self, path: &SourcePath) -> SourceResult<(OwnedFd, CString)> {
+        match path.parent() {
+            None => Ok((
+                self.open_path(path, libc::O_RDONLY | libc::O_DIRECTORY)?,
+                CString::from(c"."),
+            )),
+            Some(parent) => {
+                let dir = self.open_path(&parent, libc::O_RDONLY | libc::O_DIRECTORY)?;
+                let name = cstring(path.file_name().unwrap_or(b"."), path)?;
+                Ok((dir, name))
+            }
+        }
+    }
+
+    /// The `/proc/self/fd` path of an `O_PATH` descriptor, so that xattr calls act on the
+    /// object itself (symlinks included) without following anything.
+    fn xattr_handle(&self, path: &SourcePath) -> SourceResult<(OwnedFd, CString)> {
+        let fd = self.open_path(path, libc::O_PATH)?;
+        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let c =
+            CString::new(p).map_err(|_| SourceError::new(SourceErrorKind::Io, path, "fd path"))?;
+        Ok((fd, c))
+    }
+
+    fn list_xattr_names(&self, path: &SourcePath, c: &CString) -> SourceResult<Vec<Vec<u8>>> {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: c is NUL-terminated; buf is writable for its length.
+            let n = unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Ok(buf
+                    .split(|b| *b == 0)
+                    .filter(|n| !n.is_empty())
+                    .map(<[u8]>::to_vec)
+                    .collect());
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ERANGE) => buf.resize(buf.len() * 4, 0),
+                Some(libc::ENOTSUP) => return Ok(Vec::new()),
+                _ => return Err(errno_error(path, "listxattr")),
+            }
+        }
+    }
+
+    fn get_xattr(
+        &self,
+        path: &SourcePath,
+        c: &CString,
+        name: &[u8],
+    ) -> SourceResult<Option<Vec<u8>>> {
+        let cname = cstring(name, path)?;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: both strings are NUL-terminated; buf is writable for its length.
+            let n = unsafe {
+                libc::getxattr(
+                    c.as_ptr(),
+                    cname.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                return Ok(Some(buf));
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ERANGE) => buf.resize(buf.len() * 4, 0),
+                Some(libc::ENODATA) | Some(libc::ENOTSUP) => return Ok(None),
+                _ => return Err(errno_error(path, "getxattr")),
+            }
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Source for PosixSource {
+    fn describe(&self) -> String {
+        format!("posix:{}", self.root.display())
+    }
+
+    fn features(&self) -> SourceFeatures {
+        SourceFeatures {
+            unix_ids: true,
+            symlinks: true,
+            special_files: true,
+            xattrs: true,
+            acls: true,
+            streams: false,
+            byte_names: true,
+        }
+    }
+
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        Ok(attr_from_stat(&self.lstat(path)?))
+    }
+
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        let fd = self.open_path(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        // SAFETY: fdopendir takes ownership of a descriptor we dup for it.
+        let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(errno_error(path, "dup"));
+        }
+        // SAFETY: dup is an open directory descriptor; fdopendir owns it from now on.
+        let dirp = unsafe { libc::fdopendir(dup) };
+        if dirp.is_null() {
+            // SAFETY: fdopendir failed, so dup is still ours to close.
+            unsafe { libc::close(dup) };
+            return Err(errno_error(path, "opendir"));
+        }
+        let mut entries = Vec::new();
+        let mut failure = None;
+        loop {
+            // SAFETY: dirp is a valid DIR*; errno is reset to tell end from error.
+            unsafe { *libc::__errno_location() = 0 };
+            let ent = unsafe { libc::readdir64(dirp) };
+            if ent.is_null() {
+                if std::io::Error::last_os_error().raw_os_error().unwrap_or(0) != 0 {
+                    failure = Some(errno_error(path, "readdir"));
+                }
+                break;
+            }
+            // SAFETY: d_name is NUL-terminated inside the dirent.
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }
+                .to_bytes()
+                .to_vec();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let c = match cstring(&name, path) {
+                Ok(c) => c,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+            // SAFETY: fd is the open directory; c is NUL-terminated.
+            let r = unsafe {
+                libc::fstatat(
+                    fd.as_raw_fd(),
+                    c.as_ptr(),
+                    st.as_mut_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if r != 0 {
+                let err = std::io::Error::last_os_error();
+                if err.raw_os_error() == Some(libc::ENOENT) {
+                    continue; // vanished between readdir and stat
+                }
+                failure = Some(errno_error(
+                    &path.join(&name).unwrap_or_else(|_| path.clone()),
+                    "stat",
+                ));
+                break;
+            }
+            // SAFETY: fstatat succeeded.
+            let attr = attr_from_stat(&unsafe { st.assume_init() });
+            entries.push(SourceEntry { name, attr });
+        }
+        // SAFETY: dirp is valid and closed exactly once.
+        unsafe { libc::closedir(dirp) };
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(entries),
+        }
+    }
+
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        // O_NONBLOCK so that a FIFO never blocks the open; it is then refused as not regular.
+        let fd = self.open_path(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(|e| io_error(path, "stat", &e))?;
+        if !meta.is_file() {
+            return Err(SourceError::new(
+                SourceErrorKind::WrongKind,
+                path,
+                "read of a non-regular file",
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(path, "read", &e)),
+            }
+        }
+        buf.truncate(done);
+        Ok(buf)
+    }
+
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        let (dir, name) = self.parent_and_name(path)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+        // SAFETY: dir is open; name is NUL-terminated; buf is writable for its length.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(errno_error(path, "readlink"));
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (_fd, c) = self.xattr_handle(path)?;
+        let mut out = Vec::new();
+        for name in self.list_xattr_names(path, &c)? {
+            if name == ACL_ACCESS || name == ACL_DEFAULT {
+                continue;
+            }
+            if let Some(value) = self.get_xattr(path, &c, &name)? {
+                out.push((name, value));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
+        let (_fd, c) = self.xattr_handle(path)?;
+        Ok(SourceAcl {
+            posix_access: self.get_xattr(path, &c, ACL_ACCESS)?,
+            posix_default: self.get_xattr(path, &c, ACL_DEFAULT)?,
+            ..SourceAcl::default()
+        })
+    }
+
+    fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        Ok(Vec::new())
+    }
+
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        _stream: &str,
+        _offset: u64,
+        _len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        Err(SourceError::new(
+            SourceErrorKind::Unsupported,
+            path,
+            "POSIX sources have no alternate data streams",
+        ))
+    }
+}
+
+pub(crate) fn kind_from_mode(mode: u32) -> FileKind {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileKind::Directory,
+        libc::S_IFLNK => FileKind::Symlink,
+        libc::S_IFIFO => FileKind::Fifo,
+        libc::S_IFSOCK => FileKind::Socket,
+        libc::S_IFCHR => FileKind::CharDevice,
+        libc::S_IFBLK => FileKind::BlockDevice,
+        _ => FileKind::Regular,
+    }
+}
+
+fn ts(secs: i64, nanos: i64) -> Timestamp {
+    Timestamp {
+        secs,
+        nanos: nanos.clamp(0, 999_999_999) as u32,
+    }
+}
+
+fn attr_from_stat(st: &libc::stat) -> SourceAttr {
+    SourceAttr {
+        kind: kind_from_mode(st.st_mode),
+        perm: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        size: st.st_size as u64,
+        nlink: st.st_nlink as u32,
+        ino: st.st_ino,
+        rdev: (libc::major(st.st_rdev), libc::minor(st.st_rdev)),
+        atime: ts(st.st_atime, st.st_atime_nsec),
+        mtime: ts(st.st_mtime, st.st_mtime_nsec),
+        ctime: ts(st.st_ctime, st.st_ctime_nsec),
+        btime: None,
+        dos_attributes: None,
+    }
+}
+
+fn cstring(bytes: &[u8], path: &SourcePath) -> SourceResult<CString> {
+    CString::new(bytes)
+        .map_err(|_| SourceError::new(SourceErrorKind::Invalid, path, "name contains NUL"))
+}
+
+fn errno_error(path: &SourcePath, what: &str) -> SourceError {
+    io_error(path, what, &std::io::Error::last_os_error())
+}
+
+pub(crate) fn io_error(path: &SourcePath, what: &str, e: &std::io::Error) -> SourceError {
+    let kind = match e.raw_os_error() {
+        Some(libc::ENOENT) => SourceErrorKind::NotFound,
+        Some(libc::EACCES) | Some(libc::EPERM) => SourceErrorKind::PermissionDenied,
+        Some(libc::ENOTDIR) | Some(libc::EISDIR) | Some(libc::ELOOP) => SourceErrorKind::WrongKind,
+        Some(libc::ENOTCONN)
+        | Some(libc::EHOSTDOWN)
+        | Some(libc::EHOSTUNREACH)
+        | Some(libc::ETIMEDOUT) => SourceErrorKind::Unreachable,
+        _ => SourceErrorKind::Io,
+    };
+    SourceError::new(kind, path, format!("{what}: {e}"))
+}
+
+/// The name as an `OsStr`, for callers that build host paths from source names.
+pub fn os_name(name: &[u8]) -> &OsStr {
+    OsStr::from_bytes(name)
+}

@@ -1,0 +1,132 @@
+//! The NFSv3 source against a real nfs-ganesha (FSAL_VFS) started by the test, with
+//! libnfs-utils (nfs-ls, nfs-cat) as an independent client to cross-check the server.
+
+mod common;
+
+use std::process::Command;
+use std::time::Instant;
+
+use kaiso_source::{NfsConfig, NfsSource};
+use kaiso_store::migrate::{Source, SourceErrorKind, SourcePath};
+
+#[test]
+fn nfs_source_against_ganesha() {
+    if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls", "nfs-cat"]) {
+        return;
+    }
+    let export = tempfile::tempdir().expect("tempdir");
+    common::build_tree(export.path());
+    let server = common::Ganesha::start(export.path());
+
+    // Independent client first: libnfs sees the export (the server really serves it).
+    let out = Command::new("nfs-ls")
+        .arg(server.url())
+        .output()
+        .expect("nfs-ls");
+    assert!(
+        out.status.success(),
+        "nfs-ls: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("tiny.txt"),
+        "nfs-ls listing: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let cat = Command::new("nfs-cat")
+        .arg(format!(
+            "nfs://127.0.0.1{}/a/page?nfsport={}&mountport={}&version=3",
+            server.pseudo, server.nfs_port, server.mount_port
+        ))
+        .output()
+        .expect("nfs-cat");
+    assert_eq!(cat.stdout, common::content(3, 4095), "nfs-cat of a/page");
+
+    let source = NfsSource::connect(server.config()).expect("connect to ganesha");
+    let n = common::check_exact(&source, export.path());
+    assert!(n > 60, "only {n} objects checked");
+
+    // Non-UTF-8 names are opaque bytes in NFSv3 and round-trip.
+    let odd = SourcePath::root().join(common::NON_UTF8_NAME).unwrap();
+    assert_eq!(source.read(&odd, 0, 100).unwrap(), b"latin-1 name");
+    assert!(source.describe().starts_with("nfs://127.0.0.1:"));
+
+    // A 10 MiB-class fetch is served as 1 MiB READs in flight on several connections.
+    let sparse = SourcePath::parse(b"sparse.img").unwrap();
+    let t = Instant::now();
+    let data = source.read(&sparse, 0, 20 << 20).unwrap();
+    eprintln!("NFS read of 20 MiB in {:?}", t.elapsed());
+    assert_eq!(data.len(), 20 << 20);
+    assert_eq!(&data[..4096], &common::content(77, 4096)[..]);
+    assert_eq!(
+        &data[15 << 20..(15 << 20) + 5000],
+        &common::content(78, 5000)[..]
+    );
+    assert!(
+        data[4096..15 << 20].iter().all(|b| *b == 0),
+        "hole reads as zeros"
+    );
+
+    // Concurrent callers share the pool.
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let p = SourcePath::parse(b"a/b/c/big.bin").unwrap();
+                    source.read(&p, 0, 4 << 20).unwrap()
+                })
+            })
+            .collect();
+        let want = std::fs::read(export.path().join("a/b/c/big.bin")).unwrap();
+        for h in hs {
+            assert!(h.join().unwrap() == want);
+        }
+    });
+
+    // Permission denied for an unprivileged AUTH_UNIX identity on a 0600 root file.
+    let mut cfg = server.config();
+    cfg.uid = 65534;
+    cfg.gid = 65534;
+    let nobody = NfsSource::connect(cfg).expect("connect as nobody");
+    let e = nobody
+        .read(&SourcePath::parse(b"secret").unwrap(), 0, 10)
+        .unwrap_err();
+    assert_eq!(e.kind, SourceErrorKind::PermissionDenied, "{e}");
+    assert_eq!(
+        nobody
+            .read(&SourcePath::parse(b"tiny.txt").unwrap(), 0, 10)
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A source that changes although it should be read-only: a vanished file is reported.
+    let gone = SourcePath::parse(b"a/b/c/d/deep.txt").unwrap();
+    source.stat(&gone).unwrap();
+    std::fs::remove_file(export.path().join("a/b/c/d/deep.txt")).unwrap();
+    let e = source.read(&gone, 0, 10).unwrap_err();
+    assert!(
+        matches!(e.kind, SourceErrorKind::Changed | SourceErrorKind::NotFound),
+        "{e}"
+    );
+
+    // Wrong export name and unreachable server give clear errors.
+    let mut bad = server.config();
+    bad.export = "/no/such/export".into();
+    let e = NfsSource::connect(bad).err().expect("bad export");
+    assert!(
+        matches!(
+            e.kind,
+            SourceErrorKind::PermissionDenied
+                | SourceErrorKind::Unreachable
+                | SourceErrorKind::NotFound
+        ),
+        "{e}"
+    );
+    drop(server);
+    let mut dead = NfsConfig::new("127.0.0.1", "/kaiso_src");
+    dead.nfs_port = Some(common::free_port());
+    dead.mount_port = Some(common::free_port());
+    let e = NfsSource::connect(dead).err().expect("nothing listens");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+}

@@ -1,0 +1,492 @@
+//! Store configuration: a TOML file with one `[store]` table and an ordered `[[tier]]` list.
+//!
+//! ```toml
+//! [store]
+//! state_dir = "/var/lib/kaiso/main"   # SQLite DB, control socket
+//! placement = "fastest-with-room"     # or "tier:<name>"
+//! passthrough = true                  # kernel FUSE passthrough for resident files
+//! allow_other = false
+//! metrics = "127.0.0.1:9477"          # optional Prometheus text endpoint
+//!
+//! [store.mover]
+//! interval_ms = 2000       # how often the policy plans
+//! max_rate = "256MiB"      # bytes per second, at most
+//! max_plan_bytes = "4GiB"  # bytes per planning round
+//! busy_backoff = 0.5       # pause moves when foreground utilisation is above this
+//!
+//! [[tier]]
+//! name = "ssd"
+//! path = "/srv/ssd/kaiso"
+//! capacity = "100GiB"
+//! high_watermark = 0.9
+//! low_watermark = 0.7
+//! [tier.device]            # optional device emulation
+//! kind = "hdd"             # hdd | ssd | nvm
+//! ```
+//!
+//! Errors name the key and the line: `config.toml line 7, key tier[1].capacity: …`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A whole store configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoreConfig {
+    /// The file it came from (for messages), if any.
+    pub source: Option<PathBuf>,
+    pub state_dir: PathBuf,
+    pub placement: PlacementRule,
+    pub passthrough: bool,
+    pub allow_other: bool,
+    /// Address for the Prometheus text endpoint (`host:port`), if enabled.
+    pub metrics: Option<String>,
+    pub mover: MoverConfig,
+    /// Tiers in order, fastest first.
+    pub tiers: Vec<TierConfig>,
+}
+
+/// Where new files go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlacementRule {
+    /// The fastest tier that has room below its high watermark (spilling down when full).
+    FastestWithRoom,
+    /// The named tier while it has room, then the next slower ones.
+    Tier(String),
+    /// Ask the placement policy (`PlacementPolicy::place_new`).
+    Policy,
+}
+
+impl fmt::Display for PlacementRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlacementRule::FastestWithRoom => write!(f, "fastest-with-room"),
+            PlacementRule::Tier(t) => write!(f, "tier:{t}"),
+            PlacementRule::Policy => write!(f, "policy"),
+        }
+    }
+}
+
+/// Pacing of the background mover.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoverConfig {
+    /// Run the background mover at all (manual moves work either way).
+    pub enabled: bool,
+    /// Planning interval.
+    pub interval_ms: u64,
+    /// Upper bound on copy throughput, bytes/s.
+    pub max_rate: u64,
+    /// Bytes planned per round.
+    pub max_plan_bytes: u64,
+    /// Foreground utilisation (0..1) above which background moves pause.
+    pub busy_backoff: f64,
+    /// Heat checkpoint interval.
+    pub checkpoint_ms: u64,
+}
+
+impl Default for MoverConfig {
+    fn default() -> Self {
+        MoverConfig {
+            enabled: true,
+            interval_ms: 2000,
+            max_rate: 256 << 20,
+            max_plan_bytes: 4 << 30,
+            busy_backoff: 0.5,
+            checkpoint_ms: 30_000,
+        }
+    }
+}
+
+/// One tier.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TierConfig {
+    pub name: String,
+    pub path: PathBuf,
+    /// Hard limit in bytes (never exceeded by kaiso).
+    pub capacity: u64,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    pub device: Option<DeviceConfig>,
+}
+
+/// An emulated device in front of a tier's data path.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceConfig {
+    pub kind: DeviceKind,
+    /// Model parameters as given (names depend on the model; unknown names are errors).
+    pub params: toml::Table,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Hdd,
+    Ssd,
+    Nvm,
+}
+
+/// A configuration problem, naming the file, line and key.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", self.message)]
+pub struct ConfigError {
+    pub message: String,
+}
+
+impl ConfigError {
+    fn at(file: &str, text: &str, span: Option<std::ops::Range<usize>>, key: &str, msg: impl fmt::Display) -> Self {
+        let line = span.map(|s| line_of(text, s.start));
+        let message = match line {
+            Some(l) => format!("{file} line {l}, key {key}: {msg}"),
+            None => format!("{file}, key {key}: {msg}"),
+        };
+        ConfigError { message }
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    store: Spanned<RawStore>,
+    #[serde(default)]
+    tier: Vec<Spanned<RawTier>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    state_dir: Spanned<PathBuf>,
+    #[serde(default)]
+    placement: Option<Spanned<String>>,
+    #[serde(default)]
+    passthrough: Option<bool>,
+    #[serde(default)]
+    allow_other: Option<bool>,
+    #[serde(default)]
+    metrics: Option<String>,
+    #[serde(default)]
+    mover: Option<RawMover>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMover {
+    enabled: Option<bool>,
+    interval_ms: Option<u64>,
+    max_rate: Option<Spanned<toml::Value>>,
+    max_plan_bytes: Option<Spanned<toml::Value>>,
+    busy_backoff: Option<Spanned<f64>>,
+    checkpoint_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    name: Spanned<String>,
+    path: Spanned<PathBuf>,
+    capacity: Spanned<toml::Value>,
+    #[serde(default)]
+    high_watermark: Option<Spanned<f64>>,
+    #[serde(default)]
+    low_watermark: Option<Spanned<f64>>,
+    #[serde(default)]
+    device: Option<Spanned<toml::Table>>,
+}
+
+/// Parse "10GiB", "512M", "1.5T", or a plain integer, as bytes.
+pub fn parse_size(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(i) if *i >= 0 => Ok(*i as u64),
+        toml::Value::String(s) => parse_size_str(s),
+        other => Err(format!("expected a size like \"10GiB\" or a byte count, found {other}")),
+    }
+}
+
+/// Parse a size string such as "10GiB" or "512M" (binary multiples either way).
+pub fn parse_size_str(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        "p" | "pb" | "pib" => 1 << 50,
+        u => return Err(format!("unknown size unit {u:?} in {s:?}")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+impl StoreConfig {
+    /// Read and validate a configuration file. Errors name the key and the line.
+    pub fn from_toml_file(path: &Path) -> Result<StoreConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            message: format!("cannot read config {}: {e}", path.display()),
+        })?;
+        let mut cfg = Self::from_toml_str(&text, &path.display().to_string())?;
+        cfg.source = Some(path.to_path_buf());
+        // Relative paths are relative to the config file's directory.
+        let base = path.parent().unwrap_or(Path::new("."));
+        if cfg.state_dir.is_relative() {
+            cfg.state_dir = base.join(&cfg.state_dir);
+        }
+        for t in &mut cfg.tiers {
+            if t.path.is_relative() {
+                t.path = base.join(&t.path);
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Parse and validate configuration text; `file` names it in messages.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<StoreConfig, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| {
+            let span = e.span();
+            let msg = e.message().to_string();
+            match span {
+                Some(s) => ConfigError {
+                    message: format!("{file} line {}: {msg}", line_of(text, s.start)),
+                },
+                None => ConfigError {
+                    message: format!("{file}: {msg}"),
+                },
+            }
+        })?;
+        let err = |span: std::ops::Range<usize>, key: &str, msg: &dyn fmt::Display| {
+            ConfigError::at(file, text, Some(span), key, msg)
+        };
+        let store_span = raw.store.span();
+        let store = raw.store.into_inner();
+        if raw.tier.is_empty() {
+            return Err(ConfigError::at(file, text, Some(store_span), "tier", "at least one [[tier]] is required"));
+        }
+        let mut tiers: Vec<TierConfig> = Vec::new();
+        for (i, t) in raw.tier.into_iter().enumerate() {
+            let t = t.into_inner();
+            let name = t.name.get_ref().clone();
+            if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '/') {
+                return Err(err(t.name.span(), &format!("tier[{i}].name"), &"must be non-empty, without spaces or '/'"));
+            }
+            if tiers.iter().any(|x| x.name == name) {
+                return Err(err(t.name.span(), &format!("tier[{i}].name"), &format!("duplicate tier name {name:?}")));
+            }
+            let capacity = parse_size(t.capacity.get_ref())
+                .map_err(|m| err(t.capacity.span(), &format!("tier[{i}].capacity"), &m))?;
+            if capacity == 0 {
+                return Err(err(t.capacity.span(), &format!("tier[{i}].capacity"), &"must be greater than 0"));
+            }
+            let high = t.high_watermark.as_ref().map(|s| *s.get_ref()).unwrap_or(0.9);
+            let low = t.low_watermark.as_ref().map(|s| *s.get_ref()).unwrap_or(0.7);
+            if !(0.0..=1.0).contains(&high) || high == 0.0 {
+                let sp = t.high_watermark.as_ref().map(|s| s.span()).unwrap_or(t.name.span());
+                return Err(err(sp, &format!("tier[{i}].high_watermark"), &"must be in (0, 1]"));
+            }
+            if !(0.0..=1.0).contains(&low) || low > high {
+                let sp = t.low_watermark.as_ref().map(|s| s.span()).unwrap_or(t.name.span());
+                return Err(err(sp, &format!("tier[{i}].low_watermark"), &format!("must be in [0, high_watermark={high}]")));
+            }
+            let device = match t.device {
+                None => None,
+                Some(d) => {
+                    let span = d.span();
+                    let mut table = d.into_inner();
+                    let kind = match table.remove("kind") {
+                        Some(toml::Value::String(k)) => match k.as_str() {
+                            "hdd" => DeviceKind::Hdd,
+                            "ssd" => DeviceKind::Ssd,
+                            "nvm" => DeviceKind::Nvm,
+                            other => {
+                                return Err(err(span, &format!("tier[{i}].device.kind"), &format!("unknown device {other:?} (expected hdd, ssd or nvm)")));
+                            }
+                        },
+                        _ => return Err(err(span, &format!("tier[{i}].device.kind"), &"missing: expected \"hdd\", \"ssd\" or \"nvm\"")),
+                    };
+                    let params = match table.remove("params") {
+                        Some(toml::Value::Table(p)) => {
+                            if let Some((k, _)) = table.iter().next() {
+                                return Err(err(span, &format!("tier[{i}].device.{k}"), &"unknown key"));
+                            }
+                            p
+                        }
+                        Some(_) => return Err(err(span, &format!("tier[{i}].device.params"), &"must be a table")),
+                        None => table,
+                    };
+                    let dev = DeviceConfig { kind, params };
+                    crate::emulate::validate(&dev).map_err(|m| err(span.clone(), &format!("tier[{i}].device"), &m))?;
+                    Some(dev)
+                }
+            };
+            tiers.push(TierConfig {
+                name,
+                path: t.path.into_inner(),
+                capacity,
+                high_watermark: high,
+                low_watermark: low,
+                device,
+            });
+        }
+        let placement = match &store.placement {
+            None => PlacementRule::FastestWithRoom,
+            Some(p) => match p.get_ref().as_str() {
+                "fastest-with-room" => PlacementRule::FastestWithRoom,
+                "policy" => PlacementRule::Policy,
+                s if s.starts_with("tier:") => {
+                    let name = &s[5..];
+                    if !tiers.iter().any(|t| t.name == name) {
+                        return Err(err(p.span(), "store.placement", &format!("no tier named {name:?}")));
+                    }
+                    PlacementRule::Tier(name.to_string())
+                }
+                s => {
+                    return Err(err(p.span(), "store.placement", &format!("unknown rule {s:?} (expected fastest-with-room, policy or tier:<name>)")));
+                }
+            },
+        };
+        let mut mover = MoverConfig::default();
+        if let Some(m) = store.mover {
+            if let Some(v) = m.enabled {
+                mover.enabled = v;
+            }
+            if let Some(v) = m.interval_ms {
+                mover.interval_ms = v.max(10);
+            }
+            if let Some(v) = m.checkpoint_ms {
+                mover.checkpoint_ms = v.max(100);
+            }
+            if let Some(v) = &m.max_rate {
+                mover.max_rate = parse_size(v.get_ref()).map_err(|e| err(v.span(), "store.mover.max_rate", &e))?.max(1);
+            }
+            if let Some(v) = &m.max_plan_bytes {
+                mover.max_plan_bytes = parse_size(v.get_ref()).map_err(|e| err(v.span(), "store.mover.max_plan_bytes", &e))?.max(1);
+            }
+            if let Some(v) = &m.busy_backoff {
+                if !(0.0..=1.0).contains(v.get_ref()) {
+                    return Err(err(v.span(), "store.mover.busy_backoff", &"must be in [0, 1]"));
+                }
+                mover.busy_backoff = *v.get_ref();
+            }
+        }
+        Ok(StoreConfig {
+            source: None,
+            state_dir: store.state_dir.into_inner(),
+            placement,
+            passthrough: store.passthrough.unwrap_or(true),
+            allow_other: store.allow_other.unwrap_or(false),
+            metrics: store.metrics,
+            mover,
+            tiers,
+        })
+    }
+
+    /// Render as TOML (used by `kaiso adopt` to write a configuration).
+    pub fn to_toml(&self) -> String {
+        let mut s = String::new();
+        s.push_str("[store]\n");
+        s.push_str(&format!("state_dir = {}\n", toml_str(&self.state_dir.display().to_string())));
+        s.push_str(&format!("placement = {}\n", toml_str(&self.placement.to_string())));
+        s.push_str(&format!("passthrough = {}\nallow_other = {}\n", self.passthrough, self.allow_other));
+        if let Some(m) = &self.metrics {
+            s.push_str(&format!("metrics = {}\n", toml_str(m)));
+        }
+        s.push_str(&format!(
+            "\n[store.mover]\nenabled = {}\ninterval_ms = {}\nmax_rate = {}\nmax_plan_bytes = {}\nbusy_backoff = {}\ncheckpoint_ms = {}\n",
+            self.mover.enabled, self.mover.interval_ms, self.mover.max_rate, self.mover.max_plan_bytes, self.mover.busy_backoff, self.mover.checkpoint_ms
+        ));
+        for t in &self.tiers {
+            s.push_str(&format!(
+                "\n[[tier]]\nname = {}\npath = {}\ncapacity = {}\nhigh_watermark = {}\nlow_watermark = {}\n",
+                toml_str(&t.name),
+                toml_str(&t.path.display().to_string()),
+                t.capacity,
+                t.high_watermark,
+                t.low_watermark
+            ));
+            if let Some(d) = &t.device {
+                let kind = match d.kind {
+                    DeviceKind::Hdd => "hdd",
+                    DeviceKind::Ssd => "ssd",
+                    DeviceKind::Nvm => "nvm",
+                };
+                s.push_str(&format!("[tier.device]\nkind = \"{kind}\"\n"));
+                if !d.params.is_empty() {
+                    s.push_str(&format!("[tier.device.params]\n{}", toml::to_string(&d.params).unwrap_or_default()));
+                }
+            }
+        }
+        s
+    }
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[store]
+state_dir = "/tmp/state"
+[[tier]]
+name = "fast"
+path = "/tmp/a"
+capacity = "1GiB"
+[[tier]]
+name = "slow"
+path = "/tmp/b"
+capacity = 1000000
+high_watermark = 0.95
+low_watermark = 0.8
+[tier.device]
+kind = "hdd"
+"#;
+
+    #[test]
+    fn parses_good_config() {
+        let c = StoreConfig::from_toml_str(GOOD, "t.toml").unwrap();
+        assert_eq!(c.tiers.len(), 2);
+        assert_eq!(c.tiers[0].capacity, 1 << 30);
+        assert_eq!(c.tiers[1].device.as_ref().unwrap().kind, DeviceKind::Hdd);
+        assert_eq!(c.placement, PlacementRule::FastestWithRoom);
+        let again = StoreConfig::from_toml_str(&c.to_toml(), "x").unwrap();
+        assert_eq!(again.tiers, c.tiers);
+    }
+
+    #[test]
+    fn bad_capacity_names_key_and_line() {
+        let bad = GOOD.replace("capacity = 1000000", "capacity = \"lots\"");
+        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("line 11"), "{e}");
+        assert!(e.contains("tier[1].capacity"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_names_line() {
+        let bad = GOOD.replace("high_watermark = 0.95", "high_watermrk = 0.95");
+        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("line 12"), "{e}");
+        assert!(e.contains("high_watermrk"), "{e}");
+    }
+
+    #[test]
+    fn watermarks_checked() {
+        let bad = GOOD.replace("low_watermark = 0.8", "low_watermark = 0.99");
+        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
+        assert!(e.contains("tier[1].low_watermark") && e.contains("line 13"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size_str("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size_str("1.5KiB").unwrap(), 1536);
+        assert!(parse_size_str("1X").is_err());
+    }
+}

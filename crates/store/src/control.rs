@@ -1,0 +1,122 @@
+//! The control socket: how operator commands reach a running mount. A unix socket at
+//! `<state_dir>/control.sock` speaking one JSON request per line and one JSON reply per
+//! line (`{"ok": …}` or `{"error": "…"}`). Only its owner (root, normally) can connect.
+
+use crate::Store;
+use crate::operator::Direction;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A request to a running store.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Where { path: PathBuf },
+    Explain { path: PathBuf },
+    Pin { path: PathBuf, tier: Option<String>, recursive: bool },
+    Unpin { path: PathBuf, recursive: bool },
+    Move { path: PathBuf, direction: Direction, tier: Option<String>, recursive: bool },
+    Job { id: u64 },
+    Fsck,
+    TraceStart { out: PathBuf },
+    TraceStop,
+}
+
+/// The socket path of a store.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("control.sock")
+}
+
+fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, String> {
+    let e = |x: crate::FsError| x.to_string();
+    let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
+    match req {
+        Request::Status => j(serde_json::to_value(store.status())),
+        Request::Where { path } => j(serde_json::to_value(store.where_is(&path).map_err(e)?)),
+        Request::Explain { path } => j(serde_json::to_value(store.explain(&path).map_err(e)?)),
+        Request::Pin { path, tier, recursive } => {
+            let (n, job) = store.pin(&path, tier.as_deref(), recursive).map_err(e)?;
+            Ok(serde_json::json!({ "files": n, "job": job }))
+        }
+        Request::Unpin { path, recursive } => Ok(serde_json::json!({ "files": store.unpin(&path, recursive).map_err(e)? })),
+        Request::Move { path, direction, tier, recursive } => {
+            Ok(serde_json::json!({ "job": store.start_move(&path, direction, tier.as_deref(), recursive).map_err(e)? }))
+        }
+        Request::Job { id } => j(serde_json::to_value(store.job_progress(id).ok_or("no such job")?)),
+        Request::Fsck => j(serde_json::to_value(store.fsck().map_err(|x| x.to_string())?)),
+        Request::TraceStart { out } => {
+            store.trace_start(&out).map_err(|x| format!("{}: {x}", out.display()))?;
+            Ok(serde_json::json!({}))
+        }
+        Request::TraceStop => Ok(serde_json::json!({ "records": store.trace_stop().map_err(|x| x.to_string())? })),
+    }
+}
+
+/// Serve the control socket in a background thread (removes a stale socket first).
+pub fn serve(store: Arc<Store>) -> std::io::Result<PathBuf> {
+    let path = socket_path(&store.config().state_dir);
+    let _ = std::fs::remove_file(&path);
+    let l = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    std::thread::Builder::new().name("kaiso-control".into()).spawn(move || {
+        for conn in l.incoming() {
+            if store.stopping() {
+                break;
+            }
+            let Ok(c) = conn else { continue };
+            let store = store.clone();
+            std::thread::spawn(move || serve_conn(&store, c));
+        }
+    })?;
+    Ok(path)
+}
+
+fn serve_conn(store: &Arc<Store>, c: UnixStream) {
+    let Ok(w) = c.try_clone() else { return };
+    let mut w = w;
+    for line in BufReader::new(c).lines() {
+        let Ok(line) = line else { return };
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => match handle(store, req) {
+                Ok(v) => serde_json::json!({ "ok": v }),
+                Err(m) => serde_json::json!({ "error": m }),
+            },
+            Err(e) => serde_json::json!({ "error": format!("bad request: {e}") }),
+        };
+        if writeln!(w, "{reply}").is_err() {
+            return;
+        }
+    }
+}
+
+/// A connection to a running store.
+pub struct Client {
+    r: BufReader<UnixStream>,
+    w: UnixStream,
+}
+
+impl Client {
+    /// Connect to the store whose state directory is `state_dir`.
+    pub fn connect(state_dir: &Path) -> std::io::Result<Client> {
+        let s = UnixStream::connect(socket_path(state_dir))?;
+        Ok(Client { r: BufReader::new(s.try_clone()?), w: s })
+    }
+
+    /// Send one request; the reply's `ok` value, or its error message.
+    pub fn call(&mut self, req: &Request) -> anyhow::Result<serde_json::Value> {
+        writeln!(self.w, "{}", serde_json::to_string(req)?)?;
+        let mut line = String::new();
+        if self.r.read_line(&mut line)? == 0 {
+            anyhow::bail!("the kaiso daemon closed the control connection");
+        }
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        if let Some(e) = v.get("error") {
+            anyhow::bail!("{}", e.as_str().unwrap_or("error"));
+        }
+        Ok(v.get("ok").cloned().unwrap_or(serde_json::Value::Null))
+    }
+}

@@ -1,0 +1,565 @@
+//! Data operations of the [`Store`]: open/create, read/write, truncate, fallocate, lseek,
+//! fsync, release; the migration stub API; access recording.
+
+use crate::error::{FsError, FsResult};
+use crate::handles::{FileState, Handle};
+use crate::store::Store;
+use crate::stub::{StubEntry, StubState};
+use crate::types::{Caller, FileAttr, FileKind, Ino, Opened};
+use crate::util;
+use kaiso_policy::{Op, TierState};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+/// Flags the backing file is opened with: access mode widened to read-write (the kernel
+/// may read through a write-only handle for mmap), append/sync kept, creation flags dropped.
+fn backing_flags(flags: i32) -> i32 {
+    let keep = libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_NOATIME;
+    let acc = if flags & libc::O_ACCMODE == libc::O_RDONLY { libc::O_RDONLY } else { libc::O_RDWR };
+    acc | (flags & keep)
+}
+
+pub(crate) fn open_backing(path: &Path, bflags: i32) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if bflags & libc::O_ACCMODE == libc::O_RDWR {
+        o.write(true);
+    }
+    o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
+    match o.open(path) {
+        Ok(f) => Ok(f),
+        // Root can always open; a read-only file system or similar is a real error.
+        Err(e) => Err(e),
+    }
+}
+
+impl Store {
+    pub(crate) fn handle(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.handles.read().unwrap_or_else(|e| e.into_inner()).get(&fh).cloned()
+    }
+
+    fn handle_or_badf(&self, fh: u64) -> FsResult<Arc<Handle>> {
+        self.handle(fh).ok_or(FsError::BADF)
+    }
+
+    pub(crate) fn tier_states(&self) -> Vec<TierState> {
+        self.tiers
+            .iter()
+            .map(|t| TierState {
+                capacity: t.capacity(),
+                used: t.used(),
+                high_watermark: t.cfg.high_watermark,
+                low_watermark: t.cfg.low_watermark,
+                busy: t.busy(),
+            })
+            .collect()
+    }
+
+    /// Count an access: per-tier counters, the policy, the trace.
+    pub(crate) fn record(&self, ino: Ino, tier: u8, op: Op, offset: u64, len: u64, size: u64) {
+        let now = self.now();
+        if let Some(t) = self.tiers.get(tier as usize) {
+            if matches!(op, Op::Read | Op::Write) {
+                t.accesses.fetch_add(1, Ordering::Relaxed);
+                t.fg_bytes.fetch_add(len, Ordering::Relaxed);
+            }
+        }
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.placer().record(now, ino, op, offset, len);
+        if self.trace.lock().map(|t| t.is_some()).unwrap_or(false) {
+            let path = self.ns().path_of(ino).unwrap_or_default();
+            self.trace_event(now, ino, op, offset, len, size, &path);
+        }
+    }
+
+    fn register_handle(&self, state: &Arc<FileState>, file: File, flags: i32, passthrough: bool) -> u64 {
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let h = Arc::new(Handle { state: state.clone(), file: std::sync::RwLock::new(Arc::new(file)), flags: backing_flags(flags), writable, passthrough });
+        if passthrough {
+            state.passthrough_open.fetch_add(1, Ordering::SeqCst);
+        }
+        state.handles.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&h));
+        let fh = self.fh();
+        self.handles.write().unwrap_or_else(|e| e.into_inner()).insert(fh, h);
+        fh
+    }
+
+    /// Whether a new open of this inode may (or must) go through kernel passthrough:
+    /// the kernel requires every open of an inode to use the same mode.
+    fn passthrough_mode(&self, state: &FileState, want: bool) -> bool {
+        if !want || !self.cfg.passthrough || self.tiers[state.tier() as usize].emulated() {
+            return false;
+        }
+        if state.stub.lock().map(|s| s.as_ref().is_some_and(|s| !s.is_complete())).unwrap_or(true) {
+            return false;
+        }
+        let open = state.open_handles();
+        if open.is_empty() {
+            return true;
+        }
+        open.iter().all(|h| h.passthrough)
+    }
+
+    fn opened(&self, fh: u64, passthrough: bool) -> Opened {
+        let pt = if passthrough { self.handle(fh).map(|h| h.file()) } else { None };
+        Opened { fh, passthrough: pt }
+    }
+
+    /// Open file `ino`. `want_passthrough`: the face can hand the backing file to the kernel.
+    pub fn open_file(&self, ino: Ino, flags: i32, want_passthrough: bool) -> FsResult<Opened> {
+        let ns = self.ns();
+        if ns.is_dir(ino) {
+            return Err(FsError::ISDIR);
+        }
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        let path = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        let state = f.state.clone();
+        let tier = f.tier;
+        let file = open_backing(&self.tiers[tier as usize].path(&path), backing_flags(flags))?;
+        let pt = f.kind == FileKind::File && self.passthrough_mode(&state, want_passthrough);
+        let fh = self.register_handle(&state, file, flags, pt);
+        drop(ns);
+        if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
+            self.truncate(ino, 0, Some(fh))?;
+        }
+        self.record(ino, tier, Op::Open, 0, 0, state.size.load(Ordering::Relaxed));
+        Ok(self.opened(fh, pt))
+    }
+
+    /// Create and open a regular file (O_CREAT|O_EXCL semantics: fails if the name exists).
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, flags: i32, caller: Caller, want_passthrough: bool) -> FsResult<(FileAttr, Opened)> {
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        let m = mode & !umask & 0o7777;
+        let bflags = backing_flags(flags);
+        let (ino, _tier, file) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+            let mut o = std::fs::OpenOptions::new();
+            o.read(true).write(true).create_new(true).mode(m);
+            o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
+            let f = o.open(p)?;
+            util::chmod(p, m)?;
+            Ok(Some(f))
+        })?;
+        let file = file.ok_or(FsError::IO)?;
+        let state = ns.files.get(&ino).map(|f| f.state.clone()).ok_or(FsError::IO)?;
+        let pt = self.passthrough_mode(&state, want_passthrough);
+        let fh = self.register_handle(&state, file, flags, pt);
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok((attr, self.opened(fh, pt)))
+    }
+
+    /// Bring missing stub ranges of `[start, end)` in through the filler.
+    fn fill_range(&self, state: &FileState, start: u64, end: u64) -> FsResult<()> {
+        if end <= start || state.missing(start, end).is_empty() {
+            return Ok(());
+        }
+        let Some(filler) = self.filler.read().unwrap_or_else(|e| e.into_inner()).clone() else { return Err(FsError::IO) };
+        let _g = state.fill.lock().unwrap_or_else(|e| e.into_inner());
+        let path = self.ns().path_of(state.ino).unwrap_or_default();
+        for (s, e) in state.missing(start, end) {
+            filler.fill_range(self, state.ino, &path, s, e - s)?;
+        }
+        if !state.missing(start, end).is_empty() {
+            return Err(FsError::IO);
+        }
+        Ok(())
+    }
+
+    /// Read up to `size` bytes at `offset`.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> FsResult<Vec<u8>> {
+        let h = self.handle_or_badf(fh)?;
+        let st = &h.state;
+        let fsize = st.size.load(Ordering::Relaxed);
+        self.fill_range(st, offset, (offset + size as u64).min(fsize))?;
+        let (n, tier, buf) = {
+            let _g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            let mut buf = vec![0u8; size as usize];
+            let n = util::pread_full(&h.file(), &mut buf, offset)?;
+            buf.truncate(n);
+            (n, st.tier(), buf)
+        };
+        self.tiers[tier as usize].emulate(st.ino, offset, n as u64, false);
+        self.record(st.ino, tier, Op::Read, offset, n as u64, fsize);
+        Ok(buf)
+    }
+
+    /// Reserve `bytes` on a tier without passing its hard capacity.
+    fn reserve(&self, tier: u8, bytes: u64) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        let t = &self.tiers[tier as usize];
+        t.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| if u.saturating_add(bytes) <= t.capacity() { Some(u + bytes) } else { None })
+            .is_ok()
+    }
+
+    /// A write or extension needs `need` bytes for the whole file: move it to another tier
+    /// with room (slower ones first) instead of failing with ENOSPC.
+    fn spill(&self, ino: Ino, from: u8, need: u64) -> FsResult<()> {
+        let n = self.tiers.len() as u8;
+        for t in (from + 1..n).chain(0..from) {
+            if self.tiers[t as usize].fits(need) {
+                let reason = format!("spilled: tier {} is full", self.tiers[from as usize].cfg.name);
+                return match self.move_file(ino, t, &reason, need) {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.errno()),
+                };
+            }
+        }
+        Err(FsError::NOSPC)
+    }
+
+    /// Write `data` at `offset` (appends when the file was opened O_APPEND).
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let h = self.handle_or_badf(fh)?;
+        let st = &h.state;
+        let append = h.flags & libc::O_APPEND != 0;
+        {
+            let fsize = st.size.load(Ordering::Relaxed);
+            // Partial blocks of unfetched ranges must be fetched before being overwritten.
+            self.fill_range(st, offset, (offset + data.len() as u64).min(fsize))?;
+        }
+        for _attempt in 0..8 {
+            let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            let tier = st.tier();
+            let size = st.size.load(Ordering::Acquire);
+            let start = if append { size } else { offset };
+            let end = start + data.len() as u64;
+            let growth = end.saturating_sub(size);
+            if !self.reserve(tier, growth) {
+                drop(g);
+                self.spill(st.ino, tier, end.max(size))?;
+                continue;
+            }
+            let file = h.file();
+            let r = if append {
+                use std::io::Write;
+                (&*file).write_all(data)
+            } else {
+                file.write_all_at(data, offset)
+            };
+            if let Err(e) = r {
+                self.tiers[tier as usize].add_used(-(growth as i64));
+                if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+                    drop(g);
+                    self.spill(st.ino, tier, end.max(size))?;
+                    continue;
+                }
+                return Err(e.into());
+            }
+            let prev = st.size.fetch_max(end, Ordering::AcqRel);
+            // Another writer may have grown the file meanwhile: give back what we over-reserved.
+            let actual = end.saturating_sub(prev);
+            if actual < growth {
+                self.tiers[tier as usize].add_used(-((growth - actual) as i64));
+            }
+            st.write_gen.fetch_add(1, Ordering::AcqRel);
+            if let Some(s) = st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                crate::stub::subtract(&mut s.missing, start, end);
+            }
+            drop(g);
+            self.tiers[tier as usize].emulate(st.ino, start, data.len() as u64, true);
+            self.record(st.ino, tier, Op::Write, start, data.len() as u64, end.max(size));
+            return Ok(data.len() as u32);
+        }
+        Err(FsError::NOSPC)
+    }
+
+    /// Truncate or extend file `ino` (through `fh` when given).
+    pub(crate) fn truncate(&self, ino: Ino, size: u64, fh: Option<u64>) -> FsResult<()> {
+        for _attempt in 0..8 {
+            let ns = self.ns();
+            if ns.is_dir(ino) {
+                return Err(FsError::ISDIR);
+            }
+            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            if f.kind != FileKind::File {
+                return Err(FsError::INVAL);
+            }
+            let st = f.state.clone();
+            let path = ns.file_path(ino);
+            let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            let tier = st.tier();
+            let old = st.size.load(Ordering::Acquire);
+            let growth = size.saturating_sub(old);
+            if !self.reserve(tier, growth) {
+                drop(g);
+                drop(ns);
+                self.spill(ino, tier, size)?;
+                continue;
+            }
+            let r = match fh.and_then(|fh| self.handle(fh)) {
+                Some(h) => h.file().set_len(size),
+                None => match &path {
+                    Some(p) => std::fs::OpenOptions::new().write(true).open(self.tiers[tier as usize].path(p)).and_then(|f| f.set_len(size)),
+                    None => match st.open_handles().first() {
+                        Some(h) => h.file().set_len(size),
+                        None => return Err(FsError::NOENT),
+                    },
+                },
+            };
+            if let Err(e) = r {
+                self.tiers[tier as usize].add_used(-(growth as i64));
+                return Err(e.into());
+            }
+            if size < old {
+                self.tiers[tier as usize].add_used(-((old - size) as i64));
+            }
+            st.size.store(size, Ordering::Release);
+            st.write_gen.fetch_add(1, Ordering::AcqRel);
+            let stub_changed = match st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                Some(s) => {
+                    crate::stub::subtract(&mut s.missing, size, u64::MAX);
+                    Some(s.missing.clone())
+                }
+                None => None,
+            };
+            drop(g);
+            drop(ns);
+            if let Some(m) = stub_changed {
+                self.db().set_stub(ino, false, &m)?;
+            }
+            self.record(ino, tier, Op::Truncate, size, 0, size);
+            return Ok(());
+        }
+        Err(FsError::NOSPC)
+    }
+
+    /// flush (close of one descriptor): nothing is buffered in kaiso.
+    pub fn flush(&self, fh: u64) -> FsResult<()> {
+        self.handle_or_badf(fh).map(|_| ())
+    }
+
+    /// fsync / fdatasync.
+    pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
+        let h = self.handle_or_badf(fh)?;
+        let f = h.file();
+        if datasync { f.sync_data()? } else { f.sync_all()? }
+        Ok(())
+    }
+
+    /// Last close of a handle.
+    pub fn release(&self, fh: u64) -> FsResult<()> {
+        let Some(h) = self.handles.write().unwrap_or_else(|e| e.into_inner()).remove(&fh) else { return Err(FsError::BADF) };
+        let st = h.state.clone();
+        if h.passthrough {
+            st.passthrough_open.fetch_sub(1, Ordering::SeqCst);
+            if h.writable {
+                // The kernel wrote without us: bring the size accounting up to date.
+                if let Ok(s) = util::fstat(&h.file()) {
+                    let new = s.st_size as u64;
+                    let old = st.size.swap(new, Ordering::AcqRel);
+                    self.tiers[st.tier() as usize].add_used(new as i64 - old as i64);
+                }
+            }
+        }
+        {
+            let me = Arc::downgrade(&h);
+            st.handles.lock().unwrap_or_else(|e| e.into_inner()).retain(|w| !Weak::ptr_eq(w, &me) && w.strong_count() > 0);
+        }
+        drop(h);
+        let mut ns = self.ns();
+        if let Some(f) = ns.files.get(&st.ino) {
+            if f.names.is_empty() && f.lookups == 0 && !st.has_open_handles() {
+                ns.files.remove(&st.ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// fallocate (mode: FALLOC_FL_* bits).
+    pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> FsResult<()> {
+        let h = self.handle_or_badf(fh)?;
+        let st = h.state.clone();
+        let keep = mode & (libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0;
+        for _attempt in 0..8 {
+            let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            let tier = st.tier();
+            let size = st.size.load(Ordering::Acquire);
+            let end = offset + len;
+            let growth = if keep { 0 } else { end.saturating_sub(size) };
+            if !self.reserve(tier, growth) {
+                drop(g);
+                self.spill(st.ino, tier, end)?;
+                continue;
+            }
+            if let Err(e) = util::fallocate(&h.file(), mode, offset, len) {
+                self.tiers[tier as usize].add_used(-(growth as i64));
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    drop(g);
+                    self.spill(st.ino, tier, end.max(size))?;
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if !keep {
+                st.size.fetch_max(end, Ordering::AcqRel);
+            }
+            st.write_gen.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
+        Err(FsError::NOSPC)
+    }
+
+    /// lseek, including SEEK_DATA / SEEK_HOLE (answered by the backing file).
+    pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> FsResult<i64> {
+        let h = self.handle_or_badf(fh)?;
+        let st = &h.state;
+        let size = st.size.load(Ordering::Relaxed);
+        if whence == libc::SEEK_DATA || whence == libc::SEEK_HOLE {
+            // A stub's unfetched ranges would look like holes: fetch them first.
+            self.fill_range(st, 0, size)?;
+        }
+        let _g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+        let r = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&*h.file()), offset, whence) };
+        if r < 0 { Err(FsError::last()) } else { Ok(r) }
+    }
+
+    // ---- migration stubs -------------------------------------------------------------
+
+    /// Stub state of an inode (complete/default for ordinary inodes).
+    pub fn stub_state(&self, ino: Ino) -> StubState {
+        let ns = self.ns();
+        if let Some(d) = ns.dirs.get(&ino) {
+            return StubState { unlisted_dir: d.unlisted, missing: Vec::new() };
+        }
+        ns.files.get(&ino).and_then(|f| f.state.stub.lock().ok().and_then(|s| s.clone())).unwrap_or_default()
+    }
+
+    /// Set an inode's stub state (persisted).
+    pub fn stub_mark(&self, ino: Ino, state: StubState) -> FsResult<()> {
+        let mut ns = self.ns();
+        if let Some(d) = ns.dirs.get_mut(&ino) {
+            d.unlisted = state.unlisted_dir;
+        } else if let Some(f) = ns.files.get(&ino) {
+            *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = if state.is_complete() { None } else { Some(state.clone()) };
+        } else {
+            return Err(FsError::NOENT);
+        }
+        self.db().set_stub(ino, state.unlisted_dir, &state.missing)?;
+        Ok(())
+    }
+
+    /// The filler listed directory `ino`.
+    pub fn stub_dir_listed(&self, ino: Ino) -> FsResult<()> {
+        self.stub_mark(ino, StubState::default())
+    }
+
+    /// Create an entry as the filler saw it on the source; never calls the filler.
+    /// Files are created sparse at their size with every byte marked missing. Returns the
+    /// inode (an existing entry of that name is kept and returned).
+    pub fn stub_create(&self, parent: Ino, name: &OsStr, e: &StubEntry) -> FsResult<Ino> {
+        let mut ns = self.ns();
+        if let Some(i) = self.find_child(&mut ns, parent, name)? {
+            return Ok(i);
+        }
+        let caller = Caller { uid: e.uid, gid: e.gid, pid: 0 };
+        let ino = match e.kind {
+            FileKind::Dir => {
+                drop(ns);
+                let a = self.mkdir(parent, name, e.perm, 0, caller)?;
+                let mut ns = self.ns();
+                if let Some(d) = ns.dirs.get_mut(&a.ino) {
+                    d.unlisted = e.unlisted;
+                    d.lookups = d.lookups.saturating_sub(1);
+                }
+                drop(ns);
+                a.ino
+            }
+            kind => {
+                let size = e.size;
+                let target = e.symlink_target.clone();
+                let perm = e.perm & 0o7777;
+                let rdev = e.rdev;
+                let (ino, tier, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+                    match kind {
+                        FileKind::Symlink => std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?,
+                        FileKind::File => {
+                            let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(perm).open(p)?;
+                            f.set_len(size)?;
+                            util::chmod(p, perm)?;
+                        }
+                        FileKind::Fifo => util::mknod(p, libc::S_IFIFO | perm, 0)?,
+                        FileKind::Socket => util::mknod(p, libc::S_IFSOCK | perm, 0)?,
+                        FileKind::CharDevice => util::mknod(p, libc::S_IFCHR | perm, rdev)?,
+                        FileKind::BlockDevice => util::mknod(p, libc::S_IFBLK | perm, rdev)?,
+                        FileKind::Dir => unreachable!(),
+                    }
+                    Ok(None)
+                })?;
+                if kind == FileKind::File && size > 0 {
+                    if !self.reserve(tier, size) {
+                        self.tiers[tier as usize].add_used(size as i64);
+                    }
+                    if let Some(f) = ns.files.get(&ino) {
+                        f.state.size.store(size, Ordering::Release);
+                        *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState { unlisted_dir: false, missing: vec![(0, size)] });
+                    }
+                    self.db().set_stub(ino, false, &[(0, size)])?;
+                }
+                let p = ns.file_path(ino).map(|p| self.tiers[tier as usize].path(&p));
+                drop(ns);
+                if let Some(p) = p {
+                    util::lutimens(&p, util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
+                }
+                ino
+            }
+        };
+        if e.kind == FileKind::Dir {
+            if e.unlisted {
+                self.db().set_stub(ino, true, &[])?;
+            }
+            let p = self.ns().dir_path(ino).map(|p| p.to_path_buf());
+            if let Some(p) = p {
+                if let Some(t) = self.dir_tiers(&p).first() {
+                    util::lutimens(&self.tiers[*t as usize].path(&p), util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
+                }
+            }
+        }
+        Ok(ino)
+    }
+
+    /// Write fetched bytes into a stub file and mark them present; never calls the filler.
+    /// Keeps the file's mtime (fetching is not a modification).
+    pub fn stub_write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<()> {
+        let (path, state) = {
+            let ns = self.ns();
+            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
+            (self.tiers[f.tier as usize].path(&p), f.state.clone())
+        };
+        let _g = state.gate.read().unwrap_or_else(|e| e.into_inner());
+        let before = util::lstat(&path)?;
+        let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+        f.write_all_at(data, offset)?;
+        util::lutimens(&path, util::UTime::At(util::ts(before.st_atime, before.st_atime_nsec)), util::UTime::At(util::ts(before.st_mtime, before.st_mtime_nsec)))?;
+        let missing = {
+            let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
+            match s.as_mut() {
+                Some(st) => {
+                    crate::stub::subtract(&mut st.missing, offset, offset + data.len() as u64);
+                    let m = st.missing.clone();
+                    if m.is_empty() {
+                        *s = None;
+                    }
+                    m
+                }
+                None => Vec::new(),
+            }
+        };
+        let end = offset + data.len() as u64;
+        let old = state.size.fetch_max(end, Ordering::AcqRel);
+        if end > old {
+            self.tiers[state.tier() as usize].add_used((end - old) as i64);
+        }
+        self.db().set_stub(ino, false, &missing)?;
+        Ok(())
+    }
+}

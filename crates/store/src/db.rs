@@ -1,0 +1,312 @@
+//! The metadata database (SQLite, WAL) under the state directory.
+//!
+//! It holds only what the tier directories cannot: inode numbers that must survive moves
+//! (`remap`) and directory inode numbers (`dirs`), the move/rename journal, pins, heat
+//! checkpoints, placement reasons, stub state, and per-tier usage at clean shutdown. The
+//! tiers themselves stay the truth for the tree and the data.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+pub(crate) struct Db {
+    pub conn: Connection,
+}
+
+/// One journal row.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct JournalRow {
+    pub id: i64,
+    pub kind: String,
+    pub ino: u64,
+    pub from_tier: u8,
+    pub to_tier: u8,
+    pub src_bino: u64,
+    pub dst_bino: u64,
+    /// Store-relative paths (a move's link group; a rename's from/to).
+    pub names: Vec<PathBuf>,
+    pub tmp: PathBuf,
+    pub state: String,
+}
+
+fn pack(paths: &[PathBuf]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in paths {
+        v.extend_from_slice(p.as_os_str().as_bytes());
+        v.push(0);
+    }
+    v
+}
+
+fn unpack(b: &[u8]) -> Vec<PathBuf> {
+    b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| PathBuf::from(std::ffi::OsString::from_vec(s.to_vec()))).collect()
+}
+
+pub(crate) fn pbytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_bytes()
+}
+
+impl Db {
+    pub fn open(state_dir: &Path) -> rusqlite::Result<Db> {
+        let conn = Connection::open(state_dir.join("kaiso.db"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS tiers(name TEXT PRIMARY KEY, slot INTEGER NOT NULL UNIQUE);
+             CREATE TABLE IF NOT EXISTS remap(slot INTEGER NOT NULL, bino INTEGER NOT NULL, ino INTEGER NOT NULL UNIQUE, PRIMARY KEY(slot, bino));
+             CREATE TABLE IF NOT EXISTS dirs(path BLOB PRIMARY KEY, ino INTEGER NOT NULL UNIQUE);
+             CREATE TABLE IF NOT EXISTS journal(id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, ino INTEGER NOT NULL,
+                 from_tier INTEGER NOT NULL, to_tier INTEGER NOT NULL, src_bino INTEGER NOT NULL, dst_bino INTEGER NOT NULL,
+                 names BLOB NOT NULL, tmp BLOB NOT NULL, state TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS pins(ino INTEGER PRIMARY KEY, tier INTEGER NOT NULL, path BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS heat(ino INTEGER PRIMARY KEY, heat REAL NOT NULL, last INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS reasons(ino INTEGER PRIMARY KEY, rule TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL);",
+        )?;
+        Ok(Db { conn })
+    }
+
+    pub fn meta(&self, key: &str) -> rusqlite::Result<Option<String>> {
+        self.conn.query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0)).optional()
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> rusqlite::Result<()> {
+        self.conn.execute("INSERT INTO meta(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET value=?2", params![key, value])?;
+        Ok(())
+    }
+
+    /// Stable slot numbers of tiers by name (slots never change once given).
+    pub fn tier_slots(&self, names: &[String]) -> rusqlite::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for n in names {
+            let slot: Option<i64> = self.conn.query_row("SELECT slot FROM tiers WHERE name=?1", [n], |r| r.get(0)).optional()?;
+            let slot = match slot {
+                Some(s) => s,
+                None => {
+                    let next: i64 = self.conn.query_row("SELECT COALESCE(MAX(slot),0)+1 FROM tiers", [], |r| r.get(0))?;
+                    self.conn.execute("INSERT INTO tiers(name,slot) VALUES(?1,?2)", params![n, next])?;
+                    next
+                }
+            };
+            out.push(slot.clamp(1, 250) as u8);
+        }
+        Ok(out)
+    }
+
+    pub fn remaps(&self) -> rusqlite::Result<Vec<(u8, u64, u64)>> {
+        let mut st = self.conn.prepare("SELECT slot, bino, ino FROM remap")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u8, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))?;
+        rows.collect()
+    }
+
+    pub fn set_remap(&self, slot: u8, bino: u64, ino: u64) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        self.conn.execute(
+            "INSERT INTO remap(slot,bino,ino) VALUES(?1,?2,?3) ON CONFLICT(slot,bino) DO UPDATE SET ino=?3",
+            params![slot as i64, bino as i64, ino as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn drop_remap_ino(&self, ino: u64) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        Ok(())
+    }
+
+    pub fn dirs(&self) -> rusqlite::Result<Vec<(PathBuf, u64)>> {
+        let mut st = self.conn.prepare("SELECT path, ino FROM dirs")?;
+        let rows = st.query_map([], |r| {
+            let b: Vec<u8> = r.get(0)?;
+            Ok((PathBuf::from(std::ffi::OsString::from_vec(b)), r.get::<_, i64>(1)? as u64))
+        })?;
+        rows.collect()
+    }
+
+    pub fn add_dir(&self, path: &Path, ino: u64) -> rusqlite::Result<()> {
+        self.conn.execute("INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)", params![pbytes(path), ino as i64])?;
+        Ok(())
+    }
+
+    pub fn remove_dir(&self, path: &Path) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM dirs WHERE path=?1", [pbytes(path)])?;
+        Ok(())
+    }
+
+    /// Rename a directory and everything below it in the `dirs` table.
+    pub fn rename_dirs(&self, from: &Path, to: &Path) -> rusqlite::Result<()> {
+        let tx = self.conn.unchecked_transaction()?;
+        let rows: Vec<(Vec<u8>, i64)> = {
+            let mut st = tx.prepare("SELECT path, ino FROM dirs")?;
+            let it = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            it.collect::<rusqlite::Result<_>>()?
+        };
+        let f = pbytes(from);
+        for (p, ino) in rows {
+            let under = p == f || (p.len() > f.len() && p.starts_with(f) && p[f.len()] == b'/');
+            if under {
+                let mut np = pbytes(to).to_vec();
+                np.extend_from_slice(&p[f.len()..]);
+                tx.execute("DELETE FROM dirs WHERE path=?1", [&p])?;
+                tx.execute("INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)", params![np, ino])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// Journal writes are made durable (synchronous=FULL) before the data step they guard.
+    pub fn journal_add(&self, row: &JournalRow) -> rusqlite::Result<i64> {
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let r = self.conn.execute(
+            "INSERT INTO journal(kind,ino,from_tier,to_tier,src_bino,dst_bino,names,tmp,state) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+            params![
+                row.kind,
+                row.ino as i64,
+                row.from_tier as i64,
+                row.to_tier as i64,
+                row.src_bino as i64,
+                row.dst_bino as i64,
+                pack(&row.names),
+                pbytes(&row.tmp),
+                row.state
+            ],
+        );
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        r?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn journal_done(&self, id: i64) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM journal WHERE id=?1", [id])?;
+        Ok(())
+    }
+
+    pub fn journal(&self) -> rusqlite::Result<Vec<JournalRow>> {
+        let mut st = self.conn.prepare("SELECT id,kind,ino,from_tier,to_tier,src_bino,dst_bino,names,tmp,state FROM journal ORDER BY id")?;
+        let rows = st.query_map([], |r| {
+            let names: Vec<u8> = r.get(7)?;
+            let tmp: Vec<u8> = r.get(8)?;
+            Ok(JournalRow {
+                id: r.get(0)?,
+                kind: r.get(1)?,
+                ino: r.get::<_, i64>(2)? as u64,
+                from_tier: r.get::<_, i64>(3)? as u8,
+                to_tier: r.get::<_, i64>(4)? as u8,
+                src_bino: r.get::<_, i64>(5)? as u64,
+                dst_bino: r.get::<_, i64>(6)? as u64,
+                names: unpack(&names),
+                tmp: PathBuf::from(std::ffi::OsString::from_vec(tmp)),
+                state: r.get(9)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn pins(&self) -> rusqlite::Result<Vec<(u64, u8)>> {
+        let mut st = self.conn.prepare("SELECT ino, tier FROM pins")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u8)))?;
+        rows.collect()
+    }
+
+    pub fn set_pin(&self, ino: u64, tier: Option<u8>, path: &Path) -> rusqlite::Result<()> {
+        match tier {
+            Some(t) => self.conn.execute(
+                "INSERT OR REPLACE INTO pins(ino,tier,path) VALUES(?1,?2,?3)",
+                params![ino as i64, t as i64, pbytes(path)],
+            )?,
+            None => self.conn.execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?,
+        };
+        Ok(())
+    }
+
+    pub fn heat(&self) -> rusqlite::Result<Vec<(u64, f64, u64)>> {
+        let mut st = self.conn.prepare("SELECT ino, heat, last FROM heat")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
+        rows.collect()
+    }
+
+    pub fn save_heat(&self, rows: &[(u64, f64, u64)], reasons: &[(u64, String)]) -> rusqlite::Result<()> {
+        let tx = self.conn.unchecked_transaction()?;
+        tx.execute("DELETE FROM heat", [])?;
+        {
+            let mut st = tx.prepare("INSERT INTO heat(ino,heat,last) VALUES(?1,?2,?3)")?;
+            for (i, h, l) in rows {
+                st.execute(params![*i as i64, h, *l as i64])?;
+            }
+            let mut st = tx.prepare("INSERT OR REPLACE INTO reasons(ino,rule) VALUES(?1,?2)")?;
+            for (i, r) in reasons {
+                st.execute(params![*i as i64, r])?;
+            }
+        }
+        tx.commit()
+    }
+
+    pub fn reason(&self, ino: u64) -> rusqlite::Result<Option<String>> {
+        self.conn.query_row("SELECT rule FROM reasons WHERE ino=?1", [ino as i64], |r| r.get(0)).optional()
+    }
+
+    pub fn forget_file(&self, ino: u64) -> rusqlite::Result<()> {
+        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        self.conn.execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?;
+        self.conn.execute("DELETE FROM reasons WHERE ino=?1", [ino as i64])?;
+        self.conn.execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
+        Ok(())
+    }
+
+    pub fn stubs(&self) -> rusqlite::Result<Vec<(u64, bool, Vec<(u64, u64)>)>> {
+        let mut st = self.conn.prepare("SELECT ino, unlisted, missing FROM stubs")?;
+        let rows = st.query_map([], |r| {
+            let b: Vec<u8> = r.get(2)?;
+            let ranges = b.chunks_exact(16).map(|c| (u64::from_le_bytes(c[..8].try_into().unwrap_or_default()), u64::from_le_bytes(c[8..].try_into().unwrap_or_default()))).collect();
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? != 0, ranges))
+        })?;
+        rows.collect()
+    }
+
+    pub fn set_stub(&self, ino: u64, unlisted: bool, missing: &[(u64, u64)]) -> rusqlite::Result<()> {
+        if !unlisted && missing.is_empty() {
+            self.conn.execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
+            return Ok(());
+        }
+        let mut b = Vec::with_capacity(missing.len() * 16);
+        for (s, e) in missing {
+            b.extend_from_slice(&s.to_le_bytes());
+            b.extend_from_slice(&e.to_le_bytes());
+        }
+        self.conn.execute(
+            "INSERT OR REPLACE INTO stubs(ino,unlisted,missing) VALUES(?1,?2,?3)",
+            params![ino as i64, unlisted as i64, b],
+        )?;
+        Ok(())
+    }
+}
+
+impl Db {
+    /// The atomic switch of a move: journal state and the file's inode-number mapping in
+    /// one durable transaction.
+    pub fn journal_switch(&self, id: i64, names: &[PathBuf], remap: Option<(u8, u64, u64)>, ino: u64) -> rusqlite::Result<()> {
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let r = (|| {
+            let tx = self.conn.unchecked_transaction()?;
+            tx.execute("UPDATE journal SET state='switched', names=?2 WHERE id=?1", params![id, pack(names)])?;
+            tx.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+            if let Some((slot, bino, ino)) = remap {
+                tx.execute(
+                    "INSERT INTO remap(slot,bino,ino) VALUES(?1,?2,?3) ON CONFLICT(slot,bino) DO UPDATE SET ino=?3",
+                    params![slot as i64, bino as i64, ino as i64],
+                )?;
+            }
+            tx.commit()
+        })();
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        r
+    }
+
+    pub fn journal_set_names(&self, id: i64, names: &[PathBuf], dst_bino: u64) -> rusqlite::Result<()> {
+        self.conn.pragma_update(None, "synchronous", "FULL")?;
+        let r = self.conn.execute("UPDATE journal SET names=?2, dst_bino=?3, state='copied' WHERE id=?1", params![id, pack(names), dst_bino as i64]);
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        r.map(|_| ())
+    }
+}

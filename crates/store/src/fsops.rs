@@ -1,0 +1,949 @@
+//! Namespace operations of the [`Store`]: lookup, attributes, create/remove, rename, link,
+//! directories, xattrs, statfs, access.
+
+use crate::db::JournalRow;
+use crate::error::{FsError, FsResult};
+use crate::handles::{DirHandle, FileState};
+use crate::namespace::{FileNode, Namespace};
+use crate::store::{Store, TEMP_PREFIX};
+use crate::types::{Caller, DirEntry, FileAttr, FileKind, Ino, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags};
+use crate::util::{self, UTime};
+use kaiso_policy::Op;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+pub(crate) fn check_name(name: &OsStr) -> FsResult<()> {
+    let b = util::name_bytes(name);
+    if b.is_empty() || b.contains(&b'/') || b == b"." || b == b".." {
+        return Err(FsError::INVAL);
+    }
+    if b.len() > 255 {
+        return Err(FsError::NAMETOOLONG);
+    }
+    Ok(())
+}
+
+fn hidden(name: &OsStr) -> bool {
+    util::name_bytes(name).starts_with(TEMP_PREFIX.as_bytes())
+}
+
+fn utime(t: Option<TimeSet>) -> UTime {
+    match t {
+        None => UTime::Omit,
+        Some(TimeSet::Now) => UTime::Now,
+        Some(TimeSet::At(t)) => UTime::At(t),
+    }
+}
+
+impl Store {
+    /// Find `name` in `parent`: from the index, else by probing the tiers (files added
+    /// directly to a tier directory are adopted on first sight).
+    pub(crate) fn find_child(&self, ns: &mut Namespace, parent: Ino, name: &OsStr) -> FsResult<Option<Ino>> {
+        if !ns.is_dir(parent) {
+            return Err(if ns.files.contains_key(&parent) { FsError::NOTDIR } else { FsError::NOENT });
+        }
+        if hidden(name) {
+            return Ok(None);
+        }
+        if let Some(i) = ns.child(parent, name) {
+            return Ok(Some(i));
+        }
+        let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        for (ti, t) in self.tiers.iter().enumerate() {
+            let Some(st) = util::lstat_opt(&t.path(&rel))? else { continue };
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                let ino = self.assign_dir_ino(ns, &rel)?;
+                ns.add_dir(ino, parent, name, rel, false);
+                return Ok(Some(ino));
+            }
+            let ino = self.assign_file_ino(ns, ti as u8, st.st_ino)?;
+            let size = st.st_size as u64;
+            let kind = FileKind::from_mode(st.st_mode);
+            let fresh = !ns.files.contains_key(&ino);
+            ns.add_file_name(ino, parent, name, || FileNode {
+                kind,
+                tier: ti as u8,
+                bino: st.st_ino,
+                names: Vec::new(),
+                state: FileState::new(ino, ti as u8, size),
+                lookups: 0,
+            });
+            if fresh && kind == FileKind::File {
+                t.add_used(size as i64);
+                self.placer().placed(ino, size, ti as u8);
+            }
+            return Ok(Some(ino));
+        }
+        Ok(None)
+    }
+
+    /// Attributes of an inode (index lock held).
+    pub(crate) fn attr_locked(&self, ns: &mut Namespace, ino: Ino) -> FsResult<FileAttr> {
+        if let Some(d) = ns.dirs.get(&ino) {
+            let (_, st) = self.dir_stat(&d.path)?;
+            return Ok(Self::attr_of(ino, &st));
+        }
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        if let Some(path) = ns.file_path(ino) {
+            let t = &self.tiers[f.tier as usize];
+            match util::lstat_opt(&t.path(&path))? {
+                Some(st) => return Ok(Self::attr_of(ino, &st)),
+                None => {
+                    // Removed behind our back: forget the name.
+                    let names = f.names.clone();
+                    for (p, n) in names {
+                        ns.remove_name(p, &n);
+                    }
+                }
+            }
+        }
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        if let Some(h) = f.state.open_handles().first() {
+            let st = util::fstat(&h.file())?;
+            return Ok(Self::attr_of(ino, &st));
+        }
+        Err(FsError::NOENT)
+    }
+
+    pub(crate) fn fill_dir_if_stub(&self, ino: Ino) -> FsResult<()> {
+        let path = {
+            let ns = self.ns();
+            match ns.dirs.get(&ino) {
+                Some(d) if d.unlisted => d.path.clone(),
+                _ => return Ok(()),
+            }
+        };
+        let Some(filler) = self.filler.read().unwrap_or_else(|e| e.into_inner()).clone() else { return Ok(()) };
+        let _g = self.mover.dir_fill.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.ns().dirs.get(&ino).is_some_and(|d| d.unlisted) {
+            return Ok(());
+        }
+        filler.fill_dir(self, ino, &path)
+    }
+
+    /// Look `name` up in directory `parent`. Counts one kernel lookup reference.
+    pub fn lookup(&self, parent: Ino, name: &OsStr) -> FsResult<FileAttr> {
+        if util::name_bytes(name).len() > 255 {
+            return Err(FsError::NAMETOOLONG);
+        }
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        let ino = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok(attr)
+    }
+
+    pub(crate) fn add_lookup(&self, ns: &mut Namespace, ino: Ino, n: u64) {
+        if let Some(d) = ns.dirs.get_mut(&ino) {
+            d.lookups += n;
+        } else if let Some(f) = ns.files.get_mut(&ino) {
+            f.lookups += n;
+        }
+    }
+
+    /// The kernel dropped `n` lookup references.
+    pub fn forget(&self, ino: Ino, n: u64) {
+        let mut ns = self.ns();
+        if let Some(d) = ns.dirs.get_mut(&ino) {
+            d.lookups = d.lookups.saturating_sub(n);
+        } else if let Some(f) = ns.files.get_mut(&ino) {
+            f.lookups = f.lookups.saturating_sub(n);
+            if f.lookups == 0 && f.names.is_empty() && !f.state.has_open_handles() {
+                ns.files.remove(&ino);
+            }
+        }
+    }
+
+    /// Attributes of `ino` (through `fh` if given, which works for unlinked open files).
+    pub fn getattr(&self, ino: Ino, fh: Option<u64>) -> FsResult<FileAttr> {
+        if let Some(fh) = fh {
+            if let Some(h) = self.handle(fh) {
+                let st = util::fstat(&h.file())?;
+                return Ok(Self::attr_of(ino, &st));
+            }
+        }
+        let mut ns = self.ns();
+        self.attr_locked(&mut ns, ino)
+    }
+
+    /// chmod, chown, truncate, utimens.
+    pub fn setattr(&self, ino: Ino, set: &SetAttr, _caller: Caller) -> FsResult<FileAttr> {
+        if let Some(size) = set.size {
+            self.truncate(ino, size, set.fh)?;
+        }
+        let mut ns = self.ns();
+        let paths: Vec<PathBuf> = if let Some(d) = ns.dirs.get(&ino) {
+            if set.size.is_some() {
+                return Err(FsError::ISDIR);
+            }
+            let rel = d.path.clone();
+            self.dir_tiers(&rel).into_iter().map(|t| self.tiers[t as usize].path(&rel)).collect()
+        } else {
+            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            match ns.file_path(ino) {
+                Some(p) => vec![self.tiers[f.tier as usize].path(&p)],
+                None => Vec::new(),
+            }
+        };
+        if paths.is_empty() {
+            // Unlinked but open: change it through the descriptor.
+            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            let h = f.state.open_handles().into_iter().next().ok_or(FsError::NOENT)?;
+            let file = h.file();
+            if let Some(m) = set.mode {
+                file.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))?;
+            }
+            if set.uid.is_some() || set.gid.is_some() {
+                std::os::unix::fs::fchown(&*file, set.uid, set.gid)?;
+            }
+            if set.atime.is_some() || set.mtime.is_some() {
+                let p = PathBuf::from(format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&*file)));
+                let c = util::cpath(&p)?;
+                let times = [utime_spec(set.atime), utime_spec(set.mtime)];
+                if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) } != 0 {
+                    return Err(FsError::last());
+                }
+            }
+            let st = util::fstat(&file)?;
+            return Ok(Self::attr_of(ino, &st));
+        }
+        for p in &paths {
+            if set.uid.is_some() || set.gid.is_some() {
+                util::lchown(p, set.uid, set.gid)?;
+            }
+            if let Some(m) = set.mode {
+                let st = util::lstat(p)?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+                    util::chmod(p, m & 0o7777)?;
+                }
+            }
+            if set.atime.is_some() || set.mtime.is_some() {
+                util::lutimens(p, utime(set.atime), utime(set.mtime))?;
+            }
+        }
+        self.attr_locked(&mut ns, ino)
+    }
+
+    /// Which tier a new object goes to, by the configured rule, skipping full tiers.
+    pub(crate) fn place_new(&self, size_hint: u64) -> FsResult<u8> {
+        use crate::config::PlacementRule;
+        let n = self.tiers.len() as u8;
+        let start = match &self.cfg.placement {
+            PlacementRule::FastestWithRoom => 0,
+            PlacementRule::Tier(name) => self.tiers.iter().position(|t| &t.cfg.name == name).unwrap_or(0) as u8,
+            PlacementRule::Policy => {
+                let states = self.tier_states();
+                let now = self.now();
+                self.placer().place_new(now, size_hint, &states).min(n - 1)
+            }
+        };
+        // Fastest from `start` below its high watermark; else any with room under the hard limit.
+        for t in start..n {
+            if self.tiers[t as usize].fits_below_high(size_hint.max(1)) {
+                return Ok(t);
+            }
+        }
+        for t in (start..n).chain(0..start) {
+            if self.tiers[t as usize].fits(size_hint) {
+                return Ok(t);
+            }
+        }
+        Err(FsError::NOSPC)
+    }
+
+    /// Owner for a new inode: the caller, with the group of a setgid parent.
+    fn owner_for(&self, ns: &Namespace, parent: Ino, caller: Caller) -> (u32, Option<u32>) {
+        let sgid = ns.dirs.get(&parent).and_then(|d| self.dir_stat(&d.path).ok()).is_some_and(|(_, st)| st.st_mode & libc::S_ISGID != 0);
+        (caller.uid, if sgid { None } else { Some(caller.gid) })
+    }
+
+    /// Create a non-directory entry on the placement tier with `make`, spilling down on ENOSPC.
+    pub(crate) fn create_entry(
+        &self,
+        ns: &mut Namespace,
+        parent: Ino,
+        name: &OsStr,
+        caller: Caller,
+        make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
+    ) -> FsResult<(Ino, u8, Option<std::fs::File>)> {
+        check_name(name)?;
+        if hidden(name) {
+            return Err(FsError::INVAL);
+        }
+        if self.find_child(ns, parent, name)?.is_some() {
+            return Err(FsError::EXIST);
+        }
+        let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let parent_rel = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
+        let first = self.place_new(0)?;
+        let n = self.tiers.len() as u8;
+        let mut last_err = FsError::NOSPC;
+        for tier in (first..n).chain(0..first) {
+            if !self.tiers[tier as usize].fits(0) {
+                continue;
+            }
+            self.ensure_dir(tier, &parent_rel)?;
+            let p = self.tiers[tier as usize].path(&rel);
+            let file = match make(&p) {
+                Ok(f) => f,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) => {
+                    last_err = FsError::NOSPC;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let (uid, gid) = self.owner_for(ns, parent, caller);
+            if let Err(e) = util::lchown(&p, Some(uid), gid) {
+                let _ = std::fs::remove_file(&p);
+                return Err(e.into());
+            }
+            let st = util::lstat(&p)?;
+            let ino = self.assign_file_ino(ns, tier, st.st_ino)?;
+            let kind = FileKind::from_mode(st.st_mode);
+            ns.add_file_name(ino, parent, name, || FileNode {
+                kind,
+                tier,
+                bino: st.st_ino,
+                names: Vec::new(),
+                state: FileState::new(ino, tier, 0),
+                lookups: 0,
+            });
+            let now = self.now();
+            {
+                let mut pl = self.placer();
+                pl.placed(ino, 0, tier);
+                pl.record(now, ino, Op::Create, 0, 0);
+                let rule = if tier == first {
+                    format!("created on tier {} by rule {}", self.tiers[tier as usize].cfg.name, self.cfg.placement)
+                } else {
+                    format!("created on tier {} (spilled: faster tiers full)", self.tiers[tier as usize].cfg.name)
+                };
+                pl.reasons.insert(ino, rule);
+            }
+            self.trace_event(now, ino, Op::Create, 0, 0, 0, &rel);
+            return Ok((ino, tier, file));
+        }
+        Err(last_err)
+    }
+
+    /// mknod: regular files, fifos, sockets, device nodes.
+    pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u64, caller: Caller) -> FsResult<FileAttr> {
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        let m = mode & !umask;
+        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+            if m & libc::S_IFMT == libc::S_IFREG || m & libc::S_IFMT == 0 {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new().write(true).create_new(true).mode(m & 0o7777).open(p)?;
+                util::chmod(p, m & 0o7777)?;
+            } else {
+                util::mknod(p, m, rdev)?;
+                util::chmod(p, m & 0o7777)?;
+            }
+            Ok(None)
+        })?;
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok(attr)
+    }
+
+    /// mkdir: on the fastest tier that holds the parent.
+    pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, caller: Caller) -> FsResult<FileAttr> {
+        check_name(name)?;
+        if hidden(name) {
+            return Err(FsError::INVAL);
+        }
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        if self.find_child(&mut ns, parent, name)?.is_some() {
+            return Err(FsError::EXIST);
+        }
+        let parent_rel = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
+        let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let (tier, _) = self.dir_stat(&parent_rel)?;
+        let p = self.tiers[tier as usize].path(&rel);
+        std::fs::create_dir(&p)?;
+        let (uid, gid) = self.owner_for(&ns, parent, caller);
+        let r = util::lchown(&p, Some(uid), gid).and_then(|_| {
+            // Keep a setgid bit inherited from the parent; apply the requested bits.
+            let st = util::lstat(&p)?;
+            util::chmod(&p, (mode & !umask & 0o7777) | (st.st_mode & libc::S_ISGID))
+        });
+        if let Err(e) = r {
+            let _ = std::fs::remove_dir(&p);
+            return Err(e.into());
+        }
+        let ino = self.assign_dir_ino(&mut ns, &rel)?;
+        ns.add_dir(ino, parent, name, rel, false);
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok(attr)
+    }
+
+    /// symlink `name` → `target`.
+    pub fn symlink(&self, parent: Ino, name: &OsStr, target: &Path, caller: Caller) -> FsResult<FileAttr> {
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+            std::os::unix::fs::symlink(target, p)?;
+            Ok(None)
+        })?;
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok(attr)
+    }
+
+    pub fn readlink(&self, ino: Ino) -> FsResult<OsString> {
+        let ns = self.ns();
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        if f.kind != FileKind::Symlink {
+            return Err(FsError::INVAL);
+        }
+        let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        Ok(std::fs::read_link(self.tiers[f.tier as usize].path(&p))?.into_os_string())
+    }
+
+    /// A name of file `ino` went away; `nlink_before` is the backing link count before.
+    fn after_unlink(&self, ns: &mut Namespace, ino: Ino, nlink_before: u64) {
+        let Some(f) = ns.files.get(&ino) else { return };
+        if nlink_before > 1 && !f.names.is_empty() {
+            return;
+        }
+        if nlink_before > 1 {
+            return;
+        }
+        let size = f.state.size.load(Ordering::Relaxed);
+        if f.kind == FileKind::File {
+            self.tiers[f.tier as usize].add_used(-(size as i64));
+        }
+        let open = f.state.has_open_handles();
+        let lookups = f.lookups;
+        let had_record = ns.taken.contains(&ino) || self.placer().pins.contains_key(&ino);
+        if had_record {
+            ns.remap.retain(|_, v| *v != ino);
+            ns.taken.remove(&ino);
+            let _ = self.db().forget_file(ino);
+        }
+        self.placer().forget(ino);
+        if !open && lookups == 0 {
+            ns.files.remove(&ino);
+        }
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
+        self.fill_dir_if_stub(parent)?;
+        let mut ns = self.ns();
+        let ino = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+        if ns.is_dir(ino) {
+            return Err(FsError::ISDIR);
+        }
+        let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let tier = ns.files.get(&ino).map(|f| f.tier).ok_or(FsError::NOENT)?;
+        let p = self.tiers[tier as usize].path(&rel);
+        let st = util::lstat(&p)?;
+        std::fs::remove_file(&p)?;
+        ns.remove_name(parent, name);
+        self.after_unlink(&mut ns, ino, st.st_nlink);
+        let now = self.now();
+        self.trace_event(now, ino, Op::Delete, 0, 0, 0, &rel);
+        Ok(())
+    }
+
+    /// Whether directory `rel` is empty on every tier.
+    fn dir_empty(&self, rel: &Path) -> FsResult<bool> {
+        for t in &self.tiers {
+            match std::fs::read_dir(t.path(rel)) {
+                Ok(mut rd) => {
+                    if rd.any(|e| e.map(|e| !hidden(&e.file_name())).unwrap_or(true)) {
+                        return Ok(false);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(true)
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
+        self.fill_dir_if_stub(parent)?;
+        let ino = {
+            let mut ns = self.ns();
+            self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?
+        };
+        self.fill_dir_if_stub(ino)?;
+        let mut ns = self.ns();
+        if !ns.is_dir(ino) {
+            return Err(FsError::NOTDIR);
+        }
+        let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        if !self.dir_empty(&rel)? {
+            return Err(FsError::NOTEMPTY);
+        }
+        for t in self.dir_tiers(&rel) {
+            let p = self.tiers[t as usize].path(&rel);
+            // Remove our own leftovers first (they are never visible).
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                for e in rd.flatten() {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+            std::fs::remove_dir(&p)?;
+        }
+        ns.remove_name(parent, name);
+        ns.drop_dir(ino);
+        self.db().remove_dir(&rel)?;
+        Ok(())
+    }
+
+    fn is_ancestor(ns: &Namespace, anc: Ino, mut ino: Ino) -> bool {
+        loop {
+            if ino == anc {
+                return true;
+            }
+            if ino == ROOT_INO {
+                return false;
+            }
+            match ns.dirs.get(&ino) {
+                Some(d) => ino = d.parent,
+                None => return false,
+            }
+        }
+    }
+
+    /// rename / renameat2 (NOREPLACE, EXCHANGE). Atomic in the namespace whatever tiers the
+    /// two names live on; never EXDEV.
+    pub fn rename(&self, parent: Ino, name: &OsStr, newparent: Ino, newname: &OsStr, flags: u32) -> FsResult<()> {
+        check_name(newname)?;
+        if hidden(newname) || hidden(name) {
+            return Err(FsError::INVAL);
+        }
+        if flags & !(rename_flags::NOREPLACE | rename_flags::EXCHANGE) != 0
+            || (flags & rename_flags::NOREPLACE != 0 && flags & rename_flags::EXCHANGE != 0)
+        {
+            return Err(FsError::INVAL);
+        }
+        self.fill_dir_if_stub(parent)?;
+        self.fill_dir_if_stub(newparent)?;
+        // An exchange of files on different tiers first brings them onto one tier.
+        for _ in 0..4 {
+            let mut ns = self.ns();
+            let src = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+            let dst = self.find_child(&mut ns, newparent, newname)?;
+            if flags & rename_flags::EXCHANGE != 0 {
+                let dst = dst.ok_or(FsError::NOENT)?;
+                if let (Some(a), Some(b)) = (ns.files.get(&src), ns.files.get(&dst)) {
+                    if a.tier != b.tier {
+                        let (to, size) = (a.tier, b.state.size.load(Ordering::Relaxed));
+                        drop(ns);
+                        self.move_file(dst, to, "exchange with a file on another tier", size).map_err(|e| e.errno())?;
+                        continue;
+                    }
+                }
+                return self.exchange_locked(&mut ns, parent, name, src, newparent, newname, dst);
+            }
+            return self.rename_locked(&mut ns, parent, name, src, newparent, newname, dst, flags);
+        }
+        Err(FsError::BUSY)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_locked(
+        &self,
+        ns: &mut Namespace,
+        parent: Ino,
+        name: &OsStr,
+        src: Ino,
+        newparent: Ino,
+        newname: &OsStr,
+        dst: Option<Ino>,
+        flags: u32,
+    ) -> FsResult<()> {
+        let src_dir = ns.is_dir(src);
+        if !ns.is_dir(newparent) {
+            return Err(FsError::NOTDIR);
+        }
+        if let Some(d) = dst {
+            if flags & rename_flags::NOREPLACE != 0 {
+                return Err(FsError::EXIST);
+            }
+            if d == src {
+                return Ok(());
+            }
+            let dst_dir = ns.is_dir(d);
+            if src_dir && !dst_dir {
+                return Err(FsError::NOTDIR);
+            }
+            if !src_dir && dst_dir {
+                return Err(FsError::ISDIR);
+            }
+        }
+        if src_dir && Self::is_ancestor(ns, src, newparent) {
+            return Err(FsError::INVAL);
+        }
+        let sp = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let dp = ns.child_path(newparent, newname).ok_or(FsError::NOENT)?;
+        let dparent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
+        if src_dir {
+            if let Some(d) = dst {
+                if !self.dir_empty(&dp)? || ns.dirs.get(&d).is_some_and(|n| !n.children.is_empty()) {
+                    return Err(FsError::NOTEMPTY);
+                }
+            }
+            let row = JournalRow {
+                id: 0,
+                kind: "dirrename".into(),
+                ino: src,
+                from_tier: 0,
+                to_tier: 0,
+                src_bino: 0,
+                dst_bino: 0,
+                names: vec![sp.clone(), dp.clone()],
+                tmp: PathBuf::new(),
+                state: "renaming".into(),
+            };
+            let id = self.db().journal_add(&row)?;
+            for (ti, t) in self.tiers.iter().enumerate() {
+                let has_src = util::lstat_opt(&t.path(&sp))?.is_some();
+                let has_dst = util::lstat_opt(&t.path(&dp))?.is_some();
+                if has_src {
+                    self.ensure_dir(ti as u8, &dparent)?;
+                    std::fs::rename(t.path(&sp), t.path(&dp))?;
+                } else if has_dst {
+                    let _ = std::fs::remove_dir(t.path(&dp));
+                }
+            }
+            if let Some(d) = dst {
+                ns.remove_name(newparent, newname);
+                ns.drop_dir(d);
+                self.db().remove_dir(&dp)?;
+            }
+            ns.remove_name(parent, name);
+            if let Some(p) = ns.dirs.get_mut(&newparent) {
+                p.children.insert(newname.to_os_string(), src);
+            }
+            ns.rename_dir(src, newparent, newname);
+            self.db().rename_dirs(&sp, &dp)?;
+            self.db().journal_done(id)?;
+            return Ok(());
+        }
+        let tier = ns.files.get(&src).map(|f| f.tier).ok_or(FsError::NOENT)?;
+        let t = &self.tiers[tier as usize];
+        self.ensure_dir(tier, &dparent)?;
+        let replaced = dst.and_then(|d| ns.files.get(&d).map(|f| (d, f.tier, f.bino)));
+        match replaced {
+            Some((d, dtier, dbino)) if dtier != tier => {
+                // The old target lives on another tier: journal its removal so a crash
+                // between the two steps never leaves both names.
+                let src_bino = ns.files.get(&src).map(|f| f.bino).unwrap_or(0);
+                let row = JournalRow {
+                    id: 0,
+                    kind: "replace".into(),
+                    ino: d,
+                    from_tier: dtier,
+                    to_tier: tier,
+                    src_bino: dbino,
+                    dst_bino: src_bino,
+                    names: vec![dp.clone()],
+                    tmp: PathBuf::new(),
+                    state: "renaming".into(),
+                };
+                let id = self.db().journal_add(&row)?;
+                std::fs::rename(t.path(&sp), t.path(&dp))?;
+                let old = self.tiers[dtier as usize].path(&dp);
+                let nlink = util::lstat(&old).map(|s| s.st_nlink).unwrap_or(1);
+                std::fs::remove_file(&old)?;
+                self.db().journal_done(id)?;
+                ns.remove_name(newparent, newname);
+                self.after_unlink(ns, d, nlink);
+            }
+            Some((d, _, _)) => {
+                let nlink = util::lstat(&t.path(&dp)).map(|s| s.st_nlink).unwrap_or(1);
+                std::fs::rename(t.path(&sp), t.path(&dp))?;
+                ns.remove_name(newparent, newname);
+                self.after_unlink(ns, d, nlink);
+            }
+            None => {
+                util::renameat2(&t.path(&sp), &t.path(&dp), libc::RENAME_NOREPLACE).or_else(|e| {
+                    if e.raw_os_error() == Some(libc::EINVAL) { std::fs::rename(t.path(&sp), t.path(&dp)) } else { Err(e) }
+                })?;
+            }
+        }
+        ns.remove_name(parent, name);
+        let kind = ns.files.get(&src).map(|f| f.kind).unwrap_or(FileKind::File);
+        ns.add_file_name(src, newparent, newname, || FileNode {
+            kind,
+            tier,
+            bino: 0,
+            names: Vec::new(),
+            state: FileState::new(src, tier, 0),
+            lookups: 0,
+        });
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_locked(&self, ns: &mut Namespace, parent: Ino, name: &OsStr, a: Ino, newparent: Ino, newname: &OsStr, b: Ino) -> FsResult<()> {
+        if a == b {
+            return Ok(());
+        }
+        let (a_dir, b_dir) = (ns.is_dir(a), ns.is_dir(b));
+        if (a_dir && Self::is_ancestor(ns, a, newparent)) || (b_dir && Self::is_ancestor(ns, b, parent)) {
+            return Err(FsError::INVAL);
+        }
+        let ap = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let bp = ns.child_path(newparent, newname).ok_or(FsError::NOENT)?;
+        let a_parent = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
+        let b_parent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
+        for (ti, t) in self.tiers.iter().enumerate() {
+            let ha = util::lstat_opt(&t.path(&ap))?.is_some() && (a_dir || ns.files.get(&a).is_some_and(|f| f.tier == ti as u8));
+            let hb = util::lstat_opt(&t.path(&bp))?.is_some() && (b_dir || ns.files.get(&b).is_some_and(|f| f.tier == ti as u8));
+            match (ha, hb) {
+                (true, true) => util::renameat2(&t.path(&ap), &t.path(&bp), libc::RENAME_EXCHANGE)?,
+                (true, false) => {
+                    self.ensure_dir(ti as u8, &b_parent)?;
+                    std::fs::rename(t.path(&ap), t.path(&bp))?;
+                }
+                (false, true) => {
+                    self.ensure_dir(ti as u8, &a_parent)?;
+                    std::fs::rename(t.path(&bp), t.path(&ap))?;
+                }
+                (false, false) => {}
+            }
+        }
+        // Swap the names in the index.
+        let placeholder = OsString::from("\0kaiso-exchange");
+        for (ino, (p, n), (np, nn)) in [(a, (parent, name), (newparent, newname)), (b, (newparent, newname), (parent, name))] {
+            if let Some(f) = ns.files.get_mut(&ino) {
+                for e in f.names.iter_mut() {
+                    if e.0 == p && e.1 == n {
+                        *e = (np, nn.to_os_string());
+                    }
+                }
+            }
+        }
+        if let Some(d) = ns.dirs.get_mut(&parent) {
+            d.children.insert(name.to_os_string(), b);
+        }
+        if let Some(d) = ns.dirs.get_mut(&newparent) {
+            d.children.insert(newname.to_os_string(), a);
+        }
+        let db = self.db();
+        if a_dir {
+            ns.rename_dir(a, ROOT_INO, &placeholder);
+            db.rename_dirs(&ap, Path::new(&placeholder))?;
+        }
+        if b_dir {
+            ns.rename_dir(b, parent, name);
+            db.rename_dirs(&bp, &ap)?;
+        }
+        if a_dir {
+            ns.rename_dir(a, newparent, newname);
+            db.rename_dirs(Path::new(&placeholder), &bp)?;
+        }
+        Ok(())
+    }
+
+    /// Hard link: a new name for `ino` on the tier it lives on.
+    pub fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr) -> FsResult<FileAttr> {
+        check_name(newname)?;
+        if hidden(newname) {
+            return Err(FsError::INVAL);
+        }
+        self.fill_dir_if_stub(newparent)?;
+        let mut ns = self.ns();
+        if ns.is_dir(ino) {
+            return Err(FsError::PERM);
+        }
+        if self.find_child(&mut ns, newparent, newname)?.is_some() {
+            return Err(FsError::EXIST);
+        }
+        let tier = ns.files.get(&ino).map(|f| f.tier).ok_or(FsError::NOENT)?;
+        let src = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        let dp = ns.child_path(newparent, newname).ok_or(FsError::NOENT)?;
+        let dparent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
+        self.ensure_dir(tier, &dparent)?;
+        let t = &self.tiers[tier as usize];
+        std::fs::hard_link(t.path(&src), t.path(&dp))?;
+        ns.add_file_name(ino, newparent, newname, || unreachable_node(ino, tier));
+        let attr = self.attr_locked(&mut ns, ino)?;
+        self.add_lookup(&mut ns, ino, 1);
+        Ok(attr)
+    }
+
+    /// Open a directory: snapshots its entries so listing is stable while it changes.
+    pub fn opendir(&self, ino: Ino) -> FsResult<u64> {
+        self.fill_dir_if_stub(ino)?;
+        let entries = self.dir_snapshot(ino)?;
+        let fh = self.fh();
+        self.dir_handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Arc::new(Mutex::new(DirHandle { ino, entries, read_once: false })));
+        Ok(fh)
+    }
+
+    fn dir_snapshot(&self, ino: Ino) -> FsResult<Vec<(DirEntry, Option<FileAttr>)>> {
+        let ns = self.ns();
+        let d = ns.dirs.get(&ino).ok_or(if ns.files.contains_key(&ino) { FsError::NOTDIR } else { FsError::NOENT })?;
+        let mut out = Vec::with_capacity(d.children.len() + 2);
+        out.push((DirEntry { ino, offset: 1, kind: FileKind::Dir, name: ".".into() }, None));
+        out.push((DirEntry { ino: d.parent, offset: 2, kind: FileKind::Dir, name: "..".into() }, None));
+        for (name, c) in &d.children {
+            let kind = if ns.is_dir(*c) { FileKind::Dir } else { ns.files.get(c).map(|f| f.kind).unwrap_or(FileKind::File) };
+            let off = out.len() as u64 + 1;
+            out.push((DirEntry { ino: *c, offset: off, kind, name: name.clone() }, None));
+        }
+        Ok(out)
+    }
+
+    /// Entries after cookie `offset` (0 = from the start; restarting re-snapshots).
+    pub fn readdir(&self, fh: u64, offset: u64) -> FsResult<Vec<DirEntry>> {
+        let dh = self.dir_handle(fh)?;
+        let mut d = dh.lock().unwrap_or_else(|e| e.into_inner());
+        if offset == 0 && d.read_once {
+            d.entries = self.dir_snapshot(d.ino)?;
+        }
+        d.read_once = true;
+        Ok(d.entries.iter().skip(offset as usize).map(|(e, _)| e.clone()).collect())
+    }
+
+    /// Like `readdir`, with attributes. Every returned entry except "." and ".." counts
+    /// one lookup reference; the face must `forget(ino, 1)` entries it could not send.
+    pub fn readdirplus(&self, fh: u64, offset: u64) -> FsResult<Vec<(DirEntry, FileAttr)>> {
+        let entries = self.readdir(fh, offset)?;
+        let mut ns = self.ns();
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let attr = match self.attr_locked(&mut ns, e.ino) {
+                Ok(a) => a,
+                Err(_) => continue,
+            };
+            if e.name != "." && e.name != ".." {
+                self.add_lookup(&mut ns, e.ino, 1);
+            }
+            out.push((e, attr));
+        }
+        Ok(out)
+    }
+
+    pub fn releasedir(&self, fh: u64) -> FsResult<()> {
+        self.dir_handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        Ok(())
+    }
+
+    /// fsyncdir: sync every tier copy of the directory.
+    pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
+        let rel = self.ns().dir_path(ino).ok_or(FsError::NOENT)?.to_path_buf();
+        for t in self.dir_tiers(&rel) {
+            util::fsync_dir(&self.tiers[t as usize].path(&rel))?;
+        }
+        Ok(())
+    }
+
+    fn dir_handle(&self, fh: u64) -> FsResult<Arc<Mutex<DirHandle>>> {
+        self.dir_handles.lock().unwrap_or_else(|e| e.into_inner()).get(&fh).cloned().ok_or(FsError::BADF)
+    }
+
+    /// File system totals: capacities and room summed over the tiers (each tier also
+    /// bounded by the real free space of its file system).
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let bsize: u64 = 4096;
+        let (mut blocks, mut bfree, mut files, mut ffree) = (0u64, 0u64, 0u64, 0u64);
+        for t in &self.tiers {
+            let c = util::cpath(&t.root)?;
+            let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+            let real_free = if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 {
+                files += sv.f_files;
+                ffree += sv.f_ffree;
+                sv.f_bavail * sv.f_frsize
+            } else {
+                u64::MAX
+            };
+            blocks += t.capacity() / bsize;
+            bfree += t.free().min(real_free) / bsize;
+        }
+        Ok(StatFs { blocks, bfree, bavail: bfree, files, ffree, bsize: bsize as u32, namelen: 255, frsize: bsize as u32 })
+    }
+
+    /// Backing paths an xattr operation applies to (all copies for directories).
+    fn xattr_paths(&self, ino: Ino) -> FsResult<Vec<PathBuf>> {
+        let ns = self.ns();
+        if let Some(d) = ns.dirs.get(&ino) {
+            let rel = d.path.clone();
+            return Ok(self.dir_tiers(&rel).into_iter().map(|t| self.tiers[t as usize].path(&rel)).collect());
+        }
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        Ok(vec![self.tiers[f.tier as usize].path(&p)])
+    }
+
+    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+        let paths = self.xattr_paths(ino)?;
+        for (i, p) in paths.iter().enumerate() {
+            // XATTR_CREATE/REPLACE decide on the first copy; the others just follow.
+            let f = if i == 0 { flags } else { 0 };
+            util::lsetxattr(p, name, value, f)?;
+        }
+        Ok(())
+    }
+
+    pub fn getxattr(&self, ino: Ino, name: &OsStr) -> FsResult<Vec<u8>> {
+        let paths = self.xattr_paths(ino)?;
+        let p = paths.first().ok_or(FsError::NOENT)?;
+        Ok(util::lgetxattr(p, name)?)
+    }
+
+    /// NUL-separated names.
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let paths = self.xattr_paths(ino)?;
+        let p = paths.first().ok_or(FsError::NOENT)?;
+        Ok(util::llistxattr(p)?)
+    }
+
+    pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {
+        let paths = self.xattr_paths(ino)?;
+        for (i, p) in paths.iter().enumerate() {
+            match util::lremovexattr(p, name) {
+                Ok(()) => {}
+                Err(e) if i > 0 && e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// access(2) check by mode bits (faces using kernel default_permissions rarely need it).
+    pub fn access(&self, ino: Ino, mask: i32, caller: Caller) -> FsResult<()> {
+        let a = self.getattr(ino, None)?;
+        if mask == libc::F_OK || caller.uid == 0 && (mask & libc::X_OK == 0 || a.perm & 0o111 != 0 || a.kind == FileKind::Dir) {
+            return Ok(());
+        }
+        let perm = a.perm as i32;
+        let bits = if caller.uid == a.uid {
+            (perm >> 6) & 7
+        } else if caller.gid == a.gid {
+            (perm >> 3) & 7
+        } else {
+            perm & 7
+        };
+        if bits & mask == mask { Ok(()) } else { Err(FsError::ACCES) }
+    }
+}
+
+fn utime_spec(t: Option<TimeSet>) -> libc::timespec {
+    match t {
+        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        Some(TimeSet::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        Some(TimeSet::At(t)) => util::timespec_of(t),
+    }
+}
+
+fn unreachable_node(ino: Ino, tier: u8) -> FileNode {
+    FileNode { kind: FileKind::File, tier, bino: 0, names: Vec::new(), state: FileState::new(ino, tier, 0), lookups: 0 }
+}

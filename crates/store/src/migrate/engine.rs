@@ -1,0 +1,781 @@
+//! The on-demand side of post-copy migration: the store's [`StubFiller`].
+//!
+//! - **Directories** are dummies (store: *unlisted*) until first looked up or listed; then
+//!   the whole source listing is fetched in one call (READDIRPLUS style) and every entry
+//!   is created at once with its attributes. Symlinks, FIFOs, sockets and devices are
+//!   complete when created; directories and regular files become stub rows.
+//! - **Files** go dummy (attributes from the listing) → partial (xattrs, ACLs and
+//!   alternate data streams copied: on the first data access or by the crawler's metadata
+//!   pass) → normal (no missing byte range; the row is deleted and the counter drops).
+//! - **Data** is fetched in units of `unit_size` (10 MiB by default) aligned to the unit,
+//!   clamped to `minsize`. Only the parts the store still reports missing are written, so
+//!   bytes a client wrote are never overwritten by a late fetch. The store serialises
+//!   fills per file, so concurrent requests for the same range wait for one fetch, while
+//!   fetches of different files run in parallel (one per calling thread).
+//! - **Hard links**: a regular file with link count ≥ 2 is recorded as an *anchor* keyed
+//!   by its source inode; later paths with the same source inode become hard links to the
+//!   anchor's store inode instead of new stubs.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::source::{
+    FileKind as SrcKind, Source, SourceAttr, SourceError, SourceErrorKind, SourcePath, Timestamp,
+};
+use super::state::{MigrationDb, StubKind, StubRow};
+use crate::Store;
+use crate::error::{FsError, FsResult};
+use crate::stub::{StubEntry, StubFiller, StubState};
+use crate::types::{Caller, FileKind, Ino, ROOT_INO, SetAttr, TimeSet};
+use kaiso_policy::crawl::CrawlOrder;
+
+/// Prefix of the xattrs that carry SMB-only metadata on the destination.
+pub const NT_SD_XATTR: &str = "user.kaiso.nt_security_descriptor";
+pub const OWNER_SID_XATTR: &str = "user.kaiso.owner_sid";
+pub const GROUP_SID_XATTR: &str = "user.kaiso.group_sid";
+
+/// Settings of one migrated share.
+#[derive(Clone, Debug)]
+pub struct MigrationConfig {
+    /// Name of the migration (one per share), used for its state directory.
+    pub name: String,
+    /// Store-relative directory the share appears in (empty: the store root).
+    pub target: PathBuf,
+    /// Fetch unit in bytes (the thesis: 10 MiB, under 1 s even on 1 Gbit/s).
+    pub unit_size: u64,
+    pub order: CrawlOrder,
+    /// Crawler threads (1 = the thesis's single crawler).
+    pub crawl_workers: usize,
+    /// Crawler bandwidth limit in bytes per second (demand fetches are never throttled).
+    pub throttle_bytes_per_sec: Option<u64>,
+}
+
+impl MigrationConfig {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            target: PathBuf::new(),
+            unit_size: 10 << 20,
+            order: CrawlOrder::default(),
+            crawl_workers: 2,
+            throttle_bytes_per_sec: None,
+        }
+    }
+}
+
+/// Live counters (for status, rates and the benchmark).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub bytes_fetched: AtomicU64,
+    pub demand_fetches: AtomicU64,
+    pub crawl_fetches: AtomicU64,
+    pub dirs_listed: AtomicU64,
+    pub files_completed: AtomicU64,
+    pub demand_in_flight: AtomicUsize,
+}
+
+thread_local! {
+    /// Set on crawler threads, so their fetches yield to demand fetches and are throttled.
+    static CRAWLER_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+pub(crate) fn mark_crawler_thread() {
+    CRAWLER_THREAD.with(|c| c.set(true));
+}
+
+fn on_crawler_thread() -> bool {
+    CRAWLER_THREAD.with(|c| c.get())
+}
+
+/// One migrated share: its source, its state database and its counters.
+pub struct Migration {
+    pub(crate) cfg: MigrationConfig,
+    pub(crate) source: Box<dyn Source>,
+    pub(crate) db: MigrationDb,
+    pub(crate) dir: PathBuf,
+    pub(crate) root_ino: Ino,
+    pub counters: Counters,
+    /// Crawler bandwidth budget: (window start, bytes in window).
+    throttle: Mutex<(Instant, u64)>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) paused: AtomicBool,
+    throttle_limit: AtomicU64,
+}
+
+fn io(e: std::io::Error) -> FsError {
+    tracing::error!("migration state: {e}");
+    FsError::IO
+}
+
+fn to_system_time(t: Timestamp) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
+            + Duration::from_nanos(u64::from(t.nanos))
+    }
+}
+
+fn store_kind(k: SrcKind) -> FileKind {
+    match k {
+        SrcKind::Regular => FileKind::File,
+        SrcKind::Directory => FileKind::Dir,
+        SrcKind::Symlink => FileKind::Symlink,
+        SrcKind::Fifo => FileKind::Fifo,
+        SrcKind::Socket => FileKind::Socket,
+        SrcKind::CharDevice => FileKind::CharDevice,
+        SrcKind::BlockDevice => FileKind::BlockDevice,
+    }
+}
+
+impl Migration {
+    /// Opens (or creates) the migration `cfg.name` of `store`, binding `source` to the
+    /// store directory `cfg.target` (created if missing). A new migration starts with a
+    /// single dummy: the target directory. After an unclean stop the remaining-stub
+    /// counter is recomputed. Does not register the filler (see [`Migrations`]).
+    pub fn open(
+        store: &Store,
+        source: Box<dyn Source>,
+        cfg: MigrationConfig,
+    ) -> Result<Arc<Self>, String> {
+        if cfg.unit_size == 0 || cfg.crawl_workers == 0 {
+            return Err("unit_size and crawl_workers must be > 0".into());
+        }
+        if cfg.name.is_empty() || cfg.name.contains(['/', '\0']) || cfg.name.starts_with('.') {
+            return Err(format!("bad migration name {:?}", cfg.name));
+        }
+        let dir = store.config().state_dir.join("migrate").join(&cfg.name);
+        let db = MigrationDb::open(&dir.join("migrate.db"))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let described = source.describe();
+        let root_ino = ensure_target(store, &cfg.target)?;
+        let m = Arc::new(Self {
+            throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
+            cfg,
+            source,
+            db,
+            dir,
+            root_ino,
+            counters: Counters::default(),
+            throttle: Mutex::new((Instant::now(), 0)),
+            stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
+        });
+        let e = |e: std::io::Error| e.to_string();
+        match m.db.meta("source").map_err(e)? {
+            None => {
+                // Fresh: the source root exists and is a directory, or we refuse now.
+                let attr = m
+                    .source
+                    .stat(&SourcePath::root())
+                    .map_err(|e| format!("source {described}: {e}"))?;
+                if attr.kind != SrcKind::Directory {
+                    return Err(format!("source {described}: root is not a directory"));
+                }
+                m.db.insert(&[StubRow {
+                    ino: root_ino,
+                    kind: StubKind::DummyDir,
+                    src_path: SourcePath::root(),
+                    src_ino: attr.ino,
+                    minsize: 0,
+                }])
+                .map_err(e)?;
+                store
+                    .stub_mark(
+                        root_ino,
+                        StubState {
+                            unlisted_dir: true,
+                            missing: Vec::new(),
+                        },
+                    )
+                    .map_err(|er| format!("mark target unlisted: {er:?}"))?;
+                m.db.set_meta("source", &described).map_err(e)?;
+                m.db.set_meta("started", &now_secs().to_string())
+                    .map_err(e)?;
+            }
+            Some(prev) if prev != described => {
+                return Err(format!(
+                    "migration {:?} was started from {prev}, not {described}",
+                    m.cfg.name
+                ));
+            }
+            Some(_) => {}
+        }
+        if m.db.meta("clean").map_err(e)?.as_deref() != Some("1") {
+            let n = m
+                .reconcile(store)
+                .map_err(|er| format!("recount after unclean stop: {er:?}"))?;
+            tracing::warn!(migration = %m.cfg.name, remaining = n, "unclean stop: stub counter recomputed");
+        }
+        m.db.set_meta("clean", "0").map_err(e)?;
+        Ok(m)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn root_ino(&self) -> Ino {
+        self.root_ino
+    }
+
+    pub fn source(&self) -> &dyn Source {
+        &*self.source
+    }
+
+    pub fn config(&self) -> &MigrationConfig {
+        &self.cfg
+    }
+
+    /// The remaining-stub counter: 0 means everything is migrated.
+    pub fn remaining(&self) -> u64 {
+        self.db.remaining().unwrap_or(u64::MAX)
+    }
+
+    pub fn skipped(&self) -> Vec<super::state::Skipped> {
+        self.db.skipped().unwrap_or_default()
+    }
+
+    pub fn set_throttle(&self, bytes_per_sec: Option<u64>) {
+        self.throttle_limit
+            .store(bytes_per_sec.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// Marks a clean stop (no recount needed at next open).
+    pub fn close(&self) {
+        let _ = self.db.set_meta("clean", "1");
+    }
+
+    /// Drops rows of objects that no longer exist or are already complete in the store,
+    /// then recomputes the counter. Called after an unclean stop and between crawl rounds
+    /// (clients may delete or complete stubs without telling us).
+    pub fn reconcile(&self, store: &Store) -> FsResult<u64> {
+        for row in self.db.all().map_err(io)? {
+            let exists = store.getattr(row.ino, None).is_ok();
+            let state = store.stub_state(row.ino);
+            let done = match row.kind {
+                StubKind::DummyDir => !state.unlisted_dir,
+                StubKind::DummyFile => false,
+                StubKind::PartialFile => state.missing.is_empty(),
+            };
+            if !exists || done {
+                self.db.remove(row.ino).map_err(io)?;
+            }
+        }
+        self.db.recount().map_err(io)
+    }
+
+    fn owned_row(&self, ino: Ino) -> FsResult<Option<StubRow>> {
+        self.db.get(ino).map_err(io)
+    }
+
+    /// Lists the source directory of dummy directory `ino` and creates every entry.
+    fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
+        let entries = match self.source.read_dir(&row.src_path) {
+            Ok(e) => e,
+            Err(e) => return self.give_up_or_retry(store, ino, &e, true),
+        };
+        let mut rows = Vec::new();
+        for entry in &entries {
+            let name = OsStr::from_bytes(&entry.name);
+            let Ok(child_src) = row.src_path.join(&entry.name) else {
+                continue;
+            };
+            match self.create_entry(store, ino, name, &child_src, &entry.attr) {
+                Ok(Some(r)) => rows.push(r),
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = self.db.skip(
+                        &child_src,
+                        SourceErrorKind::Io,
+                        &format!("could not create on the destination: errno {}", e.errno()),
+                    );
+                }
+            }
+        }
+        self.db.insert(&rows).map_err(io)?;
+        store.stub_dir_listed(ino)?;
+        // Creating the entries touched the directory: give it the source's times back.
+        if let Ok(attr) = self.source.stat(&row.src_path) {
+            let set = SetAttr {
+                atime: Some(TimeSet::At(to_system_time(attr.atime))),
+                mtime: Some(TimeSet::At(to_system_time(attr.mtime))),
+                ..SetAttr::default()
+            };
+            let _ = store.setattr(ino, &set, Caller::ROOT);
+            self.copy_metadata(store, ino, &row.src_path);
+        }
+        self.db.remove(ino).map_err(io)?;
+        self.counters.dirs_listed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Creates one entry from its source attributes; returns its stub row, if any.
+    fn create_entry(
+        &self,
+        store: &Store,
+        parent: Ino,
+        name: &OsStr,
+        src: &SourcePath,
+        a: &SourceAttr,
+    ) -> FsResult<Option<StubRow>> {
+        if a.kind == SrcKind::Regular && a.nlink >= 2 {
+            if let Some(anchor) = self.db.anchor(a.ino).map_err(io)? {
+                if store.getattr(anchor, None).is_ok() {
+                    return match store.link(anchor, parent, name) {
+                        Ok(_) | Err(FsError::EXIST) => Ok(None),
+                        Err(e) => Err(e),
+                    };
+                }
+            }
+        }
+        let symlink_target = if a.kind == SrcKind::Symlink {
+            match self.source.read_link(src) {
+                Ok(t) => Some(OsStr::from_bytes(&t).to_os_string()),
+                Err(e) => {
+                    let _ = self.db.skip(src, e.kind, &e.message);
+                    return Ok(None);
+                }
+            }
+        } else {
+            None
+        };
+        let entry = StubEntry {
+            kind: store_kind(a.kind),
+            perm: a.perm & 0o7777,
+            uid: a.uid,
+            gid: a.gid,
+            size: if a.kind == SrcKind::Regular {
+                a.size
+            } else {
+                0
+            },
+            mtime: to_system_time(a.mtime),
+            atime: to_system_time(a.atime),
+            symlink_target,
+            rdev: libc::makedev(a.rdev.0, a.rdev.1),
+            unlisted: a.kind == SrcKind::Directory,
+        };
+        let ino = store.stub_create(parent, name, &entry)?;
+        Ok(match a.kind {
+            SrcKind::Directory => Some(StubRow {
+                ino,
+                kind: StubKind::DummyDir,
+                src_path: src.clone(),
+                src_ino: a.ino,
+                minsize: 0,
+            }),
+            SrcKind::Regular => {
+                if a.nlink >= 2 {
+                    self.db.set_anchor(a.ino, ino).map_err(io)?;
+                }
+                Some(StubRow {
+                    ino,
+                    kind: StubKind::DummyFile,
+                    src_path: src.clone(),
+                    src_ino: a.ino,
+                    minsize: a.size,
+                })
+            }
+            _ => {
+                self.copy_metadata(store, ino, src);
+                None
+            }
+        })
+    }
+
+    /// Copies xattrs, ACLs and alternate data streams; problems go to the skip report.
+    fn copy_metadata(&self, store: &Store, ino: Ino, src: &SourcePath) {
+        let feats = self.source.features();
+        if feats.xattrs {
+            match self.source.xattrs(src) {
+                Ok(list) => {
+                    for (name, value) in list {
+                        if let Err(e) = store.setxattr(ino, OsStr::from_bytes(&name), &value, 0) {
+                            let _ = self.db.skip(
+                                src,
+                                SourceErrorKind::Io,
+                                &format!(
+                                    "xattr {}: errno {}",
+                                    String::from_utf8_lossy(&name),
+                                    e.errno()
+                                ),
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = self.db.skip(src, e.kind, &format!("xattrs: {}", e.message));
+                }
+            }
+        }
+        if feats.acls {
+            match self.source.acl(src) {
+                Ok(acl) => {
+                    let mut set = |name: &str, v: &[u8]| {
+                        if let Err(e) = store.setxattr(ino, OsStr::new(name), v, 0) {
+                            let _ = self.db.skip(
+                                src,
+                                SourceErrorKind::Io,
+                                &format!("{name}: errno {}", e.errno()),
+                            );
+                        }
+                    };
+                    if let Some(v) = &acl.posix_access {
+                        set("system.posix_acl_access", v);
+                    }
+                    if let Some(v) = &acl.posix_default {
+                        set("system.posix_acl_default", v);
+                    }
+                    if let Some(v) = &acl.nt_security_descriptor {
+                        set(NT_SD_XATTR, v);
+                    }
+                    if let Some(v) = &acl.owner_sid {
+                        set(OWNER_SID_XATTR, v.as_bytes());
+                    }
+                    if let Some(v) = &acl.group_sid {
+                        set(GROUP_SID_XATTR, v.as_bytes());
+                    }
+                }
+                Err(e) => {
+                    let _ = self.db.skip(src, e.kind, &format!("ACL: {}", e.message));
+                }
+            }
+        }
+        if feats.streams {
+            match self.source.streams(src) {
+                Ok(streams) => {
+                    for s in streams {
+                        // Samba's streams_xattr layout: the data plus a trailing NUL, so a
+                        // Samba export of the destination shows the same streams.
+                        match self.source.read_stream(src, &s.name, 0, s.size as usize) {
+                            Ok(mut data) => {
+                                data.push(0);
+                                let name = format!("user.DosStream.{}:$DATA", s.name);
+                                if let Err(e) = store.setxattr(ino, OsStr::new(&name), &data, 0) {
+                                    let _ = self.db.skip(
+                                        src,
+                                        SourceErrorKind::Io,
+                                        &format!(
+                                            "stream {}: errno {} (xattr size limit?)",
+                                            s.name,
+                                            e.errno()
+                                        ),
+                                    );
+                                }
+                            }
+                            Err(e) => {
+                                let _ = self.db.skip(
+                                    src,
+                                    e.kind,
+                                    &format!("stream {}: {}", s.name, e.message),
+                                );
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = self
+                        .db
+                        .skip(src, e.kind, &format!("streams: {}", e.message));
+                }
+            }
+        }
+    }
+
+    /// Dummy → partial: copies the file's metadata once.
+    pub(crate) fn ensure_partial(&self, store: &Store, row: &StubRow) -> FsResult<()> {
+        if row.kind != StubKind::DummyFile {
+            return Ok(());
+        }
+        self.copy_metadata(store, row.ino, &row.src_path);
+        self.db
+            .set_kind(row.ino, StubKind::PartialFile)
+            .map_err(io)?;
+        if store.stub_state(row.ino).missing.is_empty() {
+            self.complete(store, row)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&self, store: &Store, row: &StubRow) -> FsResult<()> {
+        let ino = row.ino;
+        if let Ok(a) = store.getattr(ino, None) {
+            let mtime_ns = a
+                .mtime
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            self.db
+                .record_done(ino, &row.src_path, a.size, mtime_ns)
+                .map_err(io)?;
+        }
+        if self.db.remove(ino).map_err(io)? {
+            self.counters
+                .files_completed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// What to do when the source refused: permanent problems are reported and the stub
+    /// is given up (listed empty / left with zeros) so that migration can finish;
+    /// transient ones (unreachable) fail the operation with EIO and keep the stub.
+    fn give_up_or_retry(
+        &self,
+        store: &Store,
+        ino: Ino,
+        e: &SourceError,
+        is_dir: bool,
+    ) -> FsResult<()> {
+        match e.kind {
+            SourceErrorKind::Unreachable | SourceErrorKind::Io => {
+                tracing::warn!("source: {e}");
+                Err(FsError::IO)
+            }
+            _ => {
+                let _ = self.db.skip(&e.path, e.kind, &e.message);
+                if is_dir {
+                    store.stub_dir_listed(ino)?;
+                } else {
+                    store.stub_mark(ino, StubState::default())?;
+                }
+                self.db.remove(ino).map_err(io)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Brings in the unit-aligned units covering `[offset, offset+len)` of file `ino`.
+    pub(crate) fn fetch_range(
+        &self,
+        store: &Store,
+        row: &StubRow,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        self.ensure_partial(store, row)?;
+        let size = store.getattr(row.ino, None)?.size;
+        let minsize = row.minsize.min(size);
+        if minsize < row.minsize {
+            self.db.lower_minsize(row.ino, minsize).map_err(io)?;
+        }
+        let unit = self.cfg.unit_size;
+        let mut at = offset / unit * unit;
+        let end = (offset + len).div_ceil(unit).saturating_mul(unit);
+        while at < end {
+            let missing = crate::stub::missing_within(
+                &store.stub_state(row.ino).missing,
+                at,
+                (at + unit).min(end),
+            );
+            if !missing.is_empty() {
+                self.fetch_unit(store, row, at, minsize, &missing)?;
+            }
+            at += unit;
+        }
+        if store.stub_state(row.ino).missing.is_empty() {
+            self.complete(store, row)?;
+        }
+        Ok(())
+    }
+
+    /// Fetches one unit and writes the parts of it that are still missing.
+    fn fetch_unit(
+        &self,
+        store: &Store,
+        row: &StubRow,
+        at: u64,
+        minsize: u64,
+        missing: &[(u64, u64)],
+    ) -> FsResult<()> {
+        let crawler = on_crawler_thread();
+        if crawler {
+            self.wait_for_demand();
+            self.throttle_wait(self.cfg.unit_size);
+        } else {
+            self.counters
+                .demand_in_flight
+                .fetch_add(1, Ordering::AcqRel);
+        }
+        // One source read covers every missing piece of the unit; nothing at or past
+        // `minsize` is read (those bytes were cut by a client truncate: zeros here).
+        let from = missing.iter().map(|m| m.0).min().unwrap_or(at);
+        let to = missing.iter().map(|m| m.1).max().unwrap_or(at);
+        let read_to = to.min(minsize.max(from));
+        let result = if from < read_to {
+            self.source
+                .read(&row.src_path, from, (read_to - from) as usize)
+        } else {
+            Ok(Vec::new())
+        };
+        if !crawler {
+            self.counters
+                .demand_in_flight
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+        let mut data = match result {
+            Ok(d) => d,
+            Err(e) => return self.give_up_or_retry(store, row.ino, &e, false),
+        };
+        if (data.len() as u64) < read_to - from {
+            let _ = self.db.skip(
+                &row.src_path,
+                SourceErrorKind::Changed,
+                &format!(
+                    "source file shorter than listed: {} bytes at offset {from}, expected {}",
+                    data.len(),
+                    read_to - from
+                ),
+            );
+        }
+        data.resize((to - from) as usize, 0);
+        for &(s, e) in missing {
+            store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
+            self.counters
+                .bytes_fetched
+                .fetch_add(e - s, Ordering::Relaxed);
+        }
+        if crawler {
+            self.counters.crawl_fetches.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.demand_fetches.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Crawler fetches wait while demand fetches are in flight (bounded: never starve).
+    fn wait_for_demand(&self) {
+        let start = Instant::now();
+        while self.counters.demand_in_flight.load(Ordering::Acquire) > 0
+            && start.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn throttle_wait(&self, bytes: u64) {
+        let limit = self.throttle_limit.load(Ordering::Relaxed);
+        if limit == 0 {
+            return;
+        }
+        let sleep = {
+            let mut t = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
+            if t.0.elapsed() > Duration::from_secs(1) {
+                *t = (Instant::now(), 0);
+            }
+            t.1 += bytes;
+            let allowed = Duration::from_secs_f64(t.1 as f64 / limit as f64);
+            allowed.saturating_sub(t.0.elapsed())
+        };
+        std::thread::sleep(sleep.min(Duration::from_secs(10)));
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The store directory a share is migrated into (created if missing).
+fn ensure_target(store: &Store, target: &Path) -> Result<Ino, String> {
+    let mut ino = ROOT_INO;
+    for c in target.components() {
+        let std::path::Component::Normal(name) = c else {
+            return Err(format!(
+                "target {} must be a relative path",
+                target.display()
+            ));
+        };
+        ino = match store.lookup(ino, name) {
+            Ok(a) => {
+                store.forget(a.ino, 1);
+                if a.kind != FileKind::Dir {
+                    return Err(format!(
+                        "target {}: {} is not a directory",
+                        target.display(),
+                        name.to_string_lossy()
+                    ));
+                }
+                a.ino
+            }
+            Err(FsError::NOENT) => {
+                let a = store
+                    .mkdir(ino, name, 0o755, 0, Caller::ROOT)
+                    .map_err(|e| format!("create target {}: {e:?}", target.display()))?;
+                store.forget(a.ino, 1);
+                a.ino
+            }
+            Err(e) => return Err(format!("target {}: {e:?}", target.display())),
+        };
+    }
+    Ok(ino)
+}
+
+/// All migrations of one store: the store's single stub filler, dispatching each inode
+/// to the migration whose database holds it (N shares into one store).
+#[derive(Default)]
+pub struct Migrations {
+    list: Mutex<Vec<Arc<Migration>>>,
+}
+
+impl Migrations {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Adds a migration; register `self` once with `Store::set_stub_filler`.
+    pub fn add(&self, m: Arc<Migration>) {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).push(m);
+    }
+
+    pub fn all(&self) -> Vec<Arc<Migration>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn owner(&self, ino: Ino) -> FsResult<Option<(Arc<Migration>, StubRow)>> {
+        for m in self.all() {
+            if let Some(row) = m.owned_row(ino)? {
+                return Ok(Some((m, row)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl StubFiller for Migrations {
+    fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
+        match self.owner(ino)? {
+            Some((m, row)) if row.kind == StubKind::DummyDir => m.expand_dir(store, ino, &row),
+            // Not ours (or already done): nothing to list.
+            _ => store.stub_dir_listed(ino),
+        }
+    }
+
+    fn fill_range(
+        &self,
+        store: &Store,
+        ino: Ino,
+        _path: &Path,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        match self.owner(ino)? {
+            Some((m, row)) => m.fetch_range(store, &row, offset, len),
+            None => {
+                tracing::error!(ino, "missing range of an inode no migration knows");
+                Err(FsError::IO)
+            }
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! Persistent migration state: one SQLite database per migrated share,
+//! `<state_dir>/migrate/<name>/migrate.db`, separate from the store's own database.
+//!
+//! Stub info lives here, keyed by the store inode number, because inode numbers survive
+//! renames and tier moves while destination paths do not:
+//!
+//! | table     | row                                                                 |
+//! |-----------|---------------------------------------------------------------------|
+//! | `stubs`   | one per object still a stub: state (dummy/partial), **source path** (derived from the parent's source path when the parent was listed, so client renames never change it), source inode, kind, `minsize` |
+//! | `anchors` | hard-link anchors: source inode → the store inode of its first link |
+//! | `skipped` | what could not be copied and why (the bad-input report)            |
+//! | `meta`    | the remaining-stub counter, the clean-shutdown flag, the source URL |
+//!
+//! Which byte ranges of a partial file are still missing is tracked exactly by the store
+//! (its `stubs` table, through `Store::stub_state`), not here.
+//!
+//! The counter is `COUNT(*)` of `stubs` kept in `meta.remaining` and updated in the same
+//! transaction as every row change, so it is always right after a clean stop. After an
+//! unclean stop (`meta.clean` = 0 at open) it is recomputed from the rows and reconciled
+//! with the store (see `Migration::open`). 0 means the share is fully migrated.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::source::{SourceErrorKind, SourcePath};
+
+/// Stub state of one object (normal objects have no row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StubKind {
+    /// A directory not listed yet.
+    DummyDir,
+    /// A file created from its parent's listing: attributes only.
+    DummyFile,
+    /// A file whose xattrs, ACLs and streams are copied; data may still be missing.
+    PartialFile,
+}
+
+impl StubKind {
+    fn code(self) -> i64 {
+        match self {
+            StubKind::DummyDir => 0,
+            StubKind::DummyFile => 1,
+            StubKind::PartialFile => 2,
+        }
+    }
+    fn from_code(c: i64) -> Self {
+        match c {
+            0 => StubKind::DummyDir,
+            1 => StubKind::DummyFile,
+            _ => StubKind::PartialFile,
+        }
+    }
+}
+
+/// One stub row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StubRow {
+    pub ino: u64,
+    pub kind: StubKind,
+    pub src_path: SourcePath,
+    pub src_ino: u64,
+    /// The smallest size this file had since migration started: source bytes at or past
+    /// it are never fetched (the thesis's truncate rule).
+    pub minsize: u64,
+}
+
+/// One entry of the skip report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    pub src_path: SourcePath,
+    pub kind: String,
+    pub reason: String,
+}
+
+pub struct MigrationDb {
+    conn: Mutex<Connection>,
+}
+
+fn sql_err(e: rusqlite::Error) -> std::io::Error {
+    std::io::Error::other(format!("migration database: {e}"))
+}
+
+impl MigrationDb {
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let conn = Connection::open(path).map_err(sql_err)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
+             CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);",
+        )
+        .map_err(sql_err)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn meta(&self, key: &str) -> std::io::Result<Option<String>> {
+        self.conn()
+            .query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(sql_err)
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO meta(key,value) VALUES(?1,?2)",
+                params![key, value],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    /// The persisted remaining-stub counter.
+    pub fn remaining(&self) -> std::io::Result<u64> {
+        Ok(self
+            .meta("remaining")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Recomputes the counter from the rows (after an unclean stop) and stores it.
+    pub fn recount(&self) -> std::io::Result<u64> {
+        let c = self.conn();
+        let n: i64 = c
+            .query_row("SELECT COUNT(*) FROM stubs", [], |r| r.get(0))
+            .map_err(sql_err)?;
+        c.execute(
+            "INSERT OR REPLACE INTO meta(key,value) VALUES('remaining',?1)",
+            [n.to_string()],
+        )
+        .map_err(sql_err)?;
+        Ok(n as u64)
+    }
+
+    /// Inserts stub rows and adds them to the counter in one transaction.
+    pub fn insert(&self, rows: &[StubRow]) -> std::io::Result<()> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(sql_err)?;
+        let mut added = 0i64;
+        for r in rows {
+            added += tx
+                .execute(
+                    "INSERT OR IGNORE INTO stubs(ino,kind,src_path,src_ino,minsize) VALUES(?1,?2,?3,?4,?5)",
+                    params![r.ino as i64, r.kind.code(), r.src_path.as_bytes(), r.src_ino as i64, r.minsize as i64],
+                )
+                .map_err(sql_err)? as i64;
+        }
+        bump(&tx, added)?;
+        tx.commit().map_err(sql_err)
+    }
+
+    pub fn get(&self, ino: u64) -> std::io::Result<Option<StubRow>> {
+        self.conn()
+            .query_row(
+                "SELECT ino,kind,src_path,src_ino,minsize FROM stubs WHERE ino=?1",
+                [ino as i64],
+                row,
+            )
+            .optional()
+            .map_err(sql_err)
+    }
+
+    pub fn set_kind(&self, ino: u64, kind: StubKind) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "UPDATE stubs SET kind=?2 WHERE ino=?1",
+                params![ino as i64, kind.code()],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    pub fn lower_minsize(&self, ino: u64, size: u64) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "UPDATE stubs SET minsize=MIN(minsize,?2) WHERE ino=?1",
+                params![ino as i64, size as i64],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    /// The object is normal now (or gone): drop its row and decrement the counter.
+    pub fn remove(&self, ino: u64) -> std::io::Result<bool> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(sql_err)?;
+        let n = tx
+            .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])
+            .map_err(sql_err)? as i64;
+        bump(&tx, -n)?;
+        tx.commit().map_err(sql_err)?;
+        Ok(n > 0)
+    }
+
+    /// Remembers a file that became normal, with its destination size and mtime at that
+    /// moment, so `finish` can tell client-modified files from ones to verify.
+    pub fn record_done(
+        &self,
+        ino: u64,
+        src: &SourcePath,
+        size: u64,
+        mtime_ns: i64,
+    ) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO done(ino,src_path,size,mtime_ns) VALUES(?1,?2,?3,?4)",
+                params![ino as i64, src.as_bytes(), size as i64, mtime_ns],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    /// (ino, source path, size, mtime_ns) of every completed file.
+    pub fn done(&self) -> std::io::Result<Vec<(u64, SourcePath, u64, i64)>> {
+        let c = self.conn();
+        let mut st = c
+            .prepare("SELECT ino,src_path,size,mtime_ns FROM done ORDER BY ino")
+            .map_err(sql_err)?;
+        let rows = st
+            .query_map([], |r| {
+                let p: Vec<u8> = r.get(1)?;
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    SourcePath::parse(&p).unwrap_or_default(),
+                    r.get::<_, i64>(2)? as u64,
+                    r.get(3)?,
+                ))
+            })
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?;
+        Ok(rows)
+    }
+
+    /// Every stub row (for reconciliation and the final sweep).
+    pub fn all(&self) -> std::io::Result<Vec<StubRow>> {
+        let c = self.conn();
+        let mut st = c
+            .prepare("SELECT ino,kind,src_path,src_ino,minsize FROM stubs ORDER BY ino")
+            .map_err(sql_err)?;
+        let rows = st
+            .query_map([], row)
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?;
+        Ok(rows)
+    }
+
+    pub fn anchor(&self, src_ino: u64) -> std::io::Result<Option<u64>> {
+        self.conn()
+            .query_row(
+                "SELECT ino FROM anchors WHERE src_ino=?1",
+                [src_ino as i64],
+                |r| r.get::<_, i64>(0).map(|v| v as u64),
+            )
+            .optional()
+            .map_err(sql_err)
+    }
+
+    pub fn set_anchor(&self, src_ino: u64, ino: u64) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO anchors(src_ino,ino) VALUES(?1,?2)",
+                params![src_ino as i64, ino as i64],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    pub fn clear_anchors(&self) -> std::io::Result<()> {
+        self.conn()
+            .execute("DELETE FROM anchors", [])
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    pub fn skip(
+        &self,
+        path: &SourcePath,
+        kind: SourceErrorKind,
+        reason: &str,
+    ) -> std::io::Result<()> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO skipped(src_path,kind,reason) VALUES(?1,?2,?3)",
+                params![path.as_bytes(), format!("{kind:?}"), reason],
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+
+    pub fn skipped(&self) -> std::io::Result<Vec<Skipped>> {
+        let c = self.conn();
+        let mut st = c
+            .prepare("SELECT src_path,kind,reason FROM skipped ORDER BY src_path")
+            .map_err(sql_err)?;
+        let rows = st
+            .query_map([], |r| {
+                let p: Vec<u8> = r.get(0)?;
+                Ok(Skipped {
+                    src_path: SourcePath::parse(&p).unwrap_or_default(),
+                    kind: r.get(1)?,
+                    reason: r.get(2)?,
+                })
+            })
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?;
+        Ok(rows)
+    }
+}
+
+fn bump(tx: &rusqlite::Transaction<'_>, delta: i64) -> std::io::Result<()> {
+    if delta == 0 {
+        return Ok(());
+    }
+    let cur: i64 = tx
+        .query_row("SELECT value FROM meta WHERE key='remaining'", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .optional()
+        .map_err(sql_err)?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    tx.execute(
+        "INSERT OR REPLACE INTO meta(key,value) VALUES('remaining',?1)",
+        [(cur + delta).max(0).to_string()],
+    )
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StubRow> {
+    let p: Vec<u8> = r.get(2)?;
+    Ok(StubRow {
+        ino: r.get::<_, i64>(0)? as u64,
+        kind: StubKind::from_code(r.get(1)?),
+        src_path: SourcePath::parse(&p).unwrap_or_default(),
+        src_ino: r.get::<_, i64>(3)? as u64,
+        minsize: r.get::<_, i64>(4)? as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_follows_rows_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        let db = MigrationDb::open(&path).unwrap();
+        let r = |ino, kind| StubRow {
+            ino,
+            kind,
+            src_path: SourcePath::parse(b"a/\xff").unwrap(),
+            src_ino: ino * 10,
+            minsize: 5,
+        };
+        db.insert(&[
+            r(1, StubKind::DummyDir),
+            r(2, StubKind::DummyFile),
+            r(2, StubKind::DummyFile),
+        ])
+        .unwrap();
+        assert_eq!(db.remaining().unwrap(), 2, "duplicate insert not counted");
+        db.set_kind(2, StubKind::PartialFile).unwrap();
+        db.lower_minsize(2, 3).unwrap();
+        db.lower_minsize(2, 9).unwrap();
+        let got = db.get(2).unwrap().unwrap();
+        assert_eq!(
+            (got.kind, got.minsize, got.src_path.as_bytes()),
+            (StubKind::PartialFile, 3, &b"a/\xff"[..])
+        );
+        assert!(db.remove(1).unwrap());
+        assert!(!db.remove(1).unwrap());
+        assert_eq!(db.remaining().unwrap(), 1);
+        drop(db);
+        let db = MigrationDb::open(&path).unwrap();
+        assert_eq!(db.remaining().unwrap(), 1);
+        db.set_meta("remaining", "999").unwrap();
+        assert_eq!(db.recount().unwrap(), 1);
+        db.set_anchor(77, 5).unwrap();
+        assert_eq!(db.anchor(77).unwrap(), Some(5));
+        db.skip(
+            &SourcePath::parse(b"x").unwrap(),
+            SourceErrorKind::PermissionDenied,
+            "EACCES",
+        )
+        .unwrap();
+        assert_eq!(db.skipped().unwrap().len(), 1);
+    }
+}

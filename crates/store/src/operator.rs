@@ -1,0 +1,107 @@
+//! Operator-facing value types: status, where, explain, pins and manual moves.
+
+use serde::{Deserialize, Serialize};
+
+/// `kaiso status`: one row per tier plus the mover.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StoreStatus {
+    pub tiers: Vec<TierStatus>,
+    pub mover: MoverStatus,
+    pub policy: String,
+    pub files: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TierStatus {
+    pub name: String,
+    pub path: String,
+    /// Bytes of file data kaiso accounts to this tier.
+    pub used: u64,
+    pub capacity: u64,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    /// Read/write operations served from this tier since the store opened.
+    pub accesses: u64,
+    /// Share of all accesses served from this tier (0..1).
+    pub access_share: f64,
+    /// Foreground utilisation estimate over the last interval (0..1).
+    pub busy: f64,
+    /// Emulated device kind, if any.
+    pub device: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct MoverStatus {
+    pub queued_files: u64,
+    pub queued_bytes: u64,
+    pub moved_files: u64,
+    pub moved_bytes: u64,
+    pub failed_moves: u64,
+    /// Bytes per second over the last interval.
+    pub rate: f64,
+    /// True while background moves are paused because foreground I/O is busy.
+    pub backing_off: bool,
+}
+
+/// `kaiso where PATH`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Placement {
+    pub ino: u64,
+    pub kind: String,
+    /// For directories: every tier that holds a copy of it; for others: the one tier.
+    pub tiers: Vec<String>,
+    pub backing_path: String,
+    pub size: u64,
+    pub pinned: Option<String>,
+}
+
+/// `kaiso explain PATH`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Explanation {
+    pub placement: Placement,
+    /// The rule that put it where it is (creation rule, move reason, adoption, pin).
+    pub rule: String,
+    /// The policy's own account (heat, rank, pin, last decision).
+    pub policy: String,
+}
+
+/// Direction of a manual move.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Direction {
+    /// One tier faster (or to the named tier).
+    Promote,
+    /// One tier slower (or to the named tier).
+    Demote,
+}
+
+/// Progress of a manual job (`promote`, `demote`), polled with `Store::job_progress`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct JobProgress {
+    pub files_total: u64,
+    pub files_done: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub failed: u64,
+    pub finished: bool,
+    /// Last error, if any.
+    pub error: Option<String>,
+}
+
+/// Result of `fsck`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct FsckReport {
+    pub files_seen: u64,
+    pub dirs_seen: u64,
+    /// Files found in tier directories that kaiso had no record of (now adopted).
+    pub adopted: u64,
+    /// Records whose file had vanished from the tiers (removed from the database).
+    pub dropped: u64,
+    /// Same path on two tiers: the slower copy was renamed `NAME.kaiso-conflict-TIER`.
+    pub conflicts: u64,
+    /// Journal entries completed or rolled back.
+    pub journal_recovered: u64,
+    /// Leftover temporary files of interrupted moves that were removed.
+    pub temp_removed: u64,
+    /// Accounted bytes per tier after the scan.
+    pub used: Vec<(String, u64)>,
+}

@@ -1,0 +1,270 @@
+//! The operator API: status, where, explain, pins, manual promote/demote jobs, fsck.
+
+use crate::error::FsError;
+use crate::operator::{Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus, TierStatus};
+use crate::store::{JobId, Store};
+use crate::types::{FileKind, Ino};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+fn kind_name(k: FileKind) -> &'static str {
+    match k {
+        FileKind::File => "file",
+        FileKind::Dir => "directory",
+        FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::Socket => "socket",
+        FileKind::CharDevice => "char device",
+        FileKind::BlockDevice => "block device",
+    }
+}
+
+impl Store {
+    /// Per-tier usage and accesses, mover state.
+    pub fn status(&self) -> StoreStatus {
+        let total: u64 = self.tiers.iter().map(|t| t.accesses.load(Ordering::Relaxed)).sum();
+        let tiers = self
+            .tiers
+            .iter()
+            .map(|t| {
+                let a = t.accesses.load(Ordering::Relaxed);
+                TierStatus {
+                    name: t.cfg.name.clone(),
+                    path: t.root.display().to_string(),
+                    used: t.used(),
+                    capacity: t.capacity(),
+                    high_watermark: t.cfg.high_watermark,
+                    low_watermark: t.cfg.low_watermark,
+                    accesses: a,
+                    access_share: if total == 0 { 0.0 } else { a as f64 / total as f64 },
+                    busy: t.busy(),
+                    device: t.emu.as_ref().map(|e| e.kind().to_string()),
+                }
+            })
+            .collect();
+        let m = &self.mover;
+        StoreStatus {
+            tiers,
+            mover: MoverStatus {
+                queued_files: m.queued_files.load(Ordering::Relaxed),
+                queued_bytes: m.queued_bytes.load(Ordering::Relaxed),
+                moved_files: m.moved_files.load(Ordering::Relaxed),
+                moved_bytes: m.moved_bytes.load(Ordering::Relaxed),
+                failed_moves: m.failed.load(Ordering::Relaxed),
+                rate: *m.rate.lock().unwrap_or_else(|e| e.into_inner()),
+                backing_off: m.backing_off.load(Ordering::Relaxed),
+            },
+            policy: self.placer().policy.name().to_string(),
+            files: self.ns().files.len() as u64,
+        }
+    }
+
+    /// Resolve a store-relative path (e.g. `a/b.txt`; absolute paths are taken from the root).
+    pub fn resolve(&self, rel: &Path) -> Result<Ino, FsError> {
+        let rel = rel.strip_prefix("/").unwrap_or(rel);
+        let ns = self.ns();
+        ns.resolve(rel).ok_or(FsError::NOENT)
+    }
+
+    /// Which tier(s) hold `rel`.
+    pub fn where_is(&self, rel: &Path) -> Result<Placement, FsError> {
+        let ino = self.resolve(rel)?;
+        let pin = self.placer().pins.get(&ino).map(|t| self.tiers[*t as usize].cfg.name.clone());
+        let ns = self.ns();
+        if let Some(d) = ns.dirs.get(&ino) {
+            let path = d.path.clone();
+            drop(ns);
+            let tiers = self.dir_tiers(&path);
+            return Ok(Placement {
+                ino,
+                kind: "directory".into(),
+                tiers: tiers.iter().map(|t| self.tiers[*t as usize].cfg.name.clone()).collect(),
+                backing_path: tiers.first().map(|t| self.tiers[*t as usize].path(&path).display().to_string()).unwrap_or_default(),
+                size: 0,
+                pinned: pin,
+            });
+        }
+        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        let path = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        let t = &self.tiers[f.tier as usize];
+        Ok(Placement {
+            ino,
+            kind: kind_name(f.kind).into(),
+            tiers: vec![t.cfg.name.clone()],
+            backing_path: t.path(&path).display().to_string(),
+            size: f.state.size.load(Ordering::Relaxed),
+            pinned: pin,
+        })
+    }
+
+    /// Where `rel` is and which rule put it there.
+    pub fn explain(&self, rel: &Path) -> Result<Explanation, FsError> {
+        let placement = self.where_is(rel)?;
+        let ino = placement.ino;
+        let now = self.now();
+        let (rule, policy) = {
+            let pl = self.placer();
+            (pl.reasons.get(&ino).cloned(), pl.explain(ino, now))
+        };
+        let rule = match rule {
+            Some(r) => r,
+            None => match self.db().reason(ino).ok().flatten() {
+                Some(r) => r,
+                None if placement.kind == "directory" => "directories exist on every tier that holds something below them".into(),
+                None => format!("found on tier {} (created before this mount, or adopted)", placement.tiers.join(",")),
+            },
+        };
+        let rule = match &placement.pinned {
+            Some(t) => format!("{rule}; pinned to tier {t}"),
+            None => rule,
+        };
+        Ok(Explanation { placement, rule, policy })
+    }
+
+    /// Files a path names: the file itself, or (recursive) every file below a directory.
+    fn targets(&self, rel: &Path, recursive: bool) -> Result<Vec<Ino>, FsError> {
+        let ino = self.resolve(rel)?;
+        let ns = self.ns();
+        if ns.is_dir(ino) {
+            if !recursive {
+                return Err(FsError::ISDIR);
+            }
+            Ok(ns.files_under(ino).into_iter().filter(|i| ns.files.get(i).is_some_and(|f| f.kind == FileKind::File)).collect())
+        } else {
+            Ok(vec![ino])
+        }
+    }
+
+    fn tier_index(&self, name: &str) -> Result<u8, FsError> {
+        self.tiers.iter().position(|t| t.cfg.name == name).map(|i| i as u8).ok_or(FsError::INVAL)
+    }
+
+    /// Pin files to `tier` (None: the tier each is on now). Returns how many were pinned.
+    /// A pinned file on another tier is moved there by a job (see `job_progress`).
+    pub fn pin(self: &Arc<Self>, rel: &Path, tier: Option<&str>, recursive: bool) -> Result<(u64, Option<JobId>), FsError> {
+        let files = self.targets(rel, recursive)?;
+        let want = match tier {
+            Some(n) => Some(self.tier_index(n)?),
+            None => None,
+        };
+        let mut to_move = Vec::new();
+        for ino in &files {
+            let (cur, path) = {
+                let ns = self.ns();
+                (ns.files.get(ino).map(|f| f.tier).unwrap_or(0), ns.file_path(*ino).unwrap_or_default())
+            };
+            let t = want.unwrap_or(cur);
+            self.placer().pin(*ino, Some(t));
+            self.db().set_pin(*ino, Some(t), &path)?;
+            if t != cur {
+                to_move.push((*ino, t));
+            }
+        }
+        let job = if to_move.is_empty() { None } else { Some(self.spawn_job(to_move, "pinned by an operator")) };
+        Ok((files.len() as u64, job))
+    }
+
+    /// Release pins. Returns how many files were unpinned.
+    pub fn unpin(&self, rel: &Path, recursive: bool) -> Result<u64, FsError> {
+        let files = self.targets(rel, recursive)?;
+        let mut n = 0;
+        for ino in files {
+            if self.placer().pins.contains_key(&ino) {
+                n += 1;
+            }
+            self.placer().pin(ino, None);
+            self.db().set_pin(ino, None, Path::new(""))?;
+        }
+        Ok(n)
+    }
+
+    /// Start moving files one tier faster/slower (or to `tier`). Poll `job_progress`.
+    pub fn start_move(self: &Arc<Self>, rel: &Path, dir: Direction, tier: Option<&str>, recursive: bool) -> Result<JobId, FsError> {
+        let files = self.targets(rel, recursive)?;
+        let target = match tier {
+            Some(n) => Some(self.tier_index(n)?),
+            None => None,
+        };
+        let last = self.tiers.len() as u8 - 1;
+        let mut moves = Vec::new();
+        {
+            let ns = self.ns();
+            for ino in files {
+                let Some(f) = ns.files.get(&ino) else { continue };
+                let to = match (target, dir) {
+                    (Some(t), _) => t,
+                    (None, Direction::Promote) => f.tier.saturating_sub(1),
+                    (None, Direction::Demote) => (f.tier + 1).min(last),
+                };
+                if to != f.tier {
+                    moves.push((ino, to));
+                }
+            }
+        }
+        let what = match dir {
+            Direction::Promote => "promoted by an operator",
+            Direction::Demote => "demoted by an operator",
+        };
+        Ok(self.spawn_job(moves, what))
+    }
+
+    fn spawn_job(self: &Arc<Self>, moves: Vec<(Ino, u8)>, reason: &'static str) -> JobId {
+        let id = self.mover.next_job.fetch_add(1, Ordering::Relaxed) + 1;
+        let bytes_total = {
+            let ns = self.ns();
+            moves.iter().map(|(i, _)| ns.files.get(i).map(|f| f.state.size.load(Ordering::Relaxed)).unwrap_or(0)).sum()
+        };
+        self.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            id,
+            JobProgress { files_total: moves.len() as u64, bytes_total, finished: moves.is_empty(), ..Default::default() },
+        );
+        if moves.is_empty() {
+            return id;
+        }
+        let store = self.clone();
+        std::thread::spawn(move || {
+            for (ino, to) in moves {
+                if store.stopping() {
+                    break;
+                }
+                let r = store.move_file(ino, to, reason, 0);
+                let mut jobs = store.mover.jobs.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(p) = jobs.get_mut(&id) {
+                    p.files_done += 1;
+                    match r {
+                        Ok(n) => p.bytes_done += n,
+                        Err(e) => {
+                            p.failed += 1;
+                            p.error = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+            if let Some(p) = store.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
+                p.finished = true;
+            }
+        });
+        id
+    }
+
+    /// Progress of a job (None if unknown).
+    pub fn job_progress(&self, id: JobId) -> Option<JobProgress> {
+        self.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    }
+
+    /// Move one file now, synchronously (tests, tools). Returns bytes moved.
+    pub fn move_now(&self, rel: &Path, tier: &str) -> Result<u64, crate::mover::MoveError> {
+        let ino = self.resolve(rel)?;
+        let to = self.tier_index(tier)?;
+        self.move_file(ino, to, "moved by an operator", 0)
+    }
+
+    /// Reconcile the index and database with the tiers: adopt files added directly to a
+    /// tier, drop records of vanished ones, rename shadowed duplicates, remove leftovers.
+    pub fn fsck(&self) -> Result<FsckReport, crate::store::OpenError> {
+        let mut report = FsckReport::default();
+        self.scan(true, &mut report)?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,101 @@
+//! Placement: drives a `kaiso_policy::PlacementPolicy` (the default is kaiso-policy's
+//! `KaisoPolicy`), keeps a compact heat summary per file so heat survives restarts, and
+//! remembers why each file is where it is (for `kaiso explain`).
+
+use crate::types::Ino;
+use kaiso_policy::{Access, Move, Nanos, Op, PlacementPolicy, TierId, TierState};
+use std::collections::HashMap;
+
+/// Heat summary half-life (matches the default policy's frequency half-life: one hour).
+const HALF_LIFE_NS: f64 = 3600.0 * 1e9;
+/// Replayed touches are spaced this far apart so each counts as its own episode.
+const REPLAY_GAP_NS: u64 = 5_000_000_000;
+const MAX_REPLAY: u32 = 64;
+
+pub(crate) struct Placer {
+    pub policy: Box<dyn PlacementPolicy>,
+    /// Decayed touch count and last access time per file.
+    heat: HashMap<Ino, (f32, Nanos)>,
+    /// Why a file is where it is.
+    pub reasons: HashMap<Ino, String>,
+    pub pins: HashMap<Ino, u8>,
+}
+
+fn decay(age_ns: u64) -> f64 {
+    0.5f64.powf(age_ns as f64 / HALF_LIFE_NS)
+}
+
+impl Placer {
+    pub fn new() -> Placer {
+        Placer {
+            policy: Box::new(kaiso_policy::default_policy::KaisoPolicy::default()),
+            heat: HashMap::new(),
+            reasons: HashMap::new(),
+            pins: HashMap::new(),
+        }
+    }
+
+    pub fn record(&mut self, at: Nanos, ino: Ino, op: Op, offset: u64, len: u64) {
+        self.policy.record(&Access { at, object: ino, op, offset, len });
+        if matches!(op, Op::Open | Op::Create) {
+            let e = self.heat.entry(ino).or_insert((0.0, at));
+            let h = e.0 as f64 * decay(at.saturating_sub(e.1)) + 1.0;
+            *e = (h.min(1e6) as f32, at);
+        } else if let Some(e) = self.heat.get_mut(&ino) {
+            e.1 = e.1.max(at);
+        }
+    }
+
+    pub fn forget(&mut self, ino: Ino) {
+        self.policy.forget(ino);
+        self.heat.remove(&ino);
+        self.reasons.remove(&ino);
+        self.pins.remove(&ino);
+    }
+
+    pub fn placed(&mut self, ino: Ino, size: u64, tier: u8) {
+        self.policy.placed(ino, size, tier as TierId);
+    }
+
+    pub fn pin(&mut self, ino: Ino, tier: Option<u8>) {
+        match tier {
+            Some(t) => {
+                self.pins.insert(ino, t);
+            }
+            None => {
+                self.pins.remove(&ino);
+            }
+        }
+        self.policy.pin(ino, tier.map(|t| t as TierId));
+    }
+
+    pub fn place_new(&mut self, now: Nanos, size: u64, tiers: &[TierState]) -> u8 {
+        self.policy.place_new(now, size, tiers)
+    }
+
+    pub fn plan(&mut self, now: Nanos, tiers: &[TierState], max_bytes: u64) -> Vec<Move> {
+        self.policy.plan(now, tiers, max_bytes)
+    }
+
+    pub fn explain(&self, ino: Ino, now: Nanos) -> String {
+        let h = self.heat.get(&ino).map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l))).unwrap_or(0.0);
+        format!("{} (opens, decayed 1h: {h:.2})", self.policy.explain(ino, now))
+    }
+
+    /// Heat rows for the checkpoint.
+    pub fn heat_rows(&self) -> Vec<(u64, f64, u64)> {
+        self.heat.iter().map(|(i, (h, l))| (*i, *h as f64, *l)).collect()
+    }
+
+    /// Restore heat from a checkpoint by replaying a compact summary of touches.
+    pub fn restore(&mut self, rows: &[(u64, f64, u64)]) {
+        for &(ino, h, last) in rows {
+            let n = (h.round() as u32).clamp(1, MAX_REPLAY);
+            for k in 0..n {
+                let at = last.saturating_sub(REPLAY_GAP_NS * (n - 1 - k) as u64);
+                self.policy.record(&Access { at, object: ino, op: Op::Open, offset: 0, len: 0 });
+            }
+            self.heat.insert(ino, (h as f32, last));
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! The [`Store`]: opening, the tier scan, and helpers shared by the operation modules.
+
+use crate::config::StoreConfig;
+use crate::db::Db;
+use crate::error::{FsError, FsResult};
+use crate::handles::{DirHandle, FileState, Handle};
+use crate::mover::MoverShared;
+use crate::namespace::{Assigned, FileNode, Namespace};
+use crate::operator::FsckReport;
+use crate::placement::Placer;
+use crate::stub::{StubFiller, StubState};
+use crate::tier::Tier;
+use crate::types::{FileAttr, FileKind, Ino, ROOT_INO};
+use crate::util;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+/// Prefix of kaiso's own temporary names inside tier directories (never shown).
+pub(crate) const TEMP_PREFIX: &str = ".kaiso-tmp-";
+
+/// Identifies a manual move job (`promote`, `demote`).
+pub type JobId = u64;
+
+/// Where the mover stops on purpose, to test crash recovery at every step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum FailPoint {
+    /// Journal row written, nothing copied.
+    AfterJournal,
+    /// Data copied to the temporary file, not yet synced.
+    AfterCopy,
+    /// Temporary file synced, not yet verified.
+    AfterFsync,
+    /// Checksums compared, not yet switched.
+    AfterVerify,
+    /// Destination names in place, database not yet switched.
+    AfterRename,
+    /// Database switched, source not yet deleted.
+    AfterSwitch,
+    /// Source deleted, journal row not yet removed.
+    AfterDelete,
+}
+
+/// Why a store could not be opened. Each message is one line.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Tier(String),
+    #[error("state directory {0}: {1}")]
+    StateDir(PathBuf, String),
+    #[error("store {0} is in use by another kaiso process (lock held on {0}/lock)")]
+    Busy(PathBuf),
+    #[error("metadata database: {0}")]
+    Db(#[from] rusqlite::Error),
+}
+
+/// A kaiso store: the union namespace over N tiers. Every method takes `&self` and is safe
+/// to call from many threads; faces hold it in an `Arc`.
+pub struct Store {
+    pub(crate) cfg: StoreConfig,
+    pub(crate) tiers: Vec<Tier>,
+    pub(crate) db: Mutex<Db>,
+    pub(crate) ns: Mutex<Namespace>,
+    pub(crate) handles: RwLock<HashMap<u64, Arc<Handle>>>,
+    pub(crate) dir_handles: Mutex<HashMap<u64, Arc<Mutex<DirHandle>>>>,
+    pub(crate) next_fh: AtomicU64,
+    pub(crate) placer: Mutex<Placer>,
+    pub(crate) filler: RwLock<Option<Arc<dyn StubFiller>>>,
+    pub(crate) mover: MoverShared,
+    pub(crate) trace: Mutex<Option<crate::trace::TraceSink>>,
+    pub(crate) fail: Mutex<Option<FailPoint>>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) ops: AtomicU64,
+    _lock: File,
+}
+
+impl Store {
+    /// Open a store: check the tiers, take the state directory's lock, open the database,
+    /// finish or roll back interrupted moves, and scan the tiers into the namespace index.
+    pub fn open(cfg: StoreConfig) -> Result<Arc<Store>, OpenError> {
+        for t in &cfg.tiers {
+            crate::tier::check_dir(&t.name, &t.path).map_err(OpenError::Tier)?;
+        }
+        std::fs::create_dir_all(&cfg.state_dir).map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(cfg.state_dir.join("lock"))
+            .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(OpenError::Busy(cfg.state_dir.clone()));
+        }
+        let mut tiers = Vec::new();
+        for t in &cfg.tiers {
+            tiers.push(Tier::new(t.clone()).map_err(OpenError::Tier)?);
+        }
+        let db = Db::open(&cfg.state_dir)?;
+        let names: Vec<String> = cfg.tiers.iter().map(|t| t.name.clone()).collect();
+        let slots = db.tier_slots(&names)?;
+        let next_ino = db.meta("next_ino")?.and_then(|v| v.parse().ok()).unwrap_or(2);
+        let ns = Namespace::new(slots, next_ino);
+        let store = Store {
+            cfg,
+            tiers,
+            db: Mutex::new(db),
+            ns: Mutex::new(ns),
+            handles: RwLock::new(HashMap::new()),
+            dir_handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            placer: Mutex::new(Placer::new()),
+            filler: RwLock::new(None),
+            mover: MoverShared::default(),
+            trace: Mutex::new(None),
+            fail: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            _lock: lock,
+        };
+        let mut report = FsckReport::default();
+        store.recover_journal(&mut report)?;
+        store.scan(false, &mut report)?;
+        store.restore_state()?;
+        tracing::info!(files = report.files_seen, dirs = report.dirs_seen, recovered = report.journal_recovered, "store opened");
+        Ok(Arc::new(store))
+    }
+
+    /// The configuration the store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    /// Tier names, fastest first.
+    pub fn tier_names(&self) -> Vec<String> {
+        self.tiers.iter().map(|t| t.cfg.name.clone()).collect()
+    }
+
+    /// Register the migration hook (see [`StubFiller`]).
+    pub fn set_stub_filler(&self, filler: Arc<dyn StubFiller>) {
+        *self.filler.write().unwrap_or_else(|e| e.into_inner()) = Some(filler);
+    }
+
+    /// Stop the mover at a failure point (tests of crash recovery). The move returns an
+    /// error and leaves everything as a crash at that point would.
+    pub fn set_fail_point(&self, fp: Option<FailPoint>) {
+        *self.fail.lock().unwrap_or_else(|e| e.into_inner()) = fp;
+    }
+
+    pub(crate) fn ns(&self) -> MutexGuard<'_, Namespace> {
+        self.ns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn db(&self) -> MutexGuard<'_, Db> {
+        self.db.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn placer(&self) -> MutexGuard<'_, Placer> {
+        self.placer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        util::now_nanos()
+    }
+
+    pub(crate) fn fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Persist the directory-number counter if it moved.
+    pub(crate) fn persist_counter(&self, ns: &mut Namespace) -> FsResult<()> {
+        if ns.next_ino_dirty {
+            self.db().set_meta("next_ino", &ns.next_ino.to_string())?;
+            ns.next_ino_dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Number of a file found at (tier, bino); persists a new remap if one was needed.
+    pub(crate) fn assign_file_ino(&self, ns: &mut Namespace, tier: u8, bino: u64) -> FsResult<Ino> {
+        match ns.file_ino(tier, bino) {
+            Assigned::Known(i) => Ok(i),
+            Assigned::NewRemap(i, slot, b) => {
+                self.db().set_remap(slot, b, i)?;
+                self.persist_counter(ns)?;
+                Ok(i)
+            }
+        }
+    }
+
+    /// Number of a directory at `path`, allocating and persisting one if new.
+    pub(crate) fn assign_dir_ino(&self, ns: &mut Namespace, path: &Path) -> FsResult<Ino> {
+        if let Some(i) = ns.dir_ids.get(path) {
+            return Ok(*i);
+        }
+        let i = ns.alloc_ino();
+        self.db().add_dir(path, i)?;
+        self.persist_counter(ns)?;
+        Ok(i)
+    }
+
+    /// Attributes from a backing stat.
+    pub(crate) fn attr_of(ino: Ino, st: &libc::stat) -> FileAttr {
+        FileAttr {
+            ino,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: util::ts(st.st_atime, st.st_atime_nsec),
+            mtime: util::ts(st.st_mtime, st.st_mtime_nsec),
+            ctime: util::ts(st.st_ctime, st.st_ctime_nsec),
+            kind: FileKind::from_mode(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
+        }
+    }
+
+    /// Tiers that hold a copy of directory `rel`, fastest first.
+    pub(crate) fn dir_tiers(&self, rel: &Path) -> Vec<u8> {
+        (0..self.tiers.len() as u8)
+            .filter(|t| util::lstat_opt(&self.tiers[*t as usize].path(rel)).ok().flatten().is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR))
+            .collect()
+    }
+
+    /// Backing stat of a directory: its first copy.
+    pub(crate) fn dir_stat(&self, rel: &Path) -> FsResult<(u8, libc::stat)> {
+        for (i, t) in self.tiers.iter().enumerate() {
+            if let Some(st) = util::lstat_opt(&t.path(rel))? {
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    return Ok((i as u8, st));
+                }
+            }
+        }
+        Err(FsError::NOENT)
+    }
+
+    /// Make sure directory `rel` exists on `tier`, creating missing components with the
+    /// owner, mode and xattrs (default ACLs included) of their first copy.
+    pub(crate) fn ensure_dir(&self, tier: u8, rel: &Path) -> FsResult<()> {
+        let t = &self.tiers[tier as usize];
+        if util::lstat_opt(&t.path(rel))?.is_some() {
+            return Ok(());
+        }
+        let mut cur = PathBuf::new();
+        for c in rel.components() {
+            cur.push(c);
+            let p = t.path(&cur);
+            if util::lstat_opt(&p)?.is_some() {
+                continue;
+            }
+            let (src_tier, st) = self.dir_stat(&cur)?;
+            match std::fs::create_dir(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let src = self.tiers[src_tier as usize].path(&cur);
+            let _ = util::copy_xattrs(&src, &p);
+            util::lchown(&p, Some(st.st_uid), Some(st.st_gid))?;
+            util::chmod(&p, st.st_mode & 0o7777)?;
+            util::lutimens(&p, util::UTime::At(util::ts(st.st_atime, st.st_atime_nsec)), util::UTime::At(util::ts(st.st_mtime, st.st_mtime_nsec)))?;
+        }
+        Ok(())
+    }
+
+    /// Finish or roll back journalled operations interrupted by a crash.
+    fn recover_journal(&self, report: &mut FsckReport) -> Result<(), OpenError> {
+        let rows = self.db().journal()?;
+        for row in rows {
+            crate::mover::recover_row(self, &row);
+            self.db().journal_done(row.id)?;
+            report.journal_recovered += 1;
+        }
+        Ok(())
+    }
+
+    /// Walk every tier into the namespace index; account usage; feed the policy.
+    /// With `repair`, also rename shadowed duplicates and drop stale records (fsck).
+    pub(crate) fn scan(&self, repair: bool, report: &mut FsckReport) -> Result<(), OpenError> {
+        let db_dirs: HashMap<PathBuf, u64> = self.db().dirs()?.into_iter().collect();
+        let remaps = self.db().remaps()?;
+        let mut ns = self.ns();
+        let slots = ns.slots.clone();
+        let known_ids: HashSet<Ino> = ns.dirs.keys().copied().chain(ns.files.keys().copied()).collect();
+        // Start from a fresh index, keeping the numbers already handed out.
+        let mut fresh = Namespace::new(slots.clone(), ns.next_ino);
+        for (slot, bino, ino) in &remaps {
+            fresh.remap.insert((*slot, *bino), *ino);
+            fresh.taken.insert(*ino);
+        }
+        for (p, i) in &db_dirs {
+            fresh.dir_ids.insert(p.clone(), *i);
+        }
+        let mut used = vec![0u64; self.tiers.len()];
+        let mut seen_remaps: HashSet<Ino> = HashSet::new();
+        let mut new_dirs: Vec<(PathBuf, Ino)> = Vec::new();
+        let mut new_remaps: Vec<(u8, u64, Ino)> = Vec::new();
+        let mut placed: Vec<(Ino, u64, u8)> = Vec::new();
+        for (ti, tier) in self.tiers.iter().enumerate() {
+            let ti = ti as u8;
+            let mut counted: HashSet<u64> = HashSet::new();
+            let mut stack: Vec<(PathBuf, Ino)> = vec![(PathBuf::new(), ROOT_INO)];
+            while let Some((rel, dino)) = stack.pop() {
+                let rd = match std::fs::read_dir(tier.path(&rel)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(tier = %tier.cfg.name, path = %rel.display(), error = %e, "cannot list directory");
+                        continue;
+                    }
+                };
+                for ent in rd.flatten() {
+                    let name = ent.file_name();
+                    let child = rel.join(&name);
+                    let full = tier.path(&child);
+                    if util::name_bytes(&name).starts_with(TEMP_PREFIX.as_bytes()) {
+                        // Interrupted move leftovers: the journal recovery already decided
+                        // which copy is authoritative, so these are garbage.
+                        if std::fs::remove_file(&full).is_ok() {
+                            report.temp_removed += 1;
+                        }
+                        continue;
+                    }
+                    let st = match util::lstat(&full) {
+                        Ok(s) => s,
+                        Err(_) => continue,
+                    };
+                    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                    let existing = fresh.child(dino, &name);
+                    if is_dir {
+                        match existing {
+                            Some(e) if fresh.is_dir(e) => {
+                                stack.push((child, e));
+                            }
+                            Some(_) => {
+                                report.conflicts += 1;
+                                self.conflict(repair, ti, &child);
+                            }
+                            None => {
+                                let ino = match fresh.dir_ids.get(&child) {
+                                    Some(i) => *i,
+                                    None => {
+                                        let i = fresh.alloc_ino();
+                                        new_dirs.push((child.clone(), i));
+                                        i
+                                    }
+                                };
+                                fresh.add_dir(ino, dino, &name, child.clone(), false);
+                                report.dirs_seen += 1;
+                                stack.push((child, ino));
+                            }
+                        }
+                        continue;
+                    }
+                    if existing.is_some() {
+                        report.conflicts += 1;
+                        self.conflict(repair, ti, &child);
+                        continue;
+                    }
+                    let bino = st.st_ino;
+                    let ino = match fresh.file_ino(ti, bino) {
+                        Assigned::Known(i) => i,
+                        Assigned::NewRemap(i, slot, b) => {
+                            new_remaps.push((slot, b, i));
+                            i
+                        }
+                    };
+                    if fresh.remap.get(&(slots[ti as usize], bino)) == Some(&ino) {
+                        seen_remaps.insert(ino);
+                    }
+                    let kind = FileKind::from_mode(st.st_mode);
+                    let size = st.st_size as u64;
+                    let is_new_node = !fresh.files.contains_key(&ino);
+                    if let Some(f) = fresh.files.get(&ino) {
+                        if f.tier != ti {
+                            // Same inode number from two tiers cannot happen; keep the first.
+                            report.conflicts += 1;
+                            continue;
+                        }
+                    }
+                    let old_state = ns.files.get(&ino).map(|f| f.state.clone());
+                    fresh.add_file_name(ino, dino, &name, || FileNode {
+                        kind,
+                        tier: ti,
+                        bino,
+                        names: Vec::new(),
+                        state: old_state.unwrap_or_else(|| FileState::new(ino, ti, size)),
+                        lookups: 0,
+                    });
+                    if is_new_node {
+                        report.files_seen += 1;
+                        if !known_ids.contains(&ino) && repair {
+                            report.adopted += 1;
+                        }
+                        if kind == FileKind::File && (st.st_nlink <= 1 || counted.insert(bino)) {
+                            used[ti as usize] += size;
+                            placed.push((ino, size, ti));
+                        }
+                        if let Some(f) = fresh.files.get(&ino) {
+                            f.state.size.store(size, Ordering::Relaxed);
+                            f.state.tier.store(ti, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        // Keep nodes of files that are unlinked but still open.
+        for (ino, f) in ns.files.iter() {
+            if !fresh.files.contains_key(ino) && f.state.has_open_handles() {
+                fresh.files.insert(
+                    *ino,
+                    FileNode { kind: f.kind, tier: f.tier, bino: f.bino, names: Vec::new(), state: f.state.clone(), lookups: f.lookups },
+                );
+            }
+        }
+        // Keep lookup counts and stub marks of directories that survived.
+        for (ino, d) in ns.dirs.iter() {
+            if let Some(nd) = fresh.dirs.get_mut(ino) {
+                nd.lookups = d.lookups;
+                nd.unlisted = d.unlisted;
+            }
+        }
+        for (ino, f) in ns.files.iter() {
+            if let Some(nf) = fresh.files.get_mut(ino) {
+                nf.lookups = f.lookups;
+            }
+        }
+        let seen_dirs: HashSet<&PathBuf> = fresh.dirs.values().map(|d| &d.path).collect();
+        let stale_dirs: Vec<PathBuf> = db_dirs.keys().filter(|p| !seen_dirs.contains(p)).cloned().collect();
+        let stale_remaps: Vec<Ino> = remaps.iter().map(|r| r.2).filter(|i| !seen_remaps.contains(i) && !fresh.files.contains_key(i)).collect();
+        fresh.dir_ids.retain(|p, _| seen_dirs.contains(p));
+        {
+            let db = self.db();
+            let tx = db.conn.unchecked_transaction()?;
+            for (p, i) in &new_dirs {
+                db.add_dir(p, *i)?;
+            }
+            for (s, b, i) in &new_remaps {
+                db.set_remap(*s, *b, *i)?;
+            }
+            for p in &stale_dirs {
+                db.remove_dir(p)?;
+            }
+            for i in &stale_remaps {
+                db.drop_remap_ino(*i)?;
+                fresh.taken.remove(i);
+                fresh.remap.retain(|_, v| v != i);
+                report.dropped += 1;
+            }
+            db.set_meta("next_ino", &fresh.next_ino.to_string())?;
+            tx.commit()?;
+        }
+        fresh.next_ino_dirty = false;
+        *ns = fresh;
+        drop(ns);
+        for (i, t) in self.tiers.iter().enumerate() {
+            t.used.store(used[i], Ordering::Relaxed);
+            report.used.push((t.cfg.name.clone(), used[i]));
+        }
+        let mut pl = self.placer();
+        for (ino, size, tier) in placed {
+            pl.placed(ino, size, tier);
+        }
+        Ok(())
+    }
+
+    /// A name exists on a faster tier already: the slower one is shadowed. With `repair`,
+    /// rename it so both stay reachable (nothing is ever deleted).
+    fn conflict(&self, repair: bool, tier: u8, rel: &Path) {
+        let t = &self.tiers[tier as usize];
+        tracing::warn!(tier = %t.cfg.name, path = %rel.display(), "same path on two tiers: the faster one is shown");
+        if repair {
+            let mut n = rel.as_os_str().to_os_string();
+            n.push(format!(".kaiso-conflict-{}", t.cfg.name));
+            let _ = std::fs::rename(t.path(rel), t.path(Path::new(&n)));
+        }
+    }
+
+    /// Restore pins, heat and stub state from the database.
+    fn restore_state(&self) -> Result<(), OpenError> {
+        let (pins, heat, stubs) = {
+            let db = self.db();
+            (db.pins()?, db.heat()?, db.stubs()?)
+        };
+        {
+            let mut pl = self.placer();
+            for (ino, tier) in pins {
+                pl.pin(ino, Some(tier));
+            }
+            pl.restore(&heat);
+        }
+        let mut ns = self.ns();
+        for (ino, unlisted, missing) in stubs {
+            if let Some(d) = ns.dirs.get_mut(&ino) {
+                d.unlisted = unlisted;
+            } else if let Some(f) = ns.files.get_mut(&ino) {
+                *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState { unlisted_dir: false, missing });
+            }
+        }
+        Ok(())
+    }
+
+    /// Write heat, placement reasons and usage to the database (periodically and at close).
+    pub fn checkpoint(&self) -> anyhow::Result<()> {
+        let (heat, reasons) = {
+            let pl = self.placer();
+            (pl.heat_rows(), pl.reasons.iter().map(|(i, r)| (*i, r.clone())).collect::<Vec<_>>())
+        };
+        self.db().save_heat(&heat, &reasons)?;
+        Ok(())
+    }
+
+    /// Stop background work and checkpoint. Called by faces at unmount; dropping the store
+    /// without it is a crash as far as the next open is concerned (which is safe).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Err(e) = self.checkpoint() {
+            tracing::warn!(error = %e, "final checkpoint failed");
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+}
