@@ -98,7 +98,8 @@ fn kill9_during_moves_loses_nothing() {
         StoreSpec::with_tiers(vec![
             TierSpec::new("fast").capacity(24 * MIB).watermarks(0.1, 0.2),
             TierSpec::new("slow"),
-        ]),
+        ])
+        .mover_interval_ms(100),
     );
     seed_tree(&store, &mut rng);
     let before = store.files_per_tier();

@@ -454,7 +454,8 @@ fn fsx_while_mover_moves() {
             TierSpec::new("fast").capacity(2 * MIB).watermarks(0.2, 0.4),
             TierSpec::new("mid").capacity(64 * MIB),
             TierSpec::new("slow"),
-        ]),
+        ])
+        .mover_interval_ms(100),
     );
     let mount = store.mount();
     let root = mount.path.clone();

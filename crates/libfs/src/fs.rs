@@ -179,6 +179,8 @@ pub(crate) struct Inner {
     uid: u32,
     gid: u32,
     next_ofd: AtomicU64,
+    /// Open files of all inodes (suspend requires none).
+    open_files: AtomicU64,
 }
 
 /// A redo-log transaction: the bytes to write, gathered before anything is written in place.
@@ -971,6 +973,8 @@ pub struct OpenFile {
 
 const FLOCK_OWNER: u64 = 1 << 63;
 const OFD_OWNER: u64 = 1 << 62;
+/// All process-associated (POSIX) record locks belong to the one owning process.
+const POSIX_OWNER: u64 = 1 << 61;
 
 impl Fs {
     /// Opens the pool at `path` (creating and formatting it when missing and `opts.size` > 0),
@@ -1001,7 +1005,7 @@ impl Fs {
                 open: AtomicU32::new(0),
             })
             .collect();
-        let mut inner = Inner {
+        let inner = Inner {
             m,
             g,
             ns: SpinRwLock::new(Namespace {
@@ -1025,8 +1029,9 @@ impl Fs {
             uid,
             gid,
             next_ofd: AtomicU64::new(1),
+            open_files: AtomicU64::new(0),
         };
-        let report = recover::recover(&mut inner).map_err(PoolError::Invalid)?;
+        let report = recover::recover(&inner).map_err(PoolError::Invalid)?;
         inner.st64(SB_OWNER_PID, std::process::id() as u64);
         inner.m.persist(SB_OWNER_PID, 8);
         Ok((
@@ -1035,6 +1040,43 @@ impl Fs {
             },
             report,
         ))
+    }
+
+    /// Lends the pool to another process: releases the owner lock. Only allowed with no file
+    /// open; the caller must not touch the pool until [`Fs::resume`] returns.
+    pub fn suspend(&self) -> Result<(), i32> {
+        if self.inner.open_files.load(Ordering::Acquire) != 0 {
+            return Err(libc::EBUSY);
+        }
+        use std::os::fd::AsRawFd;
+        if unsafe { libc::flock(self.inner.m.file.as_raw_fd(), libc::LOCK_UN) } != 0 {
+            return Err(libc::EIO);
+        }
+        Ok(())
+    }
+
+    /// Takes the owner lock back (waiting up to `timeout`) and rebuilds the DRAM state from
+    /// the pool, which another process may have changed meanwhile.
+    pub fn resume(&self, timeout: std::time::Duration) -> Result<Report, PoolError> {
+        use std::os::fd::AsRawFd;
+        let fd = self.inner.m.file.as_raw_fd();
+        let start = std::time::Instant::now();
+        loop {
+            if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                break;
+            }
+            if start.elapsed() > timeout {
+                return Err(PoolError::Busy {
+                    path: self.inner.m.path.clone(),
+                    owner: Some(self.inner.ld64(SB_OWNER_PID) as u32),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        let report = recover::recover(&self.inner).map_err(PoolError::Invalid)?;
+        self.inner.st64(SB_OWNER_PID, std::process::id() as u64);
+        self.inner.m.persist(SB_OWNER_PID, 8);
+        Ok(report)
     }
 
     pub fn persist_mode(&self) -> Persist {
@@ -1088,11 +1130,13 @@ impl Fs {
                 }
             }
             inner.rt[ino as usize].open.fetch_add(1, Ordering::AcqRel);
+            inner.open_files.fetch_add(1, Ordering::AcqRel);
         } else {
             let ns = inner.ns.read();
             let w = inner.walk(&ns, path, follow)?;
             ino = w.ino.ok_or(FsError::Errno(libc::ENOENT))?;
             inner.rt[ino as usize].open.fetch_add(1, Ordering::AcqRel);
+            inner.open_files.fetch_add(1, Ordering::AcqRel);
         }
         let of = Arc::new(OpenFile {
             fs: inner.clone(),
@@ -1560,6 +1604,7 @@ impl Fs {
         }
         let _ns = self.inner.ns.read();
         self.inner.rt[ino as usize].open.fetch_add(1, Ordering::AcqRel);
+        self.inner.open_files.fetch_add(1, Ordering::AcqRel);
         Ok(Arc::new(OpenFile {
             fs: self.inner.clone(),
             ino,
@@ -1776,20 +1821,33 @@ impl OpenFile {
         self.wait_lock(OFD_OWNER | self.id, start, end, kind, wait, libc::EAGAIN)
     }
 
+    /// Process-associated record locks (F_SETLK/F_SETLKW): they never conflict with each
+    /// other (one process) but do with open-file-description locks, as on Linux.
+    pub fn posix_lock(&self, start: u64, end: u64, kind: i32, wait: bool) -> Result<(), i32> {
+        self.wait_lock(POSIX_OWNER, start, end, kind, wait, libc::EAGAIN)
+    }
+
+    /// Drops every process-associated lock on this file (close(2) of any of its descriptors).
+    pub fn posix_unlock_all(&self) {
+        self.fs.locks_release(self.ino, POSIX_OWNER);
+    }
+
     /// F_OFD_GETLK: the first conflicting lock as (start, end, exclusive), if any.
     pub fn ofd_test(&self, start: u64, end: u64, kind: i32) -> Option<(u64, u64, bool)> {
-        let owner = OFD_OWNER | self.id;
+        self.test_lock(OFD_OWNER | self.id, start, end, kind)
+    }
+
+    /// F_GETLK: the first conflicting lock (only open-file-description locks can conflict).
+    pub fn posix_test(&self, start: u64, end: u64, kind: i32) -> Option<(u64, u64, bool)> {
+        self.test_lock(POSIX_OWNER, start, end, kind)
+    }
+
+    fn test_lock(&self, owner: u64, start: u64, end: u64, kind: i32) -> Option<(u64, u64, bool)> {
         let exclusive = kind == libc::F_WRLCK as i32;
         let t = self.fs.locks.lock();
         t.get(&self.ino)?
             .iter()
-            .find(|l| {
-                l.owner != owner
-                    && l.owner & OFD_OWNER != 0
-                    && l.start < end
-                    && start < l.end
-                    && (exclusive || l.exclusive)
-            })
+            .find(|l| l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive))
             .map(|l| (l.start, l.end, l.exclusive))
     }
 
@@ -1850,6 +1908,7 @@ impl Drop for OpenFile {
         let free = {
             let _ns = inner.ns.read();
             let left = inner.rt[self.ino as usize].open.fetch_sub(1, Ordering::AcqRel) - 1;
+            inner.open_files.fetch_sub(1, Ordering::AcqRel);
             left == 0 && inner.ld32(inner.g.inode(self.ino) + I_NLINK) == 0
                 && inner.imode(self.ino) != 0
         };

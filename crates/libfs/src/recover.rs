@@ -110,7 +110,7 @@ fn sanitize(inner: &Inner, ino: Ino, fixes: &mut Vec<String>) {
     let _ = inner.cut_blocks(ino, size.div_ceil(inner.g.block_size));
 }
 
-pub(crate) fn recover(inner: &mut Inner) -> Result<Report, String> {
+pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
     let mut rep = Report {
         log_replayed: inner.replay_log()?,
         blocks_total: inner.g.block_count,

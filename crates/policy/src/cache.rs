@@ -118,6 +118,17 @@ impl Capacity {
     }
 }
 
+impl Capacity {
+    /// How many objects to reserve room for up front: the limit when counting objects
+    /// (capped at 2^22 so a huge limit does not allocate eagerly), else none.
+    pub fn reserve_hint(&self) -> usize {
+        match self.unit {
+            Unit::Objects => self.limit.min(1 << 22) as usize,
+            Unit::Bytes => 0,
+        }
+    }
+}
+
 impl fmt::Display for Capacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.unit {

@@ -75,6 +75,8 @@ pub struct KaisoPolicy {
     clock: Nanos,
     /// Time of the previous plan (for `move_bytes_per_sec`).
     last_plan: Option<Nanos>,
+    /// The mover's token bucket in bytes (`move_bytes_per_sec`).
+    move_tokens: f64,
     in_flight: IdMap<InFlight>,
     layout: Option<RegionLayout>,
 }
@@ -100,6 +102,7 @@ impl KaisoPolicy {
             buckets: Vec::new(),
             clock: 0,
             last_plan: None,
+            move_tokens: 0.0,
             in_flight: IdMap::default(),
             layout: None,
         }
@@ -123,6 +126,33 @@ impl KaisoPolicy {
 
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
+    }
+
+    /// The object's decayed touch count at `now` (heat without the recency term) and the
+    /// time of its last access, for a caller that persists heat across restarts.
+    pub fn heat_snapshot(&self, object: ObjectId, now: Nanos) -> Option<(f64, Nanos)> {
+        let s = self.objects.get(&object).filter(|s| s.touched)?;
+        let age = now.saturating_sub(s.last_access);
+        Some((
+            f64::from(s.heat) * decay(age, self.cfg.heat_half_life_secs),
+            s.last_access,
+        ))
+    }
+
+    /// Restores heat saved by [`Self::heat_snapshot`]: `heat` touches as of time `at` (the
+    /// snapshot's `now`, or the saved last access with the heat decayed to it). The spike
+    /// rate starts at zero (a restart is not a spike). Non-finite or negative heat is ignored.
+    pub fn restore_heat(&mut self, object: ObjectId, heat: f64, at: Nanos) {
+        let last_access = at;
+        if !(heat.is_finite() && heat >= 0.0) {
+            return;
+        }
+        self.observe_time(last_access);
+        let s = self.objects.entry(object).or_insert_with(ObjectState::new);
+        s.heat = heat.min(f64::from(f32::MAX)) as f32;
+        s.rate = 0.0;
+        s.last_access = last_access;
+        s.touched = true;
     }
 
     /// The object's score at `now` (decayed heat plus recency), or None if unknown.

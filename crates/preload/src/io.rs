@@ -100,6 +100,10 @@ pub unsafe extern "C" fn creat64(path: P, mode: Mode) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some(st) = state() {
+        if let Some(f) = st.file(fd) {
+            // POSIX: closing any descriptor of a file drops the process's locks on it.
+            f.posix_unlock_all();
+        }
         if st.close_private(fd) {
             return 0;
         }
@@ -491,6 +495,19 @@ fn lock_range(f: &OpenFile, l: &libc::flock) -> Result<(u64, u64), c_int> {
     Ok((s as u64, if e == i64::MAX { u64::MAX } else { e as u64 }))
 }
 
+fn report_conflict(l: &mut libc::flock, c: Option<(u64, u64, bool)>) {
+    match c {
+        None => l.l_type = libc::F_UNLCK as i16,
+        Some((cs, ce, excl)) => {
+            l.l_type = if excl { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+            l.l_whence = libc::SEEK_SET as i16;
+            l.l_start = cs as i64;
+            l.l_len = if ce == u64::MAX { 0 } else { (ce - cs) as i64 };
+            l.l_pid = -1;
+        }
+    }
+}
+
 unsafe fn private_fcntl(st: &State, fd: c_int, f: Arc<OpenFile>, cmd: c_int, arg: usize) -> Result<c_int, c_int> {
     let t = st.table().ok_or(libc::EBADF)?;
     let slot = &t.slots[fd as usize];
@@ -506,12 +523,18 @@ unsafe fn private_fcntl(st: &State, fd: c_int, f: Arc<OpenFile>, cmd: c_int, arg
             f.set_flags(arg as c_int);
             Ok(0)
         }
-        // Process-associated record locks: every lock holder is this process, and a process
-        // never conflicts with itself, so they are granted (no other process can see the file).
-        libc::F_SETLK | libc::F_SETLKW => Ok(0),
+        // Process-associated record locks: the only holder is this process, which never
+        // conflicts with itself; they can conflict with open-file-description locks.
+        libc::F_SETLK | libc::F_SETLKW => {
+            let l = &*(arg as *const libc::flock);
+            let (s, e) = lock_range(&f, l)?;
+            f.posix_lock(s, e, l.l_type as c_int, cmd == libc::F_SETLKW)?;
+            Ok(0)
+        }
         libc::F_GETLK => {
             let l = &mut *(arg as *mut libc::flock);
-            l.l_type = libc::F_UNLCK as i16;
+            let (s, e) = lock_range(&f, l)?;
+            report_conflict(l, f.posix_test(s, e, l.l_type as c_int));
             Ok(0)
         }
         libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
@@ -523,16 +546,7 @@ unsafe fn private_fcntl(st: &State, fd: c_int, f: Arc<OpenFile>, cmd: c_int, arg
         libc::F_OFD_GETLK => {
             let l = &mut *(arg as *mut libc::flock);
             let (s, e) = lock_range(&f, l)?;
-            match f.ofd_test(s, e, l.l_type as c_int) {
-                None => l.l_type = libc::F_UNLCK as i16,
-                Some((cs, ce, excl)) => {
-                    l.l_type = if excl { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
-                    l.l_whence = libc::SEEK_SET as i16;
-                    l.l_start = cs as i64;
-                    l.l_len = if ce == u64::MAX { 0 } else { (ce - cs) as i64 };
-                    l.l_pid = -1;
-                }
-            }
+            report_conflict(l, f.ofd_test(s, e, l.l_type as c_int));
             Ok(0)
         }
         _ => Err(libc::EINVAL),
@@ -565,18 +579,40 @@ pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
         None => real::flock()(fd, op),
     }
 }
+/// lockf(3) as process-associated locks from the current position.
+fn do_lockf(f: &OpenFile, cmd: c_int, len: Off) -> Result<c_int, c_int> {
+    let pos = f.position() as i64;
+    let (s, e) = match len {
+        0 => (pos, i64::MAX),
+        n if n > 0 => (pos, pos.saturating_add(n)),
+        n => (pos + n, pos),
+    };
+    if s < 0 {
+        return Err(libc::EINVAL);
+    }
+    let (s, e) = (s as u64, if e == i64::MAX { u64::MAX } else { e as u64 });
+    match cmd {
+        libc::F_LOCK => f.posix_lock(s, e, libc::F_WRLCK as c_int, true).map(|_| 0),
+        libc::F_TLOCK => f.posix_lock(s, e, libc::F_WRLCK as c_int, false).map(|_| 0),
+        libc::F_ULOCK => f.posix_lock(s, e, libc::F_UNLCK as c_int, false).map(|_| 0),
+        libc::F_TEST => match f.posix_test(s, e, libc::F_WRLCK as c_int) {
+            None => Ok(0),
+            Some(_) => Err(libc::EACCES),
+        },
+        _ => Err(libc::EINVAL),
+    }
+}
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: Off) -> c_int {
     match file_of(fd) {
-        // POSIX locks: the owning process never conflicts with itself.
-        Some(_) => 0,
+        Some(f) => ret(do_lockf(&f, cmd, len), -1),
         None => real::lockf()(fd, cmd, len),
     }
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: Off) -> c_int {
     match file_of(fd) {
-        Some(_) => 0,
+        Some(f) => ret(do_lockf(&f, cmd, len), -1),
         None => real::lockf64()(fd, cmd, len),
     }
 }

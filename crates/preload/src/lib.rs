@@ -17,6 +17,8 @@ mod proc;
 mod real;
 mod state;
 mod stdio;
+mod stdstreams;
+mod wait;
 
 use state::{Fail, Guard, Res, State, set_errno};
 use std::ffi::{CStr, c_int};

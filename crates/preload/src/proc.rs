@@ -1,8 +1,9 @@
 //! fork and exec.
 //!
-//! fork: the child inherits the mapping but must not write the pool its parent owns, so in a
-//! fork child every private path fails with EPERM and every private descriptor with EBADF
-//! (one message on stderr says why). Threads are the way to share a private directory.
+//! fork: the owner lock stays with the parent; the child forgets the parent's pool state
+//! and opens the pool itself when it needs it, which succeeds when the parent lends the pool
+//! while waiting for the child (wait.rs) or has exited; otherwise the child gets EBUSY and a
+//! message. Threads share a private directory; processes take turns.
 //!
 //! exec: the pool's descriptor is close-on-exec, so exec releases the owner lock and the new
 //! program opens the pool again. Private descriptors without FD_CLOEXEC are handed over in
@@ -54,10 +55,9 @@ fn prepare(st: &State) -> (Vec<CString>, Vec<c_int>) {
     let mut env = Vec::new();
     let mut kept = Vec::new();
     let mut items = Vec::new();
-    let forked = st.forked.load(Ordering::Relaxed);
     let slots = match st.table() {
-        Some(t) if !forked => &t.slots[..],
-        _ => &[],
+        Some(t) => &t.slots[..],
+        None => &[],
     };
     for (fd, s) in slots.iter().enumerate() {
         if !s.private.load(Ordering::Acquire) || s.cloexec.load(Ordering::Relaxed) {

@@ -202,3 +202,10 @@ reals! {
     execve(P, *const *const c_char, *const *const c_char) -> c_int;
     execvpe(P, *const *const c_char, *const *const c_char) -> c_int;
 }
+
+reals! {
+    waitpid(libc::pid_t, *mut c_int, c_int) -> libc::pid_t;
+    wait(*mut c_int) -> libc::pid_t;
+    wait4(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
+    waitid(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
+}

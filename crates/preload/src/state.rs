@@ -74,7 +74,6 @@ pub struct State {
     /// The kernel's current directory, tracked through chdir/fchdir.
     pub kcwd: SpinLock<Vec<u8>>,
     pub umask: AtomicU32,
-    pub forked: AtomicBool,
     pub warned: AtomicBool,
     /// Our DIR streams and FILE streams, by address.
     pub dirs: SpinLock<HashMap<usize, ()>>,
@@ -94,9 +93,37 @@ pub fn state() -> Option<&'static State> {
     }
 }
 
+/// A fork child does not own the pool (the lock stays with its parent): it forgets the
+/// parent's pool state and descriptors, without touching the pool, and opens the pool itself
+/// on first use like any other process; that succeeds once the parent lends it (see wait.rs)
+/// or exits.
+/// The state regardless of the re-entrancy guard (for library-internal bookkeeping).
+pub fn state_raw() -> Option<&'static State> {
+    unsafe { STATE.load(Ordering::Acquire).as_ref() }
+}
+
 extern "C" fn atfork_child() {
     if let Some(s) = unsafe { STATE.load(Ordering::Acquire).as_ref() } {
-        s.forked.store(true, Ordering::Release);
+        if s.pool_state.load(Ordering::Acquire) != 0 {
+            // Leaked on purpose: dropping would write the parent's pool.
+            s.pool.store(std::ptr::null_mut(), Ordering::Release);
+            s.pool_state.store(0, Ordering::Release);
+        }
+        if let Some(t) = s.table() {
+            let mut free = Vec::new();
+            for (fd, slot) in t.slots.iter().enumerate() {
+                if slot.private.swap(false, Ordering::AcqRel) {
+                    std::mem::forget(slot.file.lock().take());
+                }
+                if slot.reserved.load(Ordering::Relaxed) {
+                    free.push(fd as c_int);
+                }
+            }
+            free.reverse();
+            *t.free.lock() = free;
+        }
+        // Streams stay registered: a child's readdir continues from its DRAM snapshot, and
+        // its FILEs fail with EBADF on the now-kernel descriptor numbers.
     }
 }
 
@@ -135,7 +162,6 @@ pub fn init() {
         vcwd: SpinLock::new(None),
         kcwd: SpinLock::new(kcwd),
         umask: AtomicU32::new(um),
-        forked: AtomicBool::new(false),
         warned: AtomicBool::new(false),
         dirs: SpinLock::new(HashMap::new()),
         files: SpinLock::new(HashMap::new()),
@@ -158,14 +184,23 @@ fn env_u64(name: &str) -> Option<u64> {
 
 impl State {
     /// The pool, opening it on first use. Errors are reported once on stderr.
-    pub fn fs(&self) -> Result<&Fs, c_int> {
-        if self.forked.load(Ordering::Acquire) {
-            self.warn_once(&format!(
-                "this process is a fork of the owner of the private directory {}; only the owner may use it (exec a program with no private files open, or use threads)",
-                String::from_utf8_lossy(&self.mount)
-            ));
-            return Err(libc::EPERM);
+    /// The pool if this process has it open now (no opening, no error report).
+    pub fn open_fs(&self) -> Option<&Fs> {
+        if self.pool_state.load(Ordering::Acquire) != 2 {
+            return None;
         }
+        match unsafe { &*self.pool.load(Ordering::Acquire) } {
+            Pool::Ready(fs) => Some(fs),
+            Pool::Unavailable(_) => None,
+        }
+    }
+
+    /// Replaces the pool with an error (after a failed resume).
+    pub fn set_unavailable(&self, msg: String) {
+        self.pool.store(Box::into_raw(Box::new(Pool::Unavailable(msg))), Ordering::Release);
+    }
+
+    pub fn fs(&self) -> Result<&Fs, c_int> {
         let mut round = 0u32;
         loop {
             match self.pool_state.load(Ordering::Acquire) {
@@ -216,7 +251,20 @@ impl State {
             Ok("msync") => Some(Persist::Msync),
             _ => None,
         };
-        match Fs::open_pool(std::path::Path::new(&path), &opts, &self.mount) {
+        // A parent that owns the pool lends it while it waits for its child (wait.rs); the
+        // child may get here first, so it waits a little for its parent.
+        let start = std::time::Instant::now();
+        let opened = loop {
+            match Fs::open_pool(std::path::Path::new(&path), &opts, &self.mount) {
+                Err(kaiso_libfs::PoolError::Busy { owner: Some(o), .. })
+                    if o == unsafe { libc::getppid() } as u32 && start.elapsed() < std::time::Duration::from_secs(3) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                r => break r,
+            }
+        };
+        match opened {
             Ok((fs, report)) => {
                 if !report.clean() || report.orphans_freed > 0 || report.log_replayed {
                     eprintln!(
@@ -227,9 +275,12 @@ impl State {
                         report.fixes.len()
                     );
                 }
-                match reserve_fds() {
-                    Ok(t) => self.fds.store(Box::into_raw(Box::new(t)), Ordering::Release),
-                    Err(msg) => return Pool::Unavailable(msg),
+                // A fork child keeps the table (and reserved numbers) it inherited.
+                if self.table().is_none() {
+                    match reserve_fds() {
+                        Ok(t) => self.fds.store(Box::into_raw(Box::new(t)), Ordering::Release),
+                        Err(msg) => return Pool::Unavailable(msg),
+                    }
                 }
                 crate::proc::adopt_inherited(self, &fs);
                 Pool::Ready(fs)
@@ -255,12 +306,6 @@ impl State {
     #[inline]
     pub fn file(&self, fd: c_int) -> Option<Arc<OpenFile>> {
         let t = self.table()?;
-        if self.forked.load(Ordering::Relaxed) {
-            // A fork child must not touch the pool: its descriptors fall through to the
-            // placeholder (EBADF), after one message on stderr.
-            let _ = self.fs();
-            return None;
-        }
         let s = t.slots.get(usize::try_from(fd).ok()?)?;
         if !s.private.load(Ordering::Acquire) {
             return None;
@@ -313,6 +358,9 @@ impl State {
         s.cloexec.store(cloexec, Ordering::Relaxed);
         s.private.store(true, Ordering::Release);
         drop(old);
+        if fd <= 2 {
+            unsafe { crate::stdstreams::attach(fd) };
+        }
         Ok(())
     }
 
@@ -325,17 +373,14 @@ impl State {
         if !s.private.load(Ordering::Acquire) {
             return false;
         }
+        if fd <= 2 {
+            unsafe { crate::stdstreams::detach(fd) };
+        }
         let old = {
             let mut f = s.file.lock();
             s.private.store(false, Ordering::Release);
             f.take()
         };
-        if self.forked.load(Ordering::Relaxed) {
-            // Closing would update the parent's pool; the child only drops its number.
-            std::mem::forget(old);
-            unsafe { real::close()(fd) };
-            return true;
-        }
         if s.reserved.load(Ordering::Relaxed) {
             t.free.lock().push(fd);
         } else {
@@ -354,14 +399,15 @@ impl State {
         if s.reserved.swap(false, Ordering::Relaxed) {
             t.free.lock().retain(|&f| f != fd);
         }
+        if fd <= 2 && s.private.load(Ordering::Acquire) {
+            unsafe { crate::stdstreams::detach(fd) };
+        }
         let old = {
             let mut f = s.file.lock();
             s.private.store(false, Ordering::Release);
             f.take()
         };
-        if self.forked.load(Ordering::Relaxed) {
-            std::mem::forget(old);
-        }
+        drop(old);
     }
 
     /// Whether a descriptor number is one of ours (private, or a spare reserved number).

@@ -81,9 +81,18 @@ unsafe extern "C" {
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieIo) -> *mut libc::FILE;
 }
 
+/// Detaches a cookie stream from its descriptor (closing the stream then closes nothing).
+pub(crate) fn disown(f: *mut libc::FILE) {
+    if let Some(st) = crate::state::state_raw()
+        && let Some(c) = st.files.lock().remove(&(f as usize))
+    {
+        c.store(-1, Ordering::Relaxed);
+    }
+}
+
 /// A FILE over descriptor `fd` (owned by the stream).
-unsafe fn cookie_file(fd: c_int, mode: P) -> *mut libc::FILE {
-    let Some(st) = state() else { return std::ptr::null_mut() };
+pub(crate) unsafe fn cookie_file(fd: c_int, mode: P) -> *mut libc::FILE {
+    let Some(st) = crate::state::state_raw() else { return std::ptr::null_mut() };
     let cell = Arc::new(AtomicI32::new(fd));
     let funcs = CookieIo {
         read: Some(ck_read),

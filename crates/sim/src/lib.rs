@@ -17,5 +17,6 @@ pub mod rng;
 pub mod source;
 pub mod sweep;
 pub mod trace;
+pub mod validate;
 
 pub use trace::{IoRecord, TraceError, TraceFormat};

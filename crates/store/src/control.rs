@@ -31,7 +31,8 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join("control.sock")
 }
 
-fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, String> {
+/// Answer a request against a store in this process (what the socket server does).
+pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, String> {
     let e = |x: crate::FsError| x.to_string();
     let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
     match req {

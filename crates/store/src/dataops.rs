@@ -135,14 +135,16 @@ impl Store {
     pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, flags: i32, caller: Caller, want_passthrough: bool) -> FsResult<(FileAttr, Opened)> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let m = mode & !umask & 0o7777;
+        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
         let bflags = backing_flags(flags);
         let (ino, _tier, file) = self.create_entry(&mut ns, parent, name, caller, &|p| {
             let mut o = std::fs::OpenOptions::new();
             o.read(true).write(true).create_new(true).mode(m);
             o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
             let f = o.open(p)?;
-            util::chmod(p, m)?;
+            if set {
+                util::chmod(p, m)?;
+            }
             Ok(Some(f))
         })?;
         let file = file.ok_or(FsError::IO)?;

@@ -10,7 +10,7 @@ use crate::types::{Caller, DirEntry, FileAttr, FileKind, Ino, ROOT_INO, SetAttr,
 use crate::util::{self, UTime};
 use kaiso_policy::Op;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -330,19 +330,32 @@ impl Store {
         Err(last_err)
     }
 
+    /// Mode bits for a new inode in `parent`: the umask applies unless the parent has a
+    /// default ACL (then the backing file system derives the mode from the ACL, as POSIX
+    /// says). Returns the bits and whether to set them explicitly after creation.
+    pub(crate) fn creation_mode(&self, ns: &Namespace, parent: Ino, mode: u32, umask: u32) -> (u32, bool) {
+        let has_default_acl = ns
+            .dir_path(parent)
+            .and_then(|p| self.dir_stat(p).ok().map(|(t, _)| self.tiers[t as usize].path(p)))
+            .is_some_and(|p| util::lgetxattr(&p, OsStr::new("system.posix_acl_default")).is_ok());
+        if has_default_acl { (mode & 0o7777, false) } else { (mode & !umask & 0o7777, true) }
+    }
+
     /// mknod: regular files, fifos, sockets, device nodes.
     pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u64, caller: Caller) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let m = mode & !umask;
+        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
+        let fmt = mode & libc::S_IFMT;
         let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
-            if m & libc::S_IFMT == libc::S_IFREG || m & libc::S_IFMT == 0 {
+            if fmt == libc::S_IFREG || fmt == 0 {
                 use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new().write(true).create_new(true).mode(m & 0o7777).open(p)?;
-                util::chmod(p, m & 0o7777)?;
+                std::fs::OpenOptions::new().write(true).create_new(true).mode(m).open(p)?;
             } else {
-                util::mknod(p, m, rdev)?;
-                util::chmod(p, m & 0o7777)?;
+                util::mknod(p, fmt | m, rdev)?;
+            }
+            if set {
+                util::chmod(p, m)?;
             }
             Ok(None)
         })?;
@@ -366,12 +379,13 @@ impl Store {
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         let (tier, _) = self.dir_stat(&parent_rel)?;
         let p = self.tiers[tier as usize].path(&rel);
-        std::fs::create_dir(&p)?;
+        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
+        std::fs::DirBuilder::new().mode(m).create(&p)?;
         let (uid, gid) = self.owner_for(&ns, parent, caller);
         let r = util::lchown(&p, Some(uid), gid).and_then(|_| {
             // Keep a setgid bit inherited from the parent; apply the requested bits.
             let st = util::lstat(&p)?;
-            util::chmod(&p, (mode & !umask & 0o7777) | (st.st_mode & libc::S_ISGID))
+            if set { util::chmod(&p, m | (st.st_mode & libc::S_ISGID)) } else { Ok(()) }
         });
         if let Err(e) = r {
             let _ = std::fs::remove_dir(&p);

@@ -54,8 +54,8 @@ impl Arc {
     pub fn new(capacity: Capacity) -> Self {
         Arc {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
             lists: [List::new(); 4],
             sizes: [0; 4],
             p: 0.0,

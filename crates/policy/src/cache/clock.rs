@@ -38,8 +38,8 @@ impl Clock {
         };
         Clock {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(capacity.reserve_hint()),
             queue: List::new(),
             max_freq,
             init_freq: init_freq.min(max_freq),

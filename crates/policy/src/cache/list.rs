@@ -40,6 +40,14 @@ impl<T> Slab<T> {
         }
     }
 
+    pub fn with_capacity(n: usize) -> Self {
+        Slab {
+            nodes: Vec::with_capacity(n),
+            free: NIL,
+            live: 0,
+        }
+    }
+
     /// Stores `value` in a fresh unlinked node and returns its index.
     pub fn alloc(&mut self, value: T) -> u32 {
         self.live += 1;

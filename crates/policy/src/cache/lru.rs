@@ -21,8 +21,8 @@ impl Lru {
     pub fn new(capacity: Capacity) -> Self {
         Lru {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(capacity.reserve_hint()),
             queue: List::new(),
         }
     }

@@ -58,8 +58,8 @@ impl S3Fifo {
         let small_cap = (c as f64 * small_ratio) as u64;
         S3Fifo {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
             small: List::new(),
             main: List::new(),
             ghost: List::new(),

@@ -29,8 +29,8 @@ impl Sieve {
     pub fn new(capacity: Capacity) -> Self {
         Sieve {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(capacity.reserve_hint()),
             queue: List::new(),
             hand: NIL,
         }

@@ -68,8 +68,8 @@ impl Smq {
     pub fn new(capacity: Capacity, levels: usize, shift: u32, threshold: u8, seed: u64) -> Self {
         Smq {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(capacity.reserve_hint()),
             levels: vec![List::new(); levels.max(1)],
             regions: Vec::new(),
             region_index: FxHashMap::default(),

@@ -47,8 +47,8 @@ impl TwoQ {
         let in_cap = (c as f64 * in_ratio) as u64;
         TwoQ {
             meter: Meter::new(capacity),
-            slab: Slab::new(),
-            map: FxHashMap::default(),
+            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
+            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
             a_in: List::new(),
             a_out: List::new(),
             a_m: List::new(),

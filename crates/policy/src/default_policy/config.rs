@@ -43,8 +43,9 @@ pub struct KaisoConfig {
     /// within about a half-life, so one read (or one scan) never promotes.
     pub promote_min_heat: f64,
     /// Hysteresis for exchanges: a cold resident is evicted for a candidate only if the
-    /// candidate's score is at least `swap_ratio` times the resident's. 2.0 keeps two
-    /// objects of similar heat from trading places back and forth.
+    /// candidate's score is at least `swap_ratio` times the resident's. 3.0 keeps two
+    /// objects of similar heat from trading places back and forth (3.0 beat 1.5 and 2.0 in
+    /// the TPCx-V-like simulation: fewer moves, each worth more).
     pub swap_ratio: f64,
     /// Exchanges may also compare short-term spike rates: a candidate busy now (rate at least
     /// `spike_min_rate`) displaces a resident `swap_ratio` times less busy now, even if the
@@ -63,16 +64,17 @@ pub struct KaisoConfig {
     /// The budget bucket holds at most this fraction of a day's budget (burst size).
     /// 0.25 lets a fresh mount fill six hours' worth of budget at once, then paces.
     pub promote_burst_fraction: f64,
-    /// Moves are planned at most at this rate, bytes per second of time between plans
-    /// (before the load-based factor below). 128 MiB/s is about what one HDD streams, so a
-    /// mover never asks more of the slow tier than it can give. 0 = only `max_bytes` limits.
+    /// Moves are planned at most at this rate, bytes per second (a token bucket, before the
+    /// load-based factor below). 128 MiB/s is about what one HDD streams, so a mover never
+    /// asks more of the slow tier than it can give. 0 = only `max_bytes` limits.
     pub move_bytes_per_sec: u64,
-    /// The time between two plans counted for `move_bytes_per_sec` is capped here
-    /// (seconds), so a long pause does not release a flood of moves.
+    /// The bucket holds at most this many seconds of `move_bytes_per_sec` (60 s), so a long
+    /// pause does not release a flood of moves. Objects larger than that never move.
     pub max_plan_gap_secs: f64,
     /// Planned moves not yet reported done may add up to this many seconds of
     /// `move_bytes_per_sec` (4 s); the next plan waits for the mover instead of queueing
-    /// decisions that will be stale by the time they run.
+    /// decisions that will be stale by the time they run. An idle mover may always take
+    /// one object, however large.
     pub max_in_flight_secs: f64,
     /// A planned move not reported done within this many seconds is taken as dropped by the
     /// caller (its room is no longer reserved).
@@ -97,6 +99,10 @@ pub struct KaisoConfig {
     /// file-contiguous neighbours (the rest of its cache unit) follow it. Used only when a
     /// layout is set (see `KaisoPolicy::set_layout`).
     pub prefetch_unit_regions: u32,
+    /// With a layout, a region's score and spike rate are blended with the mean of its cache
+    /// unit's regions with this weight (0.5): unit-level statistics are less noisy, and the
+    /// cold regions of a hot unit rise with it.
+    pub unit_heat_weight: f64,
     /// Share of a plan's byte budget that prefetch may use. 0.25 keeps prefetch from
     /// crowding out promotions of objects that are hot themselves.
     pub prefetch_share: f64,
@@ -114,7 +120,7 @@ impl Default for KaisoConfig {
             sequential_weight: 0.0,
             episode_gap_secs: 2.0,
             promote_min_heat: 2.0,
-            swap_ratio: 2.0,
+            swap_ratio: 3.0,
             exchange_on_rate: true,
             min_residency_secs: 600.0,
             promote_dwpd: 1.0,
@@ -131,6 +137,7 @@ impl Default for KaisoConfig {
             spike_util_target: 0.5,
             spike_min_rate: 1.5,
             prefetch_unit_regions: 3,
+            unit_heat_weight: 0.5,
             prefetch_share: 0.25,
         }
     }
@@ -206,6 +213,7 @@ impl KaisoConfig {
             ("spike_util_high", self.spike_util_high),
             ("spike_util_target", self.spike_util_target),
             ("prefetch_share", self.prefetch_share),
+            ("unit_heat_weight", self.unit_heat_weight),
         ];
         for (name, v) in fractions {
             if !(v.is_finite() && (0.0..=1.0).contains(&v)) {

@@ -51,6 +51,10 @@ fn low_bytes(t: &TierState) -> u64 {
     frac_bytes(t.capacity, t.low_watermark.min(t.high_watermark)).min(high_bytes(t))
 }
 
+fn policy_spend_tokens(policy: &mut KaisoPolicy, spent: u64) {
+    policy.move_tokens = (policy.move_tokens - spent as f64).max(0.0);
+}
+
 /// Residents an exchange looks past (not cold enough) before giving up.
 const EXCHANGE_SCAN: usize = 32;
 
@@ -104,9 +108,7 @@ impl<'a> Planner<'a> {
         let tiers = &tiers[..ntiers];
         let mut used: Vec<u64> = tiers.iter().map(|t| t.used).collect();
         let in_flight = policy.reserve_in_flight(now, &mut used);
-        let max_bytes = max_bytes
-            .min(policy.rate_allowance(now))
-            .min(policy.in_flight_limit().saturating_sub(in_flight));
+        let tokens = policy.refill_move_tokens(now);
         if tiers.len() < 2 || max_bytes == 0 {
             return Vec::new();
         }
@@ -129,8 +131,22 @@ impl<'a> Planner<'a> {
                 moved: false,
             });
         }
+        // The queue of moves in flight is capped, but an idle mover may always take one
+        // object, however large (1 GiB segments with a 512 MiB cap).
+        let largest = cands.iter().map(|c| c.size).max().unwrap_or(0);
+        let limit = policy.in_flight_limit();
+        let room = if in_flight == 0 {
+            limit.max(largest)
+        } else {
+            limit.saturating_sub(in_flight)
+        };
+        let max_bytes = max_bytes.min(tokens).min(room);
+        if max_bytes == 0 {
+            return Vec::new();
+        }
         // Id order first: every later sort is stable, so ties always break by id.
         cands.sort_unstable_by_key(|c| c.id);
+        policy.pool_unit_heat(&mut cands);
         let index = cands.iter().enumerate().map(|(i, c)| (c.id, i)).collect();
         let mut p = Planner {
             policy,
@@ -148,6 +164,8 @@ impl<'a> Planner<'a> {
         p.drain_over_high_watermark();
         p.relieve_spikes();
         p.promote_hot();
+        let spent = p.spent;
+        policy_spend_tokens(p.policy, spent);
         p.moves
     }
 
@@ -538,6 +556,39 @@ impl<'a> Planner<'a> {
 }
 
 impl KaisoPolicy {
+    /// With a layout, blends each region's score and rate with its cache unit's mean
+    /// (`unit_heat_weight`): a few IOs per region are a noisy estimate, the unit of
+    /// file-contiguous regions pools them (the ch.3 ranking by unit frequency), and the
+    /// untouched regions of a hot unit rise with it (prefetch through ordinary promotion).
+    fn pool_unit_heat(&self, cands: &mut [Cand]) {
+        let w = self.cfg.unit_heat_weight;
+        let n = u64::from(self.cfg.prefetch_unit_regions);
+        let Some(layout) = self.layout.as_ref() else {
+            return;
+        };
+        if w <= 0.0 || n <= 1 {
+            return;
+        }
+        let key = |id: ObjectId| layout.locate(id).map(|p| (p.file, p.index / n));
+        let mut units: std::collections::HashMap<(u64, u64), (f64, f64, u32)> =
+            std::collections::HashMap::new();
+        for c in cands.iter() {
+            if let Some(k) = key(c.id) {
+                let e = units.entry(k).or_default();
+                e.0 += c.score;
+                e.1 += c.rate;
+                e.2 += 1;
+            }
+        }
+        for c in cands.iter_mut() {
+            if let Some(&(score, rate, count)) = key(c.id).and_then(|k| units.get(&k)) {
+                let count = f64::from(count.max(1));
+                c.score = (1.0 - w) * c.score + w * score / count;
+                c.rate = (1.0 - w) * c.rate + w * rate / count;
+            }
+        }
+    }
+
     /// Drops in-flight moves older than `in_flight_timeout_secs` (the caller dropped them),
     /// projects the others as done (the caller carries moves out in plan order, so a move
     /// planned after them finds their room), and returns their total bytes.
@@ -566,19 +617,20 @@ impl KaisoPolicy {
         (self.cfg.move_bytes_per_sec as f64 * self.cfg.max_in_flight_secs) as u64
     }
 
-    /// Bytes the plan at `now` may move at `move_bytes_per_sec` since the previous plan
-    /// (at most `max_plan_gap_secs` of it; one second's worth for the first plan).
-    fn rate_allowance(&mut self, now: Nanos) -> u64 {
-        let rate = self.cfg.move_bytes_per_sec;
-        let elapsed = match self.last_plan {
-            Some(t) => (now.saturating_sub(t) as f64 / 1e9).min(self.cfg.max_plan_gap_secs),
-            None => 1.0,
+    /// Refills the mover's token bucket at `move_bytes_per_sec` (holding at most
+    /// `max_plan_gap_secs` of it; full at the first plan) and returns the tokens.
+    fn refill_move_tokens(&mut self, now: Nanos) -> u64 {
+        let rate = self.cfg.move_bytes_per_sec as f64;
+        let cap = rate * self.cfg.max_plan_gap_secs;
+        self.move_tokens = match self.last_plan {
+            Some(t) => (self.move_tokens + rate * now.saturating_sub(t) as f64 / 1e9).min(cap),
+            None => cap,
         };
         self.last_plan = Some(self.last_plan.map_or(now, |t| t.max(now)));
-        if rate == 0 {
+        if self.cfg.move_bytes_per_sec == 0 {
             return u64::MAX;
         }
-        (rate as f64 * elapsed) as u64
+        self.move_tokens as u64
     }
 
     /// Spike rate of pinned objects on tier `t`: they load the tier but cannot move.

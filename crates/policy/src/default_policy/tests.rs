@@ -497,3 +497,138 @@ fn layout_prefetch_brings_file_neighbours_along() {
     );
     w.apply(&mut p, &moves);
 }
+
+#[test]
+fn moves_in_flight_are_not_planned_twice_and_cap_the_queue() {
+    let cfg = KaisoConfig {
+        move_bytes_per_sec: 10 * MIB,
+        max_in_flight_secs: 2.0,
+        promote_dwpd: 100.0,
+        ..KaisoConfig::default()
+    };
+    let mut p = KaisoPolicy::new(cfg).unwrap();
+    let sizes = vec![MIB; 60];
+    let w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &sizes, 1);
+    let mut now = 0;
+    for k in 0..3 {
+        for o in 0..60 {
+            now += 100 * crate::time::MILLISECOND;
+            p.record(&read(now, o, k * 8192));
+        }
+    }
+    // 2 s of 10 MiB/s may be in flight at most.
+    let first = p.plan(now, &w.tiers, 15 * MIB);
+    assert_eq!(first.len(), 15, "max_bytes");
+    let second = p.plan(now + SECOND, &w.tiers, u64::MAX);
+    assert_eq!(second.len(), 5, "only the in-flight cap's remainder");
+    assert!(
+        second
+            .iter()
+            .all(|m| first.iter().all(|f| f.object != m.object))
+    );
+    // Nothing is done yet: the queue is full.
+    assert!(p.plan(now + 2 * SECOND, &w.tiers, u64::MAX).is_empty());
+    // The mover reports the first batch done: room for more.
+    let mut w = w;
+    w.apply(&mut p, &first);
+    let third = p.plan(now + 3 * SECOND, &w.tiers, u64::MAX);
+    assert_eq!(third.len(), 15);
+    // A move never reported done stops being reserved after in_flight_timeout_secs.
+    let late = now + 3 * SECOND + 121 * SECOND;
+    for o in 0..60 {
+        p.record(&read(late - SECOND, o, 999_999));
+        p.record(&read(late, o, 1_999_999));
+    }
+    assert!(!p.plan(late, &w.tiers, u64::MAX).is_empty());
+}
+
+#[test]
+fn the_mover_rate_is_a_token_bucket_and_an_idle_mover_takes_a_big_object() {
+    let cfg = KaisoConfig {
+        move_bytes_per_sec: 100 * MIB,
+        max_plan_gap_secs: 20.0,
+        promote_dwpd: 1000.0,
+        ..KaisoConfig::default()
+    };
+    let mut p = KaisoPolicy::new(cfg).unwrap();
+    // 1 GiB objects, far above the 400 MiB in-flight cap.
+    let mut w = World::new(&mut p, &[20 << 30, 100 << 30], &[1 << 30; 10], 1);
+    for k in 0..3 {
+        for o in 0..10 {
+            p.record(&read(k * 10 * SECOND + o, o, k * 8192));
+        }
+    }
+    let mut now = 30 * SECOND;
+    // A full bucket (2000 MiB) but one object at a time: the cap is below one object.
+    let m = p.plan(now, &w.tiers, u64::MAX);
+    assert_eq!(m.len(), 1);
+    w.apply(&mut p, &m);
+    let m = p.plan(now, &w.tiers, u64::MAX);
+    assert_eq!(m.len(), 0, "976 MiB of tokens left: not enough for 1 GiB");
+    now += 5 * SECOND;
+    let m = p.plan(now, &w.tiers, u64::MAX);
+    assert_eq!(m.len(), 1, "500 MiB more refilled");
+    w.apply(&mut p, &m);
+}
+
+#[test]
+fn time_scale_compresses_the_heat_clock() {
+    let cfg = KaisoConfig {
+        time_scale: 0.1,
+        recency_weight: 0.0,
+        ..KaisoConfig::default()
+    };
+    let mut p = KaisoPolicy::new(cfg).unwrap();
+    assert_eq!(p.config().time_scale, 0.1, "config() shows what was given");
+    p.record(&read(0, 1, 0));
+    let s = p.score(1, 360 * SECOND).unwrap();
+    assert!(
+        (s - 0.5).abs() < 1e-6,
+        "one 360 s half-life at scale 0.1: {s}"
+    );
+}
+
+#[test]
+fn a_cold_region_of_a_hot_file_unit_rises_with_it() {
+    let mut p = KaisoPolicy::new(KaisoConfig {
+        prefetch_share: 0.0,
+        ..KaisoConfig::default()
+    })
+    .unwrap();
+    let mut layout = RegionLayout::new(MIB).unwrap();
+    for (i, chunk) in [4u64, 0, 2].iter().enumerate() {
+        layout.insert(*chunk, 9, i as u64 * MIB).unwrap();
+    }
+    p.set_layout(layout);
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &[MIB; 6], 1);
+    // Chunks 4 and 0 (file 9, unit 0) are hot; chunk 2 of the same unit is touched once,
+    // like chunk 5, which belongs to no file.
+    for k in 0..6 {
+        p.record(&read(k * 5 * SECOND, 4, k * 8192));
+        p.record(&read(k * 5 * SECOND, 0, k * 8192));
+    }
+    p.record(&read(30 * SECOND, 2, 0));
+    p.record(&read(30 * SECOND, 5, 0));
+    let moves = p.plan(31 * SECOND, &w.tiers, 100 * MIB);
+    let mut promoted: Vec<ObjectId> = moves.iter().map(|m| m.object).collect();
+    promoted.sort_unstable();
+    assert_eq!(promoted, vec![0, 2, 4], "{moves:?}");
+    w.apply(&mut p, &moves);
+}
+
+#[test]
+fn heat_survives_a_snapshot_and_restore() {
+    let mut a = KaisoPolicy::default();
+    for k in 0..4 {
+        a.record(&read(k * 10 * SECOND, 3, k * 8192));
+    }
+    let (heat, last) = a.heat_snapshot(3, 100 * SECOND).unwrap();
+    assert!(heat > 3.9 && heat < 4.0, "{heat}");
+    let mut b = KaisoPolicy::default();
+    b.restore_heat(3, heat, 100 * SECOND);
+    b.restore_heat(4, f64::NAN, 0);
+    assert!(b.heat_snapshot(4, 0).is_none());
+    let later = 1000 * SECOND;
+    let (ha, hb) = (a.score(3, later).unwrap(), b.score(3, later).unwrap());
+    assert!((ha - hb).abs() < 0.05, "{ha} vs {hb} (last access {last})");
+}

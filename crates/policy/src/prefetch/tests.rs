@@ -36,11 +36,20 @@ fn weighted_history_halves_each_window_back() {
 
 #[test]
 fn easing_follows_the_four_rules() {
-    let mut rc = RateController::new(EasingConfig {
+    // Explicit constants, so the test checks the rules, not the defaults.
+    let cfg = EasingConfig {
         initial_r: 0.5,
-        ..EasingConfig::default()
-    })
-    .unwrap();
+        min_r: 0.05,
+        max_r: 1.0,
+        history_windows: 8,
+        abrupt_chr_change: 0.15,
+        abrupt_step: 0.5,
+        chr_rise: 0.01,
+        m_rise: 0.05,
+        rise_step: 0.1,
+        fall_step: 0.05,
+    };
+    let mut rc = RateController::new(cfg.clone()).unwrap();
     let w = |tps, chr| WindowMeasure { tps, chr };
     assert_eq!(rc.easing(w(100.0, 0.5)).1, EasingRule::Warmup);
     rc.end_window(w(100.0, 0.5));
@@ -52,7 +61,11 @@ fn easing_follows_the_four_rules() {
     rc.end_window(w(130.0, 0.54));
     assert_eq!(rc.last_rule(), EasingRule::MRising);
     // Rule 3: flat: ease off gradually.
-    let mut rc2 = RateController::new(EasingConfig::default()).unwrap();
+    let mut rc2 = RateController::new(EasingConfig {
+        initial_r: 1.0,
+        ..cfg.clone()
+    })
+    .unwrap();
     for _ in 0..10 {
         rc2.end_window(w(100.0, 0.6));
     }
@@ -68,7 +81,7 @@ fn easing_follows_the_four_rules() {
     for _ in 0..100 {
         rc2.end_window(w(100.0, 0.2));
     }
-    assert_eq!(rc2.r(), EasingConfig::default().min_r);
+    assert_eq!(rc2.r(), cfg.min_r);
 }
 
 fn scattered_layout() -> RegionLayout {

@@ -1,0 +1,75 @@
+//! Descriptor numbers, fork, exec, and the single-owner rule.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn fork_and_exec_follow_the_documented_rules() {
+    let s = Scratch::new("forkexec");
+    let prog = compile_c(&s, "forkexec");
+    let private = s.sub("private");
+    let out = s.private_cmd(&private, &prog).arg(&private).output().unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{so}\n{se}");
+    assert!(so.contains(&format!("child with parent busy: refused errno={}", libc::EBUSY)), "{so}\n{se}");
+    assert!(se.contains("in use by another process"), "the refusal must say why: {se}");
+    assert!(so.contains("child with parent waiting: opened"), "{so}\n{se}");
+    assert!(so.contains("parent after child: [abcdefXYZ]"), "{so}\n{se}");
+    assert!(so.contains("inherited read 3 [def]"), "{so}\n{se}");
+    assert!(so.contains(&format!("cloexec fd: -1 errno={}", libc::EBADF)), "{so}\n{se}");
+}
+
+#[test]
+fn a_second_process_is_refused_with_a_clear_error() {
+    let s = Scratch::new("owner");
+    let private = s.sub("private");
+    // The first process holds the pool while it sleeps (a shell redirect opens it).
+    let mut holder = s
+        .private_cmd(&private, "bash")
+        .arg("-c")
+        .arg(format!("exec 3>{}/held; sleep 3", private.display()))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let out = s.private_cmd(&private, "cat").arg(private.join("held")).output().unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is in use by another process (pid"), "{err}");
+    assert!(err.contains("Device or resource busy"), "{err}");
+}
+
+#[test]
+fn private_descriptors_never_collide_with_kernel_ones() {
+    let s = Scratch::new("fds");
+    let private = s.sub("private");
+    // Interleave many opens of private and kernel files; every number must be distinct and
+    // each read must return its own file's contents.
+    let script = format!(
+        r#"import os
+p = "{p}"
+fds = []
+for i in range(300):
+    a = os.open(f"{{p}}/f{{i}}", os.O_CREAT | os.O_RDWR)
+    os.write(a, f"private {{i}}".encode())
+    b = os.open("/etc/hostname", os.O_RDONLY)
+    fds += [(a, f"private {{i}}".encode()), (b, open("/etc/hostname", "rb").read())]
+assert len({{fd for fd, _ in fds}}) == len(fds), "descriptor collision"
+for fd, want in fds:
+    os.lseek(fd, 0, 0)
+    assert os.read(fd, 100) == want, (fd, want)
+    os.close(fd)
+print("ok", len(fds))
+"#,
+        p = private.display()
+    );
+    if !have("python3") {
+        panic!("python3 missing");
+    }
+    let out = ok(s.private_cmd(&private, "python3").arg("-c").arg(script).output().unwrap());
+    assert_eq!(out.trim(), "ok 600");
+    let _ = Command::new("true");
+}
