@@ -683,7 +683,8 @@ impl Inner {
                 added += 1;
             }
         }
-        self.a64(ioff + I_BLOCKS).fetch_add(added, Ordering::Relaxed);
+        self.a64(ioff + I_BLOCKS)
+            .fetch_add(added, Ordering::Relaxed);
         self.m.fence();
         self.st64(ioff + I_SIZE, end);
         self.st64(ioff + I_CTIME, now_ns() as u64);
@@ -726,7 +727,14 @@ impl Inner {
         a.used_inodes -= 1;
     }
 
-    fn inode_record(&self, ino: Ino, mode: u32, nlink: u32, size: u64, first_block: u64) -> Vec<u8> {
+    fn inode_record(
+        &self,
+        ino: Ino,
+        mode: u32,
+        nlink: u32,
+        size: u64,
+        first_block: u64,
+    ) -> Vec<u8> {
         let mut r = vec![0u8; INODE_SIZE as usize];
         let now = now_ns() as u64;
         let generation = self.iget(ino, I_GEN) + 1;
@@ -837,7 +845,10 @@ impl Inner {
                 Some(r) => r.to_vec(),
                 None => return Err(FsError::Outside(cur_path)),
             };
-            let comps: Vec<&[u8]> = rel.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+            let comps: Vec<&[u8]> = rel
+                .split(|&b| b == b'/')
+                .filter(|c| !c.is_empty())
+                .collect();
             let mut cur = ROOT_INO;
             for (i, c) in comps.iter().enumerate() {
                 let last = i + 1 == comps.len();
@@ -910,15 +921,21 @@ impl Inner {
     }
 
     /// Takes, converts or releases a byte-range lock. `kind` is F_RDLCK/F_WRLCK/F_UNLCK.
-    fn range_lock(&self, ino: Ino, owner: u64, start: u64, end: u64, kind: i32) -> Result<(), RangeLock> {
+    fn range_lock(
+        &self,
+        ino: Ino,
+        owner: u64,
+        start: u64,
+        end: u64,
+        kind: i32,
+    ) -> Result<(), RangeLock> {
         let mut t = self.locks.lock();
         let v = t.entry(ino).or_default();
         if kind != libc::F_UNLCK as i32 {
             let exclusive = kind == libc::F_WRLCK as i32;
-            if let Some(c) = v
-                .iter()
-                .find(|l| l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive))
-            {
+            if let Some(c) = v.iter().find(|l| {
+                l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive)
+            }) {
                 return Err(*c);
             }
         }
@@ -980,14 +997,20 @@ impl Fs {
     /// Opens the pool at `path` (creating and formatting it when missing and `opts.size` > 0),
     /// takes the single-owner lock, replays the log and rebuilds the in-DRAM state.
     /// `mount` is the absolute path under which the pool's root appears.
-    pub fn open_pool(path: &Path, opts: &PoolOptions, mount: &[u8]) -> Result<(Fs, Report), PoolError> {
+    pub fn open_pool(
+        path: &Path,
+        opts: &PoolOptions,
+        mount: &[u8],
+    ) -> Result<(Fs, Report), PoolError> {
         let mount = normalize_abs(mount);
         let (file, fresh) = pool::open_locked(path, opts.size)?;
         let m = pool::map(file, path, opts.persist)?;
         let uid = unsafe { libc::geteuid() };
         let gid = unsafe { libc::getegid() };
         let g = if fresh || is_unformatted(&m) {
-            let inodes = opts.inode_count.unwrap_or_else(|| default_inode_count(m.len as u64));
+            let inodes = opts
+                .inode_count
+                .unwrap_or_else(|| default_inode_count(m.len as u64));
             let g = Geometry::new(m.len as u64, opts.block_size, inodes).ok_or_else(|| {
                 PoolError::Invalid(format!(
                     "cannot lay out {} inodes of a {}-byte pool with {}-byte blocks",
@@ -1125,7 +1148,13 @@ impl Fs {
                     if path.ends_with(b"/") {
                         return e(libc::EISDIR);
                     }
-                    ino = self.create_locked(&mut ns, w.parent, &w.name, libc::S_IFREG | (mode & 0o7777), None)?;
+                    ino = self.create_locked(
+                        &mut ns,
+                        w.parent,
+                        &w.name,
+                        libc::S_IFREG | (mode & 0o7777),
+                        None,
+                    )?;
                     created = true;
                 }
             }
@@ -1142,7 +1171,9 @@ impl Fs {
             fs: inner.clone(),
             ino,
             id: inner.next_ofd.fetch_add(1, Ordering::Relaxed),
-            flags: AtomicI32::new(flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC)),
+            flags: AtomicI32::new(
+                flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC),
+            ),
             pos: SpinLock::new(0),
             dir: inner.imode(ino) & libc::S_IFMT == libc::S_IFDIR,
         });
@@ -1185,7 +1216,11 @@ impl Fs {
         if inner.ld32(inner.g.inode(parent) + I_NLINK) == 0 {
             return e(libc::ENOENT);
         }
-        let ino = inner.alloc.lock().inode().ok_or(FsError::Errno(libc::ENOSPC))?;
+        let ino = inner
+            .alloc
+            .lock()
+            .inode()
+            .ok_or(FsError::Errno(libc::ENOSPC))?;
         let mut first_block = 0;
         let mut size = 0;
         if let Some(t) = link_target {
@@ -1206,7 +1241,10 @@ impl Fs {
         }
         let is_dir = mode & libc::S_IFMT == libc::S_IFDIR;
         let mut tx = Tx::default();
-        let d = ns.dirs.get_mut(&parent).ok_or(FsError::Errno(libc::ENOTDIR))?;
+        let d = ns
+            .dirs
+            .get_mut(&parent)
+            .ok_or(FsError::Errno(libc::ENOTDIR))?;
         let slot = match inner.take_slot(d, parent, &mut tx) {
             Ok(s) => s,
             Err(err) => {
@@ -1224,7 +1262,10 @@ impl Fs {
             inner.g.inode(ino),
             &inner.inode_record(ino, mode, if is_dir { 2 } else { 1 }, size, first_block),
         );
-        tx.put(inner.slot_off(parent, slot), &Inner::dirent_record(ino, kind, name));
+        tx.put(
+            inner.slot_off(parent, slot),
+            &Inner::dirent_record(ino, kind, name),
+        );
         let pi = inner.g.inode(parent);
         let now = now_ns() as u64;
         tx.put_u64(pi + I_MTIME, now);
@@ -1279,7 +1320,13 @@ impl Fs {
         if w.ino.is_some() {
             return e(libc::EEXIST);
         }
-        self.create_locked(&mut ns, w.parent, &w.name, libc::S_IFDIR | (mode & 0o7777), None)?;
+        self.create_locked(
+            &mut ns,
+            w.parent,
+            &w.name,
+            libc::S_IFDIR | (mode & 0o7777),
+            None,
+        )?;
         Ok(())
     }
 
@@ -1295,7 +1342,13 @@ impl Fs {
         if w.ino.is_some() {
             return e(libc::EEXIST);
         }
-        self.create_locked(&mut ns, w.parent, &w.name, libc::S_IFLNK | 0o777, Some(target))?;
+        self.create_locked(
+            &mut ns,
+            w.parent,
+            &w.name,
+            libc::S_IFLNK | 0o777,
+            Some(target),
+        )?;
         Ok(())
     }
 
@@ -1338,7 +1391,10 @@ impl Fs {
             if is_dir && !ns.dirs.get(&ino).is_some_and(|d| d.entries.is_empty()) {
                 return e(libc::ENOTEMPTY);
             }
-            let d = ns.dirs.get(&w.parent).ok_or(FsError::Errno(libc::ENOTDIR))?;
+            let d = ns
+                .dirs
+                .get(&w.parent)
+                .ok_or(FsError::Errno(libc::ENOTDIR))?;
             let (_, slot, _) = d.entries[w.name.as_slice()];
             let mut tx = Tx::default();
             tx.put_u64(inner.slot_off(w.parent, slot) + D_INO, 0);
@@ -1363,7 +1419,8 @@ impl Fs {
                 ns.dirs.remove(&ino);
                 ns.parent.remove(&ino);
             }
-            free = inner.ld32(ii + I_NLINK) == 0 && inner.rt[ino as usize].open.load(Ordering::Acquire) == 0;
+            free = inner.ld32(ii + I_NLINK) == 0
+                && inner.rt[ino as usize].open.load(Ordering::Acquire) == 0;
         }
         if free {
             inner.free_inode(ino);
@@ -1437,9 +1494,15 @@ impl Fs {
                 }
                 tx.put_u64(di + I_CTIME, now);
             } else {
-                let d = ns.dirs.get_mut(&dst.parent).ok_or(FsError::Errno(libc::ENOTDIR))?;
+                let d = ns
+                    .dirs
+                    .get_mut(&dst.parent)
+                    .ok_or(FsError::Errno(libc::ENOTDIR))?;
                 dslot = inner.take_slot(d, dst.parent, &mut tx)?;
-                tx.put(inner.slot_off(dst.parent, dslot), &Inner::dirent_record(sino, kind, &dst.name));
+                tx.put(
+                    inner.slot_off(dst.parent, dslot),
+                    &Inner::dirent_record(sino, kind, &dst.name),
+                );
             }
             tx.put_u64(inner.slot_off(src.parent, sslot) + D_INO, 0);
             let sp = inner.g.inode(src.parent);
@@ -1465,7 +1528,8 @@ impl Fs {
             sd.free.push(sslot);
             sd.cache = None;
             let dd = ns.dirs.get_mut(&dst.parent).expect("destination parent");
-            dd.entries.insert(dst.name.clone().into(), (sino, dslot, kind));
+            dd.entries
+                .insert(dst.name.clone().into(), (sino, dslot, kind));
             dd.cache = None;
             if let Some(dino) = dst.ino {
                 if inner.imode(dino) & libc::S_IFMT == libc::S_IFDIR {
@@ -1488,7 +1552,12 @@ impl Fs {
         Ok(())
     }
 
-    fn with_inode<T>(&self, path: &[u8], follow: bool, f: impl FnOnce(Ino) -> T) -> Result<T, FsError> {
+    fn with_inode<T>(
+        &self,
+        path: &[u8],
+        follow: bool,
+        f: impl FnOnce(Ino) -> T,
+    ) -> Result<T, FsError> {
         let ns = self.inner.ns.read();
         let w = self.inner.walk(&ns, path, follow)?;
         let ino = w.ino.ok_or(FsError::Errno(libc::ENOENT))?;
@@ -1499,12 +1568,24 @@ impl Fs {
         self.with_inode(path, follow, |ino| self.inner.set_mode(ino, mode))
     }
 
-    pub fn chown(&self, path: &[u8], uid: Option<u32>, gid: Option<u32>, follow: bool) -> Result<(), FsError> {
+    pub fn chown(
+        &self,
+        path: &[u8],
+        uid: Option<u32>,
+        gid: Option<u32>,
+        follow: bool,
+    ) -> Result<(), FsError> {
         self.with_inode(path, follow, |ino| self.inner.set_owner(ino, uid, gid))
     }
 
     /// Sets access and modification times (nanoseconds since the epoch; None leaves one as is).
-    pub fn utimens(&self, path: &[u8], atime: Option<i64>, mtime: Option<i64>, follow: bool) -> Result<(), FsError> {
+    pub fn utimens(
+        &self,
+        path: &[u8],
+        atime: Option<i64>,
+        mtime: Option<i64>,
+        follow: bool,
+    ) -> Result<(), FsError> {
         self.with_inode(path, follow, |ino| self.inner.set_times(ino, atime, mtime))
     }
 
@@ -1603,7 +1684,9 @@ impl Fs {
             return e(libc::EBADF);
         }
         let _ns = self.inner.ns.read();
-        self.inner.rt[ino as usize].open.fetch_add(1, Ordering::AcqRel);
+        self.inner.rt[ino as usize]
+            .open
+            .fetch_add(1, Ordering::AcqRel);
         self.inner.open_files.fetch_add(1, Ordering::AcqRel);
         Ok(Arc::new(OpenFile {
             fs: self.inner.clone(),
@@ -1666,7 +1749,8 @@ impl OpenFile {
     pub fn set_flags(&self, f: i32) {
         let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
         let old = self.flags();
-        self.flags.store((old & !changeable) | (f & changeable), Ordering::Relaxed);
+        self.flags
+            .store((old & !changeable) | (f & changeable), Ordering::Relaxed);
     }
     fn can_read(&self) -> Result<(), i32> {
         let f = self.flags();
@@ -1776,7 +1860,8 @@ impl OpenFile {
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return Err(libc::EOPNOTSUPP);
         }
-        self.fs.allocate(self.ino, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
+        self.fs
+            .allocate(self.ino, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0)
     }
 
     /// fsync: data and metadata were persisted by the operations themselves; on an msync pool
@@ -1784,7 +1869,11 @@ impl OpenFile {
     pub fn sync(&self) -> Result<(), i32> {
         if self.fs.m.mode == Persist::Msync {
             let r = unsafe {
-                libc::msync(self.fs.m.base as *mut libc::c_void, self.fs.m.len, libc::MS_SYNC)
+                libc::msync(
+                    self.fs.m.base as *mut libc::c_void,
+                    self.fs.m.len,
+                    libc::MS_SYNC,
+                )
             };
             if r != 0 {
                 return Err(libc::EIO);
@@ -1813,7 +1902,14 @@ impl OpenFile {
             libc::LOCK_UN => libc::F_UNLCK,
             _ => return Err(libc::EINVAL),
         } as i32;
-        self.wait_lock(owner, 0, u64::MAX, kind, op & libc::LOCK_NB == 0, libc::EWOULDBLOCK)
+        self.wait_lock(
+            owner,
+            0,
+            u64::MAX,
+            kind,
+            op & libc::LOCK_NB == 0,
+            libc::EWOULDBLOCK,
+        )
     }
 
     /// Open-file-description byte-range locks (F_OFD_SETLK/SETLKW). `end` is exclusive.
@@ -1847,11 +1943,21 @@ impl OpenFile {
         let t = self.fs.locks.lock();
         t.get(&self.ino)?
             .iter()
-            .find(|l| l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive))
+            .find(|l| {
+                l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive)
+            })
             .map(|l| (l.start, l.end, l.exclusive))
     }
 
-    fn wait_lock(&self, owner: u64, start: u64, end: u64, kind: i32, wait: bool, busy: i32) -> Result<(), i32> {
+    fn wait_lock(
+        &self,
+        owner: u64,
+        start: u64,
+        end: u64,
+        kind: i32,
+        wait: bool,
+        busy: i32,
+    ) -> Result<(), i32> {
         let mut round = 0u32;
         loop {
             // flock and fcntl locks are independent on Linux: compare within one family.
@@ -1893,10 +1999,22 @@ impl OpenFile {
 }
 
 impl Inner {
-    fn range_lock_family(&self, ino: Ino, owner: u64, start: u64, end: u64, kind: i32) -> Result<(), ()> {
+    fn range_lock_family(
+        &self,
+        ino: Ino,
+        owner: u64,
+        start: u64,
+        end: u64,
+        kind: i32,
+    ) -> Result<(), ()> {
         // Locks of the other family are invisible: give each family its own table key.
-        let key = if owner & FLOCK_OWNER != 0 { ino | (1 << 63) } else { ino };
-        self.range_lock(key, owner, start, end, kind).map_err(|_| ())
+        let key = if owner & FLOCK_OWNER != 0 {
+            ino | (1 << 63)
+        } else {
+            ino
+        };
+        self.range_lock(key, owner, start, end, kind)
+            .map_err(|_| ())
     }
 }
 
@@ -1907,9 +2025,13 @@ impl Drop for OpenFile {
         inner.locks_release(self.ino, OFD_OWNER | self.id);
         let free = {
             let _ns = inner.ns.read();
-            let left = inner.rt[self.ino as usize].open.fetch_sub(1, Ordering::AcqRel) - 1;
+            let left = inner.rt[self.ino as usize]
+                .open
+                .fetch_sub(1, Ordering::AcqRel)
+                - 1;
             inner.open_files.fetch_sub(1, Ordering::AcqRel);
-            left == 0 && inner.ld32(inner.g.inode(self.ino) + I_NLINK) == 0
+            left == 0
+                && inner.ld32(inner.g.inode(self.ino) + I_NLINK) == 0
                 && inner.imode(self.ino) != 0
         };
         if free {
@@ -1983,7 +2105,9 @@ fn read_geometry(m: &Mapping) -> Result<Geometry, PoolError> {
         )));
     }
     if r64(SB_DATA_OFF) != g.data_off || r64(SB_BLOCK_COUNT) != g.block_count {
-        return Err(PoolError::Invalid("superblock layout fields disagree".into()));
+        return Err(PoolError::Invalid(
+            "superblock layout fields disagree".into(),
+        ));
     }
     Ok(g)
 }

@@ -139,14 +139,18 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
         let size = inner.ld64(dio + I_SIZE);
         let mut nslots = size / DIRENT_SIZE;
         if size % DIRENT_SIZE != 0 {
-            rep.fixes.push(format!("directory {d}: size {size} is not a whole number of entries"));
+            rep.fixes.push(format!(
+                "directory {d}: size {size} is not a whole number of entries"
+            ));
         }
         let mut dir = Dir::new();
         for slot in 0..nslots {
             let pos = slot * DIRENT_SIZE;
             let b = inner.bget(d, pos / bs);
             if b == 0 {
-                rep.fixes.push(format!("directory {d}: entry array has a hole at slot {slot}; truncated"));
+                rep.fixes.push(format!(
+                    "directory {d}: entry array has a hole at slot {slot}; truncated"
+                ));
                 nslots = slot;
                 break;
             }
@@ -156,10 +160,9 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
                 dir.free.push(slot as u32);
                 continue;
             }
-            let nlen = u16::from_le_bytes([
-                unsafe { *inner.m.ptr(off + D_NAMELEN) },
-                unsafe { *inner.m.ptr(off + D_NAMELEN + 1) },
-            ]) as usize;
+            let nlen = u16::from_le_bytes([unsafe { *inner.m.ptr(off + D_NAMELEN) }, unsafe {
+                *inner.m.ptr(off + D_NAMELEN + 1)
+            }]) as usize;
             let name: Box<[u8]> = if (1..=NAME_MAX).contains(&nlen) {
                 unsafe { std::slice::from_raw_parts(inner.m.ptr(off + D_NAME), nlen) }.into()
             } else {
@@ -243,7 +246,8 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
         let have = inner.ld32(ioff + I_NLINK);
         if have != want {
             if !(is_dir || have == want + 1) {
-                rep.fixes.push(format!("inode {ino}: link count {have}, found {want}"));
+                rep.fixes
+                    .push(format!("inode {ino}: link count {have}, found {want}"));
             }
             inner.st32(ioff + I_NLINK, want);
             inner.m.persist(ioff + I_NLINK, 4);
@@ -264,7 +268,9 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
             true
         });
         if dups > 0 {
-            rep.fixes.push(format!("inode {ino}: dropped {dups} blocks also used by another inode"));
+            rep.fixes.push(format!(
+                "inode {ino}: dropped {dups} blocks also used by another inode"
+            ));
         }
         if inner.ld64(ioff + I_BLOCKS) != count {
             inner.st64(ioff + I_BLOCKS, count);
@@ -295,7 +301,10 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
         .filter(|&b| used[b as usize / 64] & (1 << (b % 64)) == 0)
         .collect();
     let inode_hwm = (1..n).rev().find(|&i| in_use[i]).unwrap_or(1) as u64 + 1;
-    let free_inodes: Vec<u64> = (2..inode_hwm).rev().filter(|&i| !in_use[i as usize]).collect();
+    let free_inodes: Vec<u64> = (2..inode_hwm)
+        .rev()
+        .filter(|&i| !in_use[i as usize])
+        .collect();
     *inner.alloc.lock() = Alloc {
         free_blocks,
         block_hwm,

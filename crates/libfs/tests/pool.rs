@@ -7,7 +7,10 @@ struct TempPool(PathBuf);
 
 impl TempPool {
     fn new(tag: &str) -> TempPool {
-        let p = std::env::temp_dir().join(format!("kaiso-libfs-test-{}-{tag}.pool", std::process::id()));
+        let p = std::env::temp_dir().join(format!(
+            "kaiso-libfs-test-{}-{tag}.pool",
+            std::process::id()
+        ));
         let _ = std::fs::remove_file(&p);
         TempPool(p)
     }
@@ -47,7 +50,9 @@ fn write_read_sparse_and_append() {
     let mut b5 = [9u8; 5];
     f.pread(&mut b5, 0).unwrap();
     assert_eq!(&b5, b"he\0\0\0");
-    let a = fs.open(b"/p/a", libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+    let a = fs
+        .open(b"/p/a", libc::O_WRONLY | libc::O_APPEND, 0)
+        .unwrap();
     a.write(b"!").unwrap();
     assert_eq!(f.stat().size, 6);
 }
@@ -69,7 +74,11 @@ fn large_file_uses_indirect_blocks() {
     drop(f);
     fs.unlink(b"/p/big").unwrap();
     let st = fs.statfs();
-    assert_eq!(st.blocks - st.blocks_free, 1, "only the root directory block stays in use");
+    assert_eq!(
+        st.blocks - st.blocks_free,
+        1,
+        "only the root directory block stays in use"
+    );
 }
 
 #[test]
@@ -88,9 +97,20 @@ fn namespace_operations_and_errors() {
     assert_eq!(fs.stat(b"/p/link", true).unwrap().size, 1);
     assert_eq!(fs.readlink(b"/p/link").unwrap(), b"d/y");
     fs.symlink(b"/etc", b"/p/out").unwrap();
-    assert_eq!(fs.stat(b"/p/out/passwd", true), Err(FsError::Outside(b"/etc/passwd".to_vec())));
-    assert_eq!(fs.rename(b"/p/d", b"/p/d/sub", 0), Err(FsError::Errno(libc::EINVAL)));
-    let names: Vec<_> = fs.read_dir(fs.lookup(b"/p/d").unwrap()).unwrap().iter().map(|e| e.name.clone()).collect();
+    assert_eq!(
+        fs.stat(b"/p/out/passwd", true),
+        Err(FsError::Outside(b"/etc/passwd".to_vec()))
+    );
+    assert_eq!(
+        fs.rename(b"/p/d", b"/p/d/sub", 0),
+        Err(FsError::Errno(libc::EINVAL))
+    );
+    let names: Vec<_> = fs
+        .read_dir(fs.lookup(b"/p/d").unwrap())
+        .unwrap()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
     assert_eq!(names, vec![b"y".to_vec().into_boxed_slice()]);
 }
 
@@ -118,10 +138,16 @@ fn contents_survive_reopen_and_second_owner_is_refused() {
         fs.mkdir(b"/p/dir", 0o700).unwrap();
         for i in 0..500 {
             let name = format!("/p/dir/f{i}");
-            fs.open(name.as_bytes(), RW, 0o644).unwrap().write(name.as_bytes()).unwrap();
+            fs.open(name.as_bytes(), RW, 0o644)
+                .unwrap()
+                .write(name.as_bytes())
+                .unwrap();
         }
         let second = Fs::open_pool(&t.0, &PoolOptions::default(), b"/p");
-        assert!(matches!(second, Err(PoolError::Busy { .. })), "second owner must be refused");
+        assert!(
+            matches!(second, Err(PoolError::Busy { .. })),
+            "second owner must be refused"
+        );
     }
     let (fs, rep) = Fs::open_pool(&t.0, &PoolOptions::default(), b"/p").unwrap();
     assert!(rep.clean(), "{:?}", rep.fixes);

@@ -104,7 +104,11 @@ fn drive(p: &mut dyn PlacementPolicy, seed: u64) -> Vec<Vec<Move>> {
             p.record(&Access {
                 at: now,
                 object,
-                op: if r.is_multiple_of(5) { Op::Write } else { Op::Read },
+                op: if r.is_multiple_of(5) {
+                    Op::Write
+                } else {
+                    Op::Read
+                },
                 offset: (rng.next() % 256) * 4096,
                 len: 4096,
             });

@@ -3,8 +3,8 @@
 
 use crate::io::priv_open;
 use crate::real;
-use crate::state::{Route, route, set_errno, state};
 use crate::run;
+use crate::state::{Route, route, set_errno, state};
 use kaiso_libfs::DirEntry;
 use std::ffi::{c_char, c_int, c_long};
 use std::sync::Arc;
@@ -31,7 +31,9 @@ fn registered(d: *mut libc::DIR) -> Option<&'static mut PrivDir> {
 
 /// Wraps an open private directory descriptor (owned by the stream from now on).
 fn new_stream(fd: c_int) -> *mut libc::DIR {
-    let Some(st) = state() else { return std::ptr::null_mut() };
+    let Some(st) = state() else {
+        return std::ptr::null_mut();
+    };
     let Some(f) = st.file(fd) else {
         set_errno(libc::EBADF);
         return std::ptr::null_mut();
@@ -59,14 +61,21 @@ fn new_stream(fd: c_int) -> *mut libc::DIR {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn opendir(path: P) -> *mut libc::DIR {
-    let Some(st) = state() else { return real::opendir()(path) };
+    let Some(st) = state() else {
+        return real::opendir()(path);
+    };
     let abs = match route(st, libc::AT_FDCWD, path) {
         Route::Kernel => return real::opendir()(path),
         Route::KernelPath(p) => return real::opendir()(p.as_ptr()),
         Route::Private(abs) => abs,
     };
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
-    let fd = run(st, -1, |fs| priv_open(st, fs, &abs, flags, 0), |p| real::open()(p.as_ptr(), flags, 0));
+    let fd = run(
+        st,
+        -1,
+        |fs| priv_open(st, fs, &abs, flags, 0),
+        |p| real::open()(p.as_ptr(), flags, 0),
+    );
     if fd < 0 {
         return std::ptr::null_mut();
     }
@@ -129,7 +138,11 @@ pub unsafe extern "C" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent {
     }
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir64_r(dir: *mut libc::DIR, entry: *mut libc::dirent64, result: *mut *mut libc::dirent64) -> c_int {
+pub unsafe extern "C" fn readdir64_r(
+    dir: *mut libc::DIR,
+    entry: *mut libc::dirent64,
+    result: *mut *mut libc::dirent64,
+) -> c_int {
     match registered(dir) {
         Some(d) => {
             match next(d) {
@@ -145,9 +158,17 @@ pub unsafe extern "C" fn readdir64_r(dir: *mut libc::DIR, entry: *mut libc::dire
     }
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir_r(dir: *mut libc::DIR, entry: *mut libc::dirent, result: *mut *mut libc::dirent) -> c_int {
+pub unsafe extern "C" fn readdir_r(
+    dir: *mut libc::DIR,
+    entry: *mut libc::dirent,
+    result: *mut *mut libc::dirent,
+) -> c_int {
     match registered(dir) {
-        Some(_) => readdir64_r(dir, entry as *mut libc::dirent64, result as *mut *mut libc::dirent64),
+        Some(_) => readdir64_r(
+            dir,
+            entry as *mut libc::dirent64,
+            result as *mut *mut libc::dirent64,
+        ),
         None => real::readdir_r()(dir, entry, result),
     }
 }

@@ -37,62 +37,101 @@ fn file_of(fd: c_int) -> Option<Arc<OpenFile>> {
 
 // ---- open -----------------------------------------------------------------------------------
 
-pub(crate) fn priv_open(st: &State, fs: &kaiso_libfs::Fs, abs: &[u8], flags: c_int, mode: Mode) -> crate::Res<c_int> {
+pub(crate) fn priv_open(
+    st: &State,
+    fs: &kaiso_libfs::Fs,
+    abs: &[u8],
+    flags: c_int,
+    mode: Mode,
+) -> crate::Res<c_int> {
     let mode = mode & !st.umask.load(Ordering::Relaxed);
     let of = fs.open(abs, flags, mode)?;
     Ok(st.install(of, 0, flags & libc::O_CLOEXEC != 0)?)
 }
 
-unsafe fn open_at(dirfd: c_int, path: P, flags: c_int, mode: Mode, kernel: impl Fn(P) -> c_int) -> c_int {
-    let Some(st) = state() else { return kernel(path) };
+unsafe fn open_at(
+    dirfd: c_int,
+    path: P,
+    flags: c_int,
+    mode: Mode,
+    kernel: impl Fn(P) -> c_int,
+) -> c_int {
+    let Some(st) = state() else {
+        return kernel(path);
+    };
     match route(st, dirfd, path) {
         Route::Kernel => kernel(path),
         Route::KernelPath(p) => kernel(p.as_ptr()),
-        Route::Private(abs) => run(st, -1, |fs| priv_open(st, fs, &abs, flags, mode), |p| kernel(p.as_ptr())),
+        Route::Private(abs) => run(
+            st,
+            -1,
+            |fs| priv_open(st, fs, &abs, flags, mode),
+            |p| kernel(p.as_ptr()),
+        ),
     }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open(path: P, flags: c_int, mode: Mode) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, mode, |p| real::open()(p, flags, mode))
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
+        real::open()(p, flags, mode)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open64(path: P, flags: c_int, mode: Mode) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, mode, |p| real::open64()(p, flags, mode))
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
+        real::open64()(p, flags, mode)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open_2(path: P, flags: c_int) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, 0, |p| real::__open_2()(p, flags))
+    open_at(libc::AT_FDCWD, path, flags, 0, |p| {
+        real::__open_2()(p, flags)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open64_2(path: P, flags: c_int) -> c_int {
-    open_at(libc::AT_FDCWD, path, flags, 0, |p| real::__open64_2()(p, flags))
+    open_at(libc::AT_FDCWD, path, flags, 0, |p| {
+        real::__open64_2()(p, flags)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: P, flags: c_int, mode: Mode) -> c_int {
-    open_at(dirfd, path, flags, mode, |p| real::openat()(dirfd, p, flags, mode))
+    open_at(dirfd, path, flags, mode, |p| {
+        real::openat()(dirfd, p, flags, mode)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: P, flags: c_int, mode: Mode) -> c_int {
-    open_at(dirfd, path, flags, mode, |p| real::openat64()(dirfd, p, flags, mode))
+    open_at(dirfd, path, flags, mode, |p| {
+        real::openat64()(dirfd, p, flags, mode)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: P, flags: c_int) -> c_int {
-    open_at(dirfd, path, flags, 0, |p| real::__openat_2()(dirfd, p, flags))
+    open_at(dirfd, path, flags, 0, |p| {
+        real::__openat_2()(dirfd, p, flags)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: P, flags: c_int) -> c_int {
-    open_at(dirfd, path, flags, 0, |p| real::__openat64_2()(dirfd, p, flags))
+    open_at(dirfd, path, flags, 0, |p| {
+        real::__openat64_2()(dirfd, p, flags)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat(path: P, mode: Mode) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-    open_at(libc::AT_FDCWD, path, flags, mode, |p| real::creat()(p, mode))
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
+        real::creat()(p, mode)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat64(path: P, mode: Mode) -> c_int {
     let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
-    open_at(libc::AT_FDCWD, path, flags, mode, |p| real::creat64()(p, mode))
+    open_at(libc::AT_FDCWD, path, flags, mode, |p| {
+        real::creat64()(p, mode)
+    })
 }
 
 // ---- close ----------------------------------------------------------------------------------
@@ -191,14 +230,28 @@ pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
 }
 
 fn check_off(off: Off) -> Result<u64, c_int> {
-    if off < 0 { Err(libc::EINVAL) } else { Ok(off as u64) }
+    if off < 0 {
+        Err(libc::EINVAL)
+    } else {
+        Ok(off as u64)
+    }
 }
 
 unsafe fn do_pread(f: &OpenFile, b: *mut c_void, n: usize, off: Off) -> isize {
-    ret(check_off(off).and_then(|o| f.pread(buf_mut(b, n), o)).map(|x| x as isize), -1)
+    ret(
+        check_off(off)
+            .and_then(|o| f.pread(buf_mut(b, n), o))
+            .map(|x| x as isize),
+        -1,
+    )
 }
 unsafe fn do_pwrite(f: &OpenFile, b: *const c_void, n: usize, off: Off) -> isize {
-    ret(check_off(off).and_then(|o| f.pwrite(buf(b, n), o)).map(|x| x as isize), -1)
+    ret(
+        check_off(off)
+            .and_then(|o| f.pwrite(buf(b, n), o))
+            .map(|x| x as isize),
+        -1,
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -216,14 +269,26 @@ pub unsafe extern "C" fn pread64(fd: c_int, b: *mut c_void, n: usize, off: Off) 
     }
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __pread_chk(fd: c_int, b: *mut c_void, n: usize, off: Off, cap: usize) -> isize {
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: Off,
+    cap: usize,
+) -> isize {
     match file_of(fd) {
         Some(f) => do_pread(&f, b, n.min(cap), off),
         None => real::__pread_chk()(fd, b, n, off, cap),
     }
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __pread64_chk(fd: c_int, b: *mut c_void, n: usize, off: Off, cap: usize) -> isize {
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: Off,
+    cap: usize,
+) -> isize {
     match file_of(fd) {
         Some(f) => do_pread(&f, b, n.min(cap), off),
         None => real::__pread64_chk()(fd, b, n, off, cap),
@@ -248,11 +313,20 @@ unsafe fn iovs<'a>(iov: *const libc::iovec, cnt: c_int) -> Result<&'a [libc::iov
     if !(0..=1024).contains(&cnt) {
         return Err(libc::EINVAL);
     }
-    Ok(if cnt == 0 { &[] } else { std::slice::from_raw_parts(iov, cnt as usize) })
+    Ok(if cnt == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(iov, cnt as usize)
+    })
 }
 
 /// Vector read at `off` (None: at the file position).
-unsafe fn vread(f: &OpenFile, iov: *const libc::iovec, cnt: c_int, off: Option<u64>) -> Result<usize, c_int> {
+unsafe fn vread(
+    f: &OpenFile,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: Option<u64>,
+) -> Result<usize, c_int> {
     let mut total = 0usize;
     for v in iovs(iov, cnt)? {
         let b = buf_mut(v.iov_base, v.iov_len);
@@ -269,13 +343,21 @@ unsafe fn vread(f: &OpenFile, iov: *const libc::iovec, cnt: c_int, off: Option<u
 }
 
 /// Vector write, gathered into one write so that an append stays atomic.
-unsafe fn vwrite(f: &OpenFile, iov: *const libc::iovec, cnt: c_int, off: Option<u64>) -> Result<usize, c_int> {
+unsafe fn vwrite(
+    f: &OpenFile,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: Option<u64>,
+) -> Result<usize, c_int> {
     let v = iovs(iov, cnt)?;
     let joined: Vec<u8>;
     let data: &[u8] = if v.len() == 1 {
         buf(v[0].iov_base, v[0].iov_len)
     } else {
-        joined = v.iter().flat_map(|x| buf(x.iov_base, x.iov_len).iter().copied()).collect();
+        joined = v
+            .iter()
+            .flat_map(|x| buf(x.iov_base, x.iov_len).iter().copied())
+            .collect();
         &joined
     };
     match off {
@@ -306,18 +388,44 @@ vec_io!(pwritev, vwrite, off);
 vec_io!(pwritev64, vwrite, off);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn preadv2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off, flags: c_int) -> isize {
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: Off,
+    flags: c_int,
+) -> isize {
     if let Some(f) = file_of(fd) {
-        let at = if off == -1 { Ok(None) } else { check_off(off).map(Some) };
-        return ret(at.and_then(|a| vread(&f, iov, cnt, a)).map(|x| x as isize), -1);
+        let at = if off == -1 {
+            Ok(None)
+        } else {
+            check_off(off).map(Some)
+        };
+        return ret(
+            at.and_then(|a| vread(&f, iov, cnt, a)).map(|x| x as isize),
+            -1,
+        );
     }
     real::preadv2()(fd, iov, cnt, off, flags)
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const libc::iovec, cnt: c_int, off: Off, flags: c_int) -> isize {
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    cnt: c_int,
+    off: Off,
+    flags: c_int,
+) -> isize {
     if let Some(f) = file_of(fd) {
-        let at = if off == -1 { Ok(None) } else { check_off(off).map(Some) };
-        return ret(at.and_then(|a| vwrite(&f, iov, cnt, a)).map(|x| x as isize), -1);
+        let at = if off == -1 {
+            Ok(None)
+        } else {
+            check_off(off).map(Some)
+        };
+        return ret(
+            at.and_then(|a| vwrite(&f, iov, cnt, a)).map(|x| x as isize),
+            -1,
+        );
     }
     real::pwritev2()(fd, iov, cnt, off, flags)
 }
@@ -508,14 +616,27 @@ fn report_conflict(l: &mut libc::flock, c: Option<(u64, u64, bool)>) {
     }
 }
 
-unsafe fn private_fcntl(st: &State, fd: c_int, f: Arc<OpenFile>, cmd: c_int, arg: usize) -> Result<c_int, c_int> {
+unsafe fn private_fcntl(
+    st: &State,
+    fd: c_int,
+    f: Arc<OpenFile>,
+    cmd: c_int,
+    arg: usize,
+) -> Result<c_int, c_int> {
     let t = st.table().ok_or(libc::EBADF)?;
     let slot = &t.slots[fd as usize];
     match cmd {
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => st.install(f, arg as c_int, cmd == libc::F_DUPFD_CLOEXEC),
-        libc::F_GETFD => Ok(if slot.cloexec.load(Ordering::Relaxed) { libc::FD_CLOEXEC } else { 0 }),
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            st.install(f, arg as c_int, cmd == libc::F_DUPFD_CLOEXEC)
+        }
+        libc::F_GETFD => Ok(if slot.cloexec.load(Ordering::Relaxed) {
+            libc::FD_CLOEXEC
+        } else {
+            0
+        }),
         libc::F_SETFD => {
-            slot.cloexec.store(arg as c_int & libc::FD_CLOEXEC != 0, Ordering::Relaxed);
+            slot.cloexec
+                .store(arg as c_int & libc::FD_CLOEXEC != 0, Ordering::Relaxed);
             Ok(0)
         }
         libc::F_GETFL => Ok(f.flags() | libc::O_LARGEFILE),
@@ -648,7 +769,14 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
 
 /// Private files cannot be memory-mapped (the thesis's choice too): ENODEV.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void {
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: Off,
+) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 && file_of(fd).is_some() {
         set_errno(libc::ENODEV);
         return libc::MAP_FAILED;
@@ -656,7 +784,14 @@ pub unsafe extern "C" fn mmap(addr: *mut c_void, len: usize, prot: c_int, flags:
     real::mmap()(addr, len, prot, flags, fd, off)
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, fd: c_int, off: Off) -> *mut c_void {
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: Off,
+) -> *mut c_void {
     if flags & libc::MAP_ANONYMOUS == 0 && file_of(fd).is_some() {
         set_errno(libc::ENODEV);
         return libc::MAP_FAILED;
@@ -665,7 +800,14 @@ pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: usize, prot: c_int, flag
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn copy_file_range(fin: c_int, oin: *mut i64, fout: c_int, oout: *mut i64, len: usize, flags: c_uint) -> isize {
+pub unsafe extern "C" fn copy_file_range(
+    fin: c_int,
+    oin: *mut i64,
+    fout: c_int,
+    oout: *mut i64,
+    len: usize,
+    flags: c_uint,
+) -> isize {
     if let Some(st) = state()
         && (st.is_private_fd(fin) || st.is_private_fd(fout))
     {
@@ -703,7 +845,12 @@ pub unsafe extern "C" fn sendfile(out: c_int, input: c_int, off: *mut Off, count
     real::sendfile()(out, input, off, count)
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sendfile64(out: c_int, input: c_int, off: *mut Off, count: usize) -> isize {
+pub unsafe extern "C" fn sendfile64(
+    out: c_int,
+    input: c_int,
+    off: *mut Off,
+    count: usize,
+) -> isize {
     if let Some(st) = state()
         && (st.is_private_fd(input) || st.is_private_fd(out))
     {
@@ -859,7 +1006,10 @@ pub unsafe extern "C" fn fchmod(fd: c_int, mode: Mode) -> c_int {
 pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
     match file_of(fd) {
         Some(f) => {
-            f.chown((uid != u32::MAX).then_some(uid), (gid != u32::MAX).then_some(gid));
+            f.chown(
+                (uid != u32::MAX).then_some(uid),
+                (gid != u32::MAX).then_some(gid),
+            );
             0
         }
         None => real::fchown()(fd, uid, gid),
@@ -869,7 +1019,10 @@ pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -
 /// Converts a timespec pair (UTIME_NOW/UTIME_OMIT aware) into optional nanosecond times.
 pub(crate) unsafe fn times_of(ts: *const libc::timespec) -> (Option<i64>, Option<i64>) {
     let now = {
-        let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         libc::clock_gettime(libc::CLOCK_REALTIME, &mut t);
         t.tv_sec * 1_000_000_000 + t.tv_nsec
     };
@@ -888,7 +1041,10 @@ pub(crate) unsafe fn timevals(tv: *const libc::timeval) -> Option<[libc::timespe
     if tv.is_null() {
         return None;
     }
-    let c = |t: &libc::timeval| libc::timespec { tv_sec: t.tv_sec, tv_nsec: t.tv_usec * 1000 };
+    let c = |t: &libc::timeval| libc::timespec {
+        tv_sec: t.tv_sec,
+        tv_nsec: t.tv_usec * 1000,
+    };
     Some([c(&*tv), c(&*tv.add(1))])
 }
 

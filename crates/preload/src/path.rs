@@ -4,8 +4,8 @@
 
 use crate::io::{fill_stat, fill_statx, statfs_of, times_of, timevals};
 use crate::real::{self, Mode};
-use crate::state::{Fail, Res, Route, State, route, set_errno, state};
 use crate::run;
+use crate::state::{Fail, Res, Route, State, route, set_errno, state};
 use kaiso_libfs::Fs;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -21,7 +21,9 @@ unsafe fn path_op<T>(
     kernel: impl Fn(P) -> T,
     private: impl FnOnce(&State, &Fs, &[u8]) -> Res<T>,
 ) -> T {
-    let Some(st) = state() else { return kernel(path) };
+    let Some(st) = state() else {
+        return kernel(path);
+    };
     match route(st, dirfd, path) {
         Route::Kernel => kernel(path),
         Route::KernelPath(p) => kernel(p.as_ptr()),
@@ -35,7 +37,13 @@ fn empty(path: P) -> bool {
 
 // ---- stat -------------------------------------------------------------------------------------
 
-unsafe fn stat_at(dirfd: c_int, path: P, out: *mut libc::stat, flags: c_int, kernel: impl Fn(P) -> c_int) -> c_int {
+unsafe fn stat_at(
+    dirfd: c_int,
+    path: P,
+    out: *mut libc::stat,
+    flags: c_int,
+    kernel: impl Fn(P) -> c_int,
+) -> c_int {
     if flags & libc::AT_EMPTY_PATH != 0
         && empty(path)
         && let Some(f) = state().and_then(|s| s.file(dirfd))
@@ -60,47 +68,95 @@ pub unsafe extern "C" fn stat64(path: P, out: *mut libc::stat) -> c_int {
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lstat(path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| real::lstat()(p, out))
+    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| {
+        real::lstat()(p, out)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lstat64(path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| real::lstat64()(p, out))
+    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| {
+        real::lstat64()(p, out)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __xstat(ver: c_int, path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, 0, |p| real::__xstat()(ver, p, out))
+    stat_at(libc::AT_FDCWD, path, out, 0, |p| {
+        real::__xstat()(ver, p, out)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __xstat64(ver: c_int, path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, 0, |p| real::__xstat64()(ver, p, out))
+    stat_at(libc::AT_FDCWD, path, out, 0, |p| {
+        real::__xstat64()(ver, p, out)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __lxstat(ver: c_int, path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| real::__lxstat()(ver, p, out))
+    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| {
+        real::__lxstat()(ver, p, out)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __lxstat64(ver: c_int, path: P, out: *mut libc::stat) -> c_int {
-    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| real::__lxstat64()(ver, p, out))
+    stat_at(libc::AT_FDCWD, path, out, libc::AT_SYMLINK_NOFOLLOW, |p| {
+        real::__lxstat64()(ver, p, out)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstatat(dirfd: c_int, path: P, out: *mut libc::stat, flags: c_int) -> c_int {
-    stat_at(dirfd, path, out, flags, |p| real::fstatat()(dirfd, p, out, flags))
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: P,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    stat_at(dirfd, path, out, flags, |p| {
+        real::fstatat()(dirfd, p, out, flags)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstatat64(dirfd: c_int, path: P, out: *mut libc::stat, flags: c_int) -> c_int {
-    stat_at(dirfd, path, out, flags, |p| real::fstatat64()(dirfd, p, out, flags))
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: P,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    stat_at(dirfd, path, out, flags, |p| {
+        real::fstatat64()(dirfd, p, out, flags)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstatat(ver: c_int, dirfd: c_int, path: P, out: *mut libc::stat, flags: c_int) -> c_int {
-    stat_at(dirfd, path, out, flags, |p| real::__fxstatat()(ver, dirfd, p, out, flags))
+pub unsafe extern "C" fn __fxstatat(
+    ver: c_int,
+    dirfd: c_int,
+    path: P,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    stat_at(dirfd, path, out, flags, |p| {
+        real::__fxstatat()(ver, dirfd, p, out, flags)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstatat64(ver: c_int, dirfd: c_int, path: P, out: *mut libc::stat, flags: c_int) -> c_int {
-    stat_at(dirfd, path, out, flags, |p| real::__fxstatat64()(ver, dirfd, p, out, flags))
+pub unsafe extern "C" fn __fxstatat64(
+    ver: c_int,
+    dirfd: c_int,
+    path: P,
+    out: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    stat_at(dirfd, path, out, flags, |p| {
+        real::__fxstatat64()(ver, dirfd, p, out, flags)
+    })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn statx(dirfd: c_int, path: P, flags: c_int, mask: u32, out: *mut libc::statx) -> c_int {
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: P,
+    flags: c_int,
+    mask: u32,
+    out: *mut libc::statx,
+) -> c_int {
     if flags & libc::AT_EMPTY_PATH != 0
         && empty(path)
         && let Some(f) = state().and_then(|s| s.file(dirfd))
@@ -148,31 +204,55 @@ statfs_like!(statvfs64, libc::statvfs, 1);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: P, mode: c_int) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::access()(p, mode), |_, fs, abs| {
-        fs.access(abs, mode)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::access()(p, mode),
+        |_, fs, abs| {
+            fs.access(abs, mode)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn euidaccess(path: P, mode: c_int) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::euidaccess()(p, mode), |_, fs, abs| {
-        fs.access(abs, mode)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::euidaccess()(p, mode),
+        |_, fs, abs| {
+            fs.access(abs, mode)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn eaccess(path: P, mode: c_int) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::eaccess()(p, mode), |_, fs, abs| {
-        fs.access(abs, mode)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::eaccess()(p, mode),
+        |_, fs, abs| {
+            fs.access(abs, mode)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn faccessat(dirfd: c_int, path: P, mode: c_int, flags: c_int) -> c_int {
-    path_op(dirfd, path, -1, |p| real::faccessat()(dirfd, p, mode, flags), |_, fs, abs| {
-        fs.access(abs, mode)?;
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::faccessat()(dirfd, p, mode, flags),
+        |_, fs, abs| {
+            fs.access(abs, mode)?;
+            Ok(0)
+        },
+    )
 }
 
 // ---- namespace ----------------------------------------------------------------------------------
@@ -183,52 +263,88 @@ fn umasked(st: &State, mode: Mode) -> u32 {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdir(path: P, mode: Mode) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::mkdir()(p, mode), |st, fs, abs| {
-        fs.mkdir(abs, umasked(st, mode))?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::mkdir()(p, mode),
+        |st, fs, abs| {
+            fs.mkdir(abs, umasked(st, mode))?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: P, mode: Mode) -> c_int {
-    path_op(dirfd, path, -1, |p| real::mkdirat()(dirfd, p, mode), |st, fs, abs| {
-        fs.mkdir(abs, umasked(st, mode))?;
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::mkdirat()(dirfd, p, mode),
+        |st, fs, abs| {
+            fs.mkdir(abs, umasked(st, mode))?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rmdir(path: P) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::rmdir()(p), |_, fs, abs| {
-        fs.rmdir(abs)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::rmdir()(p),
+        |_, fs, abs| {
+            fs.rmdir(abs)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlink(path: P) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::unlink()(p), |_, fs, abs| {
-        fs.unlink(abs)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::unlink()(p),
+        |_, fs, abs| {
+            fs.unlink(abs)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: P, flags: c_int) -> c_int {
-    path_op(dirfd, path, -1, |p| real::unlinkat()(dirfd, p, flags), |_, fs, abs| {
-        if flags & libc::AT_REMOVEDIR != 0 {
-            fs.rmdir(abs)?;
-        } else {
-            fs.unlink(abs)?;
-        }
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::unlinkat()(dirfd, p, flags),
+        |_, fs, abs| {
+            if flags & libc::AT_REMOVEDIR != 0 {
+                fs.rmdir(abs)?;
+            } else {
+                fs.unlink(abs)?;
+            }
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn remove(path: P) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::remove()(p), |_, fs, abs| {
-        match fs.unlink(abs) {
-            Err(kaiso_libfs::FsError::Errno(libc::EISDIR)) => fs.rmdir(abs)?,
-            r => r?,
-        }
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::remove()(p),
+        |_, fs, abs| {
+            match fs.unlink(abs) {
+                Err(kaiso_libfs::FsError::Errno(libc::EISDIR)) => fs.rmdir(abs)?,
+                r => r?,
+            }
+            Ok(0)
+        },
+    )
 }
 
 /// Routes a call with two paths: both private, both kernel, or EXDEV.
@@ -240,13 +356,20 @@ unsafe fn two_paths(
     kernel: impl Fn(P, P) -> c_int,
     private: impl FnOnce(&Fs, &[u8], &[u8]) -> Res<c_int>,
 ) -> c_int {
-    let Some(st) = state() else { return kernel(p1, p2) };
+    let Some(st) = state() else {
+        return kernel(p1, p2);
+    };
     let (r1, r2) = (route(st, d1, p1), route(st, d2, p2));
     match (r1, r2) {
-        (Route::Private(a), Route::Private(b)) => run(st, -1, |fs| private(fs, &a, &b), |_| {
-            set_errno(libc::EXDEV);
-            -1
-        }),
+        (Route::Private(a), Route::Private(b)) => run(
+            st,
+            -1,
+            |fs| private(fs, &a, &b),
+            |_| {
+                set_errno(libc::EXDEV);
+                -1
+            },
+        ),
         (Route::Private(_), _) | (_, Route::Private(_)) => {
             set_errno(libc::EXDEV);
             -1
@@ -267,54 +390,105 @@ unsafe fn two_paths(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rename(old: P, new: P) -> c_int {
-    two_paths(libc::AT_FDCWD, old, libc::AT_FDCWD, new, |a, b| real::rename()(a, b), |fs, a, b| {
-        fs.rename(a, b, 0)?;
-        Ok(0)
-    })
+    two_paths(
+        libc::AT_FDCWD,
+        old,
+        libc::AT_FDCWD,
+        new,
+        |a, b| real::rename()(a, b),
+        |fs, a, b| {
+            fs.rename(a, b, 0)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn renameat(d1: c_int, old: P, d2: c_int, new: P) -> c_int {
-    two_paths(d1, old, d2, new, |a, b| real::renameat()(d1, a, d2, b), |fs, a, b| {
-        fs.rename(a, b, 0)?;
-        Ok(0)
-    })
+    two_paths(
+        d1,
+        old,
+        d2,
+        new,
+        |a, b| real::renameat()(d1, a, d2, b),
+        |fs, a, b| {
+            fs.rename(a, b, 0)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn renameat2(d1: c_int, old: P, d2: c_int, new: P, flags: u32) -> c_int {
-    two_paths(d1, old, d2, new, |a, b| real::renameat2()(d1, a, d2, b, flags), |fs, a, b| {
-        fs.rename(a, b, flags)?;
-        Ok(0)
-    })
+    two_paths(
+        d1,
+        old,
+        d2,
+        new,
+        |a, b| real::renameat2()(d1, a, d2, b, flags),
+        |fs, a, b| {
+            fs.rename(a, b, flags)?;
+            Ok(0)
+        },
+    )
 }
 /// Hard links are not supported in the pool (as in the thesis): EPERM.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn link(old: P, new: P) -> c_int {
-    two_paths(libc::AT_FDCWD, old, libc::AT_FDCWD, new, |a, b| real::link()(a, b), |_, _, _| {
-        Err(Fail::Errno(libc::EPERM))
-    })
+    two_paths(
+        libc::AT_FDCWD,
+        old,
+        libc::AT_FDCWD,
+        new,
+        |a, b| real::link()(a, b),
+        |_, _, _| Err(Fail::Errno(libc::EPERM)),
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn linkat(d1: c_int, old: P, d2: c_int, new: P, flags: c_int) -> c_int {
-    two_paths(d1, old, d2, new, |a, b| real::linkat()(d1, a, d2, b, flags), |_, _, _| {
-        Err(Fail::Errno(libc::EPERM))
-    })
+    two_paths(
+        d1,
+        old,
+        d2,
+        new,
+        |a, b| real::linkat()(d1, a, d2, b, flags),
+        |_, _, _| Err(Fail::Errno(libc::EPERM)),
+    )
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn symlink(target: P, linkpath: P) -> c_int {
-    let t = if target.is_null() { &[][..] } else { CStr::from_ptr(target).to_bytes() };
-    path_op(libc::AT_FDCWD, linkpath, -1, |p| real::symlink()(target, p), |_, fs, abs| {
-        fs.symlink(t, abs)?;
-        Ok(0)
-    })
+    let t = if target.is_null() {
+        &[][..]
+    } else {
+        CStr::from_ptr(target).to_bytes()
+    };
+    path_op(
+        libc::AT_FDCWD,
+        linkpath,
+        -1,
+        |p| real::symlink()(target, p),
+        |_, fs, abs| {
+            fs.symlink(t, abs)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn symlinkat(target: P, dirfd: c_int, linkpath: P) -> c_int {
-    let t = if target.is_null() { &[][..] } else { CStr::from_ptr(target).to_bytes() };
-    path_op(dirfd, linkpath, -1, |p| real::symlinkat()(target, dirfd, p), |_, fs, abs| {
-        fs.symlink(t, abs)?;
-        Ok(0)
-    })
+    let t = if target.is_null() {
+        &[][..]
+    } else {
+        CStr::from_ptr(target).to_bytes()
+    };
+    path_op(
+        dirfd,
+        linkpath,
+        -1,
+        |p| real::symlinkat()(target, dirfd, p),
+        |_, fs, abs| {
+            fs.symlink(t, abs)?;
+            Ok(0)
+        },
+    )
 }
 
 unsafe fn copy_link(fs: &Fs, abs: &[u8], out: *mut c_char, size: usize) -> Res<isize> {
@@ -325,22 +499,40 @@ unsafe fn copy_link(fs: &Fs, abs: &[u8], out: *mut c_char, size: usize) -> Res<i
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: P, out: *mut c_char, size: usize) -> isize {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::readlink()(p, out, size), |_, fs, abs| copy_link(fs, abs, out, size))
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::readlink()(p, out, size),
+        |_, fs, abs| copy_link(fs, abs, out, size),
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlinkat(dirfd: c_int, path: P, out: *mut c_char, size: usize) -> isize {
-    path_op(dirfd, path, -1, |p| real::readlinkat()(dirfd, p, out, size), |_, fs, abs| copy_link(fs, abs, out, size))
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::readlinkat()(dirfd, p, out, size),
+        |_, fs, abs| copy_link(fs, abs, out, size),
+    )
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: P, len: libc::off_t) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::truncate()(p, len), |_, fs, abs| {
-        if len < 0 {
-            return Err(Fail::Errno(libc::EINVAL));
-        }
-        fs.open(abs, libc::O_WRONLY, 0)?.truncate(len as u64)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::truncate()(p, len),
+        |_, fs, abs| {
+            if len < 0 {
+                return Err(Fail::Errno(libc::EINVAL));
+            }
+            fs.open(abs, libc::O_WRONLY, 0)?.truncate(len as u64)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate64(path: P, len: libc::off_t) -> c_int {
@@ -351,61 +543,120 @@ pub unsafe extern "C" fn truncate64(path: P, len: libc::off_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chmod(path: P, mode: Mode) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::chmod()(p, mode), |_, fs, abs| {
-        fs.chmod(abs, mode, true)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::chmod()(p, mode),
+        |_, fs, abs| {
+            fs.chmod(abs, mode, true)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fchmodat(dirfd: c_int, path: P, mode: Mode, flags: c_int) -> c_int {
-    path_op(dirfd, path, -1, |p| real::fchmodat()(dirfd, p, mode, flags), |_, fs, abs| {
-        fs.chmod(abs, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::fchmodat()(dirfd, p, mode, flags),
+        |_, fs, abs| {
+            fs.chmod(abs, mode, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+            Ok(0)
+        },
+    )
 }
 fn ids(uid: libc::uid_t, gid: libc::gid_t) -> (Option<u32>, Option<u32>) {
-    ((uid != u32::MAX).then_some(uid), (gid != u32::MAX).then_some(gid))
+    (
+        (uid != u32::MAX).then_some(uid),
+        (gid != u32::MAX).then_some(gid),
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chown(path: P, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::chown()(p, uid, gid), |_, fs, abs| {
-        let (u, g) = ids(uid, gid);
-        fs.chown(abs, u, g, true)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::chown()(p, uid, gid),
+        |_, fs, abs| {
+            let (u, g) = ids(uid, gid);
+            fs.chown(abs, u, g, true)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lchown(path: P, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::lchown()(p, uid, gid), |_, fs, abs| {
-        let (u, g) = ids(uid, gid);
-        fs.chown(abs, u, g, false)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::lchown()(p, uid, gid),
+        |_, fs, abs| {
+            let (u, g) = ids(uid, gid);
+            fs.chown(abs, u, g, false)?;
+            Ok(0)
+        },
+    )
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchownat(dirfd: c_int, path: P, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) -> c_int {
-    if flags & libc::AT_EMPTY_PATH != 0 && empty(path) && state().and_then(|s| s.file(dirfd)).is_some() {
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: P,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    flags: c_int,
+) -> c_int {
+    if flags & libc::AT_EMPTY_PATH != 0
+        && empty(path)
+        && state().and_then(|s| s.file(dirfd)).is_some()
+    {
         return crate::io::fchown(dirfd, uid, gid);
     }
-    path_op(dirfd, path, -1, |p| real::fchownat()(dirfd, p, uid, gid, flags), |_, fs, abs| {
-        let (u, g) = ids(uid, gid);
-        fs.chown(abs, u, g, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::fchownat()(dirfd, p, uid, gid, flags),
+        |_, fs, abs| {
+            let (u, g) = ids(uid, gid);
+            fs.chown(abs, u, g, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+            Ok(0)
+        },
+    )
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn utimensat(dirfd: c_int, path: P, ts: *const libc::timespec, flags: c_int) -> c_int {
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: P,
+    ts: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
     if path.is_null() {
         return crate::io::futimens(dirfd, ts);
     }
-    path_op(dirfd, path, -1, |p| real::utimensat()(dirfd, p, ts, flags), |_, fs, abs| {
-        let (a, m) = times_of(ts);
-        fs.utimens(abs, a, m, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
-        Ok(0)
-    })
+    path_op(
+        dirfd,
+        path,
+        -1,
+        |p| real::utimensat()(dirfd, p, ts, flags),
+        |_, fs, abs| {
+            let (a, m) = times_of(ts);
+            fs.utimens(abs, a, m, flags & libc::AT_SYMLINK_NOFOLLOW == 0)?;
+            Ok(0)
+        },
+    )
 }
-unsafe fn utimes_tv(dirfd: c_int, path: P, tv: *const libc::timeval, follow: bool, kernel: impl Fn(P) -> c_int) -> c_int {
+unsafe fn utimes_tv(
+    dirfd: c_int,
+    path: P,
+    tv: *const libc::timeval,
+    follow: bool,
+    kernel: impl Fn(P) -> c_int,
+) -> c_int {
     path_op(dirfd, path, -1, kernel, |_, fs, abs| {
         let t = timevals(tv);
         let (a, m) = times_of(t.as_ref().map_or(std::ptr::null(), |x| x.as_ptr()));
@@ -427,15 +678,24 @@ pub unsafe extern "C" fn futimesat(dirfd: c_int, path: P, tv: *const libc::timev
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utime(path: P, ub: *const libc::utimbuf) -> c_int {
-    path_op(libc::AT_FDCWD, path, -1, |p| real::utime()(p, ub), |_, fs, abs| {
-        let (a, m) = if ub.is_null() {
-            times_of(std::ptr::null())
-        } else {
-            (Some((*ub).actime * 1_000_000_000), Some((*ub).modtime * 1_000_000_000))
-        };
-        fs.utimens(abs, a, m, true)?;
-        Ok(0)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        -1,
+        |p| real::utime()(p, ub),
+        |_, fs, abs| {
+            let (a, m) = if ub.is_null() {
+                times_of(std::ptr::null())
+            } else {
+                (
+                    Some((*ub).actime * 1_000_000_000),
+                    Some((*ub).modtime * 1_000_000_000),
+                )
+            };
+            fs.utimens(abs, a, m, true)?;
+            Ok(0)
+        },
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -506,7 +766,13 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: usize) -
     real::flistxattr()(fd, list, size)
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fsetxattr(fd: c_int, name: P, value: *const c_void, size: usize, flags: c_int) -> c_int {
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    name: P,
+    value: *const c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
     if state().and_then(|s| s.file(fd)).is_some() {
         set_errno(libc::ENOTSUP);
         return -1;
@@ -534,7 +800,9 @@ fn refresh_kcwd(st: &State) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chdir(path: P) -> c_int {
-    let Some(st) = state() else { return real::chdir()(path) };
+    let Some(st) = state() else {
+        return real::chdir()(path);
+    };
     let kernel = |p: P| {
         let r = real::chdir()(p);
         if r == 0 {
@@ -555,7 +823,9 @@ pub unsafe extern "C" fn chdir(path: P) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
-    let Some(st) = state() else { return real::fchdir()(fd) };
+    let Some(st) = state() else {
+        return real::fchdir()(fd);
+    };
     if let Some(f) = st.file(fd) {
         if !f.is_dir() {
             set_errno(libc::ENOTDIR);
@@ -590,7 +860,11 @@ unsafe fn out_path(p: &[u8], buf: *mut c_char, size: usize) -> *mut c_char {
         return m;
     }
     if size < p.len() + 1 {
-        set_errno(if size == 0 { libc::EINVAL } else { libc::ERANGE });
+        set_errno(if size == 0 {
+            libc::EINVAL
+        } else {
+            libc::ERANGE
+        });
         return std::ptr::null_mut();
     }
     std::ptr::copy_nonoverlapping(p.as_ptr(), buf as *mut u8, p.len());
@@ -622,14 +896,28 @@ pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realpath(path: P, resolved: *mut c_char) -> *mut c_char {
-    path_op(libc::AT_FDCWD, path, std::ptr::null_mut(), |p| real::realpath()(p, resolved), |_, fs, abs| {
-        let c = fs.canonical(abs)?;
-        let r = out_path(&c, resolved, if resolved.is_null() { 0 } else { libc::PATH_MAX as usize });
-        if r.is_null() {
-            return Err(Fail::Errno(libc::ENAMETOOLONG));
-        }
-        Ok(r)
-    })
+    path_op(
+        libc::AT_FDCWD,
+        path,
+        std::ptr::null_mut(),
+        |p| real::realpath()(p, resolved),
+        |_, fs, abs| {
+            let c = fs.canonical(abs)?;
+            let r = out_path(
+                &c,
+                resolved,
+                if resolved.is_null() {
+                    0
+                } else {
+                    libc::PATH_MAX as usize
+                },
+            );
+            if r.is_null() {
+                return Err(Fail::Errno(libc::ENAMETOOLONG));
+            }
+            Ok(r)
+        },
+    )
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn canonicalize_file_name(path: P) -> *mut c_char {

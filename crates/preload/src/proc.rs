@@ -20,10 +20,14 @@ type P = *const c_char;
 
 /// Re-creates descriptors handed over by the program that exec'ed us.
 pub fn adopt_inherited(st: &State, fs: &Fs) {
-    let Ok(list) = std::env::var("KAISO_INHERIT") else { return };
+    let Ok(list) = std::env::var("KAISO_INHERIT") else {
+        return;
+    };
     for item in list.split(',').filter(|s| !s.is_empty()) {
         let v: Vec<i64> = item.split(':').filter_map(|x| x.parse().ok()).collect();
-        let [fd, ino, pos, flags] = v[..] else { continue };
+        let [fd, ino, pos, flags] = v[..] else {
+            continue;
+        };
         if let Ok(f) = fs.open_ino(ino as u64, flags as c_int) {
             let _ = f.seek(pos, libc::SEEK_SET);
             let _ = st.install_at(fd as c_int, f, false);
@@ -110,7 +114,9 @@ unsafe extern "C" {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: P, argv: *const P, envp: *const P) -> c_int {
-    let Some(st) = state() else { return real::execve()(path, argv, envp) };
+    let Some(st) = state() else {
+        return real::execve()(path, argv, envp);
+    };
     let (extra, kept) = prepare(st);
     let env = with_env(envp, &extra);
     let r = real::execve()(path, argv, env.as_ptr());
@@ -123,7 +129,9 @@ pub unsafe extern "C" fn execv(path: P, argv: *const P) -> c_int {
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: P, argv: *const P, envp: *const P) -> c_int {
-    let Some(st) = state() else { return real::execvpe()(file, argv, envp) };
+    let Some(st) = state() else {
+        return real::execvpe()(file, argv, envp);
+    };
     let (extra, kept) = prepare(st);
     let env = with_env(envp, &extra);
     let r = real::execvpe()(file, argv, env.as_ptr());

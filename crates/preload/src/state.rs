@@ -2,7 +2,9 @@
 //! table, the current directory, and the re-entrancy guard.
 
 use crate::real;
-use kaiso_libfs::{Fs, FsError, OpenFile, PoolOptions, Persist, SpinLock, normalize_abs, strip_mount};
+use kaiso_libfs::{
+    Fs, FsError, OpenFile, Persist, PoolOptions, SpinLock, normalize_abs, strip_mount,
+};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int};
@@ -197,7 +199,10 @@ impl State {
 
     /// Replaces the pool with an error (after a failed resume).
     pub fn set_unavailable(&self, msg: String) {
-        self.pool.store(Box::into_raw(Box::new(Pool::Unavailable(msg))), Ordering::Release);
+        self.pool.store(
+            Box::into_raw(Box::new(Pool::Unavailable(msg))),
+            Ordering::Release,
+        );
     }
 
     pub fn fs(&self) -> Result<&Fs, c_int> {
@@ -235,7 +240,9 @@ impl State {
     fn open_pool(&self) -> Pool {
         let _g = Guard::enter();
         let Some(path) = std::env::var_os("KAISO_POOL") else {
-            return Pool::Unavailable("KAISO_POOL is not set; start the program with `kaiso run`".into());
+            return Pool::Unavailable(
+                "KAISO_POOL is not set; start the program with `kaiso run`".into(),
+            );
         };
         let mut opts = PoolOptions::default();
         if let Some(s) = env_u64("KAISO_POOL_SIZE") {
@@ -257,7 +264,8 @@ impl State {
         let opened = loop {
             match Fs::open_pool(std::path::Path::new(&path), &opts, &self.mount) {
                 Err(kaiso_libfs::PoolError::Busy { owner: Some(o), .. })
-                    if o == unsafe { libc::getppid() } as u32 && start.elapsed() < std::time::Duration::from_secs(3) =>
+                    if o == unsafe { libc::getppid() } as u32
+                        && start.elapsed() < std::time::Duration::from_secs(3) =>
                 {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
@@ -278,14 +286,19 @@ impl State {
                 // A fork child keeps the table (and reserved numbers) it inherited.
                 if self.table().is_none() {
                     match reserve_fds() {
-                        Ok(t) => self.fds.store(Box::into_raw(Box::new(t)), Ordering::Release),
+                        Ok(t) => self
+                            .fds
+                            .store(Box::into_raw(Box::new(t)), Ordering::Release),
                         Err(msg) => return Pool::Unavailable(msg),
                     }
                 }
                 crate::proc::adopt_inherited(self, &fs);
                 Pool::Ready(fs)
             }
-            Err(e) => Pool::Unavailable(format!("private directory {} unavailable: {e}", String::from_utf8_lossy(&self.mount))),
+            Err(e) => Pool::Unavailable(format!(
+                "private directory {} unavailable: {e}",
+                String::from_utf8_lossy(&self.mount)
+            )),
         }
     }
 
@@ -344,7 +357,10 @@ impl State {
     /// replaced by the placeholder so the kernel cannot hand the number out.
     pub fn install_at(&self, fd: c_int, file: Arc<OpenFile>, cloexec: bool) -> Result<(), c_int> {
         let t = self.table().ok_or(libc::EBADF)?;
-        let s = t.slots.get(usize::try_from(fd).map_err(|_| libc::EBADF)?).ok_or(libc::EBADF)?;
+        let s = t
+            .slots
+            .get(usize::try_from(fd).map_err(|_| libc::EBADF)?)
+            .ok_or(libc::EBADF)?;
         if !s.reserved.load(Ordering::Relaxed) && !s.private.load(Ordering::Acquire) {
             let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
             if unsafe { real::dup3()(t.placeholder, fd, flags) } < 0 {
@@ -414,7 +430,9 @@ impl State {
     pub fn owns_fd(&self, fd: c_int) -> bool {
         self.table()
             .and_then(|t| t.slots.get(usize::try_from(fd).ok()?))
-            .is_some_and(|s| s.reserved.load(Ordering::Relaxed) || s.private.load(Ordering::Acquire))
+            .is_some_and(|s| {
+                s.reserved.load(Ordering::Relaxed) || s.private.load(Ordering::Acquire)
+            })
     }
 
     /// The current directory as an absolute path.
@@ -428,12 +446,22 @@ impl State {
 
 /// Reserves a contiguous range of descriptor numbers at the top of the (raised) limit.
 fn reserve_fds() -> Result<FdTable, String> {
-    let want = std::env::var("KAISO_FDS").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1024).clamp(16, 65536);
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let want = std::env::var("KAISO_FDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(1024)
+        .clamp(16, 65536);
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) };
     let target = (rl.rlim_cur + want).min(rl.rlim_max).min(1 << 20);
     if target > rl.rlim_cur {
-        let new = libc::rlimit { rlim_cur: target, rlim_max: rl.rlim_max };
+        let new = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: rl.rlim_max,
+        };
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
             rl.rlim_cur = target;
         }

@@ -5,8 +5,8 @@
 
 use crate::io::priv_open;
 use crate::real;
-use crate::state::{Route, route, set_errno, state};
 use crate::run;
+use crate::state::{Route, route, set_errno, state};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -92,7 +92,9 @@ pub(crate) fn disown(f: *mut libc::FILE) {
 
 /// A FILE over descriptor `fd` (owned by the stream).
 pub(crate) unsafe fn cookie_file(fd: c_int, mode: P) -> *mut libc::FILE {
-    let Some(st) = crate::state::state_raw() else { return std::ptr::null_mut() };
+    let Some(st) = crate::state::state_raw() else {
+        return std::ptr::null_mut();
+    };
     let cell = Arc::new(AtomicI32::new(fd));
     let funcs = CookieIo {
         read: Some(ck_read),
@@ -111,17 +113,27 @@ pub(crate) unsafe fn cookie_file(fd: c_int, mode: P) -> *mut libc::FILE {
 }
 
 unsafe fn open_stream(path: P, mode: P, kernel: impl Fn(P) -> *mut libc::FILE) -> *mut libc::FILE {
-    let Some(st) = state() else { return kernel(path) };
+    let Some(st) = state() else {
+        return kernel(path);
+    };
     let abs = match route(st, libc::AT_FDCWD, path) {
         Route::Kernel => return kernel(path),
         Route::KernelPath(p) => return kernel(p.as_ptr()),
         Route::Private(abs) => abs,
     };
-    let Some(flags) = (!mode.is_null()).then(|| mode_flags(CStr::from_ptr(mode).to_bytes())).flatten() else {
+    let Some(flags) = (!mode.is_null())
+        .then(|| mode_flags(CStr::from_ptr(mode).to_bytes()))
+        .flatten()
+    else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    let fd = run(st, -1, |fs| priv_open(st, fs, &abs, flags, 0o666), |p| real::open()(p.as_ptr(), flags, 0o666));
+    let fd = run(
+        st,
+        -1,
+        |fs| priv_open(st, fs, &abs, flags, 0o666),
+        |p| real::open()(p.as_ptr(), flags, 0o666),
+    );
     if fd < 0 {
         return std::ptr::null_mut();
     }
@@ -159,10 +171,19 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: P) -> *mut libc::FILE {
 
 /// freopen on one of our streams re-points its cookie; freopen of a libc stream onto a
 /// private file cannot keep the FILE's identity and fails with ENOTSUP.
-unsafe fn reopen(path: P, mode: P, stream: *mut libc::FILE, kernel: impl Fn() -> *mut libc::FILE) -> *mut libc::FILE {
+unsafe fn reopen(
+    path: P,
+    mode: P,
+    stream: *mut libc::FILE,
+    kernel: impl Fn() -> *mut libc::FILE,
+) -> *mut libc::FILE {
     let Some(st) = state() else { return kernel() };
     let ours = st.files.lock().get(&(stream as usize)).cloned();
-    let target = if path.is_null() { None } else { Some(route(st, libc::AT_FDCWD, path)) };
+    let target = if path.is_null() {
+        None
+    } else {
+        Some(route(st, libc::AT_FDCWD, path))
+    };
     match (ours, target) {
         (None, None | Some(Route::Kernel) | Some(Route::KernelPath(_))) => kernel(),
         (None, Some(Route::Private(_))) => {
@@ -171,15 +192,21 @@ unsafe fn reopen(path: P, mode: P, stream: *mut libc::FILE, kernel: impl Fn() ->
         }
         (Some(cell), target) => {
             libc::fflush(stream);
-            let Some(flags) = (!mode.is_null()).then(|| mode_flags(CStr::from_ptr(mode).to_bytes())).flatten() else {
+            let Some(flags) = (!mode.is_null())
+                .then(|| mode_flags(CStr::from_ptr(mode).to_bytes()))
+                .flatten()
+            else {
                 set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             };
             let fd = match target {
                 None => return stream,
-                Some(Route::Private(abs)) => {
-                    run(st, -1, |fs| priv_open(st, fs, &abs, flags, 0o666), |p| real::open()(p.as_ptr(), flags, 0o666))
-                }
+                Some(Route::Private(abs)) => run(
+                    st,
+                    -1,
+                    |fs| priv_open(st, fs, &abs, flags, 0o666),
+                    |p| real::open()(p.as_ptr(), flags, 0o666),
+                ),
                 Some(Route::KernelPath(p)) => real::open()(p.as_ptr(), flags, 0o666),
                 Some(Route::Kernel) => real::open()(path, flags, 0o666),
             };
@@ -238,8 +265,14 @@ mod tests {
     fn fopen_modes_map_to_open_flags() {
         assert_eq!(mode_flags(b"r"), Some(libc::O_RDONLY));
         assert_eq!(mode_flags(b"rb+"), Some(libc::O_RDWR));
-        assert_eq!(mode_flags(b"we"), Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC));
-        assert_eq!(mode_flags(b"a+x"), Some(libc::O_RDWR | libc::O_CREAT | libc::O_APPEND | libc::O_EXCL));
+        assert_eq!(
+            mode_flags(b"we"),
+            Some(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC)
+        );
+        assert_eq!(
+            mode_flags(b"a+x"),
+            Some(libc::O_RDWR | libc::O_CREAT | libc::O_APPEND | libc::O_EXCL)
+        );
         assert_eq!(mode_flags(b"q"), None);
     }
 }

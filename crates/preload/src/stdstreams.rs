@@ -14,7 +14,11 @@ unsafe extern "C" {
     static mut stderr: *mut libc::FILE;
 }
 
-static SAVED: [AtomicUsize; 3] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+static SAVED: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
 
 unsafe fn var(fd: c_int) -> *mut *mut libc::FILE {
     match fd {

@@ -12,15 +12,21 @@ fn single_threaded() -> bool {
     let _g = Guard::enter();
     // Field 20 of /proc/self/stat is the thread count; the command name (field 2) may hold
     // spaces, so count from the closing parenthesis.
-    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else { return false };
-    let Some(rest) = s.rfind(')').map(|i| &s[i + 1..]) else { return false };
+    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    let Some(rest) = s.rfind(')').map(|i| &s[i + 1..]) else {
+        return false;
+    };
     rest.split_whitespace().nth(17) == Some("1")
 }
 
 /// Runs a blocking wait with the pool lent out when that is safe.
 fn lend_while(blocking: bool, wait: impl FnOnce() -> c_int) -> c_int {
     let Some(st) = state() else { return wait() };
-    let Some(fs) = st.open_fs() else { return wait() };
+    let Some(fs) = st.open_fs() else {
+        return wait();
+    };
     if !blocking || !single_threaded() || fs.suspend().is_err() {
         return wait();
     }
@@ -31,25 +37,48 @@ fn lend_while(blocking: bool, wait: impl FnOnce() -> c_int) -> c_int {
         fs.resume(std::time::Duration::from_secs(10))
     };
     if let Err(e) = resumed {
-        st.set_unavailable(format!("private directory {} unavailable: {e}", String::from_utf8_lossy(&st.mount)));
+        st.set_unavailable(format!(
+            "private directory {} unavailable: {e}",
+            String::from_utf8_lossy(&st.mount)
+        ));
     }
     unsafe { *libc::__errno_location() = saved };
     r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
-    lend_while(options & libc::WNOHANG == 0, || real::waitpid()(pid, status, options))
+pub unsafe extern "C" fn waitpid(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+) -> libc::pid_t {
+    lend_while(options & libc::WNOHANG == 0, || {
+        real::waitpid()(pid, status, options)
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn wait(status: *mut c_int) -> libc::pid_t {
     lend_while(true, || real::wait()(status))
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wait4(pid: libc::pid_t, status: *mut c_int, options: c_int, ru: *mut libc::rusage) -> libc::pid_t {
-    lend_while(options & libc::WNOHANG == 0, || real::wait4()(pid, status, options, ru))
+pub unsafe extern "C" fn wait4(
+    pid: libc::pid_t,
+    status: *mut c_int,
+    options: c_int,
+    ru: *mut libc::rusage,
+) -> libc::pid_t {
+    lend_while(options & libc::WNOHANG == 0, || {
+        real::wait4()(pid, status, options, ru)
+    })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn waitid(idtype: libc::idtype_t, id: libc::id_t, info: *mut libc::siginfo_t, options: c_int) -> c_int {
-    lend_while(options & libc::WNOHANG == 0, || real::waitid()(idtype, id, info, options))
+pub unsafe extern "C" fn waitid(
+    idtype: libc::idtype_t,
+    id: libc::id_t,
+    info: *mut libc::siginfo_t,
+    options: c_int,
+) -> c_int {
+    lend_while(options & libc::WNOHANG == 0, || {
+        real::waitid()(idtype, id, info, options)
+    })
 }

@@ -35,7 +35,11 @@ fn sqlite3_cli_workload_and_integrity_check() {
     let normal = s.sub("normal");
     let run = |dir: &Path, sql: &str, private_mode: bool| {
         let db = dir.join("test.db");
-        let mut c = if private_mode { s.private_cmd(&private, "sqlite3") } else { Command::new("sqlite3") };
+        let mut c = if private_mode {
+            s.private_cmd(&private, "sqlite3")
+        } else {
+            Command::new("sqlite3")
+        };
         ok(c.arg(&db).arg(sql).output().unwrap())
     };
     run(&normal, SQL_WORKLOAD, false);
@@ -49,7 +53,11 @@ fn sqlite3_cli_workload_and_integrity_check() {
     let wal = "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; CREATE TABLE w(x); INSERT INTO w VALUES(1),(2),(3); SELECT sum(x) FROM w; PRAGMA integrity_check;";
     let out = run(&private, wal, true);
     assert!(out.ends_with("6\nok\n"), "{out}");
-    assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0, "files leaked to disk");
+    assert_eq!(
+        std::fs::read_dir(&private).unwrap().count(),
+        0,
+        "files leaked to disk"
+    );
 }
 
 /// A deterministic tree: nested directories, files of many sizes, a symlink.
@@ -69,8 +77,18 @@ fn make_tree(root: &Path, files: usize) {
 }
 
 fn diff_trees(a: &Path, b: &Path) {
-    let out = Command::new("diff").arg("-r").arg("--no-dereference").arg(a).arg(b).output().unwrap();
-    assert!(out.status.success(), "trees differ:\n{}", String::from_utf8_lossy(&out.stdout));
+    let out = Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "trees differ:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -79,9 +97,22 @@ fn tar_extracts_a_generated_tree_and_archives_it_back() {
     let src = s.sub("src");
     make_tree(&src, 1500);
     let archive = s.dir.join("tree.tar");
-    ok(Command::new("tar").arg("-cf").arg(&archive).arg("-C").arg(&src).arg(".").output().unwrap());
+    ok(Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .output()
+        .unwrap());
     let private = s.sub("private");
-    ok(s.private_cmd(&private, "tar").arg("-xf").arg(&archive).arg("-C").arg(&private).output().unwrap());
+    ok(s.private_cmd(&private, "tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&private)
+        .output()
+        .unwrap());
     // Read everything back through the library: tar -c inside, tar -x outside.
     let back = s.sub("back");
     let reader = s
@@ -94,7 +125,14 @@ fn tar_extracts_a_generated_tree_and_archives_it_back() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let st = Command::new("tar").arg("-xf").arg("-").arg("-C").arg(&back).stdin(reader.stdout.unwrap()).status().unwrap();
+    let st = Command::new("tar")
+        .arg("-xf")
+        .arg("-")
+        .arg("-C")
+        .arg(&back)
+        .stdin(reader.stdout.unwrap())
+        .status()
+        .unwrap();
     assert!(st.success());
     diff_trees(&src, &back);
 }
@@ -130,9 +168,21 @@ echo done
         p = private.display()
     );
     let normal = s.sub("normal");
-    let normal_script = script.replace(&private.display().to_string(), &normal.display().to_string());
-    let expected = ok(Command::new("bash").arg("-c").arg(&normal_script).output().unwrap());
-    let got = ok(s.private_cmd(&private, "bash").arg("-c").arg(&script).output().unwrap());
+    let normal_script = script.replace(
+        &private.display().to_string(),
+        &normal.display().to_string(),
+    );
+    let expected = ok(Command::new("bash")
+        .arg("-c")
+        .arg(&normal_script)
+        .output()
+        .unwrap());
+    let got = ok(s
+        .private_cmd(&private, "bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap());
     assert_eq!(got, expected);
     assert!(got.ends_with("0\ndone\n"));
 }
@@ -140,7 +190,9 @@ echo done
 #[test]
 fn rocksdb_db_bench_runs_on_a_private_directory() {
     if !have("db_bench") {
-        panic!("db_bench is not installed (Debian package rocksdb-tools, in scripts/deps/libfs.list)");
+        panic!(
+            "db_bench is not installed (Debian package rocksdb-tools, in scripts/deps/libfs.list)"
+        );
     }
     let s = Scratch::new("dbbench");
     let private = s.sub("private");
@@ -149,20 +201,45 @@ fn rocksdb_db_bench_runs_on_a_private_directory() {
         .private_cmd(&private, "db_bench")
         .env("KAISO_POOL_SIZE", "2G")
         .arg(format!("--db={}", db.display()))
-        .args(["--benchmarks=fillseq,fillrandom,readrandom,compact,readseq", "--num=20000", "--value_size=400", "--compression_type=none"])
+        .args([
+            "--benchmarks=fillseq,fillrandom,readrandom,compact,readseq",
+            "--num=20000",
+            "--value_size=400",
+            "--compression_type=none",
+        ])
         .output()
         .unwrap());
     for b in ["fillseq", "fillrandom", "readrandom", "readseq"] {
-        assert!(out.lines().any(|l| l.starts_with(b) && l.contains("ops/sec")), "{b} missing:\n{out}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(b) && l.contains("ops/sec")),
+            "{b} missing:\n{out}"
+        );
     }
     // readrandom after fillseq+fillrandom must find keys; a second run reopens the database.
     let again = ok(s
         .private_cmd(&private, "db_bench")
         .arg(format!("--db={}", db.display()))
-        .args(["--benchmarks=readrandom", "--use_existing_db=1", "--num=20000", "--value_size=400"])
+        .args([
+            "--benchmarks=readrandom",
+            "--use_existing_db=1",
+            "--num=20000",
+            "--value_size=400",
+        ])
         .output()
         .unwrap());
-    let line = again.lines().find(|l| l.starts_with("readrandom")).unwrap_or_default().to_string();
-    assert!(line.contains(" found)") && !line.contains("(0 of"), "{again}");
-    assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0, "files leaked to disk");
+    let line = again
+        .lines()
+        .find(|l| l.starts_with("readrandom"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains(" found)") && !line.contains("(0 of"),
+        "{again}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&private).unwrap().count(),
+        0,
+        "files leaked to disk"
+    );
 }

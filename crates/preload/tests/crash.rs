@@ -9,7 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
 fn check_pool(s: &Scratch, mount: &[u8]) -> (u64, u64, bool) {
-    let opts = PoolOptions { size: 0, ..PoolOptions::default() };
+    let opts = PoolOptions {
+        size: 0,
+        ..PoolOptions::default()
+    };
     let (fs, rep) = Fs::open_pool(&s.pool, &opts, mount).expect("recover pool");
     assert!(rep.clean(), "recovery had to repair: {:?}", rep.fixes);
     let mut files = 0;
@@ -29,7 +32,12 @@ fn check_pool(s: &Scratch, mount: &[u8]) -> (u64, u64, bool) {
             let size = f.stat().size as usize;
             let mut data = vec![0u8; size];
             assert_eq!(f.pread(&mut data, 0).unwrap(), size);
-            assert_eq!(size % 40, 0, "{}: torn record (size {size})", String::from_utf8_lossy(&p));
+            assert_eq!(
+                size % 40,
+                0,
+                "{}: torn record (size {size})",
+                String::from_utf8_lossy(&p)
+            );
             if size == 0 {
                 continue; // created, killed before its first record
             }
@@ -37,7 +45,12 @@ fn check_pool(s: &Scratch, mount: &[u8]) -> (u64, u64, bool) {
             for (seq, rec) in data.chunks(40).enumerate() {
                 assert_eq!(&rec[..10], id, "{}: mixed ids", String::from_utf8_lossy(&p));
                 let n: usize = std::str::from_utf8(&rec[11..21]).unwrap().parse().unwrap();
-                assert_eq!(n, seq, "{}: record {seq} out of order", String::from_utf8_lossy(&p));
+                assert_eq!(
+                    n,
+                    seq,
+                    "{}: record {seq} out of order",
+                    String::from_utf8_lossy(&p)
+                );
                 assert_eq!(rec[39], b'\n');
             }
         }
@@ -83,12 +96,18 @@ fn killed_loops_leave_a_recoverable_pool() {
     while rounds < 12 && Instant::now() < deadline {
         // Several kills on the same pool, then a full check (which empties it).
         for k in 0..3u64 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let mut c = s.private_cmd(&private, &prog);
             if rounds % 2 == 1 {
                 c.env("KAISO_PERSIST", "pmem"); // exercise the cache-line flush path too
             }
-            let mut child = c.arg(&private).arg((seed % 1000 + k).to_string()).spawn().unwrap();
+            let mut child = c
+                .arg(&private)
+                .arg((seed % 1000 + k).to_string())
+                .spawn()
+                .unwrap();
             std::thread::sleep(Duration::from_millis(80 + (seed >> 20) % 400));
             unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
             let _ = child.wait();

@@ -9,16 +9,35 @@ fn fork_and_exec_follow_the_documented_rules() {
     let s = Scratch::new("forkexec");
     let prog = compile_c(&s, "forkexec");
     let private = s.sub("private");
-    let out = s.private_cmd(&private, &prog).arg(&private).output().unwrap();
+    let out = s
+        .private_cmd(&private, &prog)
+        .arg(&private)
+        .output()
+        .unwrap();
     let so = String::from_utf8_lossy(&out.stdout);
     let se = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{so}\n{se}");
-    assert!(so.contains(&format!("child with parent busy: refused errno={}", libc::EBUSY)), "{so}\n{se}");
-    assert!(se.contains("in use by another process"), "the refusal must say why: {se}");
-    assert!(so.contains("child with parent waiting: opened"), "{so}\n{se}");
+    assert!(
+        so.contains(&format!(
+            "child with parent busy: refused errno={}",
+            libc::EBUSY
+        )),
+        "{so}\n{se}"
+    );
+    assert!(
+        se.contains("in use by another process"),
+        "the refusal must say why: {se}"
+    );
+    assert!(
+        so.contains("child with parent waiting: opened"),
+        "{so}\n{se}"
+    );
     assert!(so.contains("parent after child: [abcdefXYZ]"), "{so}\n{se}");
     assert!(so.contains("inherited read 3 [def]"), "{so}\n{se}");
-    assert!(so.contains(&format!("cloexec fd: -1 errno={}", libc::EBADF)), "{so}\n{se}");
+    assert!(
+        so.contains(&format!("cloexec fd: -1 errno={}", libc::EBADF)),
+        "{so}\n{se}"
+    );
 }
 
 #[test]
@@ -33,7 +52,11 @@ fn a_second_process_is_refused_with_a_clear_error() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(700));
-    let out = s.private_cmd(&private, "cat").arg(private.join("held")).output().unwrap();
+    let out = s
+        .private_cmd(&private, "cat")
+        .arg(private.join("held"))
+        .output()
+        .unwrap();
     let _ = holder.kill();
     let _ = holder.wait();
     assert!(!out.status.success());
@@ -69,7 +92,12 @@ print("ok", len(fds))
     if !have("python3") {
         panic!("python3 missing");
     }
-    let out = ok(s.private_cmd(&private, "python3").arg("-c").arg(script).output().unwrap());
+    let out = ok(s
+        .private_cmd(&private, "python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap());
     assert_eq!(out.trim(), "ok 600");
     let _ = Command::new("true");
 }

@@ -27,19 +27,39 @@ fn data_operations_on_private_files_make_no_system_calls() {
     assert!(so.starts_with("total "), "{so}");
     let t = std::fs::read_to_string(&trace).unwrap();
     let calls = between_markers(&t);
-    assert!(calls.is_empty(), "system calls during private data operations:\n{}", calls.join("\n"));
+    assert!(
+        calls.is_empty(),
+        "system calls during private data operations:\n{}",
+        calls.join("\n")
+    );
     // The same program on a kernel directory makes thousands of calls: the check can fail.
     let normal = s.sub("normal");
     let trace2 = s.dir.join("trace2.txt");
-    ok(Command::new("strace").arg("-o").arg(&trace2).arg(&prog).arg(&normal).arg("/etc/hostname").output().unwrap());
+    ok(Command::new("strace")
+        .arg("-o")
+        .arg(&trace2)
+        .arg(&prog)
+        .arg(&normal)
+        .arg("/etc/hostname")
+        .output()
+        .unwrap());
     let t2 = std::fs::read_to_string(&trace2).unwrap();
-    assert!(between_markers(&t2).len() > 5_000, "kernel baseline made too few calls");
+    assert!(
+        between_markers(&t2).len() > 5_000,
+        "kernel baseline made too few calls"
+    );
 }
 
 /// The trace lines strictly between the two marker calls.
 fn between_markers(t: &str) -> Vec<String> {
     let lines: Vec<&str> = t.lines().collect();
-    let b = lines.iter().position(|l| l.contains("kaiso-marker-begin")).expect("begin marker in trace");
-    let e = lines.iter().position(|l| l.contains("kaiso-marker-end")).expect("end marker in trace");
+    let b = lines
+        .iter()
+        .position(|l| l.contains("kaiso-marker-begin"))
+        .expect("begin marker in trace");
+    let e = lines
+        .iter()
+        .position(|l| l.contains("kaiso-marker-end"))
+        .expect("end marker in trace");
     lines[b + 1..e].iter().map(|l| l.to_string()).collect()
 }

@@ -24,9 +24,10 @@ use kaiso_store::migrate::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
+use smb::binrw_util::file_time::FileTime;
 use smb::{
     AdditionalInfo, Client, ClientConfig, FileAccessMask, FileAllInformation, FileAttributes,
-    FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, FileTime, Resource,
+    FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, Resource,
     UncPath,
 };
 
@@ -279,14 +280,12 @@ impl Source for SmbSource {
     }
 
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        let r = self.open(path, "", Self::read_access())?;
-        let Resource::Directory(dir) = r else {
-            let _ = r.close_quietly();
-            return Err(SourceError::new(
-                SourceErrorKind::WrongKind,
-                path,
-                "not a directory",
-            ));
+        let dir = match self.open(path, "", Self::read_access())? {
+            Resource::Directory(d) => d,
+            other => {
+                let _ = other.close_quietly();
+                return Err(SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"));
+            }
         };
         let mut out = Vec::new();
         let mut failure = None;
@@ -462,14 +461,12 @@ impl SmbSource {
         offset: u64,
         len: usize,
     ) -> SourceResult<Vec<u8>> {
-        let r = self.open(path, suffix, Self::read_access())?;
-        let Resource::File(file) = r else {
-            let _ = r.close_quietly();
-            return Err(SourceError::new(
-                SourceErrorKind::WrongKind,
-                path,
-                "read of a directory",
-            ));
+        let file = match self.open(path, suffix, Self::read_access())? {
+            Resource::File(f) => f,
+            other => {
+                let _ = other.close_quietly();
+                return Err(SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory"));
+            }
         };
         let piece = self.config.read_size;
         let mut buf = vec![0u8; len];

@@ -108,7 +108,13 @@ fn worker(kind: &str, a: &Args) -> anyhow::Result<()> {
 
 /// filebench-fileserver-like loop over an already populated directory: delete + create
 /// (write the whole file), append 16 KiB, read a whole file, stat; each counts as one op.
-fn fileserver_thread_run(dir: &Path, files: usize, size: usize, stop: Instant, seed: u64) -> std::io::Result<u64> {
+fn fileserver_thread_run(
+    dir: &Path,
+    files: usize,
+    size: usize,
+    stop: Instant,
+    seed: u64,
+) -> std::io::Result<u64> {
     let data = vec![0x5au8; size.max(16 << 10)];
     let name = |i: usize| dir.join(format!("f{i}"));
     let mut buf = vec![0u8; 1 << 20];
@@ -171,13 +177,25 @@ impl Ext4 {
         f.set_len(size)?;
         drop(f);
         let e = Ext4 { image, mnt };
-        let st = Command::new("mkfs.ext4").args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"]).arg(&e.image).status().context("run mkfs.ext4")?;
+        let st = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&e.image)
+            .status()
+            .context("run mkfs.ext4")?;
         if !st.success() {
             bail!("mkfs.ext4 failed");
         }
-        let out = Command::new("mount").args(["-o", "loop"]).arg(&e.image).arg(&e.mnt).output().context("run mount")?;
+        let out = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&e.image)
+            .arg(&e.mnt)
+            .output()
+            .context("run mount")?;
         if !out.status.success() {
-            bail!("mount -o loop failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "mount -o loop failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(e)
     }
@@ -213,7 +231,11 @@ struct Sample {
 
 impl Sample {
     fn rate(&self) -> f64 {
-        if self.secs > 0.0 { self.ops / self.secs } else { 0.0 }
+        if self.secs > 0.0 {
+            self.ops / self.secs
+        } else {
+            0.0
+        }
     }
 }
 
@@ -227,9 +249,18 @@ impl Bench {
             Err(e) => (None, Some(format!("{e:#}"))),
         };
         let perf = Command::new("perf")
-            .args(["stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "--", "true"])
+            .args([
+                "stat",
+                "-x,",
+                "-e",
+                "raw_syscalls:sys_enter,context-switches",
+                "--",
+                "true",
+            ])
             .output()
-            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stderr).contains("raw_syscalls"));
+            .is_ok_and(|o| {
+                o.status.success() && String::from_utf8_lossy(&o.stderr).contains("raw_syscalls")
+            });
         Ok(Bench {
             exe,
             preload,
@@ -281,10 +312,25 @@ impl Bench {
     }
 
     /// Runs `argv` (under the preload for the private target), inside perf stat if available.
-    fn command(&self, t: Target, dir: &Path, pool: &Option<PathBuf>, argv: &[String], perf_out: &Path) -> Command {
+    fn command(
+        &self,
+        t: Target,
+        dir: &Path,
+        pool: &Option<PathBuf>,
+        argv: &[String],
+        perf_out: &Path,
+    ) -> Command {
         let mut c = if self.perf {
             let mut c = Command::new("perf");
-            c.args(["stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-o"]).arg(perf_out).arg("--");
+            c.args([
+                "stat",
+                "-x,",
+                "-e",
+                "raw_syscalls:sys_enter,context-switches",
+                "-o",
+            ])
+            .arg(perf_out)
+            .arg("--");
             c.args(argv);
             c
         } else {
@@ -295,7 +341,10 @@ impl Bench {
         if t == Target::Private {
             c.env("LD_PRELOAD", &self.preload)
                 .env("KAISO_PRIVATE_DIR", dir)
-                .env("KAISO_POOL", pool.as_ref().expect("private target has a pool"))
+                .env(
+                    "KAISO_POOL",
+                    pool.as_ref().expect("private target has a pool"),
+                )
                 .env("KAISO_POOL_SIZE", self.pool_size.to_string())
                 .env_remove("KAISO_INHERIT")
                 .env_remove("KAISO_CWD");
@@ -324,9 +373,17 @@ impl Bench {
         (sys, cs)
     }
 
-    fn fileserver(&mut self, t: Target, a: &Args, size_kib: u64, threads: usize) -> anyhow::Result<Sample> {
+    fn fileserver(
+        &mut self,
+        t: Target,
+        a: &Args,
+        size_kib: u64,
+        threads: usize,
+    ) -> anyhow::Result<Sample> {
         let (dir, pool) = self.fresh(t)?;
-        let perf_out = self.scratch.join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
+        let perf_out = self
+            .scratch
+            .join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
         let argv: Vec<String> = vec![
             self.exe.display().to_string(),
             "bench".into(),
@@ -344,29 +401,54 @@ impl Bench {
             "--seconds".into(),
             a.seconds.to_string(),
         ];
-        let out = self.command(t, &dir, &pool, &argv, &perf_out).output().context("run fileserver worker")?;
+        let out = self
+            .command(t, &dir, &pool, &argv, &perf_out)
+            .output()
+            .context("run fileserver worker")?;
         Self::cleanup(&dir, &pool);
         if !out.status.success() {
-            bail!("fileserver worker on {} failed: {}", t.name(), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "fileserver worker on {} failed: {}",
+                t.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         let so = String::from_utf8_lossy(&out.stdout);
         let f: Vec<&str> = so.split_whitespace().collect();
-        let ops: f64 = f.get(1).and_then(|x| x.parse().ok()).context("worker output")?;
-        let secs: f64 = f.get(3).and_then(|x| x.parse().ok()).context("worker output")?;
+        let ops: f64 = f
+            .get(1)
+            .and_then(|x| x.parse().ok())
+            .context("worker output")?;
+        let secs: f64 = f
+            .get(3)
+            .and_then(|x| x.parse().ok())
+            .context("worker output")?;
         // perf counts the whole process, prepopulation included; per-op figures are upper bounds.
         let (sys, cs) = self.perf_counts(&perf_out);
         let _ = std::fs::remove_file(&perf_out);
-        Ok(Sample { ops, secs, syscalls: sys, cswitches: cs })
+        Ok(Sample {
+            ops,
+            secs,
+            syscalls: sys,
+            cswitches: cs,
+        })
     }
 
     fn tar(&mut self, t: Target, archive: &Path, files: usize) -> anyhow::Result<Sample> {
         let (dir, pool) = self.fresh(t)?;
-        let perf_out = self.scratch.join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
+        let perf_out = self
+            .scratch
+            .join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
         // Kernel file systems: tar + sync, as in the thesis; the pool is written through.
         let script = if t == Target::Private {
             format!("tar -xf {} -C {}", archive.display(), dir.display())
         } else {
-            format!("tar -xf {} -C {} && sync -f {}", archive.display(), dir.display(), dir.display())
+            format!(
+                "tar -xf {} -C {} && sync -f {}",
+                archive.display(),
+                dir.display(),
+                dir.display()
+            )
         };
         let argv = vec!["sh".to_string(), "-c".to_string(), script];
         let t0 = Instant::now();
@@ -374,17 +456,28 @@ impl Bench {
         let secs = t0.elapsed().as_secs_f64();
         Self::cleanup(&dir, &pool);
         if !out.status.success() {
-            bail!("tar on {} failed: {}", t.name(), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "tar on {} failed: {}",
+                t.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         let (sys, cs) = self.perf_counts(&perf_out);
         let _ = std::fs::remove_file(&perf_out);
-        Ok(Sample { ops: files as f64, secs, syscalls: sys, cswitches: cs })
+        Ok(Sample {
+            ops: files as f64,
+            secs,
+            syscalls: sys,
+            cswitches: cs,
+        })
     }
 
     /// db_bench fillseq, fillrandom, readrandom: ops/s of each (perf counts the whole run).
     fn db_bench(&mut self, t: Target, num: u64) -> anyhow::Result<Vec<(String, Sample)>> {
         let (dir, pool) = self.fresh(t)?;
-        let perf_out = self.scratch.join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
+        let perf_out = self
+            .scratch
+            .join(format!("kaiso-bench-perf-{}.txt", std::process::id()));
         let argv: Vec<String> = vec![
             "db_bench".into(),
             format!("--db={}/db", dir.display()),
@@ -394,10 +487,17 @@ impl Bench {
             "--compression_type=none".into(),
             "--threads=1".into(),
         ];
-        let out = self.command(t, &dir, &pool, &argv, &perf_out).output().context("run db_bench")?;
+        let out = self
+            .command(t, &dir, &pool, &argv, &perf_out)
+            .output()
+            .context("run db_bench")?;
         Self::cleanup(&dir, &pool);
         if !out.status.success() {
-            bail!("db_bench on {} failed: {}", t.name(), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "db_bench on {} failed: {}",
+                t.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         let (sys, cs) = self.perf_counts(&perf_out);
         let _ = std::fs::remove_file(&perf_out);
@@ -405,21 +505,31 @@ impl Bench {
         let mut res = Vec::new();
         let total_ops = 3.0 * num as f64;
         for name in ["fillseq", "fillrandom", "readrandom"] {
-            let line = so.lines().find(|l| l.trim_start().starts_with(name)).with_context(|| format!("db_bench printed no {name} line"))?;
+            let line = so
+                .lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .with_context(|| format!("db_bench printed no {name} line"))?;
             // "fillseq : 4.5 micros/op 220000 ops/sec ..."
             let w: Vec<&str> = line.split_whitespace().collect();
             let i = w.iter().position(|x| *x == "ops/sec").context("ops/sec")?;
             let rate: f64 = w[i - 1].parse()?;
             res.push((
                 name.to_string(),
-                Sample { ops: rate, secs: 1.0, syscalls: sys.map(|s| s / total_ops * rate), cswitches: cs.map(|c| c / total_ops * rate) },
+                Sample {
+                    ops: rate,
+                    secs: 1.0,
+                    syscalls: sys.map(|s| s / total_ops * rate),
+                    cswitches: cs.map(|c| c / total_ops * rate),
+                },
             ));
         }
         Ok(res)
     }
 
     fn run_all(mut self, a: &Args) -> anyhow::Result<()> {
-        println!("kaiso bench libfs: the private directory's pool and both baselines live on /dev/shm (DRAM standing in for NVM).");
+        println!(
+            "kaiso bench libfs: the private directory's pool and both baselines live on /dev/shm (DRAM standing in for NVM)."
+        );
         if let Some(e) = &self.ext4_error {
             println!("ext4 baseline unavailable: {e}");
         }
@@ -434,7 +544,10 @@ impl Bench {
                 for &t in &targets {
                     r.push((t, self.fileserver(t, a, kib, threads)?));
                 }
-                let label = format!("fileserver {kib} KiB, {threads} thread{}", if threads == 1 { "" } else { "s" });
+                let label = format!(
+                    "fileserver {kib} KiB, {threads} thread{}",
+                    if threads == 1 { "" } else { "s" }
+                );
                 print_row(&label, "ops/s", &r);
                 rows.push((label, r));
             }
@@ -472,10 +585,18 @@ impl Bench {
         }
         println!("\nsummary (private directory / baseline, higher is better):");
         for (label, r) in &rows {
-            let p = r.iter().find(|x| x.0 == Target::Private).map(|x| x.1.rate()).unwrap_or(0.0);
+            let p = r
+                .iter()
+                .find(|x| x.0 == Target::Private)
+                .map(|x| x.1.rate())
+                .unwrap_or(0.0);
             let mut line = format!("  {label:<48}");
             for (t, s) in r.iter().filter(|x| x.0 != Target::Private) {
-                line.push_str(&format!("  {:.2}x {}", p / s.rate().max(1e-9), t.name().split(' ').next().unwrap_or("")));
+                line.push_str(&format!(
+                    "  {:.2}x {}",
+                    p / s.rate().max(1e-9),
+                    t.name().split(' ').next().unwrap_or("")
+                ));
             }
             println!("{line}");
         }
@@ -487,7 +608,10 @@ impl Bench {
 fn print_row(label: &str, unit: &str, r: &[(Target, Sample)]) {
     println!("\n{label}");
     for (t, s) in r {
-        let per_op = |v: Option<f64>| v.map(|x| format!("{:.2}", x / s.ops.max(1.0))).unwrap_or_else(|| "-".into());
+        let per_op = |v: Option<f64>| {
+            v.map(|x| format!("{:.2}", x / s.ops.max(1.0)))
+                .unwrap_or_else(|| "-".into())
+        };
         println!(
             "  {:<26} {:>12.0} {unit:<8} syscalls/op {:>8}  ctx-switches/op {:>8}",
             t.name(),
@@ -506,7 +630,10 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
         Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
         _ => (s, 1),
     };
-    Ok(num.parse::<u64>().with_context(|| format!("bad size {s:?}"))? * mul)
+    Ok(num
+        .parse::<u64>()
+        .with_context(|| format!("bad size {s:?}"))?
+        * mul)
 }
 
 /// A tar archive of `files` files (sizes 0..16 KiB, mean ~8 KiB) in ~files/30 directories.
@@ -525,7 +652,13 @@ fn make_archive(scratch: &Path, files: usize) -> anyhow::Result<PathBuf> {
         let len = (xorshift(&mut s) % (16 << 10)) as usize;
         std::fs::write(d.join(format!("file{i}.dat")), &data[..len])?;
     }
-    let st = Command::new("tar").arg("-cf").arg(&archive).arg("-C").arg(&src).arg(".").status()?;
+    let st = Command::new("tar")
+        .arg("-cf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .status()?;
     let _ = std::fs::remove_dir_all(&src);
     if !st.success() {
         bail!("tar -c of the generated tree failed");

@@ -19,7 +19,12 @@ pub struct RunArgs {
     #[command(flatten)]
     new_pool: NewPoolArgs,
     /// Program to run and its arguments.
-    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    #[arg(
+        trailing_var_arg = true,
+        required = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
     command: Vec<OsString>,
 }
 
@@ -71,7 +76,8 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
         _ => (s, 1),
     };
     let n: u64 = num.parse().with_context(|| format!("bad size {s:?}"))?;
-    n.checked_mul(mul).with_context(|| format!("size {s:?} overflows"))
+    n.checked_mul(mul)
+        .with_context(|| format!("size {s:?} overflows"))
 }
 
 impl NewPoolArgs {
@@ -110,7 +116,13 @@ pub fn default_pool_for(dir: &Path) -> PathBuf {
         .to_string_lossy()
         .trim_matches('/')
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     default_pool_dir().join(format!("kaiso-{name}.pool"))
 }
@@ -126,7 +138,10 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("locate the kaiso executable")?;
     let dir = exe.parent().context("kaiso executable has no directory")?;
-    for cand in [dir.join("libkaiso_preload.so"), dir.join("../libkaiso_preload.so")] {
+    for cand in [
+        dir.join("libkaiso_preload.so"),
+        dir.join("../libkaiso_preload.so"),
+    ] {
         if cand.is_file() {
             return Ok(cand.canonicalize()?);
         }
@@ -155,9 +170,13 @@ fn report_line(r: &Report) -> String {
 pub fn run_program(a: RunArgs) -> anyhow::Result<()> {
     let preload = find_preload()?;
     if !a.private.exists() {
-        std::fs::create_dir_all(&a.private).with_context(|| format!("create {}", a.private.display()))?;
+        std::fs::create_dir_all(&a.private)
+            .with_context(|| format!("create {}", a.private.display()))?;
     }
-    let dir = a.private.canonicalize().with_context(|| format!("resolve {}", a.private.display()))?;
+    let dir = a
+        .private
+        .canonicalize()
+        .with_context(|| format!("resolve {}", a.private.display()))?;
     if !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
     }
@@ -178,7 +197,11 @@ pub fn run_program(a: RunArgs) -> anyhow::Result<()> {
     let (fs, report) = Fs::open_pool(&pool, &opts, dir.as_os_str().as_bytes())
         .with_context(|| format!("open pool {}", pool.display()))?;
     if report.log_replayed || report.orphans_freed > 0 || !report.clean() {
-        eprintln!("kaiso: recovered {}: {}", pool.display(), report_line(&report));
+        eprintln!(
+            "kaiso: recovered {}: {}",
+            pool.display(),
+            report_line(&report)
+        );
     }
     let mode = fs.persist_mode();
     drop(fs);
@@ -221,8 +244,16 @@ fn open_existing(pool: &Path) -> anyhow::Result<(Fs, Report)> {
 
 fn errno_err(e: FsError, what: &[u8]) -> anyhow::Error {
     match e {
-        FsError::Errno(x) => anyhow::anyhow!("{}: {}", String::from_utf8_lossy(what), std::io::Error::from_raw_os_error(x)),
-        FsError::Outside(p) => anyhow::anyhow!("{}: link leads outside the pool to {}", String::from_utf8_lossy(what), String::from_utf8_lossy(&p)),
+        FsError::Errno(x) => anyhow::anyhow!(
+            "{}: {}",
+            String::from_utf8_lossy(what),
+            std::io::Error::from_raw_os_error(x)
+        ),
+        FsError::Outside(p) => anyhow::anyhow!(
+            "{}: link leads outside the pool to {}",
+            String::from_utf8_lossy(what),
+            String::from_utf8_lossy(&p)
+        ),
     }
 }
 
@@ -236,7 +267,11 @@ fn join(base: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 /// Visits the pool tree below `dir` depth-first: (path, stat).
-fn walk(fs: &Fs, dir: &[u8], f: &mut dyn FnMut(&[u8], &kaiso_libfs::Stat) -> anyhow::Result<()>) -> anyhow::Result<()> {
+fn walk(
+    fs: &Fs,
+    dir: &[u8],
+    f: &mut dyn FnMut(&[u8], &kaiso_libfs::Stat) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let ino = fs.lookup(dir).map_err(|e| errno_err(e, dir))?;
     for e in fs.read_dir(ino).map_err(|e| errno_err(e, dir))?.iter() {
         let p = join(dir, &e.name);
@@ -262,7 +297,13 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
         PrivateCommand::Ls { pool, path } => {
             let (fs, _) = open_existing(&pool)?;
             walk(&fs, path.as_bytes(), &mut |p, st| {
-                let mut line = format!("{}{:04o} {:>12} {}", kind_char(st.mode), st.mode & 0o7777, st.size, String::from_utf8_lossy(p));
+                let mut line = format!(
+                    "{}{:04o} {:>12} {}",
+                    kind_char(st.mode),
+                    st.mode & 0o7777,
+                    st.size,
+                    String::from_utf8_lossy(p)
+                );
                 if st.mode & libc::S_IFMT == libc::S_IFLNK {
                     let t = fs.readlink(p).map_err(|e| errno_err(e, p))?;
                     line.push_str(&format!(" -> {}", String::from_utf8_lossy(&t)));
@@ -297,10 +338,13 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
                     }
                     _ => {
                         let f = fs.open(p, libc::O_RDONLY, 0).map_err(|e| errno_err(e, p))?;
-                        let mut w = std::fs::File::create(&out).with_context(|| format!("create {}", out.display()))?;
+                        let mut w = std::fs::File::create(&out)
+                            .with_context(|| format!("create {}", out.display()))?;
                         let mut buf = vec![0u8; 1 << 20];
                         loop {
-                            let k = f.read(&mut buf).map_err(|e| errno_err(FsError::Errno(e), p))?;
+                            let k = f
+                                .read(&mut buf)
+                                .map_err(|e| errno_err(FsError::Errno(e), p))?;
                             if k == 0 {
                                 break;
                             }
@@ -310,18 +354,33 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
                     }
                 }
                 std::fs::set_permissions(&out, std::fs::Permissions::from_mode(st.mode & 0o7777))?;
-                let t = |ns: i64| libc::timespec { tv_sec: ns.div_euclid(1_000_000_000), tv_nsec: ns.rem_euclid(1_000_000_000) };
+                let t = |ns: i64| libc::timespec {
+                    tv_sec: ns.div_euclid(1_000_000_000),
+                    tv_nsec: ns.rem_euclid(1_000_000_000),
+                };
                 let times = [t(st.atime_ns), t(st.mtime_ns)];
                 let c = std::ffi::CString::new(out.as_os_str().as_bytes())?;
-                unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+                unsafe {
+                    libc::utimensat(
+                        libc::AT_FDCWD,
+                        c.as_ptr(),
+                        times.as_ptr(),
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                };
                 Ok(())
             })?;
             println!("exported {n} files to {}", dest.display());
             Ok(())
         }
-        PrivateCommand::Import { pool, src, new_pool } => {
+        PrivateCommand::Import {
+            pool,
+            src,
+            new_pool,
+        } => {
             let opts = new_pool.options()?;
-            let (fs, _) = Fs::open_pool(&pool, &opts, b"/").with_context(|| format!("open pool {}", pool.display()))?;
+            let (fs, _) = Fs::open_pool(&pool, &opts, b"/")
+                .with_context(|| format!("open pool {}", pool.display()))?;
             let mut n = 0u64;
             import_dir(&fs, &src, b"/", &mut n)?;
             println!("imported {n} files into {}", pool.display());
@@ -331,7 +390,9 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
 }
 
 fn import_dir(fs: &Fs, src: &Path, at: &[u8], n: &mut u64) -> anyhow::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(src).with_context(|| format!("read {}", src.display()))?.collect::<Result<_, _>>()?;
+    let mut entries: Vec<_> = std::fs::read_dir(src)
+        .with_context(|| format!("read {}", src.display()))?
+        .collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let p = join(at, e.file_name().as_bytes());
@@ -345,11 +406,16 @@ fn import_dir(fs: &Fs, src: &Path, at: &[u8], n: &mut u64) -> anyhow::Result<()>
             import_dir(fs, &e.path(), &p, n)?;
         } else if ft.is_symlink() {
             let t = std::fs::read_link(e.path())?;
-            fs.symlink(t.as_os_str().as_bytes(), &p).map_err(|err| errno_err(err, &p))?;
+            fs.symlink(t.as_os_str().as_bytes(), &p)
+                .map_err(|err| errno_err(err, &p))?;
             continue;
         } else if ft.is_file() {
             let f = fs
-                .open(&p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, md.mode() & 0o7777)
+                .open(
+                    &p,
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                    md.mode() & 0o7777,
+                )
                 .map_err(|err| errno_err(err, &p))?;
             let mut r = std::fs::File::open(e.path())?;
             let mut buf = vec![0u8; 1 << 20];
@@ -358,15 +424,24 @@ fn import_dir(fs: &Fs, src: &Path, at: &[u8], n: &mut u64) -> anyhow::Result<()>
                 if k == 0 {
                     break;
                 }
-                f.write(&buf[..k]).map_err(|err| errno_err(FsError::Errno(err), &p))?;
+                f.write(&buf[..k])
+                    .map_err(|err| errno_err(FsError::Errno(err), &p))?;
             }
             *n += 1;
         } else {
-            eprintln!("kaiso: skipping {} (not a file, directory or symlink)", e.path().display());
+            eprintln!(
+                "kaiso: skipping {} (not a file, directory or symlink)",
+                e.path().display()
+            );
             continue;
         }
         let _ = fs.chmod(&p, md.mode() & 0o7777, false);
-        let _ = fs.utimens(&p, Some(md.atime() * 1_000_000_000 + md.atime_nsec()), Some(md.mtime() * 1_000_000_000 + md.mtime_nsec()), false);
+        let _ = fs.utimens(
+            &p,
+            Some(md.atime() * 1_000_000_000 + md.atime_nsec()),
+            Some(md.mtime() * 1_000_000_000 + md.mtime_nsec()),
+            false,
+        );
     }
     Ok(())
 }

@@ -32,6 +32,38 @@ struct Entry {
     charge: u64,
     is_lir: bool,
     resident: bool,
+    /// Which emulated allocation holds this entry (see [`Chunks`]).
+    chunk: u32,
+}
+
+/// Emulates the LIFO reuse of freed object allocations in libCacheSim (glibc malloc hands
+/// the most recently freed same-size chunk to the next allocation). It matters in exactly
+/// one place: while serving a hit on a Q-only object, libCacheSim keeps reading that
+/// object's size through its pointer even after the object was evicted, so the loop sees
+/// the size of whatever object now occupies the freed memory. Reproducing this keeps LIRS
+/// hit-for-hit identical to libCacheSim with variable object sizes.
+#[derive(Default)]
+struct Chunks {
+    free: Vec<u32>,
+    size: Vec<u64>,
+}
+
+impl Chunks {
+    fn alloc(&mut self, charge: u64) -> u32 {
+        let c = match self.free.pop() {
+            Some(c) => c,
+            None => {
+                self.size.push(0);
+                (self.size.len() - 1) as u32
+            }
+        };
+        self.size[c as usize] = charge;
+        c
+    }
+
+    fn release(&mut self, c: u32) {
+        self.free.push(c);
+    }
 }
 
 /// An LRU list with its own id index (one of S, Q, NH).
@@ -54,10 +86,11 @@ impl Lru {
 
     /// Inserts at the head. A duplicate id replaces the older entry (libCacheSim would
     /// create a second object; the situation only arises in degenerate configurations).
-    fn insert(&mut self, e: Entry) -> u32 {
+    fn insert(&mut self, chunks: &mut Chunks, mut e: Entry) -> u32 {
         if let Some(old) = self.find(e.id) {
-            self.remove_at(old);
+            self.remove_at(chunks, old);
         }
+        e.chunk = chunks.alloc(e.charge);
         let i = self.slab.alloc(e);
         self.list.push_head(&mut self.slab, i);
         self.map.insert(e.id, i);
@@ -65,8 +98,9 @@ impl Lru {
         i
     }
 
-    fn remove_at(&mut self, i: u32) -> Entry {
+    fn remove_at(&mut self, chunks: &mut Chunks, i: u32) -> Entry {
         let e = *self.slab.get(i);
+        chunks.release(e.chunk);
         self.list.unlink(&mut self.slab, i);
         self.slab.free(i);
         self.map.remove(&e.id);
@@ -74,16 +108,25 @@ impl Lru {
         e
     }
 
-    fn remove(&mut self, id: u64) -> Option<Entry> {
-        self.find(id).map(|i| self.remove_at(i))
+    fn remove(&mut self, chunks: &mut Chunks, id: u64) -> Option<Entry> {
+        self.find(id).map(|i| self.remove_at(chunks, i))
     }
 
-    fn pop_tail(&mut self) -> Option<Entry> {
+    fn pop_tail(&mut self, chunks: &mut Chunks) -> Option<Entry> {
         let t = self.list.tail;
         if t == super::list::NIL {
             None
         } else {
-            Some(self.remove_at(t))
+            Some(self.remove_at(chunks, t))
+        }
+    }
+
+    fn tail_id(&self) -> Option<u64> {
+        let t = self.list.tail;
+        if t == super::list::NIL {
+            None
+        } else {
+            Some(self.slab.get(t).id)
         }
     }
 
@@ -101,6 +144,7 @@ pub struct Lirs {
     s: Lru,
     q: Lru,
     nh: Lru,
+    chunks: Chunks,
     lir_limit: u64,
     hir_limit: u64,
     lir_used: u64,
@@ -117,6 +161,7 @@ impl Lirs {
             s: Lru::default(),
             q: Lru::default(),
             nh: Lru::default(),
+            chunks: Chunks::default(),
             lir_limit: c.saturating_sub(hir_limit),
             hir_limit,
             lir_used: 0,
@@ -143,24 +188,27 @@ impl Lirs {
                 break;
             }
             if !e.resident {
-                self.nh.remove(e.id);
+                self.nh.remove(&mut self.chunks, e.id);
             }
-            self.s.remove_at(t);
+            self.s.remove_at(&mut self.chunks, t);
         }
     }
 
     /// Evicts Q's tail from the cache; its S entry, if any, becomes non-resident.
     fn evict_hir(&mut self) -> bool {
-        let Some(e) = self.q.pop_tail() else {
+        let Some(e) = self.q.pop_tail(&mut self.chunks) else {
             return false;
         };
         self.hir_used -= e.charge;
         if let Some(si) = self.s.find(e.id) {
             self.s.get_mut(si).resident = false;
-            self.nh.insert(Entry {
-                resident: false,
-                ..e
-            });
+            self.nh.insert(
+                &mut self.chunks,
+                Entry {
+                    resident: false,
+                    ..e
+                },
+            );
         }
         self.meter.evicted(e.id, e.charge);
         self.resident_count -= 1;
@@ -169,7 +217,7 @@ impl Lirs {
 
     /// Demotes S's bottom entry (a LIR object after pruning) into Q.
     fn evict_lir(&mut self) -> bool {
-        let Some(e) = self.s.pop_tail() else {
+        let Some(e) = self.s.pop_tail(&mut self.chunks) else {
             return false;
         };
         self.lir_used = self.lir_used.saturating_sub(e.charge);
@@ -181,11 +229,14 @@ impl Lirs {
                     break;
                 }
             }
-            self.q.insert(Entry {
-                is_lir: false,
-                resident: true,
-                ..e
-            });
+            self.q.insert(
+                &mut self.chunks,
+                Entry {
+                    is_lir: false,
+                    resident: true,
+                    ..e
+                },
+            );
             self.hir_used += e.charge;
             self.meter.add(e.charge);
             self.resident_count += 1;
@@ -205,8 +256,10 @@ impl Lirs {
     /// Keeps S within 2·C of charge by dropping its oldest non-resident ids.
     fn limit_stack(&mut self) {
         while self.s.used > 2 * self.meter.capacity().limit {
-            let Some(e) = self.nh.pop_tail() else { break };
-            self.s.remove(e.id);
+            // libCacheSim frees the S entry before the NH entry.
+            let Some(t) = self.nh.tail_id() else { break };
+            self.s.remove(&mut self.chunks, t);
+            self.nh.pop_tail(&mut self.chunks);
         }
     }
 
@@ -228,7 +281,7 @@ impl Lirs {
                 // Resident HIR in S: becomes LIR.
                 let charge = self.s.get(si).charge;
                 if let Some(qi) = qi {
-                    let e = self.q.remove_at(qi);
+                    let e = self.q.remove_at(&mut self.chunks, qi);
                     self.hir_used -= e.charge;
                     self.meter.sub(e.charge);
                     self.resident_count -= 1;
@@ -249,16 +302,21 @@ impl Lirs {
             (Some(_), _) => false,
             (None, Some(qi)) => {
                 let e = *self.q.get(qi);
+                // The size is re-read through the object's allocation on every test (see
+                // `Chunks`).
                 while self.lir_used + e.charge > self.lir_limit {
                     if !self.evict_lir() {
                         break;
                     }
                 }
-                self.s.insert(Entry {
-                    is_lir: false,
-                    resident: true,
-                    ..e
-                });
+                self.s.insert(
+                    &mut self.chunks,
+                    Entry {
+                        is_lir: false,
+                        resident: true,
+                        ..e
+                    },
+                );
                 true
             }
             (None, None) => false,
@@ -278,7 +336,7 @@ impl Lirs {
                     break;
                 }
             }
-            self.nh.remove(id);
+            self.nh.remove(&mut self.chunks, id);
             return true;
         }
         if charge > self.lir_limit || charge > self.hir_limit {
@@ -328,13 +386,14 @@ impl Lirs {
                 charge,
                 is_lir: false,
                 resident: true,
+                chunk: 0,
             };
             if self.lir_used + charge <= self.lir_limit {
-                self.s.insert(Entry { is_lir: true, ..e });
+                self.s.insert(&mut self.chunks, Entry { is_lir: true, ..e });
                 self.lir_used += charge;
             } else {
-                self.s.insert(e);
-                self.q.insert(e);
+                self.s.insert(&mut self.chunks, e);
+                self.q.insert(&mut self.chunks, e);
                 self.hir_used += charge;
             }
             self.meter.add(charge);
@@ -392,7 +451,7 @@ impl CachePolicy for Lirs {
         let qi = self.q.find(id);
         let mut was_cached = false;
         if let Some(si) = si {
-            let e = self.s.remove_at(si);
+            let e = self.s.remove_at(&mut self.chunks, si);
             if e.is_lir {
                 self.lir_used -= e.charge;
                 self.meter.sub(e.charge);
@@ -401,11 +460,11 @@ impl CachePolicy for Lirs {
                 return true;
             }
             if !e.resident {
-                self.nh.remove(id);
+                self.nh.remove(&mut self.chunks, id);
             }
         }
         if let Some(qi) = qi {
-            let e = self.q.remove_at(qi);
+            let e = self.q.remove_at(&mut self.chunks, qi);
             self.hir_used -= e.charge;
             self.meter.sub(e.charge);
             self.resident_count -= 1;

@@ -69,6 +69,10 @@ enum Merit {
     Rate,
 }
 
+/// Objects smaller than this rank as if they were this big: a tiny file is not worth
+/// infinitely more per byte than a 1 MiB one (moves have a fixed cost too).
+const DENSITY_FLOOR_BYTES: f64 = 1_048_576.0;
+
 /// A placed, unpinned object as seen by this pass.
 struct Cand {
     id: ObjectId,
@@ -78,6 +82,16 @@ struct Cand {
     rate: f64,
     residency_ok: bool,
     moved: bool,
+}
+
+impl Cand {
+    /// Heat per byte (per MiB, floored): what a byte of the faster tier earns by holding
+    /// this object. Ranks promotions, drains and exchanges, so a hot small file beats a
+    /// lukewarm huge one and draining sheds big cold objects first. Equal-size regions rank
+    /// exactly as by score.
+    fn density(&self) -> f64 {
+        self.score / (self.size as f64).max(DENSITY_FLOOR_BYTES) * DENSITY_FLOOR_BYTES
+    }
 }
 
 pub(super) struct Planner<'a> {
@@ -196,7 +210,7 @@ impl<'a> Planner<'a> {
                     let (ca, cb) = (&self.cands[a], &self.cands[b]);
                     cb.residency_ok
                         .cmp(&ca.residency_ok)
-                        .then(ca.score.partial_cmp(&cb.score).unwrap_or(Ordering::Equal))
+                        .then(ca.density().total_cmp(&cb.density()))
                 });
                 v
             }
@@ -366,12 +380,7 @@ impl<'a> Planner<'a> {
                     usize::from(c.tier) > t && !c.moved && c.score >= min_heat
                 })
                 .collect();
-            hot.sort_by(|&a, &b| {
-                self.cands[b]
-                    .score
-                    .partial_cmp(&self.cands[a].score)
-                    .unwrap_or(Ordering::Equal)
-            });
+            hot.sort_by(|&a, &b| self.cands[b].density().total_cmp(&self.cands[a].density()));
             let limit = low_bytes(&self.tiers[t]);
             let mut misses = 0;
             for i in hot {
@@ -472,7 +481,7 @@ impl<'a> Planner<'a> {
             return false;
         }
         let size = c.size;
-        let (c_score, c_rate) = (c.score, c.rate);
+        let (c_density, c_rate) = (c.density(), c.rate);
         if !self.has_tokens(t, size) {
             self.note(i, Decision::HeldBudget);
             return false;
@@ -497,7 +506,7 @@ impl<'a> Planner<'a> {
         let beats = |v: &Cand| match merit {
             Merit::Rate => v.rate * ratio + min_rate <= c_rate,
             Merit::Score => {
-                v.score * ratio <= c_score
+                v.density() * ratio <= c_density
                     || (on_rate && c_rate >= min_rate && v.rate * ratio <= c_rate)
             }
         };

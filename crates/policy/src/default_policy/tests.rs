@@ -632,3 +632,65 @@ fn heat_survives_a_snapshot_and_restore() {
     let (ha, hb) = (a.score(3, later).unwrap(), b.score(3, later).unwrap());
     assert!((ha - hb).abs() < 0.05, "{ha} vs {hb} (last access {last})");
 }
+
+#[test]
+fn odd_inputs_do_not_panic() {
+    let mut p = KaisoPolicy::default();
+    let weird = [
+        TierState {
+            capacity: u64::MAX,
+            used: u64::MAX,
+            high_watermark: f64::NAN,
+            low_watermark: 2.0,
+            busy: f64::INFINITY,
+        },
+        TierState {
+            capacity: 0,
+            used: 10,
+            high_watermark: -1.0,
+            low_watermark: f64::NAN,
+            busy: -3.0,
+        },
+    ];
+    p.placed(1, u64::MAX, 1);
+    p.placed(2, 5, 9);
+    p.record(&read(u64::MAX, 1, u64::MAX));
+    p.record(&read(0, 1, 0));
+    p.record(&read(5, 2, 0));
+    p.pin(3, Some(u8::MAX));
+    let _ = p.place_new(u64::MAX, u64::MAX, &weird);
+    let _ = p.plan(u64::MAX, &weird, u64::MAX);
+    let _ = p.plan(0, &weird, 0);
+    let _ = p.plan(1, &[], u64::MAX);
+    let _ = p.explain(1, 0);
+}
+
+#[test]
+fn a_hot_small_file_beats_a_warmer_huge_one_per_byte() {
+    let mut p = KaisoPolicy::new(KaisoConfig {
+        promote_dwpd: 100.0,
+        ..KaisoConfig::default()
+    })
+    .unwrap();
+    // Room (to the low watermark, 80 MiB) for the 64 MiB file or the 4 MiB one, not both.
+    let mut w = World::new(
+        &mut p,
+        &[100 * MIB, 1000 * MIB],
+        &[64 * MIB, 4 * MIB, 30 * MIB],
+        1,
+    );
+    for k in 0..8 {
+        p.record(&read(k * 10 * SECOND, 0, k * 65536)); // 8 touches, 80 MiB
+        if k < 4 {
+            p.record(&read(k * 10 * SECOND, 1, k * 65536)); // 4 touches, 4 MiB
+        }
+        if k < 3 {
+            p.record(&read(k * 10 * SECOND, 2, k * 65536)); // 3 touches, 30 MiB
+        }
+    }
+    let moves = p.plan(80 * SECOND, &w.tiers, u64::MAX);
+    let order: Vec<ObjectId> = moves.iter().map(|m| m.object).collect();
+    // Per MiB: file 1 ≈ 1.1, file 2 ≈ 0.12, file 0 ≈ 0.11 (hottest in total, last here).
+    assert_eq!(order, vec![1, 2], "by heat per byte; 80 MiB no longer fits");
+    w.apply(&mut p, &moves);
+}

@@ -148,7 +148,7 @@ impl RegionLayout {
             return vec![chunk];
         };
         let first = place.index - place.index % n;
-        (first..first.saturating_add(n))
+        (first..=first.saturating_add(n - 1))
             .filter_map(|index| {
                 self.chunk_at(FileChunk {
                     file: place.file,

@@ -227,7 +227,7 @@ impl PrefetchPolicy {
         let n = u64::from(self.cfg.unit_chunks);
         match key {
             UnitKey::File(u) => match &self.layout {
-                Some(l) => (u.index * n..u.index * n + n)
+                Some(l) => (u.index * n..=(u.index * n).saturating_add(n - 1))
                     .filter_map(|index| {
                         l.chunk_at(FileChunk {
                             file: u.file,
@@ -238,7 +238,7 @@ impl PrefetchPolicy {
                 None => Vec::new(),
             },
             UnitKey::Lba(k) => match self.cfg.unit_mode {
-                UnitMode::Lba => (k * n..k * n + n).collect(),
+                UnitMode::Lba => (k * n..=(k * n).saturating_add(n - 1)).collect(),
                 // An unmapped chunk under layout awareness is its own unit.
                 UnitMode::LayoutAware => vec![k],
             },

@@ -292,3 +292,23 @@ fn config_errors_are_reported() {
         serde_json::from_str(r#"{"unit_mode": "lba", "rate_mode": {"fixed": 0.6}}"#).unwrap();
     assert_eq!(cfg.rate_mode, RateMode::Fixed(0.6));
 }
+
+#[test]
+fn extreme_ids_and_offsets_do_not_panic() {
+    let mut l = RegionLayout::new(1).unwrap();
+    l.insert(u64::MAX, 1, u64::MAX).unwrap();
+    assert_eq!(l.unit_of(u64::MAX, 3), vec![u64::MAX]);
+    for mode in [UnitMode::LayoutAware, UnitMode::Lba] {
+        let cfg = PrefetchConfig {
+            unit_mode: mode,
+            rate_mode: RateMode::Fixed(1.0),
+            ..PrefetchConfig::default()
+        };
+        let mut p = PrefetchPolicy::new(cfg, Some(l.clone())).unwrap();
+        p.placed(u64::MAX, MB, 1);
+        p.record(&read(u64::MAX - 20 * SECOND, u64::MAX));
+        p.record(&read(0, u64::MAX));
+        let _ = p.plan(u64::MAX, &tiers(100 * MB, 0), u64::MAX);
+        let _ = p.explain(u64::MAX, u64::MAX);
+    }
+}

@@ -13,13 +13,17 @@ pub fn preload_lib() -> PathBuf {
     LIB.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> -> target/<profile>
-        let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+        let profile_dir = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("target/<profile>");
         let lib = profile_dir.join("libkaiso_preload.so");
         if !lib.is_file() {
             let release = profile_dir.file_name().is_some_and(|n| n == "release");
             let target_dir = profile_dir.parent().expect("target dir");
             let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            c.args(["build", "-p", "kaiso-preload"]).env("CARGO_TARGET_DIR", target_dir);
+            c.args(["build", "-p", "kaiso-preload"])
+                .env("CARGO_TARGET_DIR", target_dir);
             if release {
                 c.arg("--release");
             }
@@ -45,7 +49,11 @@ impl Scratch {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let shm = Path::new("/dev/shm");
-        let pool = if shm.is_dir() { shm.join(format!("{id}.pool")) } else { dir.join("pool") };
+        let pool = if shm.is_dir() {
+            shm.join(format!("{id}.pool"))
+        } else {
+            dir.join("pool")
+        };
         let _ = std::fs::remove_file(&pool);
         Scratch { dir, pool }
     }
@@ -79,7 +87,9 @@ impl Drop for Scratch {
 
 /// Compiles tests/c/<name>.c into the scratch dir.
 pub fn compile_c(s: &Scratch, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
     let out = s.dir.join(name);
     let st = Command::new("cc")
         .args(["-O1", "-Wall", "-o"])

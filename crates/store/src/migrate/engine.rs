@@ -258,16 +258,27 @@ impl Migration {
     /// then recomputes the counter. Called after an unclean stop and between crawl rounds
     /// (clients may delete or complete stubs without telling us).
     pub fn reconcile(&self, store: &Store) -> FsResult<u64> {
+        self.reconcile_inner(store, false)
+    }
+
+    fn reconcile_inner(&self, store: &Store, after_crash: bool) -> FsResult<u64> {
         for row in self.db.all().map_err(io)? {
             let exists = store.getattr(row.ino, None).is_ok();
             let state = store.stub_state(row.ino);
+            if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
+                // Crashed in the middle of expanding it: expand again (idempotent).
+                store.stub_mark(row.ino, StubState { unlisted_dir: true, missing: Vec::new() })?;
+                continue;
+            }
             let done = match row.kind {
-                StubKind::DummyDir => !state.unlisted_dir,
+                StubKind::DummyDir => false,
                 StubKind::DummyFile => false,
                 StubKind::PartialFile => state.missing.is_empty(),
             };
-            if !exists || done {
+            if !exists {
                 self.db.remove(row.ino).map_err(io)?;
+            } else if done {
+                self.complete(store, &row)?;
             }
         }
         self.db.recount().map_err(io)
@@ -283,26 +294,40 @@ impl Migration {
             Ok(e) => e,
             Err(e) => return self.give_up_or_retry(store, ino, &e, true),
         };
-        let mut rows = Vec::new();
-        for entry in &entries {
-            let name = OsStr::from_bytes(&entry.name);
-            let Ok(child_src) = row.src_path.join(&entry.name) else {
-                continue;
-            };
-            match self.create_entry(store, ino, name, &child_src, &entry.attr) {
-                Ok(Some(r)) => rows.push(r),
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = self.db.skip(
-                        &child_src,
-                        SourceErrorKind::Io,
-                        &format!("could not create on the destination: errno {}", e.errno()),
-                    );
+        // Two passes because the store's mkdir/link on an unlisted parent would call the
+        // filler again (re-entering its directory-fill lock): first everything created
+        // without that path (files, symlinks, special files) while the directory is still
+        // unlisted, then directories and hard links after it is marked listed. Rows are
+        // stored before each step, and this directory's own row is removed last, so a
+        // crash anywhere in between re-expands it idempotently at the next start.
+        let (first, second): (Vec<_>, Vec<_>) = entries.iter().partition(|e| {
+            let link = e.attr.kind == SrcKind::Regular && e.attr.nlink >= 2;
+            e.attr.kind != SrcKind::Directory && !link
+        });
+        let create_all = |list: &[&super::source::SourceEntry]| -> FsResult<()> {
+            let mut rows = Vec::new();
+            for entry in list {
+                let name = OsStr::from_bytes(&entry.name);
+                let Ok(child_src) = row.src_path.join(&entry.name) else {
+                    continue;
+                };
+                match self.create_entry(store, ino, name, &child_src, &entry.attr) {
+                    Ok(Some(r)) => rows.push(r),
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = self.db.skip(
+                            &child_src,
+                            SourceErrorKind::Io,
+                            &format!("could not create on the destination: errno {}", e.errno()),
+                        );
+                    }
                 }
             }
-        }
-        self.db.insert(&rows).map_err(io)?;
+            self.db.insert(&rows).map_err(io)
+        };
+        create_all(&first)?;
         store.stub_dir_listed(ino)?;
+        create_all(&second)?;
         // Creating the entries touched the directory: give it the source's times back.
         if let Ok(attr) = self.source.stat(&row.src_path) {
             let set = SetAttr {
