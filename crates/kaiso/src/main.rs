@@ -57,7 +57,7 @@ enum Command {
     #[command(subcommand)]
     Migrate(cmd::migrate::MigrateCommand),
     /// Serve a store over network protocols (embedded NFSv3).
-    Serve(cmd::migrate::ServeArgs),
+    Serve(cmd::serve::ServeArgs),
     /// Run an unmodified program with a process-private directory in a memory pool.
     Run(cmd::private::RunArgs),
     /// Inspect, export, import and repair private-directory pools.
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => cmd::sim::run(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Migrate(c) => cmd::migrate::run(c),
-        Command::Serve(a) => cmd::migrate::serve(a),
+        Command::Serve(a) => cmd::serve::serve(a),
         Command::Run(a) => cmd::private::run_program(a),
         Command::Private(c) => cmd::private::run(c),
     };

@@ -360,8 +360,12 @@ impl PlacementPolicy for KaisoPolicy {
         } else {
             "never accessed".to_string()
         };
+        let in_flight = match self.in_flight.get(&object) {
+            Some(m) => format!(" (move to tier {} in flight)", m.to),
+            None => String::new(),
+        };
         format!(
-            "object {object}: {tier}, {}, heat {score:.2} (promote at {:.2}), spike rate {:.2}, rank {rank} of {placed}, {pin}, {age}; last decision: {}",
+            "object {object}: {tier}, {}, heat {score:.2} (promote at {:.2}), spike rate {:.2}, rank {rank} of {placed}, {pin}, {age}; last decision: {}{in_flight}",
             fmt_bytes(s.size),
             self.cfg.promote_min_heat,
             self.rate_of(s, now),

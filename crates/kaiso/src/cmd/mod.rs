@@ -9,5 +9,6 @@ pub mod migrate;
 pub mod mount;
 pub mod ops;
 pub mod private;
+pub mod serve;
 pub mod sim;
 pub mod trace;

@@ -19,8 +19,11 @@
 //! An object larger than the HIR share is never admitted. One libCacheSim quirk is kept on
 //! purpose, because it decides hits: when a hit on a Q-only object demotes a LIR object
 //! into a full Q, Q's eviction can remove the hit object itself, which still enters S
-//! marked resident; its next request is then a hit that counts it back into occupancy. Each of S, Q, NH is an LRU with
-//! its own index, like libCacheSim's three internal LRU caches.
+//! marked resident; its next request is then a hit that counts it back into occupancy.
+//! While that happens libCacheSim also re-reads the evicted object's size through freed
+//! memory; `Chunks` emulates the allocator so the result is identical (see its doc).
+//! Each of S, Q, NH is an LRU with its own index, like libCacheSim's three internal LRU
+//! caches.
 
 use super::hash::FxHashMap;
 use super::list::{List, Slab};
@@ -304,7 +307,7 @@ impl Lirs {
                 let e = *self.q.get(qi);
                 // The size is re-read through the object's allocation on every test (see
                 // `Chunks`).
-                while self.lir_used + e.charge > self.lir_limit {
+                while self.lir_used + self.chunks.size[e.chunk as usize] > self.lir_limit {
                     if !self.evict_lir() {
                         break;
                     }

@@ -123,7 +123,8 @@ impl<'a> Planner<'a> {
         let mut used: Vec<u64> = tiers.iter().map(|t| t.used).collect();
         let in_flight = policy.reserve_in_flight(now, &mut used);
         let tokens = policy.refill_move_tokens(now);
-        if tiers.len() < 2 || max_bytes == 0 {
+        let queue_full = in_flight > 0 && in_flight >= policy.in_flight_limit();
+        if tiers.len() < 2 || max_bytes == 0 || tokens == 0 || queue_full {
             return Vec::new();
         }
         let mut cands = Vec::new();

@@ -526,6 +526,8 @@ fn moves_in_flight_are_not_planned_twice_and_cap_the_queue() {
             .iter()
             .all(|m| first.iter().all(|f| f.object != m.object))
     );
+    let e = p.explain(second[0].object, now + SECOND);
+    assert!(e.contains("move to tier 0 in flight"), "{e}");
     // Nothing is done yet: the queue is full.
     assert!(p.plan(now + 2 * SECOND, &w.tiers, u64::MAX).is_empty());
     // The mover reports the first batch done: room for more.
@@ -672,11 +674,11 @@ fn a_hot_small_file_beats_a_warmer_huge_one_per_byte() {
         ..KaisoConfig::default()
     })
     .unwrap();
-    // Room (to the low watermark, 80 MiB) for the 64 MiB file or the 4 MiB one, not both.
+    // Room to the low watermark: 80 MiB, not enough for the 80 MiB file after a smaller one.
     let mut w = World::new(
         &mut p,
         &[100 * MIB, 1000 * MIB],
-        &[64 * MIB, 4 * MIB, 30 * MIB],
+        &[80 * MIB, 4 * MIB, 30 * MIB],
         1,
     );
     for k in 0..8 {
@@ -693,4 +695,9 @@ fn a_hot_small_file_beats_a_warmer_huge_one_per_byte() {
     // Per MiB: file 1 ≈ 1.1, file 2 ≈ 0.12, file 0 ≈ 0.11 (hottest in total, last here).
     assert_eq!(order, vec![1, 2], "by heat per byte; 80 MiB no longer fits");
     w.apply(&mut p, &moves);
+}
+
+#[test]
+fn per_object_state_stays_compact() {
+    assert_eq!(std::mem::size_of::<object::ObjectState>(), 40);
 }

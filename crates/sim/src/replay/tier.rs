@@ -88,6 +88,10 @@ pub struct TierConfig {
     pub max_plan_bytes: u64,
     /// Stop after this much simulated time (open loop: also stops reading records).
     pub horizon: Option<Nanos>,
+    /// Open loop: at most this many user requests outstanding; a record due while the
+    /// limit is reached is issued when the earliest outstanding one completes (as a replay
+    /// tool with a bounded queue does). None: unbounded.
+    pub max_outstanding: Option<usize>,
 }
 
 impl TierConfig {
@@ -100,6 +104,7 @@ impl TierConfig {
             copy_chunk: 1 << 20,
             max_plan_bytes: u64::MAX,
             horizon: None,
+            max_outstanding: None,
         }
     }
     fn home(&self) -> TierId {
@@ -203,6 +208,10 @@ struct Engine<'a, 'b> {
     queued_set: HashSet<ObjectId>,
     active: Option<ActiveMove>,
     dirty: HashSet<u64>,
+    /// Regions written while off their home tier: demoting them needs a copy back.
+    dirty_regions: HashSet<ObjectId>,
+    /// Finish times of outstanding open-loop user requests (for `max_outstanding`).
+    outstanding: BinaryHeap<Reverse<Nanos>>,
     evicted: Vec<Eviction>,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
@@ -288,6 +297,8 @@ impl<'a, 'b> Engine<'a, 'b> {
             }
             if let Some(c) = t.client {
                 self.push(t.finish, Event::Client(c));
+            } else if self.cfg.max_outstanding.is_some() {
+                self.outstanding.push(Reverse(t.finish));
             }
         }
     }
@@ -346,6 +357,9 @@ impl<'a, 'b> Engine<'a, 'b> {
                 if t == 0 {
                     self.fast_parts += 1;
                     self.i_fast += 1;
+                }
+                if op == IoOp::Write && t != home {
+                    self.dirty_regions.insert(id);
                 }
                 let c = self.devices[t].service(now, r.offset, r.len, op);
                 self.part_done(tok, c.finish);
@@ -448,7 +462,10 @@ impl<'a, 'b> Engine<'a, 'b> {
             m.from = from;
             m.bytes = size;
             self.moving.insert(m.object, Vec::new());
-            self.active = Some(ActiveMove { mv: m, next_offset: 0, writes: VecDeque::new(), last_write_finish: now });
+            // A clean region going home needs no copy: the home copy is current.
+            let clean_home = m.to == self.cfg.home() && !self.dirty_regions.contains(&m.object);
+            let next_offset = if clean_home { size } else { 0 };
+            self.active = Some(ActiveMove { mv: m, next_offset, writes: VecDeque::new(), last_write_finish: now });
             self.push(now, Event::MoveRead);
         }
     }
@@ -498,6 +515,9 @@ impl<'a, 'b> Engine<'a, 'b> {
         }
         let a = self.active.take().expect("active move");
         let m = a.mv;
+        if m.to == self.cfg.home() {
+            self.dirty_regions.remove(&m.object);
+        }
         self.used[m.from as usize] -= m.bytes;
         self.used[m.to as usize] += m.bytes;
         self.tier_of.insert(m.object, m.to);
@@ -597,6 +617,8 @@ pub fn run_tiering(
         queued_set: HashSet::new(),
         active: None,
         dirty: HashSet::new(),
+        dirty_regions: HashSet::new(),
+        outstanding: BinaryHeap::new(),
         evicted: Vec::new(),
         events: BinaryHeap::new(),
         seq: 0,
@@ -660,6 +682,18 @@ pub fn run_tiering(
         last_time = now;
         match ev {
             Event::Arrival => {
+                if let Some(limit) = cfg.max_outstanding {
+                    while e.outstanding.peek().is_some_and(|Reverse(f)| *f <= now) {
+                        e.outstanding.pop();
+                    }
+                    let in_moves: usize = e.moving.values().map(Vec::len).sum();
+                    if e.outstanding.len() + in_moves >= limit.max(1) {
+                        // Wait for the earliest completion (or a move to finish).
+                        let wake = e.outstanding.peek().map_or(now + cfg.plan_interval, |Reverse(f)| *f);
+                        e.push(wake.max(now + 1), Event::Arrival);
+                        continue;
+                    }
+                }
                 let Some(r) = next_record.take() else { continue };
                 e.issue(now, r, None);
                 if let Some(recs) = records.as_mut() {
