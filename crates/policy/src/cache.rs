@@ -538,6 +538,57 @@ mod tests {
     }
 
     #[test]
+    fn every_policy_checks_its_parameter_ranges() {
+        let bad = [
+            ("clock", "n-bit-counter=0"),
+            ("clock", "n-bit-counter=17"),
+            ("clock", "n-bit-counter=1,init-freq=2"),
+            ("s3fifo", "small-size-ratio=1.5"),
+            ("s3fifo", "ghost-size-ratio=-0.1"),
+            ("s3fifo", "move-to-main-threshold=0"),
+            ("twoq", "Ain-size-ratio=0"),
+            ("lirs", "hir-ratio=1"),
+            ("smq", "levels=0"),
+            ("smq", "promote-threshold=16"),
+            ("belady", "bypass=maybe"),
+            ("arc", "p=3"),
+        ];
+        for (name, params) in bad {
+            let r = by_name(name, Capacity::objects(100), params);
+            assert!(r.is_err(), "{name} accepted {params:?}");
+            assert!(!r.err().unwrap().to_string().is_empty());
+        }
+        let good = [
+            ("clock", "n-bit-counter=3, init-freq=7"),
+            (
+                "s3fifo",
+                "fifo-size-ratio=0.2,ghost-size-ratio=0,move-to-main-threshold=1",
+            ),
+            ("twoq", "Ain-size-ratio=0.3,Aout-size-ratio=0.6"),
+            ("smq", "levels=4,hotspot-shift=0,promote-threshold=3,seed=9"),
+            ("belady", "bypass=true"),
+        ];
+        for (name, params) in good {
+            assert!(
+                by_name(name, Capacity::objects(100), params).is_ok(),
+                "{name} {params}"
+            );
+        }
+        assert_eq!(
+            by_name("clock", Capacity::objects(9), "n-bit-counter=2")
+                .unwrap()
+                .name(),
+            "Clock-2-0"
+        );
+        assert_eq!(
+            by_name("belady", Capacity::objects(9), "bypass=1")
+                .unwrap()
+                .name(),
+            "Belady-bypass"
+        );
+    }
+
+    #[test]
     fn annotate_next_access_links_each_request_to_the_next_of_its_object() {
         let mut reqs: Vec<Request> = [1u64, 2, 1, 3, 2, 1]
             .iter()

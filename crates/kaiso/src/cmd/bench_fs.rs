@@ -677,7 +677,7 @@ fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
     let names = write_data_set(&slow, n, fsize, args.seed)?;
     let big = data * 4;
 
-    let mut run = |tag: &str, tiers: &[BenchTier], warm: u64| -> Result<LatStats> {
+    let run = |tag: &str, tiers: &[BenchTier], warm: u64| -> Result<LatStats> {
         let m = mount_kaiso(work, tag, tiers, 500)?;
         let files: Vec<PathBuf> = names.iter().map(|r| m.path.join(r)).collect();
         let mut w = Workload::new(files, fsize, args.read_size, args.zipf, args.seed);

@@ -373,12 +373,14 @@ impl Bench {
         (sys, cs)
     }
 
-    fn fileserver(
+    /// One fileserver worker run: (ops, seconds, system calls, context switches).
+    fn fileserver_once(
         &mut self,
         t: Target,
         a: &Args,
         size_kib: u64,
         threads: usize,
+        seconds: f64,
     ) -> anyhow::Result<Sample> {
         let (dir, pool) = self.fresh(t)?;
         let perf_out = self
@@ -399,7 +401,7 @@ impl Bench {
             "--nthreads".into(),
             threads.to_string(),
             "--seconds".into(),
-            a.seconds.to_string(),
+            seconds.to_string(),
         ];
         let out = self
             .command(t, &dir, &pool, &argv, &perf_out)
@@ -423,7 +425,6 @@ impl Bench {
             .get(3)
             .and_then(|x| x.parse().ok())
             .context("worker output")?;
-        // perf counts the whole process, prepopulation included; per-op figures are upper bounds.
         let (sys, cs) = self.perf_counts(&perf_out);
         let _ = std::fs::remove_file(&perf_out);
         Ok(Sample {
@@ -432,6 +433,25 @@ impl Bench {
             syscalls: sys,
             cswitches: cs,
         })
+    }
+
+    /// The timed fileserver run; with perf, the system calls and context switches of start-up
+    /// and prepopulation (a run of zero seconds) are subtracted.
+    fn fileserver(
+        &mut self,
+        t: Target,
+        a: &Args,
+        size_kib: u64,
+        threads: usize,
+    ) -> anyhow::Result<Sample> {
+        let mut s = self.fileserver_once(t, a, size_kib, threads, a.seconds)?;
+        if self.perf {
+            let base = self.fileserver_once(t, a, size_kib, threads, 0.0)?;
+            let sub = |x: Option<f64>, y: Option<f64>| Some((x? - y?).max(0.0));
+            s.syscalls = sub(s.syscalls, base.syscalls);
+            s.cswitches = sub(s.cswitches, base.cswitches);
+        }
+        Ok(s)
     }
 
     fn tar(&mut self, t: Target, archive: &Path, files: usize) -> anyhow::Result<Sample> {

@@ -856,7 +856,7 @@ mod cases {
         let dir = unsafe { libc::opendir(e.c("d").as_ptr()) };
         assert!(!dir.is_null());
         let mut seen: Vec<String> = Vec::new();
-        let mut next = |seen: &mut Vec<String>| -> bool {
+        let next = |seen: &mut Vec<String>| -> bool {
             let ent = unsafe { libc::readdir(dir) };
             if ent.is_null() {
                 return false;

@@ -1,0 +1,394 @@
+//! The NFSv3 file-system trait of `nfs3_server`, implemented by calls to the store.
+//!
+//! NFS file handles carry kaiso inode numbers (stable across remounts and tier moves).
+//! No placement or policy here: every operation is the same store method the FUSE face
+//! calls, so accesses reach the policy exactly as through the mount. Every store call
+//! runs through the [`Jukebox`] so that slow ones (on-demand fetches during a migration)
+//! answer NFS3ERR_JUKEBOX instead of stalling the client.
+
+use crate::convert::{fattr, is_empty, set_attr, status};
+use crate::handles::OpenFiles;
+use crate::jukebox::{Jukebox, Key};
+use kaiso_store::{Caller, DirEntry, FileAttr, FileKind, FsError, FsResult, Ino, ROOT_INO, SetAttr, Store};
+use nfs3_server::nfs3_types::nfs3::{
+    FSINFO3resok, createverf3, fattr3, filename3, nfspath3, nfsstat3, post_op_attr, sattr3, stable_how,
+};
+use nfs3_server::vfs::{
+    DirEntryPlus, FileHandleU64, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator,
+};
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Entries fetched from the store per READDIR(PLUS) step.
+const DIR_BATCH: usize = 512;
+/// Largest READ/WRITE the server offers (FSINFO rtmax/wtmax).
+const IO_MAX: u32 = 1 << 20;
+
+type Res<T> = Result<T, nfsstat3>;
+
+/// The NFSv3 face over one store.
+pub struct KaisoNfs {
+    store: Arc<Store>,
+    pub(crate) jukebox: Arc<Jukebox>,
+    pub(crate) files: Arc<OpenFiles>,
+    /// Owner of objects created through NFS: the server's own uid/gid (the crate does not
+    /// pass the caller's AUTH_UNIX credential to the file-system methods).
+    caller: Caller,
+}
+
+fn name_of(f: &filename3<'_>) -> Res<OsString> {
+    let b = f.as_ref();
+    if b.is_empty() || b.contains(&b'/') || b.contains(&0) {
+        return Err(nfsstat3::NFS3ERR_INVAL);
+    }
+    if b == b"." || b == b".." {
+        return Err(nfsstat3::NFS3ERR_INVAL);
+    }
+    Ok(OsString::from_vec(b.to_vec()))
+}
+
+fn st<T>(r: FsResult<T>) -> Res<T> {
+    r.map_err(status)
+}
+
+impl KaisoNfs {
+    pub fn new(store: Arc<Store>, jukebox: Arc<Jukebox>, files: Arc<OpenFiles>) -> KaisoNfs {
+        let caller = Caller { uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, pid: std::process::id() };
+        KaisoNfs { store, jukebox, files, caller }
+    }
+
+    async fn call<T, F>(&self, key: Key, f: F) -> Res<T>
+    where
+        T: Clone + Send + Sync + 'static,
+        F: FnOnce(&Store, &OpenFiles) -> Res<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        let files = self.files.clone();
+        self.jukebox.run(key, move || f(&store, &files)).await
+    }
+
+    /// Apply the attributes a CREATE/SYMLINK asked for, after the fact.
+    fn apply(store: &Store, ino: Ino, set: SetAttr, caller: Caller) -> Res<FileAttr> {
+        if is_empty(&set) {
+            st(store.getattr(ino, None))
+        } else {
+            st(store.setattr(ino, &set, caller))
+        }
+    }
+
+    /// Read a batch of directory entries after `cookie` (opendir … releasedir: NFS is stateless).
+    fn list(store: &Store, dir: Ino, cookie: u64) -> Res<(Vec<(DirEntry, FileAttr)>, bool)> {
+        let fh = st(store.opendir(dir))?;
+        let mut out = Vec::new();
+        let mut at = cookie;
+        let mut eof = false;
+        let r = (|| {
+            while out.len() < DIR_BATCH {
+                let batch = st(store.readdirplus(fh, at))?;
+                let Some(last) = batch.last() else {
+                    eof = true;
+                    break;
+                };
+                at = last.0.offset;
+                out.extend(batch);
+            }
+            Ok(())
+        })();
+        let _ = store.releasedir(fh);
+        r.map(|()| (out, eof))
+    }
+}
+
+impl NfsReadFileSystem for KaisoNfs {
+    type Handle = FileHandleU64;
+
+    fn root_dir(&self) -> FileHandleU64 {
+        FileHandleU64::new(ROOT_INO)
+    }
+
+    async fn lookup(&self, dirid: &FileHandleU64, filename: &filename3<'_>) -> Res<FileHandleU64> {
+        let dir = dirid.as_u64();
+        let raw = filename.as_ref().to_vec();
+        let key = Key::new("lookup", dir).extra(&raw);
+        self.call(key, move |s, _| {
+            match raw.as_slice() {
+                b"." => return Ok(FileHandleU64::new(dir)),
+                b".." => {
+                    // The store answers ".." in listings; resolve it the same way.
+                    let fh = st(s.opendir(dir))?;
+                    let entries = s.readdir(fh, 0);
+                    let _ = s.releasedir(fh);
+                    let e = st(entries)?;
+                    return e.iter().find(|e| e.name == ".." ).map(|e| FileHandleU64::new(e.ino)).ok_or(nfsstat3::NFS3ERR_NOENT);
+                }
+                _ => {}
+            }
+            let a = st(s.lookup(dir, OsStr::from_bytes(&raw)))?;
+            Ok(FileHandleU64::new(a.ino))
+        })
+        .await
+    }
+
+    async fn lookup_by_path(&self, path: &str) -> Res<FileHandleU64> {
+        let rel = PathBuf::from(path.trim_start_matches('/'));
+        self.call(Key::new("resolve", 0).extra(path.as_bytes()), move |s, _| {
+            if rel.as_os_str().is_empty() {
+                return Ok(FileHandleU64::new(ROOT_INO));
+            }
+            st(s.resolve(&rel)).map(FileHandleU64::new)
+        })
+        .await
+    }
+
+    async fn getattr(&self, id: &FileHandleU64) -> Res<fattr3> {
+        let ino = id.as_u64();
+        self.call(Key::new("getattr", ino), move |s, _| st(s.getattr(ino, None)).map(|a| fattr(&a))).await
+    }
+
+    async fn read(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<(Vec<u8>, bool)> {
+        let ino = id.as_u64();
+        let count = count.min(IO_MAX);
+        self.call(Key::new("read", ino).range(offset, count as u64), move |s, files| {
+            let f = st(files.get(ino, false))?;
+            let data = st(s.read(f.fh, offset, count))?;
+            let size = st(s.getattr(ino, Some(f.fh)))?.size;
+            let eof = offset + data.len() as u64 >= size;
+            Ok((data, eof))
+        })
+        .await
+    }
+
+    async fn readdirplus(&self, dirid: &FileHandleU64, cookie: u64) -> Res<impl ReadDirPlusIterator<FileHandleU64>> {
+        let mut it = DirIter { fs: self.shared(), dir: dirid.as_u64(), buf: VecDeque::new(), cookie, eof: false };
+        it.fill().await?;
+        Ok(it)
+    }
+
+    async fn readlink(&self, id: &FileHandleU64) -> Res<nfspath3<'_>> {
+        let ino = id.as_u64();
+        let target = self.call(Key::new("readlink", ino), move |s, _| st(s.readlink(ino)).map(OsString::into_vec)).await?;
+        Ok(nfspath3::from(target))
+    }
+
+    async fn fsinfo(&self, root: &FileHandleU64) -> Res<FSINFO3resok> {
+        use nfs3_server::nfs3_types::nfs3::{FSF3_CANSETTIME, FSF3_HOMOGENEOUS, FSF3_LINK, FSF3_SYMLINK, nfstime3};
+        let attr = self.getattr(root).await.map_or(post_op_attr::None, post_op_attr::Some);
+        Ok(FSINFO3resok {
+            obj_attributes: attr,
+            rtmax: IO_MAX,
+            rtpref: IO_MAX,
+            rtmult: 4096,
+            wtmax: IO_MAX,
+            wtpref: IO_MAX,
+            wtmult: 4096,
+            dtpref: 64 * 1024,
+            maxfilesize: i64::MAX as u64,
+            time_delta: nfstime3 { seconds: 0, nseconds: 1 },
+            properties: FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
+        })
+    }
+}
+
+impl KaisoNfs {
+    fn shared(&self) -> KaisoNfs {
+        KaisoNfs { store: self.store.clone(), jukebox: self.jukebox.clone(), files: self.files.clone(), caller: self.caller }
+    }
+}
+
+/// READDIRPLUS entries, fetched from the store in batches as the reply fills.
+struct DirIter {
+    fs: KaisoNfs,
+    dir: Ino,
+    buf: VecDeque<(DirEntry, FileAttr)>,
+    cookie: u64,
+    eof: bool,
+}
+
+impl DirIter {
+    async fn fill(&mut self) -> Res<()> {
+        let (dir, cookie) = (self.dir, self.cookie);
+        let (entries, eof) = self.fs.call(Key::new("readdir", dir).range(cookie, 0), move |s, _| KaisoNfs::list(s, dir, cookie)).await?;
+        self.eof = eof;
+        if let Some(last) = entries.last() {
+            self.cookie = last.0.offset;
+        }
+        self.buf.extend(entries);
+        Ok(())
+    }
+}
+
+impl ReadDirPlusIterator<FileHandleU64> for DirIter {
+    async fn next(&mut self) -> NextResult<DirEntryPlus<FileHandleU64>> {
+        if self.buf.is_empty() && !self.eof
+            && let Err(e) = self.fill().await
+        {
+            return NextResult::Err(e);
+        }
+        match self.buf.pop_front() {
+            None => NextResult::Eof,
+            Some((e, a)) => NextResult::Ok(DirEntryPlus {
+                fileid: e.ino,
+                name: filename3::from(e.name.into_vec()),
+                cookie: e.offset,
+                name_attributes: Some(fattr(&a)),
+                name_handle: Some(FileHandleU64::new(e.ino)),
+            }),
+        }
+    }
+}
+
+impl NfsFileSystem for KaisoNfs {
+    async fn setattr(&self, id: &FileHandleU64, setattr: sattr3) -> Res<fattr3> {
+        let ino = id.as_u64();
+        let set = set_attr(&setattr);
+        let caller = self.caller;
+        self.jukebox.invalidate(ino);
+        let key = Key::new("setattr", ino).extra(format!("{set:?}").as_bytes());
+        self.call(key, move |s, _| st(s.setattr(ino, &set, caller)).map(|a| fattr(&a))).await
+    }
+
+    async fn write(&self, id: &FileHandleU64, offset: u64, data: &[u8], stable: stable_how) -> Res<(fattr3, stable_how)> {
+        let ino = id.as_u64();
+        self.jukebox.invalidate(ino);
+        let data = Arc::new(data.to_vec());
+        let key = Key::new("write", ino).range(offset, data.len() as u64).extra(&[stable as u8]);
+        self.call(key, move |s, files| {
+            let f = st(files.get(ino, true))?;
+            let mut done = 0usize;
+            while done < data.len() {
+                let n = st(s.write(f.fh, offset + done as u64, &data[done..]))? as usize;
+                if n == 0 {
+                    return Err(nfsstat3::NFS3ERR_IO);
+                }
+                done += n;
+            }
+            match stable {
+                stable_how::UNSTABLE => {}
+                stable_how::DATA_SYNC => st(s.fsync(f.fh, true))?,
+                stable_how::FILE_SYNC => st(s.fsync(f.fh, false))?,
+            }
+            let a = st(s.getattr(ino, Some(f.fh)))?;
+            Ok((fattr(&a), stable))
+        })
+        .await
+    }
+
+    async fn create(&self, dirid: &FileHandleU64, filename: &filename3<'_>, attr: sattr3) -> Res<(FileHandleU64, fattr3)> {
+        let dir = dirid.as_u64();
+        let name = name_of(filename)?;
+        let mut set = set_attr(&attr);
+        let mode = set.mode.take().unwrap_or(0o644);
+        let caller = self.caller;
+        let key = Key::new("create", dir).extra(name.as_bytes());
+        self.call(key, move |s, files| {
+            let ino = match s.create(dir, &name, libc::S_IFREG | (mode & 0o7777), 0, libc::O_RDWR, caller, false) {
+                Ok((a, opened)) => {
+                    let _ = s.release(opened.fh);
+                    a.ino
+                }
+                // UNCHECKED: an existing file is opened (and truncated if asked); GUARDED
+                // was refused by the caller already when the name existed.
+                Err(e) if e == FsError::EXIST => {
+                    let a = st(s.lookup(dir, &name))?;
+                    if a.kind != FileKind::File {
+                        return Err(nfsstat3::NFS3ERR_EXIST);
+                    }
+                    a.ino
+                }
+                Err(e) => return Err(status(e)),
+            };
+            files.forget(ino);
+            let a = Self::apply(s, ino, set, caller)?;
+            Ok((FileHandleU64::new(ino), fattr(&a)))
+        })
+        .await
+    }
+
+    async fn create_exclusive(&self, dirid: &FileHandleU64, filename: &filename3<'_>, _verf: createverf3) -> Res<FileHandleU64> {
+        let dir = dirid.as_u64();
+        let name = name_of(filename)?;
+        let caller = self.caller;
+        // A retransmitted EXCLUSIVE create is caught by the RPC layer's replay tracker or
+        // joins the in-flight call here; otherwise an existing name is EXIST.
+        self.call(Key::new("create_excl", dir).extra(name.as_bytes()), move |s, _| {
+            let (a, opened) = st(s.create(dir, &name, libc::S_IFREG | 0o644, 0, libc::O_RDWR, caller, false))?;
+            let _ = s.release(opened.fh);
+            Ok(FileHandleU64::new(a.ino))
+        })
+        .await
+    }
+
+    async fn mkdir(&self, dirid: &FileHandleU64, dirname: &filename3<'_>) -> Res<(FileHandleU64, fattr3)> {
+        let dir = dirid.as_u64();
+        let name = name_of(dirname)?;
+        let caller = self.caller;
+        self.call(Key::new("mkdir", dir).extra(name.as_bytes()), move |s, _| {
+            let a = st(s.mkdir(dir, &name, libc::S_IFDIR | 0o755, 0, caller))?;
+            Ok((FileHandleU64::new(a.ino), fattr(&a)))
+        })
+        .await
+    }
+
+    async fn remove(&self, dirid: &FileHandleU64, filename: &filename3<'_>) -> Res<()> {
+        let dir = dirid.as_u64();
+        let name = name_of(filename)?;
+        let jukebox = self.jukebox.clone();
+        self.call(Key::new("remove", dir).extra(name.as_bytes()), move |s, files| {
+            // REMOVE and RMDIR both arrive here (the crate maps both to `remove`).
+            let a = st(s.lookup(dir, &name))?;
+            if a.kind == FileKind::Dir {
+                st(s.rmdir(dir, &name))?;
+            } else {
+                st(s.unlink(dir, &name))?;
+                files.forget(a.ino);
+            }
+            jukebox.invalidate(a.ino);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn rename<'a>(&self, from_dirid: &FileHandleU64, from_filename: &filename3<'a>, to_dirid: &FileHandleU64, to_filename: &filename3<'a>) -> Res<()> {
+        let (from, to) = (from_dirid.as_u64(), to_dirid.as_u64());
+        let (name, newname) = (name_of(from_filename)?, name_of(to_filename)?);
+        let key = Key::new("rename", from).extra(name.as_bytes()).extra(&to.to_ne_bytes()).extra(newname.as_bytes());
+        self.call(key, move |s, files| {
+            let replaced = s.lookup(to, &newname).ok();
+            st(s.rename(from, &name, to, &newname, 0))?;
+            if let Some(r) = replaced {
+                files.forget(r.ino);
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| if e == nfsstat3::NFS3ERR_NOTEMPTY { nfsstat3::NFS3ERR_EXIST } else { e })
+    }
+
+    async fn symlink<'a>(&self, dirid: &FileHandleU64, linkname: &filename3<'a>, symlink: &nfspath3<'a>, attr: &sattr3) -> Res<(FileHandleU64, fattr3)> {
+        let dir = dirid.as_u64();
+        let name = name_of(linkname)?;
+        let target = PathBuf::from(OsString::from_vec(symlink.as_ref().to_vec()));
+        let mut set = set_attr(attr);
+        set.mode = None; // symlink permissions are not settable on Linux
+        let caller = self.caller;
+        self.call(Key::new("symlink", dir).extra(name.as_bytes()), move |s, _| {
+            let a = st(s.symlink(dir, &name, &target, caller))?;
+            let a = if set.uid.is_some() || set.gid.is_some() { Self::apply(s, a.ino, set, caller)? } else { a };
+            Ok((FileHandleU64::new(a.ino), fattr(&a)))
+        })
+        .await
+    }
+
+    async fn commit(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<()> {
+        let ino = id.as_u64();
+        self.call(Key::new("commit", ino).range(offset, count as u64), move |s, files| {
+            let f = st(files.get(ino, false))?;
+            st(s.fsync(f.fh, false))
+        })
+        .await
+    }
+}
+

@@ -1,0 +1,189 @@
+//! The listener: binds, refuses clients outside the allow list, hands the others to
+//! `nfs3_server` (NFSv3, MOUNT v3 and portmap on one port), and stops cleanly.
+
+use crate::allow::AllowList;
+use crate::fs::KaisoNfs;
+use crate::handles::OpenFiles;
+use crate::jukebox::Jukebox;
+use anyhow::Context;
+use kaiso_store::Store;
+use nfs3_server::test_reexports::{RPCContext, process_socket};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How the server is exposed.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Address and port to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Clients allowed to connect; others are disconnected at accept.
+    pub allow: AllowList,
+    /// Answer NFS3ERR_JUKEBOX when a call takes longer than this; `None`: always wait.
+    pub jukebox_after: Option<Duration>,
+    /// Export path clients mount (`/export` → `nfs://host/export`).
+    pub export: String,
+    /// Close an NFS-opened store handle after this long without use.
+    pub handle_idle: Duration,
+}
+
+impl ServeOptions {
+    /// 127.0.0.1:<port>, loopback clients only, JUKEBOX after 500 ms, export `/export`.
+    pub fn loopback(port: u16) -> ServeOptions {
+        ServeOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], port)),
+            allow: AllowList::loopback(),
+            jukebox_after: Some(Duration::from_millis(500)),
+            export: "/export".into(),
+            handle_idle: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters a running server exposes (tests, logs).
+#[derive(Default)]
+pub struct ServerStats {
+    pub connections: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// A running NFS server; [`NfsServer::stop`] (or drop) shuts it down.
+pub struct NfsServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    jukebox: Arc<Jukebox>,
+    files: Arc<OpenFiles>,
+    stats: Arc<ServerStats>,
+}
+
+impl NfsServer {
+    /// Bind and start serving `store` on background threads. Errors are one line
+    /// (e.g. "cannot listen on 127.0.0.1:2049: Address already in use").
+    pub fn start(store: Arc<Store>, opts: ServeOptions) -> anyhow::Result<NfsServer> {
+        let export = format!("/{}", opts.export.trim_matches('/'));
+        let std_listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("cannot listen on {}", opts.listen))?;
+        let addr = std_listener.local_addr()?;
+        std_listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(64)
+            .thread_name("kaiso-nfs")
+            .enable_all()
+            .build()
+            .context("cannot start the NFS runtime")?;
+        let jukebox = Arc::new(Jukebox::new(opts.jukebox_after));
+        let files = Arc::new(OpenFiles::new(store.clone(), opts.handle_idle, 4096));
+        let stats = Arc::new(ServerStats::default());
+        let vfs = Arc::new(KaisoNfs::new(store, jukebox.clone(), files.clone()));
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let listener = {
+            let _g = runtime.enter();
+            tokio::net::TcpListener::from_std(std_listener)?
+        };
+        let (allow, st, fl) = (opts.allow.clone(), stats.clone(), files.clone());
+        let thread = std::thread::Builder::new().name("kaiso-nfs-accept".into()).spawn(move || {
+            runtime.block_on(accept_loop(listener, vfs, export, allow, st, fl, stop_rx));
+            // In-flight store calls finish on their own; do not wait for them forever.
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        })?;
+        tracing::info!(%addr, allow = %opts.allow, "NFSv3 server listening");
+        Ok(NfsServer { addr, stop: Some(stop_tx), thread: Some(thread), jukebox, files, stats })
+    }
+
+    /// The bound address (the real port when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// NFS3ERR_JUKEBOX replies sent so far.
+    pub fn jukebox_replies(&self) -> u64 {
+        self.jukebox.replies()
+    }
+
+    /// Requests that joined in-flight work instead of starting it again.
+    pub fn jukebox_joined(&self) -> u64 {
+        self.jukebox.joined()
+    }
+
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    /// Store handles the face holds open right now.
+    pub fn open_handles(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Stop accepting, drop connections and close the store handles the face opened.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.files.clear();
+    }
+}
+
+impl Drop for NfsServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    vfs: Arc<KaisoNfs>,
+    export: String,
+    allow: AllowList,
+    stats: Arc<ServerStats>,
+    files: Arc<OpenFiles>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut base = RPCContext::test_ctx(&export, vfs);
+    base.local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let mut conns = tokio::task::JoinSet::new();
+    let mut sweep = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = sweep.tick() => files.sweep(),
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            r = listener.accept() => {
+                let (socket, peer) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                if !allow.allows(peer.ip()) {
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%peer, "NFS client refused: not in the allow list");
+                    drop(socket);
+                    continue;
+                }
+                stats.connections.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%peer, "NFS client connected");
+                let mut ctx = base.clone();
+                ctx.client_addr = peer.to_string();
+                let _ = socket.set_nodelay(true);
+                conns.spawn(async move {
+                    if let Err(e) = process_socket(socket, ctx).await {
+                        tracing::debug!(%peer, error = %e, "NFS connection closed");
+                    }
+                });
+            }
+        }
+    }
+    conns.shutdown().await;
+}
