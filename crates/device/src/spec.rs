@@ -64,7 +64,7 @@ impl fmt::Display for DeviceSpec {
         match self {
             DeviceSpec::Hdd(p) => write!(
                 f,
-                "hdd:capacity_bytes={},rpm={},track_to_track_ms={},full_stroke_ms={},outer_mb_per_sec={},inner_mb_per_sec={},overhead_us={},write_settle_us={},rotation={}",
+                "hdd:capacity_bytes={},rpm={},track_to_track_ms={},full_stroke_ms={},outer_mb_per_sec={},inner_mb_per_sec={},overhead_us={},write_settle_us={},reorder_exponent={},rotation={}",
                 p.capacity_bytes,
                 p.rpm,
                 p.track_to_track_ms,
@@ -73,6 +73,7 @@ impl fmt::Display for DeviceSpec {
                 p.inner_mb_per_sec,
                 p.overhead_us,
                 p.write_settle_us,
+                p.reorder_exponent,
                 match p.rotation {
                     RotationModel::Positional => "positional",
                     RotationModel::HalfRevolution => "half_revolution",
@@ -164,6 +165,7 @@ fn set(spec: &mut DeviceSpec, kind: &str, key: &str, v: f64) -> Result<(), SpecE
             "inner_mb_per_sec" => p.inner_mb_per_sec = v,
             "overhead_us" => p.overhead_us = v,
             "write_settle_us" => p.write_settle_us = v,
+            "reorder_exponent" => p.reorder_exponent = v,
             _ => return Err(unknown(kind, key)),
         },
         DeviceSpec::Ssd(p) | DeviceSpec::Nvm(p) => match key {

@@ -94,24 +94,37 @@ fn full_tier_spills_to_next_without_enospc() {
     assert_eq!(g.len(), 32 * chunk.len());
     assert!(g.iter().all(|b| *b == 0x5a), "growing file corrupted by the spill");
     let fast = tier_bytes(&store.tiers[0]);
-    assert!(fast <= 2 * MIB, "fast tier holds {fast} bytes, over its 2 MiB hard limit");
+    assert!(
+        fast <= 2 * MIB,
+        "fast tier holds {fast} bytes, over its 2 MiB hard limit: {:?}",
+        store.files_per_tier()[0]
+    );
     assert!(tier_bytes(&store.tiers[1]) > 0, "nothing spilled to the slow tier");
     // Once every tier is full, ENOSPC is the right answer (and nothing else breaks).
     let mut big = fs::File::create(m.path.join("too-big")).unwrap();
     let mut err = None;
-    for _ in 0..64 {
+    let mut written = 0;
+    for _ in 0..128 {
         if let Err(e) = big.write_all(&chunk) {
             err = Some(e);
             break;
         }
+        written += chunk.len();
     }
-    let err = err.expect("wrote more than all tiers' capacity");
+    // With write-back caching the error may surface at fsync instead.
+    let err = err.or_else(|| big.sync_all().err()).unwrap_or_else(|| {
+        panic!(
+            "wrote {written} bytes beyond the 26 MiB of all tiers without ENOSPC; tiers hold {} and {} bytes",
+            tier_bytes(&store.tiers[0]),
+            tier_bytes(&store.tiers[1])
+        )
+    });
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "full store: {err}");
     drop(big);
     assert_eq!(fs::read(m.path.join("small0")).unwrap(), chunk);
     fs::remove_file(m.path.join("too-big")).unwrap();
     fs::write(m.path.join("after"), b"room again").unwrap();
-    assert!(m.unmount().success());
+    m.unmount();
 }
 
 #[test]
@@ -169,8 +182,7 @@ fn tier_removed_while_mounted_keeps_other_tiers_serving() {
     assert_eq!(fs::read(m.path.join("new")).unwrap(), b"new");
     assert!(m.alive());
     fs::rename(&gone, &store.tiers[1]).unwrap();
-    let status = m.unmount();
-    assert_eq!(status.code(), Some(0), "daemon exit after unmount");
+    m.unmount();
 }
 
 /// (description, config text with `{T0}`/`{T1}`/`{STATE}` placeholders, words the error
@@ -256,7 +268,7 @@ fn busy_or_bad_mountpoint_is_refused() {
     );
     // The first mount is untouched.
     assert_eq!(fs::read(m.path.join("x")).unwrap(), b"a's");
-    assert!(m.unmount().success());
+    m.unmount();
     // A mountpoint that does not exist, and one that is a file.
     let err = mount_must_fail(&b.config, &b.root.join("nope"));
     assert!(err.contains("nope"), "{err}");
@@ -300,7 +312,7 @@ fn permission_problems_are_explained() {
     let mp = m.path.clone();
     let r = as_nobody(move || fs::metadata(&mp).map(|_| ()).map_err(|e| e.raw_os_error()));
     assert_eq!(r, Err(Some(libc::EACCES)), "allow_other must be off by default");
-    assert!(m.unmount().success());
+    m.unmount();
 
     // A user who may not read the configuration gets a clear refusal.
     fs::set_permissions(&store.config, fs::Permissions::from_mode(0o600)).unwrap();
@@ -332,4 +344,31 @@ fn permission_problems_are_explained() {
         .unwrap();
     let err = check_refusal(&out);
     assert!(err.contains("ermission denied"), "unwritable state not explained:\n{err}");
+}
+
+/// `fusermount3 -u` from outside and SIGTERM both end the daemon with exit status 0
+/// (scripts and service managers read it). The other tests only report the status.
+#[test]
+fn unmount_exits_cleanly() {
+    fuse_or_skip!();
+    let store = Store::new("clean-exit", StoreSpec::tiers(2));
+    let m = store.mount();
+    fs::write(m.path.join("f"), b"x").unwrap();
+    let log = m.log.clone();
+    let status = m.unmount();
+    assert!(
+        status.success(),
+        "daemon exited with {status} after fusermount3 -u; log:\n{}",
+        fs::read_to_string(&log).unwrap_or_default()
+    );
+    let m = store.mount();
+    let pid = m.pid().unwrap() as i32;
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::is_mounted(&m.path) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!common::is_mounted(&m.path), "SIGTERM did not unmount");
+    let status = m.unmount_after_exit();
+    assert!(status.success(), "daemon exited with {status} after SIGTERM");
 }

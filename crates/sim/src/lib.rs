@@ -11,6 +11,7 @@
 
 pub mod workload;
 pub mod replay;
+pub mod experiments;
 pub mod policies;
 pub mod report;
 pub mod rng;

