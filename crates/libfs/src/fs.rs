@@ -616,7 +616,7 @@ impl Inner {
     /// undefined in the pool and must read back as zeros once the file grows over them.
     fn zero_tail(&self, ino: Ino, size: u64, upto: u64) {
         let bs = self.g.block_size;
-        if size % bs == 0 {
+        if size.is_multiple_of(bs) {
             return;
         }
         let b = self.bget(ino, size / bs);
@@ -775,7 +775,7 @@ impl Inner {
         let slot = d.nslots;
         let pos = slot as u64 * DIRENT_SIZE;
         let bs = self.g.block_size;
-        if pos % bs == 0 {
+        if pos.is_multiple_of(bs) {
             let _l = self.rt[dir as usize].lock.write();
             if self.bget(dir, pos / bs) == 0 {
                 let nb = self.alloc_block()?;
@@ -931,8 +931,8 @@ impl Inner {
     ) -> Result<(), RangeLock> {
         let mut t = self.locks.lock();
         let v = t.entry(ino).or_default();
-        if kind != libc::F_UNLCK as i32 {
-            let exclusive = kind == libc::F_WRLCK as i32;
+        if kind != libc::F_UNLCK {
+            let exclusive = kind == libc::F_WRLCK;
             if let Some(c) = v.iter().find(|l| {
                 l.owner != owner && l.start < end && start < l.end && (exclusive || l.exclusive)
             }) {
@@ -953,12 +953,12 @@ impl Inner {
                 kept.push(RangeLock { start: end, ..l });
             }
         }
-        if kind != libc::F_UNLCK as i32 {
+        if kind != libc::F_UNLCK {
             kept.push(RangeLock {
                 owner,
                 start,
                 end,
-                exclusive: kind == libc::F_WRLCK as i32,
+                exclusive: kind == libc::F_WRLCK,
             });
         }
         *v = kept;
@@ -1901,7 +1901,7 @@ impl OpenFile {
             libc::LOCK_EX => libc::F_WRLCK,
             libc::LOCK_UN => libc::F_UNLCK,
             _ => return Err(libc::EINVAL),
-        } as i32;
+        };
         self.wait_lock(
             owner,
             0,
@@ -1939,7 +1939,7 @@ impl OpenFile {
     }
 
     fn test_lock(&self, owner: u64, start: u64, end: u64, kind: i32) -> Option<(u64, u64, bool)> {
-        let exclusive = kind == libc::F_WRLCK as i32;
+        let exclusive = kind == libc::F_WRLCK;
         let t = self.fs.locks.lock();
         t.get(&self.ino)?
             .iter()

@@ -116,7 +116,7 @@ impl Geometry {
 
     /// The block number of a data-block offset, if it is a valid block start.
     pub fn block_index(&self, off: u64) -> Option<u64> {
-        if off < self.data_off || (off - self.data_off) % self.block_size != 0 {
+        if off < self.data_off || !(off - self.data_off).is_multiple_of(self.block_size) {
             return None;
         }
         let i = (off - self.data_off) / self.block_size;

@@ -138,7 +138,7 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
         let dio = inner.g.inode(d);
         let size = inner.ld64(dio + I_SIZE);
         let mut nslots = size / DIRENT_SIZE;
-        if size % DIRENT_SIZE != 0 {
+        if !size.is_multiple_of(DIRENT_SIZE) {
             rep.fixes.push(format!(
                 "directory {d}: size {size} is not a whole number of entries"
             ));
@@ -229,10 +229,7 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
     let mut used = vec![0u64; (inner.g.block_count as usize).div_ceil(64)];
     let mut used_blocks = 0u64;
     let mut used_inodes = 0u64;
-    for ino in 1..n {
-        if !in_use[ino] {
-            continue;
-        }
+    for (ino, _) in in_use.iter().enumerate().skip(1).filter(|(_, u)| **u) {
         used_inodes += 1;
         let ino = ino as Ino;
         let ioff = inner.g.inode(ino);

@@ -254,7 +254,14 @@ impl NfsFileSystem for KaisoNfs {
         let ino = id.as_u64();
         self.jukebox.invalidate(ino);
         let data = Arc::new(data.to_vec());
-        let key = Key::new("write", ino).range(offset, data.len() as u64).extra(&[stable as u8]);
+        // The data is part of the key: only a retry of the same write may join it.
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            data.hash(&mut h);
+            h.finish()
+        };
+        let key = Key::new("write", ino).range(offset, data.len() as u64).extra(&[stable as u8]).extra(&digest.to_ne_bytes());
         self.call(key, move |s, files| {
             let f = st(files.get(ino, true))?;
             let mut done = 0usize;

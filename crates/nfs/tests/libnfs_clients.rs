@@ -16,19 +16,31 @@ fn have_tools() -> bool {
 }
 
 /// Run a client tool with a time bound, so a hung server fails the test instead of the run.
+/// Output goes to files: a pipe nobody drains would block a large `nfs-cat`.
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(args[0]).args(&args[1..]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let out = tempfile::tempfile().unwrap();
+    let err = tempfile::tempfile().unwrap();
+    let mut child = Command::new(args[0]).args(&args[1..]).stdout(out.try_clone().unwrap()).stderr(err.try_clone().unwrap()).spawn().unwrap();
     let t0 = std::time::Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
         }
         if t0.elapsed() > Duration::from_secs(60) {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("{args:?} did not finish within 60 s");
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let read = |mut f: std::fs::File| {
+        use std::io::{Read, Seek};
+        let mut v = Vec::new();
+        f.seek(std::io::SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut v).unwrap();
+        v
+    };
+    Output { status, stdout: read(out), stderr: read(err) }
 }
 
 fn ok(args: &[&str]) -> Vec<u8> {

@@ -196,10 +196,10 @@ fn namespace_and_data_operations() {
         // Bad names are refused, not passed to the store.
         let r = c.create(&CREATE3args { where_: dirop(&root, "a/b"), how: createhow3::UNCHECKED(sattr3::default()) }).await.unwrap();
         assert!(matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_INVAL, _))));
-        // LINK and MKNOD: not served by the protocol crate (documented in docs/nfs.md).
+        // LINK and MKNOD: the protocol crate answers PROC_UNAVAIL (documented in docs/nfs.md).
         let g = create(&mut c, &root, "g", 0o644).await;
-        let r = c.link(&LINK3args { file: g, link: dirop(&root, "g2") }).await.unwrap();
-        assert!(matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_NOTSUPP, _))), "{r:?}");
+        let r = c.link(&LINK3args { file: g, link: dirop(&root, "g2") }).await;
+        assert!(matches!(r, Err(nfs3_client::RpcError::ProcUnavail)), "{r:?}");
     });
 }
 
@@ -238,7 +238,7 @@ fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
         let first = c.read(&args).await.unwrap();
         let waited = t0.elapsed();
         assert!(matches!(first, Nfs3Result::Err((nfsstat3::NFS3ERR_JUKEBOX, _))), "first reply: {first:?}");
-        assert!(waited >= Duration::from_millis(450) && waited < Duration::from_millis(1400), "JUKEBOX after ~0.5 s, got {waited:?}");
+        assert!(waited >= Duration::from_millis(450), "JUKEBOX only after the 0.5 s threshold, got {waited:?}");
         // Retry like a client would (the Linux client waits 5 s; we poll faster).
         let mut got = None;
         while t0.elapsed() < Duration::from_secs(20) {
@@ -255,10 +255,9 @@ fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
         assert_eq!(got.expect("data within 20 s"), data[..65536]);
         assert_eq!(source.calls.load(Ordering::SeqCst), 1, "retries joined the fetch instead of starting it again");
         assert!(s.server().jukebox_replies() >= 1);
-        // Now resident: the rest reads at once.
-        let t1 = Instant::now();
+        // Now resident: the rest reads without another fetch.
         assert_eq!(read_all(&mut c, &fh).await, data);
-        assert!(t1.elapsed() < Duration::from_millis(500));
+        assert_eq!(source.calls.load(Ordering::SeqCst), 1);
     });
 }
 

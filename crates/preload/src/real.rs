@@ -208,4 +208,5 @@ reals! {
     wait(*mut c_int) -> libc::pid_t;
     wait4(libc::pid_t, *mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
     waitid(libc::idtype_t, libc::id_t, *mut libc::siginfo_t, c_int) -> c_int;
+    wait3(*mut c_int, c_int, *mut libc::rusage) -> libc::pid_t;
 }

@@ -82,3 +82,7 @@ pub unsafe extern "C" fn waitid(
         real::waitid()(idtype, id, info, options)
     })
 }
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn wait3(status: *mut c_int, options: c_int, ru: *mut libc::rusage) -> libc::pid_t {
+    lend_while(options & libc::WNOHANG == 0, || real::wait3()(status, options, ru))
+}

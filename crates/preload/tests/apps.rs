@@ -125,15 +125,17 @@ fn tar_extracts_a_generated_tree_and_archives_it_back() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut reader = reader;
     let st = Command::new("tar")
         .arg("-xf")
         .arg("-")
         .arg("-C")
         .arg(&back)
-        .stdin(reader.stdout.unwrap())
+        .stdin(reader.stdout.take().unwrap())
         .status()
         .unwrap();
     assert!(st.success());
+    assert!(reader.wait().unwrap().success(), "tar -c on the private directory failed");
     diff_trees(&src, &back);
 }
 

@@ -29,7 +29,7 @@ pub struct RunArgs {
 }
 
 #[derive(clap::Args, Clone)]
-struct NewPoolArgs {
+pub struct NewPoolArgs {
     /// Size of a new pool (K, M, G suffixes).
     #[arg(long, default_value = "4G")]
     pool_size: String,

@@ -28,6 +28,19 @@ pub enum SimCommand {
     Tier(TierArgs),
     /// Write a generated workload as a trace file (MSR CSV, oracleGeneral or kaiso).
     Generate(GenerateArgs),
+    /// Run the reproduction experiments (002 Tables 4, 7, 8; ch.3) and print their tables.
+    Repro(ReproArgs),
+}
+
+#[derive(Args)]
+pub struct ReproArgs {
+    /// 002 (Tables 4, 7 and 8), t4, t7, t8, or ch3.
+    pub experiment: String,
+    /// Shortened runs (10-minute "hour", 15 s phases) for a quick look.
+    #[arg(long)]
+    pub quick: bool,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Args, Clone)]
@@ -149,6 +162,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         SimCommand::Cache(c) => cache(c),
         SimCommand::Tier(t) => tier(t),
         SimCommand::Generate(g) => generate(g),
+        SimCommand::Repro(r) => repro(r),
     }
 }
 
@@ -373,5 +387,26 @@ fn generate(a: GenerateArgs) -> Result<()> {
         f => bail!("--format must be msr, oracle or kaiso, got {f:?}"),
     }
     eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn repro(a: ReproArgs) -> Result<()> {
+    use kaiso_sim::experiments::{Scale, ch3, table4, table7, table8};
+    let scale = if a.quick { Scale::QUICK } else { Scale::FULL };
+    let spinner = ProgressBar::new_spinner();
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let mut progress = |m: &str| spinner.set_message(m.to_string());
+    let tables = match a.experiment.as_str() {
+        "002" => vec![table4(scale, a.seed, &mut progress), table7(scale, a.seed, &mut progress), table8(scale, a.seed, &mut progress)],
+        "t4" => vec![table4(scale, a.seed, &mut progress)],
+        "t7" => vec![table7(scale, a.seed, &mut progress)],
+        "t8" => vec![table8(scale, a.seed, &mut progress)],
+        "ch3" => ch3(scale, a.seed, &mut progress),
+        e => bail!("unknown experiment {e:?}: 002, t4, t7, t8 or ch3"),
+    };
+    spinner.finish_and_clear();
+    for t in tables {
+        println!("{}", t.markdown());
+    }
     Ok(())
 }

@@ -451,7 +451,7 @@ impl Migration {
         if feats.acls {
             match self.source.acl(src) {
                 Ok(acl) => {
-                    let mut set = |name: &str, v: &[u8]| {
+                    let set = |name: &str, v: &[u8]| {
                         if let Err(e) = store.setxattr(ino, OsStr::new(name), v, 0) {
                             let _ = self.db.skip(
                                 src,

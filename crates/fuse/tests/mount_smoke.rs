@@ -1,0 +1,127 @@
+//! Smoke tests through a real FUSE mount (the full POSIX suite lives in crates/kaiso/tests).
+
+use kaiso_store::{Store, StoreConfig};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+struct Env {
+    dir: tempfile::TempDir,
+    store: Arc<Store>,
+    mount: Option<kaiso_fuse::Mounted>,
+}
+
+impl Env {
+    fn mnt(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+    fn tier(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("t{i}"))
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            let _ = m.unmount();
+        }
+        self.store.shutdown();
+    }
+}
+
+fn fuse_available() -> bool {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok()
+}
+
+fn setup(passthrough: bool) -> Option<Env> {
+    if !fuse_available() {
+        eprintln!("skipping: /dev/fuse is not available");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["t0", "t1", "mnt"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    let text = format!(
+        "[store]\nstate_dir = \"{0}/state\"\npassthrough = {1}\n[store.mover]\nenabled = false\n\
+         [[tier]]\nname = \"fast\"\npath = \"{0}/t0\"\ncapacity = \"1MiB\"\nhigh_watermark = 1.0\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/t1\"\ncapacity = \"64MiB\"\n",
+        dir.path().display(),
+        passthrough
+    );
+    let store = Store::open(StoreConfig::from_toml_str(&text, "t").unwrap()).unwrap();
+    let opts = kaiso_fuse::MountOptions { passthrough, ..Default::default() };
+    let mount = kaiso_fuse::mount(store.clone(), &dir.path().join("mnt"), &opts).unwrap();
+    Some(Env { dir, store, mount: Some(mount) })
+}
+
+fn basic_ops(e: &Env) {
+    let m = e.mnt();
+    std::fs::create_dir_all(m.join("a/b")).unwrap();
+    std::fs::write(m.join("a/b/f"), b"hello").unwrap();
+    assert_eq!(std::fs::read(m.join("a/b/f")).unwrap(), b"hello");
+    std::fs::hard_link(m.join("a/b/f"), m.join("a/g")).unwrap();
+    assert_eq!(std::fs::metadata(m.join("a/g")).unwrap().nlink(), 2);
+    std::os::unix::fs::symlink("b/f", m.join("a/s")).unwrap();
+    assert_eq!(std::fs::read(m.join("a/s")).unwrap(), b"hello");
+    std::fs::rename(m.join("a/b/f"), m.join("a/renamed")).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(m.join("a")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["b", "g", "renamed", "s"]);
+    // Spill: 3 MiB into a 1 MiB fast tier lands on the slow tier, no ENOSPC.
+    let big: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.join("big"), &big).unwrap();
+    assert_eq!(std::fs::read(m.join("big")).unwrap(), big);
+    assert!(e.tier(1).join("big").exists() && !e.tier(0).join("big").exists());
+    // O_APPEND, truncate, statfs.
+    let mut f = std::fs::OpenOptions::new().append(true).open(m.join("a/renamed")).unwrap();
+    f.write_all(b" world").unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(m.join("a/g")).unwrap(), b"hello world");
+    std::fs::OpenOptions::new().write(true).open(m.join("a/g")).unwrap().set_len(2).unwrap();
+    assert_eq!(std::fs::read(m.join("a/renamed")).unwrap(), b"he");
+    std::fs::remove_dir(m.join("a/b")).unwrap();
+    assert_eq!(std::fs::remove_dir(m.join("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+}
+
+#[test]
+fn posix_basics_through_the_mount() {
+    let Some(e) = setup(false) else { return };
+    basic_ops(&e);
+}
+
+#[test]
+fn posix_basics_with_passthrough() {
+    let Some(e) = setup(true) else { return };
+    basic_ops(&e);
+}
+
+#[test]
+fn an_open_file_moves_and_keeps_working() {
+    let Some(e) = setup(false) else { return };
+    let m = e.mnt();
+    std::fs::write(m.join("f"), b"0123456789").unwrap();
+    let ino = std::fs::metadata(m.join("f")).unwrap().ino();
+    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(m.join("f")).unwrap();
+    e.store.move_now(Path::new("f"), "slow").unwrap();
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(b"abc").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "0123456789abc");
+    drop(f);
+    assert_eq!(std::fs::read(e.tier(1).join("f")).unwrap(), b"0123456789abc");
+    assert!(!e.tier(0).join("f").exists());
+    assert_eq!(std::fs::metadata(m.join("f")).unwrap().ino(), ino, "inode number kept across the move");
+}
+
+#[test]
+fn busy_mountpoint_is_a_clear_error() {
+    let Some(e) = setup(false) else { return };
+    let err = kaiso_fuse::preflight(&e.mnt()).unwrap_err().to_string();
+    assert!(err.contains("busy"), "{err}");
+    let err = kaiso_fuse::preflight(&e.dir.path().join("nope")).unwrap_err().to_string();
+    assert!(err.contains("does not exist"), "{err}");
+}
