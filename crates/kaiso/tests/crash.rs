@@ -47,7 +47,11 @@ fn seed_tree(store: &Store, rng: &mut Rng) {
         }
     }
     store.seed(0, "links/a", &rng.bytes(300 * 1024));
-    fs::hard_link(store.tiers[0].join("links/a"), store.tiers[0].join("links/b")).unwrap();
+    fs::hard_link(
+        store.tiers[0].join("links/a"),
+        store.tiers[0].join("links/b"),
+    )
+    .unwrap();
     std::os::unix::fs::symlink("../d0/s0/f00", store.tiers[0].join("links/sym")).unwrap();
     let sparse = store.tiers[1].join("sparse");
     let f = fs::File::create(&sparse).unwrap();
@@ -69,16 +73,21 @@ fn xattrs(root: &Path) -> BTreeMap<String, String> {
         let cp = common::cstr(&root.join(&rel));
         let n = unsafe { libc::getxattr(cp.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64) };
         if n >= 0 {
-            out.insert(rel, String::from_utf8_lossy(&buf[..n as usize]).into_owned());
+            out.insert(
+                rel,
+                String::from_utf8_lossy(&buf[..n as usize]).into_owned(),
+            );
         }
     }
     out
 }
 
-fn spawn_mover_request(mnt: &Path, up: bool) -> Option<Child> {
+/// `kaiso promote|demote -r --config CONFIG DIR` against the running mount.
+fn spawn_mover_request(config: &Path, dir: &str, up: bool) -> Option<Child> {
     Command::new(common::kaiso_bin())
-        .args([if up { "promote" } else { "demote" }, "-r"])
-        .arg(mnt)
+        .args([if up { "promote" } else { "demote" }, "-r", "--config"])
+        .arg(config)
+        .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -96,7 +105,9 @@ fn kill9_during_moves_loses_nothing() {
     let store = Store::new(
         "crash",
         StoreSpec::with_tiers(vec![
-            TierSpec::new("fast").capacity(24 * MIB).watermarks(0.1, 0.2),
+            TierSpec::new("fast")
+                .capacity(24 * MIB)
+                .watermarks(0.1, 0.2),
             TierSpec::new("slow"),
         ])
         .mover_interval_ms(100),
@@ -112,12 +123,15 @@ fn kill9_during_moves_loses_nothing() {
         let b = fs::metadata(root.join("links/b")).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
         matches!((a, b), (Ok(x), Ok(y)) if x == y)
     };
-    assert!(link_ino(&mount.path), "hard link pair not one inode on first mount");
+    assert!(
+        link_ino(&mount.path),
+        "hard link pair not one inode on first mount"
+    );
     mount.kill9();
 
     for round in 0..ROUNDS {
         let mount = store.mount();
-        let mut request = spawn_mover_request(&mount.path, round % 2 == 1);
+        let mut request = spawn_mover_request(&store.config, &format!("d{}", round % 5), round % 2 == 1);
         // Kill somewhere in the first moments of the moves (0-600 ms, seeded).
         let delay = rng.below(600);
         std::thread::sleep(Duration::from_millis(delay));
@@ -152,7 +166,10 @@ fn kill9_during_moves_loses_nothing() {
         assert!(dup.is_empty(), "round {round}: names on two tiers: {dup:?}");
         let total: usize = seen.len();
         let expected: usize = before.iter().map(|v| v.len()).sum();
-        assert_eq!(total, expected, "round {round}: file count changed on the tiers");
+        assert_eq!(
+            total, expected,
+            "round {round}: file count changed on the tiers"
+        );
     }
 
     // The mover did move something over the rounds (else the test proved nothing).
@@ -176,9 +193,16 @@ fn kill9_during_moves_loses_nothing() {
         );
     }
     let plain = tree_snapshot(&union);
-    let plain: Vec<String> = plain.into_iter().filter(|l| !l.starts_with(".kaiso")).collect();
+    let plain: Vec<String> = plain
+        .into_iter()
+        .filter(|l| !l.starts_with(".kaiso"))
+        .collect();
     let _ = fs::remove_dir_all(&union);
-    assert_eq!(diff(&want, &plain), Vec::<String>::new(), "tiers' union differs from the tree");
+    assert_eq!(
+        diff(&want, &plain),
+        Vec::<String>::new(),
+        "tiers' union differs from the tree"
+    );
 }
 
 fn diff(want: &[String], got: &[String]) -> Vec<String> {

@@ -42,9 +42,20 @@ fn mount_must_fail(config: &Path, mountpoint: &Path) -> String {
 
 fn check_refusal(out: &Output) -> String {
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "expected failure, got success; stderr:\n{err}");
-    assert_ne!(out.status.code(), None, "killed by a signal: {:?}\n{err}", out.status);
-    assert!(!err.contains("panicked"), "panicked instead of explaining:\n{err}");
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr:\n{err}"
+    );
+    assert_ne!(
+        out.status.code(),
+        None,
+        "killed by a signal: {:?}\n{err}",
+        out.status
+    );
+    assert!(
+        !err.contains("panicked"),
+        "panicked instead of explaining:\n{err}"
+    );
     assert!(!err.trim().is_empty(), "failed without a word");
     err
 }
@@ -55,7 +66,11 @@ fn tier_bytes(dir: &Path) -> u64 {
         rd.flatten()
             .map(|e| {
                 let md = e.metadata().unwrap();
-                if md.is_dir() { walk(&e.path()) } else { md.len() }
+                if md.is_dir() {
+                    walk(&e.path())
+                } else {
+                    md.len()
+                }
             })
             .sum()
     }
@@ -92,14 +107,20 @@ fn full_tier_spills_to_next_without_enospc() {
     }
     let g = fs::read(m.path.join("growing")).unwrap();
     assert_eq!(g.len(), 32 * chunk.len());
-    assert!(g.iter().all(|b| *b == 0x5a), "growing file corrupted by the spill");
+    assert!(
+        g.iter().all(|b| *b == 0x5a),
+        "growing file corrupted by the spill"
+    );
     let fast = tier_bytes(&store.tiers[0]);
     assert!(
         fast <= 2 * MIB,
         "fast tier holds {fast} bytes, over its 2 MiB hard limit: {:?}",
         store.files_per_tier()[0]
     );
-    assert!(tier_bytes(&store.tiers[1]) > 0, "nothing spilled to the slow tier");
+    assert!(
+        tier_bytes(&store.tiers[1]) > 0,
+        "nothing spilled to the slow tier"
+    );
     // Once every tier is full, ENOSPC is the right answer (and nothing else breaks).
     let mut big = fs::File::create(m.path.join("too-big")).unwrap();
     let mut err = None;
@@ -134,7 +155,10 @@ fn missing_tier_directory_is_refused() {
     fs::remove_dir(&store.tiers[1]).unwrap();
     let err = mount_must_fail(&store.config, &store.mountpoint);
     let missing = store.tiers[1].display().to_string();
-    assert!(err.contains(&missing), "error does not name {missing}:\n{err}");
+    assert!(
+        err.contains(&missing),
+        "error does not name {missing}:\n{err}"
+    );
 }
 
 #[test]
@@ -142,7 +166,14 @@ fn read_only_tier_directory_is_refused() {
     fuse_or_skip!();
     let store = Store::new("ro-tier", StoreSpec::tiers(2));
     let t = &store.tiers[0];
-    let bind = |args: &[&str]| Command::new("mount").args(args).arg(t).arg(t).status().unwrap();
+    let bind = |args: &[&str]| {
+        Command::new("mount")
+            .args(args)
+            .arg(t)
+            .arg(t)
+            .status()
+            .unwrap()
+    };
     if !bind(&["--bind"]).success() {
         eprintln!("skipping: cannot bind-mount (not root?)");
         return;
@@ -176,7 +207,11 @@ fn tier_removed_while_mounted_keeps_other_tiers_serving() {
     let r = fs::read(m.path.join("slow-file"));
     eprintln!("read from removed tier: {r:?}");
     // … while the daemon keeps serving the remaining tier.
-    assert!(m.alive(), "daemon died when a tier vanished:\n{}", m.log_text());
+    assert!(
+        m.alive(),
+        "daemon died when a tier vanished:\n{}",
+        m.log_text()
+    );
     assert_eq!(fs::read(m.path.join("fast-file")).unwrap(), b"fast");
     fs::write(m.path.join("new"), b"new").unwrap();
     assert_eq!(fs::read(m.path.join("new")).unwrap(), b"new");
@@ -251,7 +286,10 @@ fn bad_configs_name_key_and_line() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let out = common::run_kaiso(&["mount", "/nonexistent/kaiso.toml", "/tmp"]);
     let err = check_refusal(&out);
-    assert!(err.contains("/nonexistent/kaiso.toml"), "missing config not named:\n{err}");
+    assert!(
+        err.contains("/nonexistent/kaiso.toml"),
+        "missing config not named:\n{err}"
+    );
 }
 
 #[test]
@@ -299,7 +337,10 @@ fn missing_dev_fuse_is_explained() {
         .output()
         .unwrap();
     let err = check_refusal(&out);
-    assert!(err.contains("/dev/fuse"), "missing /dev/fuse not explained:\n{err}");
+    assert!(
+        err.contains("/dev/fuse"),
+        "missing /dev/fuse not explained:\n{err}"
+    );
 }
 
 #[test]
@@ -311,7 +352,11 @@ fn permission_problems_are_explained() {
     let m = store.mount();
     let mp = m.path.clone();
     let r = as_nobody(move || fs::metadata(&mp).map(|_| ()).map_err(|e| e.raw_os_error()));
-    assert_eq!(r, Err(Some(libc::EACCES)), "allow_other must be off by default");
+    assert_eq!(
+        r,
+        Err(Some(libc::EACCES)),
+        "allow_other must be off by default"
+    );
     m.unmount();
 
     // A user who may not read the configuration gets a clear refusal.
@@ -343,7 +388,10 @@ fn permission_problems_are_explained() {
         .output()
         .unwrap();
     let err = check_refusal(&out);
-    assert!(err.contains("ermission denied"), "unwritable state not explained:\n{err}");
+    assert!(
+        err.contains("ermission denied"),
+        "unwritable state not explained:\n{err}"
+    );
 }
 
 /// `fusermount3 -u` from outside and SIGTERM both end the daemon with exit status 0
@@ -370,5 +418,30 @@ fn unmount_exits_cleanly() {
     }
     assert!(!common::is_mounted(&m.path), "SIGTERM did not unmount");
     let status = m.unmount_after_exit();
-    assert!(status.success(), "daemon exited with {status} after SIGTERM");
+    assert!(
+        status.success(),
+        "daemon exited with {status} after SIGTERM"
+    );
+}
+
+/// The operator commands take a path inside a running mount (issue 2, item 8).
+#[test]
+fn operator_commands_accept_mount_paths() {
+    fuse_or_skip!();
+    let store = Store::new("opcmd", StoreSpec::tiers(2));
+    store.seed(1, "dir/f", b"on the slow tier");
+    let m = store.mount();
+    let p = m.path.join("dir/f").display().to_string();
+    let out = common::run_kaiso(&["where", &p]);
+    assert!(
+        out.status.success(),
+        "kaiso where {p} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("t1"), "where does not name tier t1");
+    let out = common::run_kaiso(&["promote", &p]);
+    assert!(out.status.success(), "kaiso promote {p}: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(store.tiers_holding("dir/f"), vec![0], "promote did not move the file up");
+    assert_eq!(fs::read(m.path.join("dir/f")).unwrap(), b"on the slow tier");
+    m.unmount();
 }

@@ -197,7 +197,8 @@ impl Worker {
         let len = 1 + self.rng.below(MAX_WRITE) as usize;
         let data = self.rng.bytes(len);
         let append = self.rng.chance(20);
-        self.log.push(format!("write {name} off {off} len {len} append {append}"));
+        self.log
+            .push(format!("write {name} off {off} len {len} append {append}"));
         let flags = libc::O_WRONLY | if append { libc::O_APPEND } else { 0 };
         let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), flags | libc::O_CLOEXEC) };
         if fd < 0 {
@@ -223,9 +224,16 @@ impl Worker {
         let size = self.rng.below(MAX_FILE);
         self.log.push(format!("truncate {name} {size}"));
         if unsafe { libc::truncate(c(&self.p(&name)).as_ptr(), size as i64) } < 0 {
-            self.fail(format!("truncate {name}: {}", std::io::Error::last_os_error()));
+            self.fail(format!(
+                "truncate {name}: {}",
+                std::io::Error::last_os_error()
+            ));
         }
-        self.model.data.get_mut(&ino).unwrap().resize(size as usize, 0);
+        self.model
+            .data
+            .get_mut(&ino)
+            .unwrap()
+            .resize(size as usize, 0);
     }
 
     fn op_read(&mut self) {
@@ -291,7 +299,9 @@ impl Worker {
             None => {
                 let Some(name) = self.existing() else { return };
                 self.log.push(format!("hold {name}"));
-                let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+                let fd = unsafe {
+                    libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDWR | libc::O_CLOEXEC)
+                };
                 if fd < 0 {
                     self.fail(format!("open {name}: {}", std::io::Error::last_os_error()));
                 }
@@ -362,12 +372,20 @@ impl Worker {
             return;
         }
         self.log.push(format!("mmap read {name}"));
-        let fd = unsafe { libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let fd =
+            unsafe { libc::open(c(&self.p(&name)).as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
         if fd < 0 {
             self.fail(format!("open {name}: {}", std::io::Error::last_os_error()));
         }
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), want.len(), libc::PROT_READ, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                want.len(),
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         };
         unsafe { libc::close(fd) };
         if p == libc::MAP_FAILED {
@@ -401,7 +419,11 @@ impl Worker {
             .collect();
         on_disk.sort();
         let names: Vec<String> = self.model.names.keys().cloned().collect();
-        assert_eq!(on_disk, names, "worker {}: names differ from the model", self.id);
+        assert_eq!(
+            on_disk, names,
+            "worker {}: names differ from the model",
+            self.id
+        );
         let mut inos: BTreeMap<u64, u64> = BTreeMap::new();
         for (name, ino) in &self.model.names {
             let got = fs::read(dir.join(name)).unwrap();
@@ -414,7 +436,11 @@ impl Worker {
             );
             let real = std::os::unix::fs::MetadataExt::ino(&fs::metadata(dir.join(name)).unwrap());
             if let Some(prev) = inos.insert(*ino, real) {
-                assert_eq!(prev, real, "worker {}: hard link {name} lost its inode", self.id);
+                assert_eq!(
+                    prev, real,
+                    "worker {}: hard link {name} lost its inode",
+                    self.id
+                );
             }
         }
         let shared = fs::read(root.join("shared")).unwrap();
@@ -427,12 +453,16 @@ impl Worker {
     }
 }
 
-/// Asks the running store to move `path` one tier up or down (the `kaiso promote/demote`
-/// operator commands). Errors are returned, not fatal: the file may just have been renamed.
-fn request_move(path: &Path, up: bool) -> Result<(), String> {
+/// Asks the running store to move `rel` one tier up or down (the `kaiso promote/demote`
+/// operator commands, with `--config` and a store-relative path; the form with a path
+/// inside the mount is tested in faults.rs). Errors are returned, not fatal: the file may
+/// just have been renamed.
+fn request_move(config: &Path, rel: &str, up: bool) -> Result<(), String> {
     let out = common::run_kaiso(&[
         if up { "promote" } else { "demote" },
-        &path.to_string_lossy(),
+        "--config",
+        &config.to_string_lossy(),
+        rel,
     ]);
     if out.status.success() {
         Ok(())
@@ -541,19 +571,25 @@ fn fsx_while_mover_moves() {
     let moves_ok = Arc::new(AtomicU64::new(0));
     let move_errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let driver = {
-        let (stop, root, ok, errs) = (stop.clone(), root.clone(), moves_ok.clone(), move_errors.clone());
+        let (stop, root, ok, errs, config) = (
+            stop.clone(),
+            root.clone(),
+            moves_ok.clone(),
+            move_errors.clone(),
+            store.config.clone(),
+        );
         std::thread::spawn(move || {
             let mut rng = Rng::new(seed ^ 0xd15c);
             while !stop.load(Ordering::Relaxed) {
-                let target = if rng.chance(30) {
-                    root.join("shared")
+                let rel = if rng.chance(30) {
+                    "shared".to_string()
                 } else {
-                    root.join(format!("w{}/n{}", rng.below(WORKERS), rng.below(NAMES)))
+                    format!("w{}/n{}", rng.below(WORKERS), rng.below(NAMES))
                 };
-                if !target.exists() {
+                if !root.join(&rel).exists() {
                     continue;
                 }
-                match request_move(&target, rng.chance(50)) {
+                match request_move(&config, &rel, rng.chance(50)) {
                     Ok(()) => {
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
@@ -630,7 +666,10 @@ fn fsx_while_mover_moves() {
         }
     }
     let dup: Vec<_> = seen.iter().filter(|(_, t)| t.len() > 1).collect();
-    assert!(dup.is_empty(), "names on more than one tier after unmount: {dup:?}");
+    assert!(
+        dup.is_empty(),
+        "names on more than one tier after unmount: {dup:?}"
+    );
     // A hard-link group never spans tiers.
     for w in &done {
         let mut groups: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -643,7 +682,11 @@ fn fsx_while_mover_moves() {
         for (ino, tiers) in groups {
             let mut t = tiers.clone();
             t.dedup();
-            assert!(t.len() == 1, "worker {}: link group {ino} spans tiers {tiers:?}", w.id);
+            assert!(
+                t.len() == 1,
+                "worker {}: link group {ino} spans tiers {tiers:?}",
+                w.id
+            );
         }
     }
 }

@@ -83,6 +83,12 @@ pub unsafe extern "C" fn waitid(
     })
 }
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn wait3(status: *mut c_int, options: c_int, ru: *mut libc::rusage) -> libc::pid_t {
-    lend_while(options & libc::WNOHANG == 0, || real::wait3()(status, options, ru))
+pub unsafe extern "C" fn wait3(
+    status: *mut c_int,
+    options: c_int,
+    ru: *mut libc::rusage,
+) -> libc::pid_t {
+    lend_while(options & libc::WNOHANG == 0, || {
+        real::wait3()(status, options, ru)
+    })
 }

@@ -135,7 +135,10 @@ fn tar_extracts_a_generated_tree_and_archives_it_back() {
         .status()
         .unwrap();
     assert!(st.success());
-    assert!(reader.wait().unwrap().success(), "tar -c on the private directory failed");
+    assert!(
+        reader.wait().unwrap().success(),
+        "tar -c on the private directory failed"
+    );
     diff_trees(&src, &back);
 }
 

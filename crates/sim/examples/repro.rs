@@ -11,19 +11,21 @@ fn main() {
     let which = args.first().map(String::as_str).unwrap_or("002");
     let mut progress = |m: &str| eprintln!("… {m}");
     let started = std::time::Instant::now();
-    let tables = match which {
-        "002" => vec![table4(scale, seed, &mut progress), table7(scale, seed, &mut progress), table8(scale, seed, &mut progress)],
-        "t4" => vec![table4(scale, seed, &mut progress)],
-        "t7" => vec![table7(scale, seed, &mut progress)],
-        "t8" => vec![table8(scale, seed, &mut progress)],
-        "ch3" => ch3(scale, seed, &mut progress),
+    let print = |t: kaiso_sim::experiments::Table| println!("{}", t.markdown());
+    match which {
+        "002" => {
+            print(table4(scale, seed, &mut progress));
+            print(table7(scale, seed, &mut progress));
+            print(table8(scale, seed, &mut progress));
+        }
+        "t4" => print(table4(scale, seed, &mut progress)),
+        "t7" => print(table7(scale, seed, &mut progress)),
+        "t8" => print(table8(scale, seed, &mut progress)),
+        "ch3" => ch3(scale, seed, &mut progress).into_iter().for_each(print),
         other => {
             eprintln!("unknown experiment {other:?}: 002, t4, t7, t8 or ch3");
             std::process::exit(2);
         }
-    };
-    for t in tables {
-        println!("{}", t.markdown());
     }
     eprintln!("took {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -236,7 +236,10 @@ impl Mounted {
         while !is_mounted(path) {
             if let Some(st) = m.child.try_wait()? {
                 let log = fs::read_to_string(log).unwrap_or_default();
-                bail!("{name} exited ({st}) before mounting {}:\n{log}", path.display());
+                bail!(
+                    "{name} exited ({st}) before mounting {}:\n{log}",
+                    path.display()
+                );
             }
             if Instant::now() > deadline {
                 bail!("{name} did not mount {} within 30 s", path.display());
@@ -275,8 +278,15 @@ struct BenchTier<'a> {
 
 fn write_config(path: &Path, state: &Path, tiers: &[BenchTier], mover_ms: u64) -> Result<()> {
     let mut s = String::new();
-    writeln!(s, "[store]\nstate_dir = {:?}\n", state.display().to_string())?;
-    writeln!(s, "[store.mover]\ninterval_ms = {mover_ms}\nmax_rate = \"1GiB\"")?;
+    writeln!(
+        s,
+        "[store]\nstate_dir = {:?}\n",
+        state.display().to_string()
+    )?;
+    writeln!(
+        s,
+        "[store.mover]\ninterval_ms = {mover_ms}\nmax_rate = \"1GiB\""
+    )?;
     for t in tiers {
         writeln!(
             s,
@@ -322,9 +332,13 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     if Command::new("fio").arg("--version").output().is_err() {
         bail!("fio is not installed (apt-get install fio; scripts/install-deps.sh does it)");
     }
-    let size = args.size.unwrap_or(if args.quick { 256 * MIB } else { 1 << 30 });
+    let size = args
+        .size
+        .unwrap_or(if args.quick { 256 * MIB } else { 1 << 30 });
     let runtime = args.runtime.unwrap_or(if args.quick { 5 } else { 15 });
-    let files = args.files.unwrap_or(if args.quick { 10_000 } else { 100_000 });
+    let files = args
+        .files
+        .unwrap_or(if args.quick { 10_000 } else { 100_000 });
     let t0 = work.sub("tier0")?;
     let t1 = work.sub("tier1")?;
     let host_free = free_bytes(&t0)?;
@@ -332,22 +346,44 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     println!(
         "data path: fio file {} MiB, random reads {runtime} s, metadata {files} files, {}",
         size / MIB,
-        if args.direct { "O_DIRECT" } else { "buffered, warm page cache" }
+        if args.direct {
+            "O_DIRECT"
+        } else {
+            "buffered, warm page cache"
+        }
     );
 
     let mut rows: Vec<(&str, Figures)> = Vec::new();
     let native_dir = work.sub("tier0/native")?;
-    rows.push(("native", measure_target("native", &native_dir, size, runtime, files, args)?));
+    rows.push((
+        "native",
+        measure_target("native", &native_dir, size, runtime, files, args)?,
+    ));
 
     {
         let tiers = [
-            BenchTier { name: "t0", path: &t0, capacity: cap, device: None, watermarks: None },
-            BenchTier { name: "t1", path: &t1, capacity: cap, device: None, watermarks: None },
+            BenchTier {
+                name: "t0",
+                path: &t0,
+                capacity: cap,
+                device: None,
+                watermarks: None,
+            },
+            BenchTier {
+                name: "t1",
+                path: &t1,
+                capacity: cap,
+                device: None,
+                watermarks: None,
+            },
         ];
         let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
         let dir = m.path.join("kaiso");
         fs::create_dir_all(&dir)?;
-        rows.push(("kaiso", measure_target("kaiso", &dir, size, runtime, files, args)?));
+        rows.push((
+            "kaiso",
+            measure_target("kaiso", &dir, size, runtime, files, args)?,
+        ));
     }
 
     if !args.no_mergerfs {
@@ -358,13 +394,20 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             let mut cmd = Command::new("mergerfs");
             // Foreground; new files on the first branch like kaiso's fastest-with-room;
             // page cache on, as mergerfs recommends for performance.
-            cmd.args(["-f", "-o", "cache.files=partial,category.create=ff,fsname=mergerfs-bench"])
-                .arg(format!("{}:{}", t0.display(), t1.display()))
-                .arg(&mnt);
+            cmd.args([
+                "-f",
+                "-o",
+                "cache.files=partial,category.create=ff,fsname=mergerfs-bench",
+            ])
+            .arg(format!("{}:{}", t0.display(), t1.display()))
+            .arg(&mnt);
             let m = Mounted::start("mergerfs", cmd, &mnt, &work.root.join("mergerfs.log"))?;
             let dir = m.path.join("mergerfs");
             fs::create_dir_all(&dir)?;
-            rows.push(("mergerfs", measure_target("mergerfs", &dir, size, runtime, files, args)?));
+            rows.push((
+                "mergerfs",
+                measure_target("mergerfs", &dir, size, runtime, files, args)?,
+            ));
         }
     }
 
@@ -372,21 +415,33 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let mut t = String::new();
     writeln!(
         t,
-        "{:<10} {:>14} {:>14} {:>16} {:>12} {:>12} {:>12}",
-        "target", "seq write MiB/s", "seq read MiB/s", "rand 4K read IOPS", "create/s", "stat/s", "unlink/s"
+        "{:<12} {:>14} {:>14} {:>16} {:>12} {:>12} {:>12}",
+        "target",
+        "seq write MiB/s",
+        "seq read MiB/s",
+        "rand 4K read IOPS",
+        "create/s",
+        "stat/s",
+        "unlink/s"
     )?;
     for (name, f) in &rows {
         writeln!(
             t,
-            "{:<10} {:>14.0} {:>14.0} {:>16.0} {:>12.0} {:>12.0} {:>12.0}",
-            name, f.seq_write_mibs, f.seq_read_mibs, f.rand_read_iops, f.create_per_s, f.stat_per_s, f.unlink_per_s
+            "{:<12} {:>14.0} {:>14.0} {:>16.0} {:>12.0} {:>12.0} {:>12.0}",
+            name,
+            f.seq_write_mibs,
+            f.seq_read_mibs,
+            f.rand_read_iops,
+            f.create_per_s,
+            f.stat_per_s,
+            f.unlink_per_s
         )?;
     }
     for (name, f) in rows.iter().skip(1) {
         let r = |a: f64, b: f64| if b > 0.0 { 100.0 * a / b } else { 0.0 };
         writeln!(
             t,
-            "{:<10} {:>13.0}% {:>13.0}% {:>15.0}% {:>11.0}% {:>11.0}% {:>11.0}%",
+            "{:<12} {:>13.0}% {:>13.0}% {:>15.0}% {:>11.0}% {:>11.0}% {:>11.0}%",
             format!("{name}/nat"),
             r(f.seq_write_mibs, native.seq_write_mibs),
             r(f.seq_read_mibs, native.seq_read_mibs),
@@ -405,12 +460,23 @@ fn free_bytes(p: &Path) -> Result<u64> {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())?;
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } != 0 {
-        bail!("statvfs {}: {}", p.display(), std::io::Error::last_os_error());
+        bail!(
+            "statvfs {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(sv.f_bavail * sv.f_frsize)
 }
 
-fn measure_target(name: &str, dir: &Path, size: u64, runtime: u64, files: u64, args: &Args) -> Result<Figures> {
+fn measure_target(
+    name: &str,
+    dir: &Path,
+    size: u64,
+    runtime: u64,
+    files: u64,
+    args: &Args,
+) -> Result<Figures> {
     println!("-- {name}: {}", dir.display());
     let file = dir.join("fio.dat");
     let mut f = Figures::default();
@@ -439,7 +505,14 @@ struct FioResult {
     write_bw: f64,
 }
 
-fn fio(file: &Path, rw: &str, bs: &str, size: u64, runtime: Option<u64>, direct: bool) -> Result<FioResult> {
+fn fio(
+    file: &Path,
+    rw: &str,
+    bs: &str,
+    size: u64,
+    runtime: Option<u64>,
+    direct: bool,
+) -> Result<FioResult> {
     check_interrupt()?;
     let mut cmd = Command::new("fio");
     cmd.arg("--name=kaiso-bench")
@@ -622,7 +695,12 @@ struct LatStats {
 
 fn stats(mut v: Vec<f64>) -> LatStats {
     if v.is_empty() {
-        return LatStats { n: 0, mean: 0.0, p50: 0.0, p99: 0.0 };
+        return LatStats {
+            n: 0,
+            mean: 0.0,
+            p50: 0.0,
+            p99: 0.0,
+        };
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -654,7 +732,9 @@ fn write_data_set(dir: &Path, n: usize, size: u64, seed: u64) -> Result<Vec<Stri
 }
 
 fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
-    let data = args.tier_data.unwrap_or(if args.quick { 160 * MIB } else { 512 * MIB });
+    let data = args
+        .tier_data
+        .unwrap_or(if args.quick { 160 * MIB } else { 512 * MIB });
     let warmup = args.warmup.unwrap_or(if args.quick { 25 } else { 60 });
     let measure = args.measure.unwrap_or(if args.quick { 8 } else { 20 });
     let fsize = args.tier_file_size.max(4096);
@@ -687,7 +767,11 @@ fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
             while t.elapsed() < Duration::from_secs(warm) {
                 let l = stats(w.run_for(1)?);
                 if last.elapsed() >= Duration::from_secs(5) {
-                    println!("   {tag} warm-up {:>3} s: mean {:.0} us", t.elapsed().as_secs(), l.mean);
+                    println!(
+                        "   {tag} warm-up {:>3} s: mean {:.0} us",
+                        t.elapsed().as_secs(),
+                        l.mean
+                    );
                     last = Instant::now();
                 }
             }
@@ -702,28 +786,68 @@ fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
     };
     let all_fast = run(
         "all-fast",
-        &[BenchTier { name: "fast", path: &slow, capacity: big, device: None, watermarks: None }],
+        &[BenchTier {
+            name: "fast",
+            path: &slow,
+            capacity: big,
+            device: None,
+            watermarks: None,
+        }],
         warmup.min(5),
     )?;
     let all_slow = run(
         "all-slow",
-        &[BenchTier { name: "slow", path: &slow, capacity: big, device: Some(&args.slow_device), watermarks: None }],
+        &[BenchTier {
+            name: "slow",
+            path: &slow,
+            capacity: big,
+            device: Some(&args.slow_device),
+            watermarks: None,
+        }],
         warmup.min(5),
     )?;
     let tiered = run(
         "tiered",
         &[
-            BenchTier { name: "fast", path: &fast, capacity: fast_cap, device: None, watermarks: Some((0.8, 0.95)) },
-            BenchTier { name: "slow", path: &slow, capacity: big, device: Some(&args.slow_device), watermarks: None },
+            BenchTier {
+                name: "fast",
+                path: &fast,
+                capacity: fast_cap,
+                device: None,
+                watermarks: Some((0.8, 0.95)),
+            },
+            BenchTier {
+                name: "slow",
+                path: &slow,
+                capacity: big,
+                device: Some(&args.slow_device),
+                watermarks: None,
+            },
         ],
         warmup,
     )?;
     let on_fast = count_files(&fast);
     let mut t = String::new();
-    writeln!(t, "\ntiering benefit (mean read latency after warm-up, {} KiB reads):", args.read_size / 1024)?;
-    writeln!(t, "{:<24} {:>10} {:>10} {:>10} {:>8}", "configuration", "mean us", "p50 us", "p99 us", "reads")?;
-    for (name, s) in [("all on fast tier", &all_fast), ("tiered (fast 10%)", &tiered), ("all on emulated slow", &all_slow)] {
-        writeln!(t, "{:<24} {:>10.0} {:>10.0} {:>10.0} {:>8}", name, s.mean, s.p50, s.p99, s.n)?;
+    writeln!(
+        t,
+        "\ntiering benefit (mean read latency after warm-up, {} KiB reads):",
+        args.read_size / 1024
+    )?;
+    writeln!(
+        t,
+        "{:<24} {:>10} {:>10} {:>10} {:>8}",
+        "configuration", "mean us", "p50 us", "p99 us", "reads"
+    )?;
+    for (name, s) in [
+        ("all on fast tier", &all_fast),
+        ("tiered (fast 10%)", &tiered),
+        ("all on emulated slow", &all_slow),
+    ] {
+        writeln!(
+            t,
+            "{:<24} {:>10.0} {:>10.0} {:>10.0} {:>8}",
+            name, s.mean, s.p50, s.p99, s.n
+        )?;
     }
     writeln!(
         t,

@@ -76,7 +76,11 @@ pub fn run(a: Args) -> Result<()> {
             c.ours_mreq_s,
             c.peer_mreq_s,
             c.ours_mreq_s / c.peer_mreq_s.max(1e-9),
-            if c.agrees() { "" } else { "  DISAGREES" }
+            match (c.excluded, c.diff() <= TOLERANCE) {
+                (Some(_), _) => "  (excluded: libCacheSim limitation, see below)",
+                (None, true) => "",
+                (None, false) => "  DISAGREES",
+            }
         );
     }
     println!("\nreplay speed by policy (geometric mean over traces and sizes, Mreq/s):");
@@ -90,7 +94,11 @@ pub fn run(a: Args) -> Result<()> {
         println!("  {p:<7} ours {o:6.2}  libCacheSim {l:6.2}  ratio {:.2}×", o / l);
     }
     let bad = all.iter().filter(|c| !c.agrees()).count();
-    println!("\n{} of {} points agree within {:.1} pp", all.len() - bad, all.len(), TOLERANCE * 100.0);
+    let excluded = all.iter().filter(|c| c.excluded.is_some()).count();
+    println!("\n{} of {} points agree within {:.1} pp; {excluded} excluded", all.len() - bad - excluded, all.len() - excluded, TOLERANCE * 100.0);
+    if excluded > 0 {
+        println!("excluded: {}", validate::LIRS_SMALL_CACHE);
+    }
     if a.out.is_some() {
         kaiso_sim::report::write_json(&dir.join("comparison.json"), &all)?;
     } else {

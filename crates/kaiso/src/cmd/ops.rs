@@ -72,7 +72,7 @@ fn kaiso_mounts() -> Vec<KaisoMount> {
             let mut post = post.split(' ');
             let fstype = post.next()?;
             let source = post.next()?;
-            if fstype != "fuse.kaiso" {
+            if !fstype.starts_with("fuse") || !source.starts_with("kaiso:") {
                 return None;
             }
             let mp = pre.split(' ').nth(4)?;

@@ -374,13 +374,14 @@ fn generate(a: GenerateArgs) -> Result<()> {
         "kaiso" => {
             use std::io::Write;
             let mut w = std::io::BufWriter::new(file);
-            writeln!(w, "# kaiso-trace v1")?;
+            // docs/dev/trace-format.md v1; generated records have no path or known size.
+            writeln!(w, "#kaiso-trace v1\n#fields t_ns op object offset len size path")?;
             for r in records {
                 let op = match r.op {
                     kaiso_policy::Op::Write => "write",
                     _ => "read",
                 };
-                writeln!(w, "{} {op} {} {} {}", r.time, r.object, r.offset, r.len)?;
+                writeln!(w, "{} {op} {} {} {} {} ", r.time, r.object, r.offset, r.len, r.offset + r.len)?;
             }
             w.flush()?;
         }

@@ -150,7 +150,10 @@ pub const UNLIMITED: u64 = 1 << 40;
 
 pub fn config_text(spec: &StoreSpec, state_dir: &Path, tier_dirs: &[PathBuf]) -> String {
     let mut s = String::from("[store]\n");
-    s.push_str(&format!("state_dir = {}\n", toml_str(&state_dir.to_string_lossy())));
+    s.push_str(&format!(
+        "state_dir = {}\n",
+        toml_str(&state_dir.to_string_lossy())
+    ));
     s.push_str(&format!("allow_other = {}\n", spec.allow_other));
     s.push_str(&spec.extra_toml);
     if let Some(ms) = spec.mover_interval_ms {
@@ -160,7 +163,10 @@ pub fn config_text(spec: &StoreSpec, state_dir: &Path, tier_dirs: &[PathBuf]) ->
         s.push_str("\n[[tier]]\n");
         s.push_str(&format!("name = {}\n", toml_str(&tier.name)));
         s.push_str(&format!("path = {}\n", toml_str(&dir.to_string_lossy())));
-        s.push_str(&format!("capacity = {}\n", tier.capacity.unwrap_or(UNLIMITED)));
+        s.push_str(&format!(
+            "capacity = {}\n",
+            tier.capacity.unwrap_or(UNLIMITED)
+        ));
         if let Some(h) = tier.high_watermark {
             s.push_str(&format!("high_watermark = {h}\n"));
         }
@@ -276,7 +282,10 @@ impl Store {
             .arg("mount")
             .arg(&self.config)
             .arg(mountpoint)
-            .env("KAISO_LOG", std::env::var("KAISO_LOG").unwrap_or("warn".into()))
+            .env(
+                "KAISO_LOG",
+                std::env::var("KAISO_LOG").unwrap_or("warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(logf.try_clone().map_err(|e| e.to_string())?)
             .stderr(logf)
@@ -292,7 +301,11 @@ impl Store {
             if is_mounted(mountpoint) {
                 return Ok(mount);
             }
-            if let Some(status) = mount.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = mount
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 mount.child = None;
                 return Err(format!(
                     "kaiso mount exited ({status}) before mounting:\n{}",

@@ -57,8 +57,9 @@ impl Env<'_> {
             let m = mount.take().expect("mounted");
             let status = m.unmount();
             if !status.success() {
-                self.exit_failures
-                    .push(format!("daemon exited with {status} on a remount's unmount"));
+                self.exit_failures.push(format!(
+                    "daemon exited with {status} on a remount's unmount"
+                ));
             }
             *mount = Some(store.mount());
         }
@@ -162,7 +163,10 @@ pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
         .filter(|(_, t)| t.len() > 1)
         .map(|(f, t)| format!("{f} on tiers {t:?}"))
         .collect();
-    assert!(dup.is_empty(), "case {name}: names on more than one tier: {dup:?}");
+    assert!(
+        dup.is_empty(),
+        "case {name}: names on more than one tier: {dup:?}"
+    );
     // The daemon's exit status on unmount is asserted by faults.rs
     // (`unmount_exits_cleanly`); here it is only reported.
     if !exit_failures.is_empty() {
@@ -175,7 +179,10 @@ fn m_log(store: &Store) -> String {
     let mut logs: Vec<PathBuf> = fs::read_dir(&store.root)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    logs.retain(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("mount-")));
+    logs.retain(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("mount-"))
+    });
     logs.sort();
     logs.iter()
         .map(|p| fs::read_to_string(p).unwrap_or_default())
@@ -323,7 +330,12 @@ pub fn kind_mode(st: &libc::stat) -> String {
 
 pub fn lstat_desc(p: &Path) -> String {
     match common::lstat(p) {
-        Ok(st) => format!("{} size={} nlink={}", kind_mode(&st), st.st_size, st.st_nlink),
+        Ok(st) => format!(
+            "{} size={} nlink={}",
+            kind_mode(&st),
+            st.st_size,
+            st.st_nlink
+        ),
         Err(e) => e,
     }
 }

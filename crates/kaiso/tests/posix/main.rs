@@ -68,7 +68,10 @@ posix_case!(fallocate_and_punch_hole, NONE);
 posix_case!(fsync_family, NONE);
 posix_case!(o_append_shared, NONE);
 posix_case!(readdir_while_changing, NONE);
-posix_case!(mmap_read_write, &[(1, "m", b"seeded content for mmap on tier one")]);
+posix_case!(
+    mmap_read_write,
+    &[(1, "m", b"seeded content for mmap on tier one")]
+);
 posix_case!(flock_and_fcntl_locks, NONE);
 posix_case!(
     stable_inodes_across_remount,
@@ -128,15 +131,27 @@ mod cases {
             open_rc(&f, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644),
             "EEXIST",
         );
-        r.want("O_CREAT on existing keeps data", {
-            let _fd = open(&f, libc::O_CREAT | libc::O_WRONLY, 0o600).unwrap();
-            content(&f)
-        }, "\"hello\"");
-        r.want("mode unchanged by O_CREAT of existing", lstat_desc(&f), "file 640 size=5 nlink=1");
+        r.want(
+            "O_CREAT on existing keeps data",
+            {
+                let _fd = open(&f, libc::O_CREAT | libc::O_WRONLY, 0o600).unwrap();
+                content(&f)
+            },
+            "\"hello\"",
+        );
+        r.want(
+            "mode unchanged by O_CREAT of existing",
+            lstat_desc(&f),
+            "file 640 size=5 nlink=1",
+        );
         let fd = open(&f, libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
         r.want("O_TRUNC size", fstat(&fd).st_size, 0);
         drop(fd);
-        r.want("open missing", open_rc(&e.p("missing"), libc::O_RDONLY, 0), "ENOENT");
+        r.want(
+            "open missing",
+            open_rc(&e.p("missing"), libc::O_RDONLY, 0),
+            "ENOENT",
+        );
         r.want(
             "create in missing dir",
             open_rc(&e.p("nodir/f"), libc::O_CREAT | libc::O_WRONLY, 0o644),
@@ -157,7 +172,11 @@ mod cases {
         std::os::unix::fs::symlink("dangling-target", e.p("dangling")).unwrap();
         r.want(
             "O_EXCL on dangling symlink",
-            open_rc(&e.p("dangling"), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o644),
+            open_rc(
+                &e.p("dangling"),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                0o644,
+            ),
             "EEXIST",
         );
         r.want(
@@ -165,14 +184,22 @@ mod cases {
             open_rc(&e.p("dangling"), libc::O_CREAT | libc::O_WRONLY, 0o644),
             "OK",
         );
-        r.want("dangling target now exists", lstat_desc(&e.p("dangling-target")), "file 644 size=0 nlink=1");
+        r.want(
+            "dangling target now exists",
+            lstat_desc(&e.p("dangling-target")),
+            "file 644 size=0 nlink=1",
+        );
         r.want(
             "O_DIRECTORY on a file",
             open_rc(&f, libc::O_RDONLY | libc::O_DIRECTORY, 0),
             "ENOTDIR",
         );
         fs::create_dir(e.p("d")).unwrap();
-        r.want("open dir for writing", open_rc(&e.p("d"), libc::O_WRONLY, 0), "EISDIR");
+        r.want(
+            "open dir for writing",
+            open_rc(&e.p("d"), libc::O_WRONLY, 0),
+            "EISDIR",
+        );
         r.want(
             "O_CREAT on existing dir",
             open_rc(&e.p("d"), libc::O_CREAT | libc::O_RDONLY, 0o644),
@@ -193,13 +220,25 @@ mod cases {
     pub fn o_tmpfile(e: &mut Env, r: &mut Rec) {
         fs::create_dir(e.p("d")).unwrap();
         let tmp = open(&e.p("d"), libc::O_TMPFILE | libc::O_RDWR, 0o600);
-        r.want("O_TMPFILE", tmp.as_ref().map(|_| "OK".to_string()).unwrap_or_else(|e| e.clone()), "OK");
+        r.want(
+            "O_TMPFILE",
+            tmp.as_ref()
+                .map(|_| "OK".to_string())
+                .unwrap_or_else(|e| e.clone()),
+            "OK",
+        );
         let Ok(fd) = tmp else { return };
         r.want("write", write(&fd, b"anon"), "4");
         r.want("invisible", fs::read_dir(e.p("d")).unwrap().count(), 0);
         let proc_path = CString::new(format!("/proc/self/fd/{}", fd.0)).unwrap();
         let ret = unsafe {
-            libc::linkat(libc::AT_FDCWD, proc_path.as_ptr(), libc::AT_FDCWD, e.c("d/named").as_ptr(), libc::AT_SYMLINK_FOLLOW)
+            libc::linkat(
+                libc::AT_FDCWD,
+                proc_path.as_ptr(),
+                libc::AT_FDCWD,
+                e.c("d/named").as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
         };
         r.want("link it in", rc(ret), "OK");
         r.want("named content", content(&e.p("d/named")), "\"anon\"");
@@ -213,7 +252,11 @@ mod cases {
         r.want("mkdir missing parent", mk(&e.p("x/y"), 0o755), "ENOENT");
         r.want("mkdir nested", mk(&e.p("d/s1"), 0o755), "OK");
         r.want("mkdir nested 2", mk(&e.p("d/s2"), 0o755), "OK");
-        r.want("dir nlink counts subdirs", lstat(&e.p("d")).unwrap().st_nlink, 4);
+        r.want(
+            "dir nlink counts subdirs",
+            lstat(&e.p("d")).unwrap().st_nlink,
+            4,
+        );
         write_file(&e.p("d/s1/f"), b"f");
         let rm = |p: &Path| rc(unsafe { libc::rmdir(cstr(p).as_ptr()) });
         r.want("rmdir non-empty", rm(&e.p("d/s1")), "ENOTEMPTY");
@@ -245,15 +288,27 @@ mod cases {
         let fd = open(&e.p("g"), libc::O_RDWR, 0).unwrap();
         r.want("unlink open file", ul(&e.p("g")), "OK");
         r.want("name gone", lstat_desc(&e.p("g")), "ENOENT");
-        r.want("read via fd", String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()), "still here");
+        r.want(
+            "read via fd",
+            String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()),
+            "still here",
+        );
         r.want("write via fd", pwrite(&fd, b"!", 10), "1");
-        r.want("read again", String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()), "still here!");
+        r.want(
+            "read again",
+            String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()),
+            "still here!",
+        );
         r.want("fstat nlink", fstat(&fd).st_nlink, 0);
         r.want("fstat size", fstat(&fd).st_size, 11);
         // A new file may take the name while the old one is still open.
         write_file(&e.p("g"), b"new");
         r.want("new g", content(&e.p("g")), "\"new\"");
-        r.want("old fd unaffected", String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()), "still here!");
+        r.want(
+            "old fd unaffected",
+            String::from_utf8_lossy(&pread(&fd, 100, 0).unwrap()),
+            "still here!",
+        );
         drop(fd);
         let listing: Vec<String> = {
             let mut v: Vec<String> = fs::read_dir(e.p(""))
@@ -302,13 +357,25 @@ mod cases {
         r.want("file over dir", rename(e, "b", "d2"), "EISDIR");
         r.want("dir over file", rename(e, "d2", "b"), "ENOTDIR");
         r.want("dir over non-empty dir", rename(e, "d2", "d3"), "ENOTEMPTY");
-        r.want("dir into own subdir", rename(e, "d1", "d1/sub/in"), "EINVAL");
+        r.want(
+            "dir into own subdir",
+            rename(e, "d1", "d1/sub/in"),
+            "EINVAL",
+        );
         r.want("dir over empty dir", rename(e, "d1", "d2"), "OK");
-        r.want("moved subtree", kind_mode(&lstat(&e.p("d2/sub")).unwrap()), "dir 755");
+        r.want(
+            "moved subtree",
+            kind_mode(&lstat(&e.p("d2/sub")).unwrap()),
+            "dir 755",
+        );
         r.want("d1 gone", lstat_desc(&e.p("d1")), "ENOENT");
         r.want("file into dir", rename(e, "b", "d2/sub/b"), "OK");
         r.want("content after move", content(&e.p("d2/sub/b")), "\"A\"");
-        r.want("missing target dir", rename(e, "d2/sub/b", "zz/b"), "ENOENT");
+        r.want(
+            "missing target dir",
+            rename(e, "d2/sub/b", "zz/b"),
+            "ENOENT",
+        );
         r.want("rename dir with files", rename(e, "d3", "d4"), "OK");
         r.want("file in renamed dir", content(&e.p("d4/x")), "\"x\"");
         // An open file keeps working across a rename of its name.
@@ -327,10 +394,18 @@ mod cases {
         r.want("d/c", content(&e.p("d/c")), "\"on tier two\"");
         r.want("rename dir spanning tiers", rename(e, "d", "renamed"), "OK");
         for f in ["renamed/x", "renamed/y", "renamed/c", "renamed/sub/z"] {
-            r.want(&format!("{f} readable"), content(&e.p(f)).starts_with('"'), true);
+            r.want(
+                &format!("{f} readable"),
+                content(&e.p(f)).starts_with('"'),
+                true,
+            );
         }
         r.want("old dir gone", lstat_desc(&e.p("d")), "ENOENT");
-        r.want("dir over non-empty dir on another tier", rename(e, "renamed", "e"), "ENOTEMPTY");
+        r.want(
+            "dir over non-empty dir on another tier",
+            rename(e, "renamed", "e"),
+            "ENOTEMPTY",
+        );
         fs::remove_file(e.p("e/keep")).unwrap();
         r.want("dir over emptied dir", rename(e, "renamed", "e"), "OK");
         r.want("e/sub/z", content(&e.p("e/sub/z")), "\"z on t2\"");
@@ -339,7 +414,11 @@ mod cases {
             .map(|x| x.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        r.want("listing", format!("{names:?}"), "[\"c\", \"sub\", \"x\", \"y\"]");
+        r.want(
+            "listing",
+            format!("{names:?}"),
+            "[\"c\", \"sub\", \"x\", \"y\"]",
+        );
         // Create a new file (fastest tier) and rename it over one on the slowest tier.
         write_file(&e.p("fresh"), b"fresh");
         r.want("new over t2", rename(e, "fresh", "e/sub/z"), "OK");
@@ -349,40 +428,73 @@ mod cases {
 
     pub fn renameat2_noreplace(e: &mut Env, r: &mut Rec) {
         let f = libc::RENAME_NOREPLACE;
-        r.want("noreplace onto existing", renameat2(e, "a", "b", f), "EEXIST");
+        r.want(
+            "noreplace onto existing",
+            renameat2(e, "a", "b", f),
+            "EEXIST",
+        );
         r.want("a intact", content(&e.p("a")), "\"alpha\"");
         r.want("b intact", content(&e.p("b")), "\"beta\"");
         r.want("noreplace onto free name", renameat2(e, "a", "c", f), "OK");
         r.want("c", content(&e.p("c")), "\"alpha\"");
         r.want("a gone", lstat_desc(&e.p("a")), "ENOENT");
         fs::create_dir(e.p("d")).unwrap();
-        r.want("noreplace dir onto file", renameat2(e, "d", "b", f), "EEXIST");
-        r.want("noreplace flags invalid", renameat2(e, "b", "q", 0x80), "EINVAL");
+        r.want(
+            "noreplace dir onto file",
+            renameat2(e, "d", "b", f),
+            "EEXIST",
+        );
+        r.want(
+            "noreplace flags invalid",
+            renameat2(e, "b", "q", 0x80),
+            "EINVAL",
+        );
     }
 
     pub fn renameat2_exchange(e: &mut Env, r: &mut Rec) {
         let x = libc::RENAME_EXCHANGE;
-        r.want("exchange files on t0 and t2", renameat2(e, "a", "b", x), "OK");
+        r.want(
+            "exchange files on t0 and t2",
+            renameat2(e, "a", "b", x),
+            "OK",
+        );
         r.want("a now beta", content(&e.p("a")), "\"beta on t2\"");
         r.want("b now alpha", content(&e.p("b")), "\"alpha on t0\"");
         r.want("exchange file and dir", renameat2(e, "a", "dir", x), "OK");
-        r.want("a is a dir", kind_mode(&lstat(&e.p("a")).unwrap()), "dir 755");
+        r.want(
+            "a is a dir",
+            kind_mode(&lstat(&e.p("a")).unwrap()),
+            "dir 755",
+        );
         r.want("a/inside", content(&e.p("a/inside")), "\"in dir on t1\"");
         r.want("dir is the file", content(&e.p("dir")), "\"beta on t2\"");
-        r.want("exchange with missing", renameat2(e, "b", "missing", x), "ENOENT");
+        r.want(
+            "exchange with missing",
+            renameat2(e, "b", "missing", x),
+            "ENOENT",
+        );
         r.want(
             "exchange|noreplace",
             renameat2(e, "b", "dir", x | libc::RENAME_NOREPLACE),
             "EINVAL",
         );
-        r.want("exchange across dirs", renameat2(e, "b", "a/inside", x), "OK");
+        r.want(
+            "exchange across dirs",
+            renameat2(e, "b", "a/inside", x),
+            "OK",
+        );
         r.want("b", content(&e.p("b")), "\"in dir on t1\"");
         r.want("a/inside", content(&e.p("a/inside")), "\"alpha on t0\"");
-        r.want("exchange dir into own child", renameat2(e, "a", "a/inside", x), "EINVAL");
+        r.want(
+            "exchange dir into own child",
+            renameat2(e, "a", "a/inside", x),
+            "EINVAL",
+        );
     }
 
     pub fn hard_links(e: &mut Env, r: &mut Rec) {
-        let link = |a: &Path, b: &Path| rc(unsafe { libc::link(cstr(a).as_ptr(), cstr(b).as_ptr()) });
+        let link =
+            |a: &Path, b: &Path| rc(unsafe { libc::link(cstr(a).as_ptr(), cstr(b).as_ptr()) });
         write_file(&e.p("f"), b"one");
         r.want("link", link(&e.p("f"), &e.p("g")), "OK");
         let (sf, sg) = (lstat(&e.p("f")).unwrap(), lstat(&e.p("g")).unwrap());
@@ -402,9 +514,17 @@ mod cases {
         r.want("rename a link", rename(e, "g", "g2"), "OK");
         r.want("still linked", lstat(&e.p("dir/h")).unwrap().st_nlink, 2);
         // A seeded file on tier one linked into a directory created on tier zero.
-        r.want("link across tiers", link(&e.p("t1file"), &e.p("dir/t1link")), "OK");
+        r.want(
+            "link across tiers",
+            link(&e.p("t1file"), &e.p("dir/t1link")),
+            "OK",
+        );
         write_file(&e.p("dir/t1link"), b"changed via the link");
-        r.want("shared data", content(&e.p("t1file")), "\"changed via the link\"");
+        r.want(
+            "shared data",
+            content(&e.p("t1file")),
+            "\"changed via the link\"",
+        );
         r.want(
             "same inode across dirs",
             lstat(&e.p("t1file")).unwrap().st_ino == lstat(&e.p("dir/t1link")).unwrap().st_ino,
@@ -412,28 +532,62 @@ mod cases {
         );
         // Links survive a remount with their count.
         e.remount();
-        r.want("nlink after remount", lstat(&e.p("t1file")).unwrap().st_nlink, 2);
+        r.want(
+            "nlink after remount",
+            lstat(&e.p("t1file")).unwrap().st_nlink,
+            2,
+        );
         r.want(
             "same inode after remount",
             lstat(&e.p("t1file")).unwrap().st_ino == lstat(&e.p("dir/t1link")).unwrap().st_ino,
             true,
         );
-        r.want("g2 nlink after remount", lstat(&e.p("g2")).unwrap().st_nlink, 2);
+        r.want(
+            "g2 nlink after remount",
+            lstat(&e.p("g2")).unwrap().st_nlink,
+            2,
+        );
     }
 
     pub fn symlinks(e: &mut Env, r: &mut Rec) {
-        let sl = |t: &str, p: &Path| rc(unsafe { libc::symlink(CString::new(t).unwrap().as_ptr(), cstr(p).as_ptr()) });
+        let sl = |t: &str, p: &Path| {
+            rc(unsafe { libc::symlink(CString::new(t).unwrap().as_ptr(), cstr(p).as_ptr()) })
+        };
         write_file(&e.p("target"), b"target data");
         r.want("symlink", sl("target", &e.p("l")), "OK");
-        r.want("lstat", kind_mode(&lstat(&e.p("l")).unwrap()), "symlink 777");
-        r.want("lstat size is target length", lstat(&e.p("l")).unwrap().st_size, 6);
-        r.want("readlink", fs::read_link(e.p("l")).unwrap().display(), "target");
-        r.want("stat follows", stat(&e.p("l")).map(|s| s.st_size).unwrap_or(-1), 11);
+        r.want(
+            "lstat",
+            kind_mode(&lstat(&e.p("l")).unwrap()),
+            "symlink 777",
+        );
+        r.want(
+            "lstat size is target length",
+            lstat(&e.p("l")).unwrap().st_size,
+            6,
+        );
+        r.want(
+            "readlink",
+            fs::read_link(e.p("l")).unwrap().display(),
+            "target",
+        );
+        r.want(
+            "stat follows",
+            stat(&e.p("l")).map(|s| s.st_size).unwrap_or(-1),
+            11,
+        );
         r.want("read through", content(&e.p("l")), "\"target data\"");
         r.want("symlink onto existing", sl("x", &e.p("l")), "EEXIST");
         r.want("dangling", sl("missing", &e.p("dl")), "OK");
-        r.want("open dangling", open_rc(&e.p("dl"), libc::O_RDONLY, 0), "ENOENT");
-        r.want("O_NOFOLLOW", open_rc(&e.p("l"), libc::O_RDONLY | libc::O_NOFOLLOW, 0), "ELOOP");
+        r.want(
+            "open dangling",
+            open_rc(&e.p("dl"), libc::O_RDONLY, 0),
+            "ENOENT",
+        );
+        r.want(
+            "O_NOFOLLOW",
+            open_rc(&e.p("l"), libc::O_RDONLY | libc::O_NOFOLLOW, 0),
+            "ELOOP",
+        );
         let mut buf = [0u8; 64];
         let n = unsafe { libc::readlink(e.c("target").as_ptr(), buf.as_mut_ptr().cast(), 64) };
         r.want("readlink on a file", rc(n as i32), "EINVAL");
@@ -441,27 +595,59 @@ mod cases {
         write_file(&e.p("d/in"), b"in");
         r.want("dir symlink", sl("d", &e.p("dl2")), "OK");
         r.want("traverse", content(&e.p("dl2/in")), "\"in\"");
-        r.want("absolute-looking target kept verbatim", sl("/nonexistent/abs", &e.p("abs")), "OK");
-        r.want("readlink abs", fs::read_link(e.p("abs")).unwrap().display(), "/nonexistent/abs");
+        r.want(
+            "absolute-looking target kept verbatim",
+            sl("/nonexistent/abs", &e.p("abs")),
+            "OK",
+        );
+        r.want(
+            "readlink abs",
+            fs::read_link(e.p("abs")).unwrap().display(),
+            "/nonexistent/abs",
+        );
         r.want("loop", sl("loop2", &e.p("loop1")), "OK");
         r.want("loop 2", sl("loop1", &e.p("loop2")), "OK");
-        r.want("open loop", open_rc(&e.p("loop1"), libc::O_RDONLY, 0), "ELOOP");
+        r.want(
+            "open loop",
+            open_rc(&e.p("loop1"), libc::O_RDONLY, 0),
+            "ELOOP",
+        );
         let long = "t".repeat(1000);
         r.want("long target", sl(&long, &e.p("longl")), "OK");
-        r.want("long readlink", fs::read_link(e.p("longl")).unwrap().as_os_str().len(), 1000);
-        r.want("unlink symlink keeps target", {
-            fs::remove_file(e.p("l")).unwrap();
-            content(&e.p("target"))
-        }, "\"target data\"");
+        r.want(
+            "long readlink",
+            fs::read_link(e.p("longl")).unwrap().as_os_str().len(),
+            1000,
+        );
+        r.want(
+            "unlink symlink keeps target",
+            {
+                fs::remove_file(e.p("l")).unwrap();
+                content(&e.p("target"))
+            },
+            "\"target data\"",
+        );
         e.remount();
-        r.want("symlink after remount", fs::read_link(e.p("dl2")).unwrap().display(), "d");
+        r.want(
+            "symlink after remount",
+            fs::read_link(e.p("dl2")).unwrap().display(),
+            "d",
+        );
     }
 
     use std::ffi::CString;
 
     pub fn mknod_and_fifo(e: &mut Env, r: &mut Rec) {
-        r.want("mkfifo", rc(unsafe { libc::mkfifo(e.c("fifo").as_ptr(), 0o640) }), "OK");
-        r.want("fifo type", kind_mode(&lstat(&e.p("fifo")).unwrap()), "fifo 640");
+        r.want(
+            "mkfifo",
+            rc(unsafe { libc::mkfifo(e.c("fifo").as_ptr(), 0o640) }),
+            "OK",
+        );
+        r.want(
+            "fifo type",
+            kind_mode(&lstat(&e.p("fifo")).unwrap()),
+            "fifo 640",
+        );
         let dev = libc::makedev(1, 3);
         r.want(
             "mknod chardev",
@@ -470,13 +656,21 @@ mod cases {
         );
         let st = lstat(&e.p("null")).unwrap();
         r.want("chardev type", kind_mode(&st), "chardev 600");
-        r.want("rdev", format!("{}:{}", libc::major(st.st_rdev), libc::minor(st.st_rdev)), "1:3");
+        r.want(
+            "rdev",
+            format!("{}:{}", libc::major(st.st_rdev), libc::minor(st.st_rdev)),
+            "1:3",
+        );
         r.want(
             "mknod regular",
             rc(unsafe { libc::mknod(e.c("reg").as_ptr(), libc::S_IFREG | 0o644, 0) }),
             "OK",
         );
-        r.want("regular", lstat_desc(&e.p("reg")), "file 644 size=0 nlink=1");
+        r.want(
+            "regular",
+            lstat_desc(&e.p("reg")),
+            "file 644 size=0 nlink=1",
+        );
         r.want(
             "mknod existing",
             rc(unsafe { libc::mknod(e.c("reg").as_ptr(), libc::S_IFREG | 0o644, 0) }),
@@ -488,25 +682,52 @@ mod cases {
         r.want("fifo write", write(&wr, b"through the pipe"), "16");
         let mut buf = [0u8; 64];
         let n = unsafe { libc::read(rd.0, buf.as_mut_ptr().cast(), 64) };
-        r.want("fifo read", String::from_utf8_lossy(&buf[..n.max(0) as usize]), "through the pipe");
+        r.want(
+            "fifo read",
+            String::from_utf8_lossy(&buf[..n.max(0) as usize]),
+            "through the pipe",
+        );
         r.want("fifo size", lstat(&e.p("fifo")).unwrap().st_size, 0);
         drop((rd, wr));
-        r.want("write to /dev/null node", open(&e.p("null"), libc::O_WRONLY, 0).map(|f| write(&f, b"gone")).unwrap_or_else(|e| e), "4");
+        r.want(
+            "write to /dev/null node",
+            open(&e.p("null"), libc::O_WRONLY, 0)
+                .map(|f| write(&f, b"gone"))
+                .unwrap_or_else(|e| e),
+            "4",
+        );
         e.remount();
-        r.want("fifo after remount", kind_mode(&lstat(&e.p("fifo")).unwrap()), "fifo 640");
+        r.want(
+            "fifo after remount",
+            kind_mode(&lstat(&e.p("fifo")).unwrap()),
+            "fifo 640",
+        );
         let st = lstat(&e.p("null")).unwrap();
-        r.want("rdev after remount", format!("{}:{}", libc::major(st.st_rdev), libc::minor(st.st_rdev)), "1:3");
+        r.want(
+            "rdev after remount",
+            format!("{}:{}", libc::major(st.st_rdev), libc::minor(st.st_rdev)),
+            "1:3",
+        );
     }
 
     fn setx(p: &Path, name: &str, v: &[u8], flags: i32) -> String {
         let n = CString::new(name).unwrap();
-        rc(unsafe { libc::setxattr(cstr(p).as_ptr(), n.as_ptr(), v.as_ptr().cast(), v.len(), flags) })
+        rc(unsafe {
+            libc::setxattr(
+                cstr(p).as_ptr(),
+                n.as_ptr(),
+                v.as_ptr().cast(),
+                v.len(),
+                flags,
+            )
+        })
     }
 
     fn getx(p: &Path, name: &str, size: usize) -> String {
         let n = CString::new(name).unwrap();
         let mut buf = vec![0u8; size];
-        let got = unsafe { libc::getxattr(cstr(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+        let got =
+            unsafe { libc::getxattr(cstr(p).as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
         if got < 0 {
             errno_name(common::errno())
         } else if size == 0 {
@@ -539,20 +760,48 @@ mod cases {
         r.want("get", getx(&f, "user.color", 64), "blue");
         r.want("size query", getx(&f, "user.color", 0), "size 4");
         r.want("small buffer", getx(&f, "user.color", 2), "ERANGE");
-        r.want("create existing", setx(&f, "user.color", b"red", libc::XATTR_CREATE), "EEXIST");
-        r.want("replace missing", setx(&f, "user.shape", b"round", libc::XATTR_REPLACE), "ENODATA");
-        r.want("replace", setx(&f, "user.color", b"green", libc::XATTR_REPLACE), "OK");
+        r.want(
+            "create existing",
+            setx(&f, "user.color", b"red", libc::XATTR_CREATE),
+            "EEXIST",
+        );
+        r.want(
+            "replace missing",
+            setx(&f, "user.shape", b"round", libc::XATTR_REPLACE),
+            "ENODATA",
+        );
+        r.want(
+            "replace",
+            setx(&f, "user.color", b"green", libc::XATTR_REPLACE),
+            "OK",
+        );
         r.want("get replaced", getx(&f, "user.color", 64), "green");
         r.want("empty value", setx(&f, "user.empty", b"", 0), "OK");
         r.want("get empty", getx(&f, "user.empty", 0), "size 0");
-        r.want("binary value", setx(&f, "user.bin", &[0, 1, 2, 255], 0), "OK");
+        r.want(
+            "binary value",
+            setx(&f, "user.bin", &[0, 1, 2, 255], 0),
+            "OK",
+        );
         r.want("list", listx(&f), "user.bin,user.color,user.empty");
         r.want("missing", getx(&f, "user.none", 64), "ENODATA");
         let n = CString::new("user.empty").unwrap();
-        r.want("remove", rc(unsafe { libc::removexattr(cstr(&f).as_ptr(), n.as_ptr()) }), "OK");
-        r.want("remove again", rc(unsafe { libc::removexattr(cstr(&f).as_ptr(), n.as_ptr()) }), "ENODATA");
+        r.want(
+            "remove",
+            rc(unsafe { libc::removexattr(cstr(&f).as_ptr(), n.as_ptr()) }),
+            "OK",
+        );
+        r.want(
+            "remove again",
+            rc(unsafe { libc::removexattr(cstr(&f).as_ptr(), n.as_ptr()) }),
+            "ENODATA",
+        );
         r.want("list after remove", listx(&f), "user.bin,user.color");
-        r.want("unknown namespace", setx(&f, "bogus.name", b"v", 0), "EOPNOTSUPP");
+        r.want(
+            "unknown namespace",
+            setx(&f, "bogus.name", b"v", 0),
+            "EOPNOTSUPP",
+        );
         let big = vec![b'v'; 4000];
         r.want("4000-byte value", setx(&f, "user.big", &big, 0), "OK");
         r.want("big size", getx(&f, "user.big", 0), "size 4000");
@@ -563,22 +812,40 @@ mod cases {
         let n = CString::new("user.l").unwrap();
         r.want(
             "user xattr on a symlink itself",
-            rc(unsafe { libc::lsetxattr(e.c("l").as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) }),
+            rc(unsafe {
+                libc::lsetxattr(e.c("l").as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0)
+            }),
             "EPERM",
         );
-        r.want("set on the slow-tier file", setx(&e.p("slow"), "user.t", b"t2", 0), "OK");
-        r.want("rename keeps xattrs", {
-            fs::rename(e.p("slow"), e.p("slow2")).unwrap();
-            getx(&e.p("slow2"), "user.t", 64)
-        }, "t2");
+        r.want(
+            "set on the slow-tier file",
+            setx(&e.p("slow"), "user.t", b"t2", 0),
+            "OK",
+        );
+        r.want(
+            "rename keeps xattrs",
+            {
+                fs::rename(e.p("slow"), e.p("slow2")).unwrap();
+                getx(&e.p("slow2"), "user.t", 64)
+            },
+            "t2",
+        );
         e.remount();
         r.want("after remount", getx(&f, "user.color", 64), "green");
-        r.want("list after remount", listx(&f), "user.big,user.bin,user.color");
+        r.want(
+            "list after remount",
+            listx(&f),
+            "user.big,user.bin,user.color",
+        );
         r.want("dir after remount", getx(&e.p("d"), "user.d", 64), "dir");
     }
 
     fn cmd_out(cmd: &str, args: &[&str], cwd: &Path) -> String {
-        match std::process::Command::new(cmd).args(args).current_dir(cwd).output() {
+        match std::process::Command::new(cmd)
+            .args(args)
+            .current_dir(cwd)
+            .output()
+        {
             Ok(o) => format!(
                 "exit {} {}{}",
                 o.status.code().unwrap_or(-1),
@@ -599,16 +866,32 @@ mod cases {
             as_nobody(move || open_rc(&p, libc::O_RDONLY, 0)),
             "EACCES",
         );
-        r.want("setfacl", cmd_out("setfacl", &["-m", "u:nobody:r", "secret"], &root), "exit 0 ");
+        r.want(
+            "setfacl",
+            cmd_out("setfacl", &["-m", "u:nobody:r", "secret"], &root),
+            "exit 0 ",
+        );
         r.want(
             "getfacl",
             cmd_out("getfacl", &["--omit-header", "--numeric", "secret"], &root).replace('\n', "|"),
             "exit 0 user::rw-|user:65534:r--|group::---|mask::r--|other::---",
         );
-        r.want("mode shows mask", kind_mode(&lstat(&e.p("secret")).unwrap()), "file 640");
-        r.want("xattr present", getx(&e.p("secret"), "system.posix_acl_access", 0), "size 44");
+        r.want(
+            "mode shows mask",
+            kind_mode(&lstat(&e.p("secret")).unwrap()),
+            "file 640",
+        );
+        r.want(
+            "xattr present",
+            getx(&e.p("secret"), "system.posix_acl_access", 0),
+            "size 44",
+        );
         let p = e.p("secret");
-        r.want("nobody reads via ACL", as_nobody(move || content(&p)), "\"acl-readable\"");
+        r.want(
+            "nobody reads via ACL",
+            as_nobody(move || content(&p)),
+            "\"acl-readable\"",
+        );
         let p = e.p("secret");
         r.want(
             "nobody still cannot write",
@@ -617,32 +900,66 @@ mod cases {
         );
         // Default ACLs are inherited by new entries.
         fs::create_dir(e.p("shared")).unwrap();
-        r.want("setfacl -d", cmd_out("setfacl", &["-d", "-m", "u:nobody:rw", "shared"], &root), "exit 0 ");
+        r.want(
+            "setfacl -d",
+            cmd_out("setfacl", &["-d", "-m", "u:nobody:rw", "shared"], &root),
+            "exit 0 ",
+        );
         write_file(&e.p("shared/new"), b"inherited");
         r.want(
             "inherited ACL",
-            cmd_out("getfacl", &["--omit-header", "--numeric", "shared/new"], &root).replace('\n', "|"),
+            cmd_out(
+                "getfacl",
+                &["--omit-header", "--numeric", "shared/new"],
+                &root,
+            )
+            .replace('\n', "|"),
             "exit 0 user::rw-|user:65534:rw-|group::r-x\t#effective:r--|mask::rw-|other::r--",
         );
-        r.want("chmod updates mask", {
-            fs::set_permissions(e.p("secret"), fs::Permissions::from_mode(0o600)).unwrap();
-            cmd_out("getfacl", &["--omit-header", "--numeric", "secret"], &root).replace('\n', "|")
-        }, "exit 0 user::rw-|user:65534:r--\t#effective:---|group::---|mask::---|other::---");
+        r.want(
+            "chmod updates mask",
+            {
+                fs::set_permissions(e.p("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+                cmd_out("getfacl", &["--omit-header", "--numeric", "secret"], &root)
+                    .replace('\n', "|")
+            },
+            "exit 0 user::rw-|user:65534:r--\t#effective:---|group::---|mask::---|other::---",
+        );
         let p = e.p("secret");
-        r.want("mask denies nobody", as_nobody(move || open_rc(&p, libc::O_RDONLY, 0)), "EACCES");
-        r.want("remove ACL", cmd_out("setfacl", &["-b", "secret"], &root), "exit 0 ");
-        r.want("xattr gone", getx(&e.p("secret"), "system.posix_acl_access", 0), "ENODATA");
+        r.want(
+            "mask denies nobody",
+            as_nobody(move || open_rc(&p, libc::O_RDONLY, 0)),
+            "EACCES",
+        );
+        r.want(
+            "remove ACL",
+            cmd_out("setfacl", &["-b", "secret"], &root),
+            "exit 0 ",
+        );
+        r.want(
+            "xattr gone",
+            getx(&e.p("secret"), "system.posix_acl_access", 0),
+            "ENODATA",
+        );
         e.remount();
         r.want(
             "ACL after remount",
-            cmd_out("getfacl", &["--omit-header", "--numeric", "shared/new"], &e.p("")).replace('\n', "|"),
+            cmd_out(
+                "getfacl",
+                &["--omit-header", "--numeric", "shared/new"],
+                &e.p(""),
+            )
+            .replace('\n', "|"),
             "exit 0 user::rw-|user:65534:rw-|group::r-x\t#effective:r--|mask::rw-|other::r--",
         );
     }
 
     fn times(p: &Path) -> String {
         let st = lstat(p).unwrap();
-        format!("atime={}.{:09} mtime={}.{:09}", st.st_atime, st.st_atime_nsec, st.st_mtime, st.st_mtime_nsec)
+        format!(
+            "atime={}.{:09} mtime={}.{:09}",
+            st.st_atime, st.st_atime_nsec, st.st_mtime, st.st_mtime_nsec
+        )
     }
 
     pub fn chmod_chown_utimens(e: &mut Env, r: &mut Rec) {
@@ -652,43 +969,93 @@ mod cases {
         r.want("chmod", chmod(&e.p("f"), 0o4751), "OK");
         r.want("mode", kind_mode(&lstat(&e.p("f")).unwrap()), "file 4751");
         r.want("chmod all bits", chmod(&e.p("f"), 0o7777), "OK");
-        r.want("mode 7777", kind_mode(&lstat(&e.p("f")).unwrap()), "file 7777");
+        r.want(
+            "mode 7777",
+            kind_mode(&lstat(&e.p("f")).unwrap()),
+            "file 7777",
+        );
         r.want("chown", chown(&e.p("f"), 65534, 65534), "OK");
         let st = lstat(&e.p("f")).unwrap();
-        r.want("owner", format!("{}:{}", st.st_uid, st.st_gid), "65534:65534");
+        r.want(
+            "owner",
+            format!("{}:{}", st.st_uid, st.st_gid),
+            "65534:65534",
+        );
         // chown by root clears setuid/setgid on a regular file.
         r.want("suid cleared by chown", kind_mode(&st), "file 1777");
         r.want("chown -1 -1", chown(&e.p("f"), u32::MAX, u32::MAX), "OK");
         let st = lstat(&e.p("f")).unwrap();
-        r.want("owner unchanged", format!("{}:{}", st.st_uid, st.st_gid), "65534:65534");
+        r.want(
+            "owner unchanged",
+            format!("{}:{}", st.st_uid, st.st_gid),
+            "65534:65534",
+        );
         r.want("chown group only", chown(&e.p("f"), u32::MAX, 0), "OK");
         let st = lstat(&e.p("f")).unwrap();
-        r.want("group changed", format!("{}:{}", st.st_uid, st.st_gid), "65534:0");
+        r.want(
+            "group changed",
+            format!("{}:{}", st.st_uid, st.st_gid),
+            "65534:0",
+        );
         std::os::unix::fs::symlink("f", e.p("l")).unwrap();
-        r.want("lchown symlink", rc(unsafe { libc::lchown(e.c("l").as_ptr(), 65534, 65534) }), "OK");
+        r.want(
+            "lchown symlink",
+            rc(unsafe { libc::lchown(e.c("l").as_ptr(), 65534, 65534) }),
+            "OK",
+        );
         let st = lstat(&e.p("l")).unwrap();
-        r.want("symlink owner", format!("{}:{}", st.st_uid, st.st_gid), "65534:65534");
+        r.want(
+            "symlink owner",
+            format!("{}:{}", st.st_uid, st.st_gid),
+            "65534:65534",
+        );
         r.want("chmod missing", chmod(&e.p("zz"), 0o644), "ENOENT");
         // utimensat with nanoseconds, UTIME_OMIT and UTIME_NOW.
         let ts = [
-            libc::timespec { tv_sec: 1_000_000_000, tv_nsec: 123_456_789 },
-            libc::timespec { tv_sec: 1_200_000_000, tv_nsec: 987_654_321 },
+            libc::timespec {
+                tv_sec: 1_000_000_000,
+                tv_nsec: 123_456_789,
+            },
+            libc::timespec {
+                tv_sec: 1_200_000_000,
+                tv_nsec: 987_654_321,
+            },
         ];
         let ut = |p: &Path, t: &[libc::timespec; 2], fl: i32| {
             rc(unsafe { libc::utimensat(libc::AT_FDCWD, cstr(p).as_ptr(), t.as_ptr(), fl) })
         };
         r.want("utimensat", ut(&e.p("f"), &ts, 0), "OK");
-        r.want("times", times(&e.p("f")), "atime=1000000000.123456789 mtime=1200000000.987654321");
+        r.want(
+            "times",
+            times(&e.p("f")),
+            "atime=1000000000.123456789 mtime=1200000000.987654321",
+        );
         let omit = [
-            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-            libc::timespec { tv_sec: 1_300_000_000, tv_nsec: 5 },
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            libc::timespec {
+                tv_sec: 1_300_000_000,
+                tv_nsec: 5,
+            },
         ];
         r.want("utime omit atime", ut(&e.p("f"), &omit, 0), "OK");
-        r.want("times 2", times(&e.p("f")), "atime=1000000000.123456789 mtime=1300000000.000000005");
+        r.want(
+            "times 2",
+            times(&e.p("f")),
+            "atime=1000000000.123456789 mtime=1300000000.000000005",
+        );
         let before = lstat(&e.p("f")).unwrap().st_ctime;
         let now = [
-            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
-            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
+            },
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
+            },
         ];
         r.want("utime now", ut(&e.p("f"), &now, 0), "OK");
         let st = lstat(&e.p("f")).unwrap();
@@ -698,24 +1065,52 @@ mod cases {
             .as_secs() as i64;
         r.want("mtime is now", (st.st_mtime - wall).abs() <= 5, true);
         r.want("ctime moved", st.st_ctime >= before, true);
-        r.want("lutimes on symlink", ut(&e.p("l"), &ts, libc::AT_SYMLINK_NOFOLLOW), "OK");
-        r.want("symlink times", times(&e.p("l")), "atime=1000000000.123456789 mtime=1200000000.987654321");
+        r.want(
+            "lutimes on symlink",
+            ut(&e.p("l"), &ts, libc::AT_SYMLINK_NOFOLLOW),
+            "OK",
+        );
+        r.want(
+            "symlink times",
+            times(&e.p("l")),
+            "atime=1000000000.123456789 mtime=1200000000.987654321",
+        );
         // Writing updates mtime.
         r.want("utime old", ut(&e.p("f"), &ts, 0), "OK");
         let fd = open(&e.p("f"), libc::O_WRONLY, 0).unwrap();
         pwrite(&fd, b"new", 0);
         drop(fd);
-        r.want("write moves mtime", lstat(&e.p("f")).unwrap().st_mtime > 1_200_000_000, true);
+        r.want(
+            "write moves mtime",
+            lstat(&e.p("f")).unwrap().st_mtime > 1_200_000_000,
+            true,
+        );
         // A non-owner may not chmod or chown.
         write_file(&e.p("rootfile"), b"r");
         let p = e.p("rootfile");
-        r.want("nobody chmod root's file", as_nobody(move || rc(unsafe { libc::chmod(cstr(&p).as_ptr(), 0o777) })), "EPERM");
+        r.want(
+            "nobody chmod root's file",
+            as_nobody(move || rc(unsafe { libc::chmod(cstr(&p).as_ptr(), 0o777) })),
+            "EPERM",
+        );
         let p = e.p("f");
-        r.want("nobody chown own file to root", as_nobody(move || rc(unsafe { libc::chown(cstr(&p).as_ptr(), 0, 0) })), "EPERM");
+        r.want(
+            "nobody chown own file to root",
+            as_nobody(move || rc(unsafe { libc::chown(cstr(&p).as_ptr(), 0, 0) })),
+            "EPERM",
+        );
         e.remount();
-        r.want("times after remount", times(&e.p("l")), "atime=1000000000.123456789 mtime=1200000000.987654321");
+        r.want(
+            "times after remount",
+            times(&e.p("l")),
+            "atime=1000000000.123456789 mtime=1200000000.987654321",
+        );
         let st = lstat(&e.p("f")).unwrap();
-        r.want("owner after remount", format!("{}:{} {}", st.st_uid, st.st_gid, kind_mode(&st)), "65534:0 file 1777");
+        r.want(
+            "owner after remount",
+            format!("{}:{} {}", st.st_uid, st.st_gid, kind_mode(&st)),
+            "65534:0 file 1777",
+        );
     }
 
     pub fn truncate(e: &mut Env, r: &mut Rec) {
@@ -724,7 +1119,11 @@ mod cases {
         r.want("shrink", tr(&e.p("f"), 4), "OK");
         r.want("after shrink", content(&e.p("f")), "\"0123\"");
         r.want("extend", tr(&e.p("f"), 8), "OK");
-        r.want("zero filled", format!("{:?}", read_all(&e.p("f")).unwrap()), "[48, 49, 50, 51, 0, 0, 0, 0]");
+        r.want(
+            "zero filled",
+            format!("{:?}", read_all(&e.p("f")).unwrap()),
+            "[48, 49, 50, 51, 0, 0, 0, 0]",
+        );
         r.want("negative", tr(&e.p("f"), -1), "EINVAL");
         fs::create_dir(e.p("d")).unwrap();
         r.want("truncate dir", tr(&e.p("d"), 0), "EISDIR");
@@ -732,33 +1131,66 @@ mod cases {
         let fd = open(&e.p("f"), libc::O_RDWR, 0).unwrap();
         r.want("ftruncate 0", rc(unsafe { libc::ftruncate(fd.0, 0) }), "OK");
         r.want("size 0", fstat(&fd).st_size, 0);
-        r.want("write after truncate at old offset", pwrite(&fd, b"Z", 5), "1");
-        r.want("hole before", format!("{:?}", pread(&fd, 16, 0).unwrap()), "[0, 0, 0, 0, 0, 90]");
+        r.want(
+            "write after truncate at old offset",
+            pwrite(&fd, b"Z", 5),
+            "1",
+        );
+        r.want(
+            "hole before",
+            format!("{:?}", pread(&fd, 16, 0).unwrap()),
+            "[0, 0, 0, 0, 0, 90]",
+        );
         let ro = open(&e.p("f"), libc::O_RDONLY, 0).unwrap();
-        r.want("ftruncate read-only fd", rc(unsafe { libc::ftruncate(ro.0, 0) }), "EINVAL");
+        r.want(
+            "ftruncate read-only fd",
+            rc(unsafe { libc::ftruncate(ro.0, 0) }),
+            "EINVAL",
+        );
         drop((fd, ro));
         r.want("slow-tier file shrink", tr(&e.p("slow"), 3), "OK");
         r.want("slow content", content(&e.p("slow")), "\"012\"");
         r.want("big sparse extend", tr(&e.p("slow"), 3 << 30), "OK");
         r.want("size", lstat(&e.p("slow")).unwrap().st_size, 3i64 << 30);
-        r.want("few blocks", lstat(&e.p("slow")).unwrap().st_blocks < 64, true);
+        r.want(
+            "few blocks",
+            lstat(&e.p("slow")).unwrap().st_blocks < 64,
+            true,
+        );
         e.remount();
-        r.want("after remount", lstat(&e.p("slow")).unwrap().st_size, 3i64 << 30);
-        r.want("prefix after remount", {
-            let fd = open(&e.p("slow"), libc::O_RDONLY, 0).unwrap();
-            format!("{:?}", pread(&fd, 4, 0).unwrap())
-        }, "[48, 49, 50, 0]");
+        r.want(
+            "after remount",
+            lstat(&e.p("slow")).unwrap().st_size,
+            3i64 << 30,
+        );
+        r.want(
+            "prefix after remount",
+            {
+                let fd = open(&e.p("slow"), libc::O_RDONLY, 0).unwrap();
+                format!("{:?}", pread(&fd, 4, 0).unwrap())
+            },
+            "[48, 49, 50, 0]",
+        );
     }
 
     pub fn fallocate_and_punch_hole(e: &mut Env, r: &mut Rec) {
         const MIB: i64 = 1 << 20;
         let fd = open(&e.p("f"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
-        let fa = |mode: i32, off: i64, len: i64| rc(unsafe { libc::fallocate(fd.0, mode, off, len) });
+        let fa =
+            |mode: i32, off: i64, len: i64| rc(unsafe { libc::fallocate(fd.0, mode, off, len) });
         r.want("fallocate 4 MiB", fa(0, 0, 4 * MIB), "OK");
         r.want("size", fstat(&fd).st_size, 4 * MIB);
         r.want("allocated", fstat(&fd).st_blocks * 512 >= 4 * MIB, true);
-        r.want("zeros", pread(&fd, 8, MIB).unwrap().iter().all(|b| *b == 0), true);
-        r.want("keep size beyond EOF", fa(libc::FALLOC_FL_KEEP_SIZE, 4 * MIB, 4 * MIB), "OK");
+        r.want(
+            "zeros",
+            pread(&fd, 8, MIB).unwrap().iter().all(|b| *b == 0),
+            true,
+        );
+        r.want(
+            "keep size beyond EOF",
+            fa(libc::FALLOC_FL_KEEP_SIZE, 4 * MIB, 4 * MIB),
+            "OK",
+        );
         r.want("size kept", fstat(&fd).st_size, 4 * MIB);
         let data = vec![0xabu8; 4 * MIB as usize];
         r.want("fill", pwrite(&fd, &data, 0), format!("{}", 4 * MIB));
@@ -766,31 +1198,78 @@ mod cases {
         let blocks_before = fstat(&fd).st_blocks;
         r.want(
             "punch hole",
-            fa(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, MIB, MIB),
+            fa(
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                MIB,
+                MIB,
+            ),
             "OK",
         );
         r.want("size after punch", fstat(&fd).st_size, 4 * MIB);
-        r.want("hole reads zero", pread(&fd, MIB as usize, MIB).unwrap().iter().all(|b| *b == 0), true);
-        r.want("data before hole", format!("{:?}", pread(&fd, 4, MIB - 4).unwrap()), "[171, 171, 171, 171]");
-        r.want("data after hole", format!("{:?}", pread(&fd, 2, 2 * MIB).unwrap()), "[171, 171]");
+        r.want(
+            "hole reads zero",
+            pread(&fd, MIB as usize, MIB)
+                .unwrap()
+                .iter()
+                .all(|b| *b == 0),
+            true,
+        );
+        r.want(
+            "data before hole",
+            format!("{:?}", pread(&fd, 4, MIB - 4).unwrap()),
+            "[171, 171, 171, 171]",
+        );
+        r.want(
+            "data after hole",
+            format!("{:?}", pread(&fd, 2, 2 * MIB).unwrap()),
+            "[171, 171]",
+        );
         r.want("blocks freed", fstat(&fd).st_blocks < blocks_before, true);
         let hole = unsafe { libc::lseek(fd.0, 0, libc::SEEK_HOLE) };
         r.want("SEEK_HOLE finds the hole", hole, MIB);
         let data_at = unsafe { libc::lseek(fd.0, MIB, libc::SEEK_DATA) };
         r.want("SEEK_DATA after the hole", data_at, 2 * MIB);
-        r.want("punch without keep size", fa(libc::FALLOC_FL_PUNCH_HOLE, 0, 4096), "EOPNOTSUPP");
-        r.want("zero range", fa(libc::FALLOC_FL_ZERO_RANGE, 3 * MIB, 4096), "OK");
-        r.want("zeroed", format!("{:?}", pread(&fd, 2, 3 * MIB).unwrap()), "[0, 0]");
+        r.want(
+            "punch without keep size",
+            fa(libc::FALLOC_FL_PUNCH_HOLE, 0, 4096),
+            "EOPNOTSUPP",
+        );
+        r.want(
+            "zero range",
+            fa(libc::FALLOC_FL_ZERO_RANGE, 3 * MIB, 4096),
+            "OK",
+        );
+        r.want(
+            "zeroed",
+            format!("{:?}", pread(&fd, 2, 3 * MIB).unwrap()),
+            "[0, 0]",
+        );
         r.want("invalid length", fa(0, 0, 0), "EINVAL");
         let ro = open(&e.p("f"), libc::O_RDONLY, 0).unwrap();
-        r.want("fallocate on read-only fd", rc(unsafe { libc::fallocate(ro.0, 0, 0, 4096) }), "EBADF");
+        r.want(
+            "fallocate on read-only fd",
+            rc(unsafe { libc::fallocate(ro.0, 0, 0, 4096) }),
+            "EBADF",
+        );
         let blocks_before_remount = fstat(&fd).st_blocks;
         drop((fd, ro));
         e.remount();
         let fd = open(&e.p("f"), libc::O_RDONLY, 0).unwrap();
-        r.want("hole survives remount", pread(&fd, 16, MIB + 100).unwrap().iter().all(|b| *b == 0), true);
-        r.want("data survives remount", format!("{:?}", pread(&fd, 2, 2 * MIB).unwrap()), "[171, 171]");
-        r.want("allocation kept across remount", fstat(&fd).st_blocks == blocks_before_remount, true);
+        r.want(
+            "hole survives remount",
+            pread(&fd, 16, MIB + 100).unwrap().iter().all(|b| *b == 0),
+            true,
+        );
+        r.want(
+            "data survives remount",
+            format!("{:?}", pread(&fd, 2, 2 * MIB).unwrap()),
+            "[171, 171]",
+        );
+        r.want(
+            "allocation kept across remount",
+            fstat(&fd).st_blocks == blocks_before_remount,
+            true,
+        );
     }
 
     pub fn fsync_family(e: &mut Env, r: &mut Rec) {
@@ -808,9 +1287,19 @@ mod cases {
         r.want("fsync dir", rc(unsafe { libc::fsync(dfd.0) }), "OK");
         let ro = open(&e.p("f"), libc::O_RDONLY, 0).unwrap();
         r.want("fsync read-only fd", rc(unsafe { libc::fsync(ro.0) }), "OK");
-        let sync = open(&e.p("s"), libc::O_CREAT | libc::O_WRONLY | libc::O_SYNC, 0o644).unwrap();
+        let sync = open(
+            &e.p("s"),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_SYNC,
+            0o644,
+        )
+        .unwrap();
         r.want("O_SYNC write", write(&sync, b"sync"), "4");
-        let dsync = open(&e.p("ds"), libc::O_CREAT | libc::O_WRONLY | libc::O_DSYNC, 0o644).unwrap();
+        let dsync = open(
+            &e.p("ds"),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_DSYNC,
+            0o644,
+        )
+        .unwrap();
         r.want("O_DSYNC write", write(&dsync, b"dsync"), "5");
         drop((fd, dfd, ro, sync, dsync));
         r.want("content", content(&e.p("f")), "\"durable\"");
@@ -835,7 +1324,11 @@ mod cases {
         r.want("appended", content(&e.p("log")).ends_with("19;P\""), true);
         r.want("plain fd overwrites at 0", pwrite(&plain, b"S", 0), "1");
         r.want("head", content(&e.p("log")).starts_with("\"Start;"), true);
-        r.want("lseek end", unsafe { libc::lseek(a.0, 0, libc::SEEK_END) }, 57);
+        r.want(
+            "lseek end",
+            unsafe { libc::lseek(a.0, 0, libc::SEEK_END) },
+            57,
+        );
         // Concurrent appenders from threads: no lost or torn records.
         drop((a, b, plain));
         let p = e.p("log2");
@@ -858,7 +1351,11 @@ mod cases {
         let text = String::from_utf8(read_all(&p).unwrap()).unwrap();
         let recs: Vec<&str> = text.split_inclusive('>').collect();
         r.want("records", recs.len(), 800);
-        r.want("all well formed", recs.iter().all(|s| s.len() == 7 && s.starts_with('<')), true);
+        r.want(
+            "all well formed",
+            recs.iter().all(|s| s.len() == 7 && s.starts_with('<')),
+            true,
+        );
     }
 
     /// readdir while the directory changes: names present throughout are seen exactly once;
@@ -897,10 +1394,16 @@ mod cases {
         sorted.dedup();
         r.want("no duplicates", before == sorted.len(), true);
         let stable: Vec<String> = (0..300).step_by(2).map(|i| format!("f{i:03}")).collect();
-        r.want("stable names all seen", stable.iter().all(|n| sorted.contains(n)), true);
+        r.want(
+            "stable names all seen",
+            stable.iter().all(|n| sorted.contains(n)),
+            true,
+        );
         r.want(
             "only real names",
-            sorted.iter().all(|n| n == "." || n == ".." || n.starts_with('f') || n.starts_with('n')),
+            sorted
+                .iter()
+                .all(|n| n == "." || n == ".." || n.starts_with('f') || n.starts_with('n')),
             true,
         );
         unsafe { libc::rewinddir(dir) };
@@ -912,7 +1415,10 @@ mod cases {
         // Deleting every entry while iterating (the `rm -rf` pattern).
         let mut removed = 0;
         for round in 0..10 {
-            let names: Vec<_> = fs::read_dir(e.p("d")).unwrap().map(|x| x.unwrap().path()).collect();
+            let names: Vec<_> = fs::read_dir(e.p("d"))
+                .unwrap()
+                .map(|x| x.unwrap().path())
+                .collect();
             if names.is_empty() {
                 r.want("rm -rf rounds", round, 1);
                 break;
@@ -929,40 +1435,97 @@ mod cases {
     pub fn mmap_read_write(e: &mut Env, r: &mut Rec) {
         let fd = open(&e.p("m"), libc::O_RDWR, 0).unwrap();
         let len = 8192usize;
-        r.want("extend", rc(unsafe { libc::ftruncate(fd.0, len as i64) }), "OK");
+        r.want(
+            "extend",
+            rc(unsafe { libc::ftruncate(fd.0, len as i64) }),
+            "OK",
+        );
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.0,
+                0,
+            )
         };
         r.want("mmap shared", p != libc::MAP_FAILED, true);
         let s = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
         r.want("mapped read", String::from_utf8_lossy(&s[..7]), "seeded ");
         s[0..6].copy_from_slice(b"MAPPED");
         s[5000..5005].copy_from_slice(b"tail!");
-        r.want("msync", rc(unsafe { libc::msync(p, len, libc::MS_SYNC) }), "OK");
-        r.want("pread sees mapped write", String::from_utf8_lossy(&pread(&fd, 6, 0).unwrap()), "MAPPED");
+        r.want(
+            "msync",
+            rc(unsafe { libc::msync(p, len, libc::MS_SYNC) }),
+            "OK",
+        );
+        r.want(
+            "pread sees mapped write",
+            String::from_utf8_lossy(&pread(&fd, 6, 0).unwrap()),
+            "MAPPED",
+        );
         r.want("pwrite", pwrite(&fd, b"PW", 100), "2");
-        r.want("map sees pwrite", String::from_utf8_lossy(&s[100..102]), "PW");
+        r.want(
+            "map sees pwrite",
+            String::from_utf8_lossy(&s[100..102]),
+            "PW",
+        );
         unsafe { libc::munmap(p, len) };
         // A private mapping's writes are not written back.
         let q = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, fd.0, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                fd.0,
+                0,
+            )
         };
         r.want("mmap private", q != libc::MAP_FAILED, true);
         unsafe { *(q as *mut u8) = b'X' };
         unsafe { libc::munmap(q, len) };
-        r.want("private write invisible", String::from_utf8_lossy(&pread(&fd, 1, 0).unwrap()), "M");
+        r.want(
+            "private write invisible",
+            String::from_utf8_lossy(&pread(&fd, 1, 0).unwrap()),
+            "M",
+        );
         drop(fd);
         // Read-only fd cannot be mapped shared+writable.
         let ro = open(&e.p("m"), libc::O_RDONLY, 0).unwrap();
         let w = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, ro.0, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                ro.0,
+                0,
+            )
         };
-        r.want("shared writable map of O_RDONLY", if w == libc::MAP_FAILED { errno_name(common::errno()) } else { "OK".into() }, "EACCES");
+        r.want(
+            "shared writable map of O_RDONLY",
+            if w == libc::MAP_FAILED {
+                errno_name(common::errno())
+            } else {
+                "OK".into()
+            },
+            "EACCES",
+        );
         drop(ro);
         e.remount();
         let d = read_all(&e.p("m")).unwrap();
-        r.want("after remount head", String::from_utf8_lossy(&d[..6]), "MAPPED");
-        r.want("after remount tail", String::from_utf8_lossy(&d[5000..5005]), "tail!");
+        r.want(
+            "after remount head",
+            String::from_utf8_lossy(&d[..6]),
+            "MAPPED",
+        );
+        r.want(
+            "after remount tail",
+            String::from_utf8_lossy(&d[5000..5005]),
+            "tail!",
+        );
     }
 
     pub fn flock_and_fcntl_locks(e: &mut Env, r: &mut Rec) {
@@ -971,8 +1534,16 @@ mod cases {
         let b = open(&e.p("lk"), libc::O_RDWR, 0).unwrap();
         let fl = |fd: &Fd, op: i32| rc(unsafe { libc::flock(fd.0, op) });
         r.want("flock ex", fl(&a, libc::LOCK_EX), "OK");
-        r.want("flock conflict", fl(&b, libc::LOCK_EX | libc::LOCK_NB), "EAGAIN");
-        r.want("shared conflict", fl(&b, libc::LOCK_SH | libc::LOCK_NB), "EAGAIN");
+        r.want(
+            "flock conflict",
+            fl(&b, libc::LOCK_EX | libc::LOCK_NB),
+            "EAGAIN",
+        );
+        r.want(
+            "shared conflict",
+            fl(&b, libc::LOCK_SH | libc::LOCK_NB),
+            "EAGAIN",
+        );
         r.want("unlock", fl(&a, libc::LOCK_UN), "OK");
         r.want("now free", fl(&b, libc::LOCK_SH | libc::LOCK_NB), "OK");
         r.want("shared twice", fl(&a, libc::LOCK_SH | libc::LOCK_NB), "OK");
@@ -988,13 +1559,37 @@ mod cases {
             let ret = unsafe { libc::fcntl(fd.0, cmd, &mut l) };
             (rc(ret), l)
         };
-        r.want("ofd write lock 0..10", ofd(&a, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10).0, "OK");
-        r.want("ofd conflict", ofd(&b, libc::F_OFD_SETLK, libc::F_RDLCK, 5, 10).0, "EAGAIN");
-        r.want("ofd disjoint", ofd(&b, libc::F_OFD_SETLK, libc::F_WRLCK, 10, 10).0, "OK");
+        r.want(
+            "ofd write lock 0..10",
+            ofd(&a, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10).0,
+            "OK",
+        );
+        r.want(
+            "ofd conflict",
+            ofd(&b, libc::F_OFD_SETLK, libc::F_RDLCK, 5, 10).0,
+            "EAGAIN",
+        );
+        r.want(
+            "ofd disjoint",
+            ofd(&b, libc::F_OFD_SETLK, libc::F_WRLCK, 10, 10).0,
+            "OK",
+        );
         let (g, l) = ofd(&b, libc::F_OFD_GETLK, libc::F_WRLCK, 0, 5);
-        r.want("ofd getlk", format!("{g} type={} start={} len={}", l.l_type, l.l_start, l.l_len), format!("OK type={} start=0 len=10", libc::F_WRLCK));
-        r.want("ofd unlock", ofd(&a, libc::F_OFD_SETLK, libc::F_UNLCK, 0, 10).0, "OK");
-        r.want("ofd after unlock", ofd(&b, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10).0, "OK");
+        r.want(
+            "ofd getlk",
+            format!("{g} type={} start={} len={}", l.l_type, l.l_start, l.l_len),
+            format!("OK type={} start=0 len=10", libc::F_WRLCK),
+        );
+        r.want(
+            "ofd unlock",
+            ofd(&a, libc::F_OFD_SETLK, libc::F_UNLCK, 0, 10).0,
+            "OK",
+        );
+        r.want(
+            "ofd after unlock",
+            ofd(&b, libc::F_OFD_SETLK, libc::F_WRLCK, 0, 10).0,
+            "OK",
+        );
         ofd(&b, libc::F_OFD_SETLK, libc::F_UNLCK, 0, 0);
         // Classic POSIX record locks between two processes.
         let posix = |fd: i32, cmd: i32, ty: i32| {
@@ -1004,7 +1599,11 @@ mod cases {
             l.l_len = 0;
             unsafe { libc::fcntl(fd, cmd, &mut l) }
         };
-        r.want("posix write lock", rc(posix(a.0, libc::F_SETLK, libc::F_WRLCK)), "OK");
+        r.want(
+            "posix write lock",
+            rc(posix(a.0, libc::F_SETLK, libc::F_WRLCK)),
+            "OK",
+        );
         let path = e.c("lk");
         let child_errno = unsafe {
             let pid = libc::fork();
@@ -1015,7 +1614,11 @@ mod cases {
                 l.l_type = libc::F_RDLCK as i16;
                 l.l_whence = libc::SEEK_SET as i16;
                 let ret = libc::fcntl(fd, libc::F_SETLK, &mut l);
-                let code = if ret < 0 { *libc::__errno_location() } else { 0 };
+                let code = if ret < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                };
                 libc::_exit(code);
             }
             let mut status = 0;
@@ -1026,11 +1629,19 @@ mod cases {
         let mut l: libc::flock = unsafe { std::mem::zeroed() };
         l.l_type = libc::F_WRLCK as i16;
         l.l_whence = libc::SEEK_SET as i16;
-        r.want("own getlk sees no conflict", {
-            unsafe { libc::fcntl(b.0, libc::F_GETLK, &mut l) };
-            l.l_type
-        }, libc::F_UNLCK as i16);
-        r.want("posix unlock", rc(posix(a.0, libc::F_SETLK, libc::F_UNLCK)), "OK");
+        r.want(
+            "own getlk sees no conflict",
+            {
+                unsafe { libc::fcntl(b.0, libc::F_GETLK, &mut l) };
+                l.l_type
+            },
+            libc::F_UNLCK as i16,
+        );
+        r.want(
+            "posix unlock",
+            rc(posix(a.0, libc::F_SETLK, libc::F_UNLCK)),
+            "OK",
+        );
         let child_errno = unsafe {
             let pid = libc::fork();
             if pid == 0 {
@@ -1039,7 +1650,11 @@ mod cases {
                 l.l_type = libc::F_WRLCK as i16;
                 l.l_whence = libc::SEEK_SET as i16;
                 let ret = libc::fcntl(fd, libc::F_SETLK, &mut l);
-                let code = if ret < 0 { *libc::__errno_location() } else { 0 };
+                let code = if ret < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                };
                 libc::_exit(code);
             }
             let mut status = 0;
@@ -1054,34 +1669,63 @@ mod cases {
         fs::create_dir(e.p("newdir")).unwrap();
         std::os::unix::fs::symlink("a", e.p("sym")).unwrap();
         fs::hard_link(e.p("a"), e.p("alink")).unwrap();
-        let names = ["a", "d", "d/b", "d/e", "d/e/c", "new", "newdir", "sym", "alink"];
-        let before: Vec<u64> = names.iter().map(|n| lstat(&e.p(n)).unwrap().st_ino).collect();
+        let names = [
+            "a", "d", "d/b", "d/e", "d/e/c", "new", "newdir", "sym", "alink",
+        ];
+        let before: Vec<u64> = names
+            .iter()
+            .map(|n| lstat(&e.p(n)).unwrap().st_ino)
+            .collect();
         let mut uniq = before.clone();
         uniq.sort();
         uniq.dedup();
-        r.want("distinct inodes (a and alink share)", uniq.len(), names.len() - 1);
+        r.want(
+            "distinct inodes (a and alink share)",
+            uniq.len(),
+            names.len() - 1,
+        );
         e.remount();
-        let after: Vec<u64> = names.iter().map(|n| lstat(&e.p(n)).unwrap().st_ino).collect();
+        let after: Vec<u64> = names
+            .iter()
+            .map(|n| lstat(&e.p(n)).unwrap().st_ino)
+            .collect();
         for (i, n) in names.iter().enumerate() {
             r.want(&format!("ino of {n} stable"), before[i] == after[i], true);
         }
         // A rename keeps the inode number too, also across a remount.
         fs::rename(e.p("d/e/c"), e.p("moved")).unwrap();
-        r.want("rename keeps ino", lstat(&e.p("moved")).unwrap().st_ino == before[4], true);
+        r.want(
+            "rename keeps ino",
+            lstat(&e.p("moved")).unwrap().st_ino == before[4],
+            true,
+        );
         e.remount();
-        r.want("rename keeps ino after remount", lstat(&e.p("moved")).unwrap().st_ino == before[4], true);
+        r.want(
+            "rename keeps ino after remount",
+            lstat(&e.p("moved")).unwrap().st_ino == before[4],
+            true,
+        );
         let fd = open(&e.p("moved"), libc::O_RDONLY, 0).unwrap();
-        r.want("fstat ino matches stat", fstat(&fd).st_ino == before[4], true);
+        r.want(
+            "fstat ino matches stat",
+            fstat(&fd).st_ino == before[4],
+            true,
+        );
         let readdir_ino = fs::read_dir(e.p(""))
             .unwrap()
             .map(|x| x.unwrap())
             .find(|x| x.file_name() == "moved")
             .map(|x| std::os::unix::fs::DirEntryExt::ino(&x));
-        r.want("readdir d_ino matches", readdir_ino == Some(before[4]), true);
+        r.want(
+            "readdir d_ino matches",
+            readdir_ino == Some(before[4]),
+            true,
+        );
     }
 
     pub fn permissions_as_nobody(e: &mut Env, r: &mut Rec) {
-        let mode = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        let mode =
+            |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
         write_file(&e.p("private"), b"secret");
         mode(&e.p("private"), 0o600);
         write_file(&e.p("public"), b"public");
@@ -1105,35 +1749,120 @@ mod cases {
                 ("access W_OK public", acc("public", libc::W_OK)),
                 ("access R_OK public", acc("public", libc::R_OK)),
                 ("access X_OK public", acc("public", libc::X_OK)),
-                ("create in root-owned dir", open_rc(&p("rootdir/x"), libc::O_CREAT | libc::O_WRONLY, 0o644)),
-                ("mkdir in root-owned dir", rc(unsafe { libc::mkdir(cstr(&p("rootdir/d")).as_ptr(), 0o755) })),
-                ("unlink in root-owned dir", rc(unsafe { libc::unlink(cstr(&p("public")).as_ptr()) })),
-                ("rename in root-owned dir", rc(unsafe { libc::rename(cstr(&p("public")).as_ptr(), cstr(&p("p2")).as_ptr()) })),
-                ("traverse 0700 dir", open_rc(&p("locked/inner"), libc::O_RDONLY, 0)),
-                ("list 0700 dir", fs::read_dir(p("locked")).map(|_| "OK".to_string()).unwrap_or_else(|e| errno_name(e.raw_os_error().unwrap_or(0)))),
-                ("create in sticky dir", open_rc(&p("sticky/mine"), libc::O_CREAT | libc::O_WRONLY, 0o600)),
-                ("own file owner", common::lstat(&p("sticky/mine")).map(|s| format!("{}:{}", s.st_uid, s.st_gid)).unwrap_or_else(|e| e)),
-                ("unlink root's file in sticky dir", rc(unsafe { libc::unlink(cstr(&p("sticky/rootowned")).as_ptr()) })),
-                ("write root's 0666 file", open_rc(&p("sticky/rootowned"), libc::O_WRONLY, 0)),
-                ("chmod own file", rc(unsafe { libc::chmod(cstr(&p("sticky/mine")).as_ptr(), 0o640) })),
-                ("utimes on root's file", rc(unsafe { libc::utimensat(libc::AT_FDCWD, cstr(&p("public")).as_ptr(), std::ptr::null(), 0) })),
-                ("truncate root's file", rc(unsafe { libc::truncate(cstr(&p("public")).as_ptr(), 0) })),
+                (
+                    "create in root-owned dir",
+                    open_rc(&p("rootdir/x"), libc::O_CREAT | libc::O_WRONLY, 0o644),
+                ),
+                (
+                    "mkdir in root-owned dir",
+                    rc(unsafe { libc::mkdir(cstr(&p("rootdir/d")).as_ptr(), 0o755) }),
+                ),
+                (
+                    "unlink in root-owned dir",
+                    rc(unsafe { libc::unlink(cstr(&p("public")).as_ptr()) }),
+                ),
+                (
+                    "rename in root-owned dir",
+                    rc(unsafe {
+                        libc::rename(cstr(&p("public")).as_ptr(), cstr(&p("p2")).as_ptr())
+                    }),
+                ),
+                (
+                    "traverse 0700 dir",
+                    open_rc(&p("locked/inner"), libc::O_RDONLY, 0),
+                ),
+                (
+                    "list 0700 dir",
+                    fs::read_dir(p("locked"))
+                        .map(|_| "OK".to_string())
+                        .unwrap_or_else(|e| errno_name(e.raw_os_error().unwrap_or(0))),
+                ),
+                (
+                    "create in sticky dir",
+                    open_rc(&p("sticky/mine"), libc::O_CREAT | libc::O_WRONLY, 0o600),
+                ),
+                (
+                    "own file owner",
+                    common::lstat(&p("sticky/mine"))
+                        .map(|s| format!("{}:{}", s.st_uid, s.st_gid))
+                        .unwrap_or_else(|e| e),
+                ),
+                (
+                    "unlink root's file in sticky dir",
+                    rc(unsafe { libc::unlink(cstr(&p("sticky/rootowned")).as_ptr()) }),
+                ),
+                (
+                    "write root's 0666 file",
+                    open_rc(&p("sticky/rootowned"), libc::O_WRONLY, 0),
+                ),
+                (
+                    "chmod own file",
+                    rc(unsafe { libc::chmod(cstr(&p("sticky/mine")).as_ptr(), 0o640) }),
+                ),
+                (
+                    "utimes on root's file",
+                    rc(unsafe {
+                        libc::utimensat(
+                            libc::AT_FDCWD,
+                            cstr(&p("public")).as_ptr(),
+                            std::ptr::null(),
+                            0,
+                        )
+                    }),
+                ),
+                (
+                    "truncate root's file",
+                    rc(unsafe { libc::truncate(cstr(&p("public")).as_ptr(), 0) }),
+                ),
                 ("setxattr on root's file", {
                     let n = CString::new("user.x").unwrap();
-                    rc(unsafe { libc::setxattr(cstr(&p("public")).as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) })
+                    rc(unsafe {
+                        libc::setxattr(
+                            cstr(&p("public")).as_ptr(),
+                            n.as_ptr(),
+                            b"v".as_ptr().cast(),
+                            1,
+                            0,
+                        )
+                    })
                 }),
-                ("unlink own file", rc(unsafe { libc::unlink(cstr(&p("sticky/mine")).as_ptr()) })),
+                (
+                    "unlink own file",
+                    rc(unsafe { libc::unlink(cstr(&p("sticky/mine")).as_ptr()) }),
+                ),
             ]
         });
         let expect = [
-            "EACCES", "\"public\"", "EACCES", "EACCES", "OK", "EACCES", "EACCES", "EACCES",
-            "EACCES", "EACCES", "EACCES", "EACCES", "OK", "65534:65534", "EPERM", "OK", "OK",
-            "EACCES", "EACCES", "EACCES", "OK",
+            "EACCES",
+            "\"public\"",
+            "EACCES",
+            "EACCES",
+            "OK",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "OK",
+            "65534:65534",
+            "EPERM",
+            "OK",
+            "OK",
+            "EACCES",
+            "EACCES",
+            "EACCES",
+            "OK",
         ];
         for ((label, v), want) in got.into_iter().zip(expect) {
             r.want(label, v, want);
         }
-        r.want("root still reads private", content(&e.p("private")), "\"secret\"");
+        r.want(
+            "root still reads private",
+            content(&e.p("private")),
+            "\"secret\"",
+        );
         // setgid directory: new entries take the directory's group.
         fs::create_dir(e.p("sgid")).unwrap();
         unsafe { libc::chown(e.c("sgid").as_ptr(), 0, 65534) };
@@ -1151,10 +1880,22 @@ mod cases {
         let off = 5i64 << 30;
         r.want("pwrite at 5 GiB", pwrite(&fd, b"far away", off), "8");
         r.want("size", fstat(&fd).st_size, off + 8);
-        r.want("pread far", String::from_utf8_lossy(&pread(&fd, 8, off).unwrap()), "far away");
-        r.want("hole zero", format!("{:?}", pread(&fd, 4, 1 << 32).unwrap()), "[0, 0, 0, 0]");
+        r.want(
+            "pread far",
+            String::from_utf8_lossy(&pread(&fd, 8, off).unwrap()),
+            "far away",
+        );
+        r.want(
+            "hole zero",
+            format!("{:?}", pread(&fd, 4, 1 << 32).unwrap()),
+            "[0, 0, 0, 0]",
+        );
         r.want("read past EOF", pread(&fd, 8, off + 100).unwrap().len(), 0);
-        r.want("lseek end", unsafe { libc::lseek(fd.0, 0, libc::SEEK_END) }, off + 8);
+        r.want(
+            "lseek end",
+            unsafe { libc::lseek(fd.0, 0, libc::SEEK_END) },
+            off + 8,
+        );
         // Writes spanning many pages at an unaligned offset.
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         r.want("unaligned big write", pwrite(&fd, &data, 4093), "300000");
@@ -1163,7 +1904,15 @@ mod cases {
         drop(fd);
         e.remount();
         let fd = open(&e.p("big"), libc::O_RDONLY, 0).unwrap();
-        r.want("after remount", pread(&fd, 300_000, 4093).unwrap() == data, true);
-        r.want("far after remount", String::from_utf8_lossy(&pread(&fd, 8, off).unwrap()), "far away");
+        r.want(
+            "after remount",
+            pread(&fd, 300_000, 4093).unwrap() == data,
+            true,
+        );
+        r.want(
+            "far after remount",
+            String::from_utf8_lossy(&pread(&fd, 8, off).unwrap()),
+            "far away",
+        );
     }
 }

@@ -1,8 +1,8 @@
-//! kaiso's own file-level trace (recorded by `kaiso trace record`), format in
-//! docs/dev/trace-format.md: UTF-8 text, one access a line,
-//! `TIME_NS OP FILE_ID OFFSET LEN`, separated by spaces or tabs; `#` starts a comment.
-//! OP is one of open, read, write, create, truncate, delete. Extra trailing fields (such
-//! as a path) are ignored, so the format can grow.
+//! kaiso's own file-level trace (recorded by `kaiso trace record`), format v1 in
+//! docs/dev/trace-format.md: UTF-8 text, one record a line,
+//! `t_ns op object offset len size path`; lines starting with `#` are headers. The
+//! simulator uses the first five fields (`object` is the kaiso inode number); `size` and
+//! the percent-encoded `path` are ignored, as are any later fields.
 
 use super::{IoRecord, Position, TraceError, read_line};
 use kaiso_policy::Op;
@@ -31,19 +31,19 @@ impl<R: BufRead> KaisoReader<R> {
 
     fn parse(&mut self) -> Result<Option<IoRecord>, TraceError> {
         let at = Position::Line(self.line);
-        let text = self.buf.split('#').next().unwrap_or("").trim();
-        if text.is_empty() {
+        let text = self.buf.trim();
+        if text.is_empty() || text.starts_with('#') {
             return Ok(None);
         }
         let f: Vec<&str> = text.split_ascii_whitespace().take(5).collect();
         if f.len() < 5 {
-            return Err(TraceError::at(FORMAT, at, format!("expected TIME_NS OP FILE_ID OFFSET LEN, got {} fields", f.len())));
+            return Err(TraceError::at(FORMAT, at, format!("expected t_ns op object offset len [size path], got {} fields", f.len())));
         }
         let num = |i: usize, name: &str| {
             f[i].parse::<u64>()
                 .map_err(|_| TraceError::at(FORMAT, at, format!("{name} {:?} is not an unsigned integer", f[i])))
         };
-        let time = num(0, "TIME_NS")?;
+        let time = num(0, "t_ns")?;
         let op = match f[1].to_ascii_lowercase().as_str() {
             "open" => Op::Open,
             "read" => Op::Read,
@@ -51,11 +51,11 @@ impl<R: BufRead> KaisoReader<R> {
             "create" => Op::Create,
             "truncate" => Op::Truncate,
             "delete" => Op::Delete,
-            other => return Err(TraceError::at(FORMAT, at, format!("unknown OP {other:?}"))),
+            other => return Err(TraceError::at(FORMAT, at, format!("unknown op {other:?}"))),
         };
-        let file = num(2, "FILE_ID")?;
-        let offset = num(3, "OFFSET")?;
-        let len = num(4, "LEN")?;
+        let file = num(2, "object")?;
+        let offset = num(3, "offset")?;
+        let len = num(4, "len")?;
         let first = *self.first.get_or_insert(time);
         Ok(Some(IoRecord::new(time.saturating_sub(first), file, offset, len, op)))
     }

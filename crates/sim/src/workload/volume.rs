@@ -70,14 +70,15 @@ pub struct VolumeSpec {
 impl VolumeSpec {
     /// The four volumes of the 002 evaluation, shaped after Tables 2, 3 and 6 (capacity,
     /// peak rate, share of IO on the hottest 1%/10%, spike-area sizes, short-spike load),
-    /// one hour long. `None` for an unknown name. See docs/reproduction/002-spike.md.
+    /// one hour long. Spikes ramp up over 1–2 minutes and then last as long as the trace
+    /// (the paper replayed windows of concentrated load lasting hours). `None` for an unknown name. See docs/reproduction/002-spike.md.
     pub fn preset(name: &str) -> Option<VolumeSpec> {
         let spike = |off_gb: f64, len_gb: f64, iops: f64| Component::Spike {
             offset: (off_gb * GB as f64) as u64,
             len: (len_gb * GB as f64) as u64,
             start_s: 0.0,
             ramp_s: 120.0,
-            hold_s: 7200.0,
+            hold_s: 1e7,
             peak_iops: iops,
         };
         let short = |zone_off_gb: f64, zone_gb: f64, iops: f64| Component::ShortSpikes {
@@ -158,7 +159,7 @@ fn proj4_parts(spike: bool, short: bool) -> Vec<Component> {
             len: 4 * GB,
             start_s: 0.0,
             ramp_s: 60.0,
-            hold_s: 7200.0,
+            hold_s: 1e7,
             peak_iops: 330.0,
         });
     }
