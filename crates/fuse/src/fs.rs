@@ -248,7 +248,7 @@ impl fuser::Filesystem for KaisoFs {
                         return;
                     }
                 }
-                reply.opened(FileHandle(o.fh), FopenFlags::empty());
+                reply.opened(FileHandle(o.fh), if o.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() });
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -378,7 +378,7 @@ impl fuser::Filesystem for KaisoFs {
                         return;
                     }
                 }
-                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), FopenFlags::empty());
+                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), if o.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() });
             }
             Err(e) => reply.error(errno(e)),
         }

@@ -119,6 +119,8 @@ impl Mounted {
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
         match self.session.take() {
+            // Unmounted from outside already: just collect the threads.
+            Some(s) if s.guard.is_finished() => s.join(),
             Some(s) => s.umount_and_join(),
             None => Ok(()),
         }

@@ -131,7 +131,8 @@ fn kill9_during_moves_loses_nothing() {
 
     for round in 0..ROUNDS {
         let mount = store.mount();
-        let mut request = spawn_mover_request(&store.config, &format!("d{}", round % 5), round % 2 == 1);
+        let mut request =
+            spawn_mover_request(&store.config, &format!("d{}", round % 5), round % 2 == 1);
         // Kill somewhere in the first moments of the moves (0-600 ms, seeded).
         let delay = rng.below(600);
         std::thread::sleep(Duration::from_millis(delay));
@@ -178,6 +179,7 @@ fn kill9_during_moves_loses_nothing() {
 
     // The tiers' union read directly (no kaiso) is the same tree as before.
     let union = common::temp_dir("crash-union");
+    let _cleanup = RemoveOnDrop(union.clone());
     for t in &store.tiers {
         let out = Command::new("cp")
             .arg("-a")
@@ -197,7 +199,6 @@ fn kill9_during_moves_loses_nothing() {
         .into_iter()
         .filter(|l| !l.starts_with(".kaiso"))
         .collect();
-    let _ = fs::remove_dir_all(&union);
     assert_eq!(
         diff(&want, &plain),
         Vec::<String>::new(),
@@ -218,4 +219,12 @@ fn diff(want: &[String], got: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Removes a directory when dropped, also while the test panics.
+struct RemoveOnDrop(std::path::PathBuf);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }

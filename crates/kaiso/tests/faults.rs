@@ -438,10 +438,21 @@ fn operator_commands_accept_mount_paths() {
         "kaiso where {p} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("t1"), "where does not name tier t1");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("t1"),
+        "where does not name tier t1"
+    );
     let out = common::run_kaiso(&["promote", &p]);
-    assert!(out.status.success(), "kaiso promote {p}: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(store.tiers_holding("dir/f"), vec![0], "promote did not move the file up");
+    assert!(
+        out.status.success(),
+        "kaiso promote {p}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        store.tiers_holding("dir/f"),
+        vec![0],
+        "promote did not move the file up"
+    );
     assert_eq!(fs::read(m.path.join("dir/f")).unwrap(), b"on the slow tier");
     m.unmount();
 }

@@ -388,6 +388,24 @@ impl Inner {
         Ok(self.g.block_off(b))
     }
 
+    /// Up to `n` free blocks (fewer when the pool is full), lowest first when popped.
+    fn alloc_blocks(&self, n: u64) -> Vec<u64> {
+        let mut v = Vec::with_capacity(n as usize);
+        if n == 0 {
+            return v;
+        }
+        let mut a = self.alloc.lock();
+        for _ in 0..n {
+            match a.block() {
+                Some(b) => v.push(self.g.block_off(b)),
+                None => break,
+            }
+        }
+        drop(a);
+        v.reverse();
+        v
+    }
+
     pub fn release_blocks(&self, offs: &[u64]) {
         if offs.is_empty() {
             return;
@@ -558,6 +576,12 @@ impl Inner {
         if off > size {
             self.zero_tail(ino, size, off);
         }
+        // Take every block the write needs in one go: one allocator lock per write, not per
+        // block (threads writing large files would otherwise contend on it).
+        let holes = (off / bs..end.div_ceil(bs))
+            .filter(|&i| self.bget(ino, i) == 0)
+            .count() as u64;
+        let mut spare = self.alloc_blocks(holes);
         let mut done = 0usize;
         let mut new_blocks = 0u64;
         while done < buf.len() {
@@ -568,10 +592,11 @@ impl Inner {
             let src = &buf[done..done + chunk];
             let b = self.bget(ino, idx);
             if b == 0 {
-                let nb = match self.alloc_block() {
-                    Ok(nb) => nb,
-                    Err(err) if done == 0 => return Err(err),
-                    Err(_) => break,
+                let Some(nb) = spare.pop() else {
+                    if done == 0 {
+                        return Err(libc::ENOSPC);
+                    }
+                    break;
                 };
                 if within > 0 {
                     self.zero(nb, within);
@@ -583,10 +608,12 @@ impl Inner {
                 }
                 self.m.persist(nb, bs);
                 if let Err(err) = self.bset(ino, idx, nb) {
-                    self.release_blocks(&[nb]);
+                    spare.push(nb);
+                    self.release_blocks(&spare);
                     if done == 0 {
                         return Err(err);
                     }
+                    spare.clear();
                     break;
                 }
                 new_blocks += 1;
@@ -596,6 +623,7 @@ impl Inner {
             }
             done += chunk;
         }
+        self.release_blocks(&spare);
         self.m.fence();
         let endpos = off + done as u64;
         if new_blocks > 0 {

@@ -6,8 +6,17 @@ use kaiso_sim::experiments::{Scale, ch3, table4, table7, table8};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let scale = if args.iter().any(|a| a == "--quick") { Scale::QUICK } else { Scale::FULL };
-    let seed = args.iter().position(|a| a == "--seed").and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let scale = if args.iter().any(|a| a == "--quick") {
+        Scale::QUICK
+    } else {
+        Scale::FULL
+    };
+    let seed = args
+        .iter()
+        .position(|a| a == "--seed")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
     let which = args.first().map(String::as_str).unwrap_or("002");
     let mut progress = |m: &str| eprintln!("… {m}");
     let started = std::time::Instant::now();

@@ -63,40 +63,79 @@ fn reads_to_writes(records: impl Iterator<Item = IoRecord>) -> impl Iterator<Ite
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scheme {
     HddOnly,
-    Spike { persistent: bool },
+    Spike {
+        persistent: bool,
+    },
     /// flashcache-like write-back LRU cache of 4 KiB blocks.
     Cache,
 }
 
 /// One 002 run: `volume` (already speed-scaled records), SSD of `ssd_capacity`.
-pub fn run_002(records: Box<dyn Iterator<Item = IoRecord> + '_>, capacity: u64, ssd_capacity: u64, scheme: Scheme, horizon_s: f64) -> TierResult {
+pub fn run_002(
+    records: Box<dyn Iterator<Item = IoRecord> + '_>,
+    capacity: u64,
+    ssd_capacity: u64,
+    scheme: Scheme,
+    horizon_s: f64,
+) -> TierResult {
     let (hdd, ssd) = paper_002_devices(capacity);
-    let mut cfg = TierConfig::new(vec![TierSpec::new("ssd", ssd, ssd_capacity), TierSpec::new("hdd", hdd, capacity * 2)], GB);
+    let mut cfg = TierConfig::new(
+        vec![
+            TierSpec::new("ssd", ssd, ssd_capacity),
+            TierSpec::new("hdd", hdd, capacity * 2),
+        ],
+        GB,
+    );
     cfg.horizon = Some((horizon_s * SECOND as f64) as u64);
     cfg.max_outstanding = Some(32);
     cfg.sample_interval = 60 * SECOND;
     cfg.plan_interval = 5 * SECOND;
     cfg.initial_regions = (0..capacity.div_ceil(GB)).collect();
-    let workload = Workload::Open { records, speed: 1.0 };
+    let workload = Workload::Open {
+        records,
+        speed: 1.0,
+    };
     match scheme {
         Scheme::HddOnly => run_tiering(&cfg, Placement::HomeOnly, workload, |_| {}),
         Scheme::Spike { persistent } => {
-            let mut p = SpikePolicy::new(SpikeConfig { persistent_io: persistent, ..SpikeConfig::default() }).expect("paper defaults are valid");
+            let mut p = SpikePolicy::new(SpikeConfig {
+                persistent_io: persistent,
+                ..SpikeConfig::default()
+            })
+            .expect("paper defaults are valid");
             run_tiering(&cfg, Placement::Policy(&mut p), workload, |_| {})
         }
         Scheme::Cache => {
             let mut c = by_name("lru", Capacity::bytes(ssd_capacity), "").expect("lru exists");
-            run_tiering(&cfg, Placement::WriteBackCache { cache: c.as_mut(), block: 4096 }, workload, |_| {})
+            run_tiering(
+                &cfg,
+                Placement::WriteBackCache {
+                    cache: c.as_mut(),
+                    block: 4096,
+                },
+                workload,
+                |_| {},
+            )
         }
     }
 }
 
-fn volume_records(name: &str, speed: f64, horizon_s: f64, seed: u64, star: bool) -> (VolumeSpec, Box<dyn Iterator<Item = IoRecord> + Send>) {
+fn volume_records(
+    name: &str,
+    speed: f64,
+    horizon_s: f64,
+    seed: u64,
+    star: bool,
+) -> (VolumeSpec, Box<dyn Iterator<Item = IoRecord> + Send>) {
     let mut v = VolumeSpec::preset(name).expect("known preset");
     // Generate enough trace for the replay to run `horizon_s` at `speed` (and a margin).
     v.duration_s = horizon_s * speed * 1.5;
     let recs = speed_up(v.generate(seed), speed);
-    let recs: Box<dyn Iterator<Item = IoRecord> + Send> = if star { Box::new(reads_to_writes(recs)) } else { Box::new(recs) };
+    let recs: Box<dyn Iterator<Item = IoRecord> + Send> = if star {
+        Box::new(reads_to_writes(recs))
+    } else {
+        Box::new(recs)
+    };
     (v, recs)
 }
 
@@ -122,10 +161,23 @@ pub struct Table {
 
 impl Table {
     fn new(title: &str, header: &[&str]) -> Self {
-        Table { title: title.into(), header: header.iter().map(|s| s.to_string()).collect(), rows: Vec::new() }
+        Table {
+            title: title.into(),
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
     }
     pub fn markdown(&self) -> String {
-        let mut s = format!("### {}\n\n| {} |\n|{}|\n", self.title, self.header.join(" | "), self.header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
+        let mut s = format!(
+            "### {}\n\n| {} |\n|{}|\n",
+            self.title,
+            self.header.join(" | "),
+            self.header
+                .iter()
+                .map(|_| "---")
+                .collect::<Vec<_>>()
+                .join("|")
+        );
         for r in &self.rows {
             let _ = writeln!(s, "| {} |", r.join(" | "));
         }
@@ -145,24 +197,58 @@ pub struct Scale {
 }
 
 impl Scale {
-    pub const FULL: Scale = Scale { hour_s: 3600.0, mix_s: 1200.0, phase_s: 60.0 };
-    pub const QUICK: Scale = Scale { hour_s: 600.0, mix_s: 300.0, phase_s: 15.0 };
+    pub const FULL: Scale = Scale {
+        hour_s: 3600.0,
+        mix_s: 1200.0,
+        phase_s: 60.0,
+    };
+    pub const QUICK: Scale = Scale {
+        hour_s: 600.0,
+        mix_s: 300.0,
+        phase_s: 15.0,
+    };
 }
 
 /// Table 4 and 5: the four volumes, HDD only vs the spike rule.
 pub fn table4(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table {
     let mut t = Table::new(
         "002 Table 4/5: average iops over the first hour, HDD only vs spike tiering",
-        &["volume", "speed", "HDD only iops", "spike iops", "gain (ours)", "gain (paper)", "SSD used GB", "SSD IO share", "HDD svctm ms (spike / HDD only)"],
+        &[
+            "volume",
+            "speed",
+            "HDD only iops",
+            "spike iops",
+            "gain (ours)",
+            "gain (paper)",
+            "SSD used GB",
+            "SSD IO share",
+            "HDD svctm ms (spike / HDD only)",
+        ],
     );
-    for (name, speed, paper) in [("usr1", 8.0, "+77%"), ("web2", 8.0, "+22%"), ("proj2", 2.0, "+45%"), ("proj4", 2.0, "+1%")] {
+    for (name, speed, paper) in [
+        ("usr1", 8.0, "+77%"),
+        ("web2", 8.0, "+22%"),
+        ("proj2", 2.0, "+45%"),
+        ("proj4", 2.0, "+1%"),
+    ] {
         progress(&format!("table 4: {name} HDD only"));
         let (v, recs) = volume_records(name, speed, scale.hour_s, seed, false);
         let base = run_002(recs, v.capacity, 64 * GB, Scheme::HddOnly, scale.hour_s);
         progress(&format!("table 4: {name} spike"));
         let (_, recs) = volume_records(name, speed, scale.hour_s, seed, false);
-        let sp = run_002(recs, v.capacity, 64 * GB, Scheme::Spike { persistent: false }, scale.hour_s);
-        let hdd = |r: &TierResult| r.devices.iter().find(|d| d.tier == "hdd").map_or(0.0, |d| d.svctm_ms);
+        let sp = run_002(
+            recs,
+            v.capacity,
+            64 * GB,
+            Scheme::Spike { persistent: false },
+            scale.hour_s,
+        );
+        let hdd = |r: &TierResult| {
+            r.devices
+                .iter()
+                .find(|d| d.tier == "hdd")
+                .map_or(0.0, |d| d.svctm_ms)
+        };
         t.rows.push(vec![
             name.into(),
             format!("×{speed}"),
@@ -182,7 +268,14 @@ pub fn table4(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table 
 pub fn table7(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table {
     let mut t = Table::new(
         "002 Table 7: proj4 spike ×4 + short spike ×k (spike rule)",
-        &["run", "avg iops", "SSD used GB", "added iops", "expected", "paper added / expected"],
+        &[
+            "run",
+            "avg iops",
+            "SSD used GB",
+            "added iops",
+            "expected",
+            "paper added / expected",
+        ],
     );
     let capacity = VolumeSpec::preset("proj4").expect("preset").capacity;
     let part = |name: &str, speed: f64, seed: u64| {
@@ -190,14 +283,42 @@ pub fn table7(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table 
         v.duration_s = scale.mix_s * speed * 1.5;
         speed_up(v.generate(seed), speed)
     };
-    let run = |recs: Box<dyn Iterator<Item = IoRecord> + '_>| run_002(recs, capacity, 64 * GB, Scheme::Spike { persistent: false }, scale.mix_s);
+    let run = |recs: Box<dyn Iterator<Item = IoRecord> + '_>| {
+        run_002(
+            recs,
+            capacity,
+            64 * GB,
+            Scheme::Spike { persistent: false },
+            scale.mix_s,
+        )
+    };
     progress("table 7: spike ×4");
     let s4 = run(Box::new(part("proj4-spike", 4.0, seed)));
     progress("table 7: short spike ×1");
     let ss1 = run(Box::new(part("proj4-short", 1.0, seed + 1)));
-    t.rows.push(vec!["spike ×4".into(), format!("{:.0}", s4.iops), format!("{:.0}", s4.fast_tier_used as f64 / GB as f64), "–".into(), "–".into(), "1498 iops alone".into()]);
-    t.rows.push(vec!["short spike ×1".into(), format!("{:.0}", ss1.iops), "–".into(), "–".into(), "–".into(), "261 iops alone".into()]);
-    let paper = ["178 / 261", "469 / 523", "765 / 784", "201 / 1046", "−213 / 1307"];
+    t.rows.push(vec![
+        "spike ×4".into(),
+        format!("{:.0}", s4.iops),
+        format!("{:.0}", s4.fast_tier_used as f64 / GB as f64),
+        "–".into(),
+        "–".into(),
+        "1498 iops alone".into(),
+    ]);
+    t.rows.push(vec![
+        "short spike ×1".into(),
+        format!("{:.0}", ss1.iops),
+        "–".into(),
+        "–".into(),
+        "–".into(),
+        "261 iops alone".into(),
+    ]);
+    let paper = [
+        "178 / 261",
+        "469 / 523",
+        "765 / 784",
+        "201 / 1046",
+        "−213 / 1307",
+    ];
     for k in 1..=5u32 {
         progress(&format!("table 7: spike ×4 + short ×{k}"));
         let merged = Merge::new([
@@ -221,7 +342,14 @@ pub fn table7(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table 
 pub fn table8(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table {
     let mut t = Table::new(
         "002 Table 8: spike tiering vs write-back cache (flashcache-like, LRU, 4 KiB), average iops over the first hour",
-        &["workload", "tiering iops", "cache iops", "difference (ours)", "after moves ($) tiering / cache", "paper"],
+        &[
+            "workload",
+            "tiering iops",
+            "cache iops",
+            "difference (ours)",
+            "after moves ($) tiering / cache",
+            "paper",
+        ],
     );
     let cases = [
         ("usr1", 8.0, false, 6 * GB, "0%"),
@@ -234,16 +362,36 @@ pub fn table8(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table 
         let label = format!("{name}{} ×{speed}", if star { "*" } else { "" });
         progress(&format!("table 8: {label} tiering"));
         let (v, recs) = volume_records(name, speed, scale.hour_s, seed, star);
-        let tier = run_002(recs, v.capacity, ssd, Scheme::Spike { persistent: true }, scale.hour_s);
+        let tier = run_002(
+            recs,
+            v.capacity,
+            ssd,
+            Scheme::Spike { persistent: true },
+            scale.hour_s,
+        );
         progress(&format!("table 8: {label} cache"));
         let (_, recs) = volume_records(name, speed, scale.hour_s, seed, star);
         let cache = run_002(recs, v.capacity, ssd, Scheme::Cache, scale.hour_s);
         let after = match iops_after_moves(&tier) {
             Some(a) => {
-                let last = tier.series.iter().rposition(|s| s.bytes_moved > 0).unwrap_or(0);
-                let c: Vec<f64> = cache.series[(last + 1).min(cache.series.len())..].iter().map(|s| s.iops).collect();
-                let cm = if c.is_empty() { 0.0 } else { c.iter().sum::<f64>() / c.len() as f64 };
-                format!("{a:.0} / {cm:.0} ({:+.0}%)", (a / cm.max(1e-9) - 1.0) * 100.0)
+                let last = tier
+                    .series
+                    .iter()
+                    .rposition(|s| s.bytes_moved > 0)
+                    .unwrap_or(0);
+                let c: Vec<f64> = cache.series[(last + 1).min(cache.series.len())..]
+                    .iter()
+                    .map(|s| s.iops)
+                    .collect();
+                let cm = if c.is_empty() {
+                    0.0
+                } else {
+                    c.iter().sum::<f64>() / c.len() as f64
+                };
+                format!(
+                    "{a:.0} / {cm:.0} ({:+.0}%)",
+                    (a / cm.max(1e-9) - 1.0) * 100.0
+                )
             }
             None => "moves never finished".into(),
         };
@@ -269,57 +417,113 @@ pub struct Ch3 {
 
 impl Ch3 {
     pub fn new(scale: Scale, seed: u64) -> Ch3 {
-        let spec = TpcxvSpec { phase_s: scale.phase_s, ..TpcxvSpec::default() };
+        let spec = TpcxvSpec {
+            phase_s: scale.phase_s,
+            ..TpcxvSpec::default()
+        };
         let workload = Tpcxv::new(spec, seed);
         // Data occupy half of the modelled disk, as 750 GB on the thesis's RAID 0+1.
-        let hdd = DeviceSpec::Hdd(HddParams { capacity_bytes: workload.disk_bytes() * 2, ..HddParams::default() });
-        let ssd = DeviceSpec::Ssd(ParallelParams { slots: 32, read_latency_us: 20.0, write_latency_us: 20.0, read_mb_per_sec: 2000.0, write_mb_per_sec: 1000.0 });
-        Ch3 { workload, clients: 16, hdd, ssd }
+        let hdd = DeviceSpec::Hdd(HddParams {
+            capacity_bytes: workload.disk_bytes() * 2,
+            ..HddParams::default()
+        });
+        let ssd = DeviceSpec::Ssd(ParallelParams {
+            slots: 32,
+            read_latency_us: 20.0,
+            write_latency_us: 20.0,
+            read_mb_per_sec: 2000.0,
+            write_mb_per_sec: 1000.0,
+        });
+        Ch3 {
+            workload,
+            clients: 16,
+            hdd,
+            ssd,
+        }
     }
 
     fn layout(&self) -> RegionLayout {
         let mut l = RegionLayout::new(self.workload.spec.chunk_bytes).expect("chunk size > 0");
         for (chunk, file, off) in self.workload.layout() {
-            l.insert(chunk, file, off).expect("generator layout is a bijection");
+            l.insert(chunk, file, off)
+                .expect("generator layout is a bijection");
         }
         l
     }
 
     fn config(&self, cache_bytes: u64) -> TierConfig {
         let mut cfg = TierConfig::new(
-            vec![TierSpec::new("ssd", self.ssd.clone(), cache_bytes), TierSpec::new("hdd", self.hdd.clone(), self.workload.disk_bytes() * 2)],
+            vec![
+                TierSpec::new("ssd", self.ssd.clone(), cache_bytes),
+                TierSpec::new("hdd", self.hdd.clone(), self.workload.disk_bytes() * 2),
+            ],
             self.workload.spec.chunk_bytes,
         );
         cfg.tiers[0].high_watermark = 1.0;
         cfg.sample_interval = SECOND;
         cfg.plan_interval = SECOND / 2;
-        cfg.initial_regions = (0..self.workload.disk_bytes() / self.workload.spec.chunk_bytes).collect();
+        cfg.initial_regions =
+            (0..self.workload.disk_bytes() / self.workload.spec.chunk_bytes).collect();
         cfg
     }
 
     fn workload_closed(&self, seed: u64) -> Workload<'_> {
         let w = &self.workload;
-        Workload::Closed { clients: self.clients, think: 0, duration: w.duration_ns(), seed, txn: Box::new(move |rng, now| w.txn(rng, now).ios) }
+        Workload::Closed {
+            clients: self.clients,
+            think: 0,
+            duration: w.duration_ns(),
+            seed,
+            txn: Box::new(move |rng, now| w.txn(rng, now).ios),
+        }
     }
 
     /// Transactions per second over the whole run with a prefetching cache.
-    pub fn prefetch(&self, cache_bytes: u64, unit: u32, mode: UnitMode, rate: RateMode, seed: u64) -> TierResult {
-        let cfg = PrefetchConfig { unit_chunks: unit, unit_mode: mode, rate_mode: rate, ..PrefetchConfig::default() };
+    pub fn prefetch(
+        &self,
+        cache_bytes: u64,
+        unit: u32,
+        mode: UnitMode,
+        rate: RateMode,
+        seed: u64,
+    ) -> TierResult {
+        let cfg = PrefetchConfig {
+            unit_chunks: unit,
+            unit_mode: mode,
+            rate_mode: rate,
+            ..PrefetchConfig::default()
+        };
         let layout = (mode == UnitMode::LayoutAware).then(|| self.layout());
         let p = PrefetchPolicy::new(cfg, layout).expect("valid prefetch config");
         let mut shared = Shared::new(p);
         let handle = shared.handle();
         let tc = self.config(cache_bytes);
-        run_tiering(&tc, Placement::Policy(&mut shared), self.workload_closed(seed), |s| {
-            let txns = (s.tps * (tc.sample_interval as f64 / 1e9)).round() as u64;
-            handle.lock().unwrap_or_else(|p| p.into_inner()).observe_transactions((s.end_s * 1e9) as u64, txns);
-        })
+        run_tiering(
+            &tc,
+            Placement::Policy(&mut shared),
+            self.workload_closed(seed),
+            |s| {
+                let txns = (s.tps * (tc.sample_interval as f64 / 1e9)).round() as u64;
+                handle
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe_transactions((s.end_s * 1e9) as u64, txns);
+            },
+        )
     }
 
     /// The non-prefetching write-back cache (FlashCache in the thesis), 4 KiB blocks, LRU.
     pub fn flashcache(&self, cache_bytes: u64, seed: u64) -> TierResult {
         let mut c = by_name("lru", Capacity::bytes(cache_bytes), "").expect("lru exists");
-        run_tiering(&self.config(cache_bytes), Placement::WriteBackCache { cache: c.as_mut(), block: 4096 }, self.workload_closed(seed), |_| {})
+        run_tiering(
+            &self.config(cache_bytes),
+            Placement::WriteBackCache {
+                cache: c.as_mut(),
+                block: 4096,
+            },
+            self.workload_closed(seed),
+            |_| {},
+        )
     }
 }
 
@@ -330,40 +534,79 @@ pub fn ch3(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Vec<Table
     let sizes = [("13.3%", data * 133 / 1000), ("6.7%", data * 67 / 1000)];
     let mut units = Table::new(
         "ch.3 Fig. 3.7: TPS by unit size, with and without layout awareness (fixed r = 0.4)",
-        &["cache", "unit", "simple (LBA) TPS", "layout-aware TPS", "LA gain"],
+        &[
+            "cache",
+            "unit",
+            "simple (LBA) TPS",
+            "layout-aware TPS",
+            "LA gain",
+        ],
     );
     let mut tps_simple_best = [0.0f64; 2];
     for (i, (label, bytes)) in sizes.iter().enumerate() {
         for n in 1..=4u32 {
             progress(&format!("ch3: {label} unit {n} LBA"));
-            let lba = exp.prefetch(*bytes, n, UnitMode::Lba, RateMode::Fixed(0.4), seed).tps;
+            let lba = exp
+                .prefetch(*bytes, n, UnitMode::Lba, RateMode::Fixed(0.4), seed)
+                .tps;
             progress(&format!("ch3: {label} unit {n} LA"));
-            let la = exp.prefetch(*bytes, n, UnitMode::LayoutAware, RateMode::Fixed(0.4), seed).tps;
+            let la = exp
+                .prefetch(*bytes, n, UnitMode::LayoutAware, RateMode::Fixed(0.4), seed)
+                .tps;
             tps_simple_best[i] = tps_simple_best[i].max(lba);
-            units.rows.push(vec![label.to_string(), format!("{n} MiB"), format!("{lba:.1}"), format!("{la:.1}"), format!("{:+.1}%", (la / lba.max(1e-9) - 1.0) * 100.0)]);
+            units.rows.push(vec![
+                label.to_string(),
+                format!("{n} MiB"),
+                format!("{lba:.1}"),
+                format!("{la:.1}"),
+                format!("{:+.1}%", (la / lba.max(1e-9) - 1.0) * 100.0),
+            ]);
         }
     }
     let mut rates = Table::new(
         "ch.3 Fig. 3.10: fixed r vs adaptive r (layout-aware, 3 MiB units)",
-        &["cache", "r=0.2", "r=0.4", "r=0.6", "r=0.8", "adaptive", "adaptive ≥ best fixed"],
+        &[
+            "cache",
+            "r=0.2",
+            "r=0.4",
+            "r=0.6",
+            "r=0.8",
+            "adaptive",
+            "adaptive ≥ best fixed",
+        ],
     );
     let mut summary = Table::new(
         "ch.3 headline ratios (same cache size)",
-        &["cache", "FlashCache-like TPS", "best simple prefetch TPS", "adaptive LA TPS", "vs simple (paper +17.1%)", "vs no prefetch (paper 3.15×)"],
+        &[
+            "cache",
+            "FlashCache-like TPS",
+            "best simple prefetch TPS",
+            "adaptive LA TPS",
+            "vs simple (paper +17.1%)",
+            "vs no prefetch (paper 3.15×)",
+        ],
     );
     for (i, (label, bytes)) in sizes.iter().enumerate() {
         let mut row = vec![label.to_string()];
         let mut best = 0.0f64;
         for r in [0.2, 0.4, 0.6, 0.8] {
             progress(&format!("ch3: {label} fixed r={r}"));
-            let tps = exp.prefetch(*bytes, 3, UnitMode::LayoutAware, RateMode::Fixed(r), seed).tps;
+            let tps = exp
+                .prefetch(*bytes, 3, UnitMode::LayoutAware, RateMode::Fixed(r), seed)
+                .tps;
             best = best.max(tps);
             row.push(format!("{tps:.1}"));
         }
         progress(&format!("ch3: {label} adaptive"));
-        let adaptive = exp.prefetch(*bytes, 3, UnitMode::LayoutAware, RateMode::Adaptive, seed).tps;
+        let adaptive = exp
+            .prefetch(*bytes, 3, UnitMode::LayoutAware, RateMode::Adaptive, seed)
+            .tps;
         row.push(format!("{adaptive:.1}"));
-        row.push(if adaptive >= best { "yes".into() } else { format!("no ({:+.1}%)", (adaptive / best.max(1e-9) - 1.0) * 100.0) });
+        row.push(if adaptive >= best {
+            "yes".into()
+        } else {
+            format!("no ({:+.1}%)", (adaptive / best.max(1e-9) - 1.0) * 100.0)
+        });
         rates.rows.push(row);
         progress(&format!("ch3: {label} FlashCache-like"));
         let fc = exp.flashcache(*bytes, seed).tps;
@@ -372,7 +615,10 @@ pub fn ch3(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Vec<Table
             format!("{fc:.1}"),
             format!("{:.1}", tps_simple_best[i]),
             format!("{adaptive:.1}"),
-            format!("{:+.1}%", (adaptive / tps_simple_best[i].max(1e-9) - 1.0) * 100.0),
+            format!(
+                "{:+.1}%",
+                (adaptive / tps_simple_best[i].max(1e-9) - 1.0) * 100.0
+            ),
             format!("{:.2}×", adaptive / fc.max(1e-9)),
         ]);
     }

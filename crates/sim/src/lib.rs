@@ -9,15 +9,15 @@
 //!   (any `PlacementPolicy` over device-modelled tiers, open or closed loop).
 //! - [`report`]: results as JSON/CSV and SVG plots.
 
-pub mod workload;
-pub mod replay;
 pub mod experiments;
 pub mod policies;
+pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod source;
 pub mod sweep;
 pub mod trace;
 pub mod validate;
+pub mod workload;
 
 pub use trace::{IoRecord, TraceError, TraceFormat};

@@ -13,7 +13,10 @@ pub const PLACEMENT_NAMES: &[&str] = &["spike", "spike-persistent", "kaiso"];
 pub fn placement(name: &str) -> Result<Box<dyn PlacementPolicy>, String> {
     Ok(match name {
         "spike" => Box::new(SpikePolicy::new(SpikeConfig::default())?),
-        "spike-persistent" => Box::new(SpikePolicy::new(SpikeConfig { persistent_io: true, ..SpikeConfig::default() })?),
+        "spike-persistent" => Box::new(SpikePolicy::new(SpikeConfig {
+            persistent_io: true,
+            ..SpikeConfig::default()
+        })?),
         "kaiso" | "default" => Box::new(KaisoPolicy::new(KaisoConfig::default()).map_err(|e| e.0)?),
         _ => {
             return Err(format!(
@@ -33,7 +36,10 @@ pub struct Shared<P> {
 
 impl<P: PlacementPolicy> Shared<P> {
     pub fn new(policy: P) -> Self {
-        Shared { name: policy.name().to_string(), inner: std::sync::Arc::new(std::sync::Mutex::new(policy)) }
+        Shared {
+            name: policy.name().to_string(),
+            inner: std::sync::Arc::new(std::sync::Mutex::new(policy)),
+        }
     }
     /// Another handle to the same policy.
     pub fn handle(&self) -> std::sync::Arc<std::sync::Mutex<P>> {
@@ -60,10 +66,20 @@ impl<P: PlacementPolicy> PlacementPolicy for Shared<P> {
     fn pin(&mut self, object: kaiso_policy::ObjectId, tier: Option<kaiso_policy::TierId>) {
         self.lock().pin(object, tier)
     }
-    fn place_new(&mut self, now: kaiso_policy::Nanos, size_hint: u64, tiers: &[kaiso_policy::TierState]) -> kaiso_policy::TierId {
+    fn place_new(
+        &mut self,
+        now: kaiso_policy::Nanos,
+        size_hint: u64,
+        tiers: &[kaiso_policy::TierState],
+    ) -> kaiso_policy::TierId {
         self.lock().place_new(now, size_hint, tiers)
     }
-    fn plan(&mut self, now: kaiso_policy::Nanos, tiers: &[kaiso_policy::TierState], max_bytes: u64) -> Vec<kaiso_policy::Move> {
+    fn plan(
+        &mut self,
+        now: kaiso_policy::Nanos,
+        tiers: &[kaiso_policy::TierState],
+        max_bytes: u64,
+    ) -> Vec<kaiso_policy::Move> {
         self.lock().plan(now, tiers, max_bytes)
     }
     fn explain(&self, object: kaiso_policy::ObjectId, now: kaiso_policy::Nanos) -> String {

@@ -21,7 +21,13 @@ pub fn write_csv(path: &Path, header: &[&str], rows: &[Vec<String>]) -> io::Resu
             f.to_string()
         }
     };
-    s.push_str(&header.iter().map(|h| quote(h)).collect::<Vec<_>>().join(","));
+    s.push_str(
+        &header
+            .iter()
+            .map(|h| quote(h))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
     s.push('\n');
     for r in rows {
         s.push_str(&r.iter().map(|f| quote(f)).collect::<Vec<_>>().join(","));
@@ -48,11 +54,14 @@ pub struct LineChart {
 }
 
 const PALETTE: &[&str] = &[
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
 ];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn nice(v: f64) -> String {
@@ -85,7 +94,10 @@ impl LineChart {
     }
 
     pub fn add(&mut self, name: &str, points: Vec<(f64, f64)>) {
-        self.series.push(Series { name: name.into(), points });
+        self.series.push(Series {
+            name: name.into(),
+            points,
+        });
     }
 
     pub fn to_svg(&self) -> String {
@@ -94,7 +106,11 @@ impl LineChart {
         let pw = w - l - r;
         let ph = h - t - b;
         let fx = |x: f64| if self.log_x { x.max(1e-12).log10() } else { x };
-        let pts = self.series.iter().flat_map(|s| s.points.iter()).filter(|p| p.0.is_finite() && p.1.is_finite());
+        let pts = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|p| p.0.is_finite() && p.1.is_finite());
         let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, f64::MIN);
         for &(x, y) in pts {
             x0 = x0.min(fx(x));
@@ -120,20 +136,47 @@ impl LineChart {
             r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
         );
         let _ = write!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-        let _ = write!(s, r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#, l + pw / 2.0, esc(&self.title));
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+            l + pw / 2.0,
+            esc(&self.title)
+        );
         // Axes, grid and ticks.
         for i in 0..=5 {
             let fy = y0 + (y1 - y0) * i as f64 / 5.0;
             let y = sy(fy);
-            let _ = write!(s, r##"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, l + pw);
-            let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, l - 6.0, y + 4.0, nice(fy));
+            let _ = write!(
+                s,
+                r##"<line x1="{l}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+                l + pw
+            );
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                l - 6.0,
+                y + 4.0,
+                nice(fy)
+            );
             let fxv = x0 + (x1 - x0) * i as f64 / 5.0;
             let xv = if self.log_x { 10f64.powf(fxv) } else { fxv };
             let x = l + pw * i as f64 / 5.0;
-            let _ = write!(s, r##"<line x1="{x:.1}" y1="{t}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##, t + ph);
-            let _ = write!(s, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, t + ph + 16.0, nice(xv));
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" y1="{t}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##,
+                t + ph
+            );
+            let _ = write!(
+                s,
+                r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                t + ph + 16.0,
+                nice(xv)
+            );
         }
-        let _ = write!(s, r##"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
+        let _ = write!(
+            s,
+            r##"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
+        );
         let _ = write!(
             s,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}{}</text>"#,
@@ -158,12 +201,31 @@ impl LineChart {
                 .map(|&(x, y)| format!("{:.1},{:.1}", sx(x), sy(y)))
                 .collect();
             if path.len() == 1 {
-                let _ = write!(s, r#"<circle cx="{}" r="3" fill="{color}"/>"#, path[0].replace(',', "\" cy=\""));
+                let _ = write!(
+                    s,
+                    r#"<circle cx="{}" r="3" fill="{color}"/>"#,
+                    path[0].replace(',', "\" cy=\"")
+                );
             }
-            let _ = write!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{}"/>"#, path.join(" "));
+            let _ = write!(
+                s,
+                r#"<polyline fill="none" stroke="{color}" stroke-width="1.8" points="{}"/>"#,
+                path.join(" ")
+            );
             let ly = t + 14.0 + 18.0 * i as f64;
-            let _ = write!(s, r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/>"#, l + pw + 10.0, l + pw + 30.0);
-            let _ = write!(s, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, l + pw + 36.0, ly + 4.0, esc(&ser.name));
+            let _ = write!(
+                s,
+                r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/>"#,
+                l + pw + 10.0,
+                l + pw + 30.0
+            );
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                l + pw + 36.0,
+                ly + 4.0,
+                esc(&ser.name)
+            );
         }
         s.push_str("</svg>\n");
         s

@@ -36,8 +36,12 @@ fn kv(params: &str) -> Result<Vec<(String, f64)>, String> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let (k, v) = p.split_once('=').ok_or_else(|| format!("expected key=value, got {p:?}"))?;
-            let v = parse_size(v).map(|x| x as f64).or_else(|| v.trim().parse::<f64>().ok());
+            let (k, v) = p
+                .split_once('=')
+                .ok_or_else(|| format!("expected key=value, got {p:?}"))?;
+            let v = parse_size(v)
+                .map(|x| x as f64)
+                .or_else(|| v.trim().parse::<f64>().ok());
             match v {
                 Some(v) if v.is_finite() && v >= 0.0 => Ok((k.trim().to_string(), v)),
                 _ => Err(format!("{k}: expected a non-negative number")),
@@ -47,8 +51,17 @@ fn kv(params: &str) -> Result<Vec<(String, f64)>, String> {
 }
 
 impl Generator {
-    pub const NAMES: &'static [&'static str] =
-        &["usr1", "web2", "proj2", "proj4", "proj4-spike", "proj4-short", "tpcxv", "files", "zipf"];
+    pub const NAMES: &'static [&'static str] = &[
+        "usr1",
+        "web2",
+        "proj2",
+        "proj4",
+        "proj4-spike",
+        "proj4-short",
+        "tpcxv",
+        "files",
+        "zipf",
+    ];
 
     pub fn parse(spec: &str) -> Result<Generator, String> {
         let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
@@ -105,7 +118,10 @@ impl Generator {
                 }
                 Ok(Generator::Files(s))
             }
-            _ => Err(format!("unknown generator {name:?}; known: {}", Generator::NAMES.join(", "))),
+            _ => Err(format!(
+                "unknown generator {name:?}; known: {}",
+                Generator::NAMES.join(", ")
+            )),
         }
     }
 
@@ -134,14 +150,22 @@ impl Generator {
 impl Source {
     pub fn records(&self) -> Result<RecordStream, TraceError> {
         match self {
-            Source::File { path, format } => trace::open(path, *format).map_err(|source| TraceError::Io { format: "trace", source }),
+            Source::File { path, format } => {
+                trace::open(path, *format).map_err(|source| TraceError::Io {
+                    format: "trace",
+                    source,
+                })
+            }
             Source::Generated { generator, seed } => Ok(Box::new(generator.records(*seed).map(Ok))),
         }
     }
 
     pub fn default_granularity(&self) -> Granularity {
         match self {
-            Source::File { format: TraceFormat::OracleGeneral | TraceFormat::Kaiso, .. } => Granularity::Object,
+            Source::File {
+                format: TraceFormat::OracleGeneral | TraceFormat::Kaiso,
+                ..
+            } => Granularity::Object,
             Source::File { .. } => Granularity::Block(4096),
             Source::Generated { generator, .. } => generator.default_granularity(),
         }
@@ -168,10 +192,22 @@ mod tests {
 
     #[test]
     fn generator_specs_parse_and_reject_bad_input() {
-        assert!(matches!(Generator::parse("usr1:duration=60"), Ok(Generator::Volume(v)) if v.duration_s == 60.0));
-        assert!(matches!(Generator::parse("zipf:objects=10,alpha=1.0,requests=100"), Ok(Generator::Files(f)) if f.files == 10 && f.requests == 100));
-        assert!(Generator::parse("usr1:bogus=1").unwrap_err().contains("bogus"));
-        assert!(Generator::parse("tape").unwrap_err().contains("unknown generator"));
+        assert!(
+            matches!(Generator::parse("usr1:duration=60"), Ok(Generator::Volume(v)) if v.duration_s == 60.0)
+        );
+        assert!(
+            matches!(Generator::parse("zipf:objects=10,alpha=1.0,requests=100"), Ok(Generator::Files(f)) if f.files == 10 && f.requests == 100)
+        );
+        assert!(
+            Generator::parse("usr1:bogus=1")
+                .unwrap_err()
+                .contains("bogus")
+        );
+        assert!(
+            Generator::parse("tape")
+                .unwrap_err()
+                .contains("unknown generator")
+        );
         assert!(Generator::parse("zipf:alpha=x").is_err());
         let g = Generator::parse("zipf:objects=50,requests=1000").unwrap();
         assert_eq!(g.records(1).count(), 1000);

@@ -95,7 +95,10 @@ pub fn sweep(
             let cap = Capacity { limit, unit };
             let mut p = by_name(name, cap, params).map_err(|e| e.to_string())?;
             let result = replay_cache(p.as_mut(), reqs.iter().copied(), warmup, window);
-            out.push(SweepPoint { size: size.label(), result });
+            out.push(SweepPoint {
+                size: size.label(),
+                result,
+            });
         }
     }
     progress(total, total, "done");
@@ -111,7 +114,10 @@ mod tests {
         assert_eq!(CacheSize::parse("0.1"), Some(CacheSize::Fraction(0.1)));
         assert_eq!(CacheSize::parse("1000"), Some(CacheSize::Absolute(1000)));
         assert_eq!(CacheSize::parse("64m"), Some(CacheSize::Absolute(64 << 20)));
-        assert_eq!(CacheSize::parse("1.5g"), Some(CacheSize::Absolute(1_610_612_736)));
+        assert_eq!(
+            CacheSize::parse("1.5g"),
+            Some(CacheSize::Absolute(1_610_612_736))
+        );
         assert_eq!(CacheSize::parse("2.0"), None);
         assert!(CacheSize::parse_list("0.1,x").is_err());
         assert_eq!(CacheSize::Fraction(0.5).resolve(10), 5);
@@ -119,10 +125,32 @@ mod tests {
 
     #[test]
     fn sweep_runs_every_point_and_larger_caches_miss_less_for_lru() {
-        let reqs: Vec<Request> = (0..20_000u64).map(|i| Request::new(i, (i * 2654435761) % 1000 % (1 + i % 300), 1)).collect();
-        let pts = sweep(&reqs, &["lru".into(), "fifo".into()], &[CacheSize::Fraction(0.05), CacheSize::Fraction(0.5)], Unit::Objects, 0, 0, |_, _, _| {}).unwrap();
+        let reqs: Vec<Request> = (0..20_000u64)
+            .map(|i| Request::new(i, (i * 2654435761) % 1000 % (1 + i % 300), 1))
+            .collect();
+        let pts = sweep(
+            &reqs,
+            &["lru".into(), "fifo".into()],
+            &[CacheSize::Fraction(0.05), CacheSize::Fraction(0.5)],
+            Unit::Objects,
+            0,
+            0,
+            |_, _, _| {},
+        )
+        .unwrap();
         assert_eq!(pts.len(), 4);
         assert!(pts[2].result.miss_ratio <= pts[0].result.miss_ratio);
-        assert!(sweep(&reqs, &["nope".into()], &[CacheSize::Fraction(0.1)], Unit::Objects, 0, 0, |_, _, _| {}).is_err());
+        assert!(
+            sweep(
+                &reqs,
+                &["nope".into()],
+                &[CacheSize::Fraction(0.1)],
+                Unit::Objects,
+                0,
+                0,
+                |_, _, _| {}
+            )
+            .is_err()
+        );
     }
 }

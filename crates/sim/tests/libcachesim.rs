@@ -17,15 +17,34 @@ fn miss_ratios_match_libcachesim() {
     let mut compared = 0;
     for t in &traces {
         let objects = [(t.footprint / 100).max(1), (t.footprint / 10).max(1)];
-        let res = validate::compare("python3", t, SHARED_POLICIES, &objects, 1, |_| {}).expect("libCacheSim run");
+        let res = validate::compare("python3", t, SHARED_POLICIES, &objects, 1, |_| {})
+            .expect("libCacheSim run");
         for c in res {
             compared += 1;
-            eprintln!("{:<10} {:<7} {:>7} ours {:.4} libCacheSim {:.4} {}", c.trace, c.policy, c.objects, c.ours, c.peer, c.excluded.unwrap_or(""));
+            eprintln!(
+                "{:<10} {:<7} {:>7} ours {:.4} libCacheSim {:.4} {}",
+                c.trace,
+                c.policy,
+                c.objects,
+                c.ours,
+                c.peer,
+                c.excluded.unwrap_or("")
+            );
             if !c.agrees() {
-                disagreements.push(format!("{} {} @{}: ours {:.4} vs {:.4}", c.trace, c.policy, c.objects, c.ours, c.peer));
+                disagreements.push(format!(
+                    "{} {} @{}: ours {:.4} vs {:.4}",
+                    c.trace, c.policy, c.objects, c.ours, c.peer
+                ));
             }
         }
     }
-    assert!(compared >= traces.len() * 2 * 5, "only {compared} points compared");
-    assert!(disagreements.is_empty(), "miss ratios differ by more than 0.5 pp:\n{}", disagreements.join("\n"));
+    assert!(
+        compared >= traces.len() * 2 * 5,
+        "only {compared} points compared"
+    );
+    assert!(
+        disagreements.is_empty(),
+        "miss ratios differ by more than 0.5 pp:\n{}",
+        disagreements.join("\n")
+    );
 }

@@ -6,7 +6,9 @@ use kaiso_sim::trace::{self, IoRecord, NEVER, TraceError, TraceFormat};
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn read_all(name: &str) -> Result<Vec<IoRecord>, TraceError> {
@@ -16,7 +18,9 @@ fn read_all(name: &str) -> Result<Vec<IoRecord>, TraceError> {
 }
 
 fn error_of(name: &str) -> String {
-    read_all(name).expect_err("malformed input must be an error").to_string()
+    read_all(name)
+        .expect_err("malformed input must be an error")
+        .to_string()
 }
 
 #[test]
@@ -27,8 +31,15 @@ fn msr_csv() {
     // FILETIME ticks are 100 ns.
     assert_eq!(r[1].time, (128166372003116447 - 128166372003061629) * 100);
     assert_eq!(r[1].op, Op::Write);
-    assert_eq!(r[4].time, (128166372026382245u64 - 128166372003061629) * 100);
-    assert_eq!(read_all("msr_header.csv").unwrap().len(), 1, "header skipped");
+    assert_eq!(
+        r[4].time,
+        (128166372026382245u64 - 128166372003061629) * 100
+    );
+    assert_eq!(
+        read_all("msr_header.csv").unwrap().len(),
+        1,
+        "header skipped"
+    );
 }
 
 #[test]
@@ -46,7 +57,10 @@ fn blkparse_text() {
     let r = read_all("blkparse_small.blkparse").unwrap();
     // Q actions with R or W and a sector range; the flush-only `Q FWS` has no range.
     assert_eq!(r.len(), 3, "{r:?}");
-    assert_eq!(r[0], IoRecord::new(812, 8 << 20, 223_490 * 512, 8 * 512, Op::Read));
+    assert_eq!(
+        r[0],
+        IoRecord::new(812, 8 << 20, 223_490 * 512, 8 * 512, Op::Read)
+    );
     assert_eq!(r[1].op, Op::Write);
     assert_eq!(r[1].len, 16 * 512);
     assert_eq!(r[2].object, (8 << 20) | 16);
@@ -65,7 +79,10 @@ fn blkparse_errors_name_the_line() {
 fn oracle_general() {
     let r = read_all("oracle_small.oracleGeneral").unwrap();
     assert_eq!(r.len(), 4);
-    assert_eq!((r[0].object, r[0].len, r[0].next_access, r[0].time), (1, 4096, 2, 0));
+    assert_eq!(
+        (r[0].object, r[0].len, r[0].next_access, r[0].time),
+        (1, 4096, 2, 0)
+    );
     assert_eq!(r[1].next_access, NEVER);
     assert_eq!(r[3].time, 5_000_000_000);
     let e = error_of("oracle_truncated.oracleGeneral");
@@ -81,7 +98,10 @@ fn vscsi_both_versions() {
     assert_eq!(r[1].time, 500_000_000);
     let r = read_all("vscsi2_small.vscsi").unwrap();
     assert_eq!(r.len(), 2);
-    assert_eq!(r[1], IoRecord::new(100_000, 0, 4096 * 512, 65536, Op::Write));
+    assert_eq!(
+        r[1],
+        IoRecord::new(100_000, 0, 4096 * 512, 65536, Op::Write)
+    );
     let e = error_of("vscsi_unknown.vscsi");
     assert!(e.contains("record 1") && e.contains("version"), "{e}");
 }
@@ -121,13 +141,25 @@ fn oracle_round_trip_through_the_writer() {
     let path = dir.path().join("t.oracleGeneral");
     let reqs = vec![(0u32, 5u64, 100u64), (1, 6, 200), (2, 5, 100), (3, 7, 1)];
     trace::write_oracle_general(std::fs::File::create(&path).unwrap(), &reqs).unwrap();
-    let r: Vec<IoRecord> = trace::open(&path, TraceFormat::OracleGeneral).unwrap().map(Result::unwrap).collect();
-    assert_eq!(r.iter().map(|x| x.object).collect::<Vec<_>>(), vec![5, 6, 5, 7]);
-    assert_eq!(r.iter().map(|x| x.next_access).collect::<Vec<_>>(), vec![2, NEVER, NEVER, NEVER]);
+    let r: Vec<IoRecord> = trace::open(&path, TraceFormat::OracleGeneral)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        r.iter().map(|x| x.object).collect::<Vec<_>>(),
+        vec![5, 6, 5, 7]
+    );
+    assert_eq!(
+        r.iter().map(|x| x.next_access).collect::<Vec<_>>(),
+        vec![2, NEVER, NEVER, NEVER]
+    );
     // MSR writer → MSR reader.
     let csv = dir.path().join("t.csv");
     trace::write_msr_csv(std::fs::File::create(&csv).unwrap(), r.iter().copied()).unwrap();
-    let back: Vec<IoRecord> = trace::open(&csv, TraceFormat::Msr).unwrap().map(Result::unwrap).collect();
+    let back: Vec<IoRecord> = trace::open(&csv, TraceFormat::Msr)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(back.len(), 4);
     assert_eq!(back[2].time, 2_000_000_000);
 }

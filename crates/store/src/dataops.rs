@@ -23,6 +23,17 @@ fn backing_flags(flags: i32) -> i32 {
     acc | (flags & keep)
 }
 
+/// How an open is served by the kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IoMode {
+    /// Through kaiso, with the kernel page cache.
+    Cached,
+    /// Through kaiso, without the page cache.
+    Direct,
+    /// Kernel passthrough to the backing file.
+    Passthrough,
+}
+
 pub(crate) fn open_backing(path: &Path, bflags: i32) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -76,9 +87,17 @@ impl Store {
         }
     }
 
-    fn register_handle(&self, state: &Arc<FileState>, file: File, flags: i32, passthrough: bool) -> u64 {
+    fn register_handle(&self, state: &Arc<FileState>, file: File, flags: i32, mode: IoMode) -> u64 {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let h = Arc::new(Handle { state: state.clone(), file: std::sync::RwLock::new(Arc::new(file)), flags: backing_flags(flags), writable, passthrough });
+        let passthrough = mode == IoMode::Passthrough;
+        let h = Arc::new(Handle {
+            state: state.clone(),
+            file: std::sync::RwLock::new(Arc::new(file)),
+            flags: backing_flags(flags),
+            writable,
+            passthrough,
+            direct_io: mode == IoMode::Direct,
+        });
         if passthrough {
             state.passthrough_open.fetch_add(1, Ordering::SeqCst);
         }
@@ -88,25 +107,34 @@ impl Store {
         fh
     }
 
-    /// Whether a new open of this inode may (or must) go through kernel passthrough:
-    /// the kernel requires every open of an inode to use the same mode.
-    fn passthrough_mode(&self, state: &FileState, want: bool) -> bool {
-        if !want || !self.cfg.passthrough || self.tiers[state.tier() as usize].emulated() {
-            return false;
-        }
-        if state.stub.lock().map(|s| s.as_ref().is_some_and(|s| !s.is_complete())).unwrap_or(true) {
-            return false;
-        }
+    /// How a new open of this inode is served. Passthrough only for read-only opens (so
+    /// every write goes through kaiso and tier capacities hold). The kernel refuses to mix
+    /// cached and passthrough opens of one inode, so a writer arriving while passthrough
+    /// readers are open is served with direct I/O, and a reader arriving while cached
+    /// handles are open is served through kaiso.
+    fn io_mode(&self, state: &FileState, want: bool, writable: bool) -> IoMode {
         let open = state.open_handles();
-        if open.is_empty() {
-            return true;
+        let any_pt = open.iter().any(|h| h.passthrough);
+        if writable {
+            return if any_pt { IoMode::Direct } else { IoMode::Cached };
         }
-        open.iter().all(|h| h.passthrough)
+        let eligible = want
+            && self.cfg.passthrough
+            && !self.tiers[state.tier() as usize].emulated()
+            && !state.stub.lock().map(|s| s.as_ref().is_some_and(|s| !s.is_complete())).unwrap_or(true);
+        let any_cached = open.iter().any(|h| !h.passthrough && !h.direct_io);
+        if eligible && !any_cached {
+            IoMode::Passthrough
+        } else if any_pt {
+            IoMode::Direct
+        } else {
+            IoMode::Cached
+        }
     }
 
-    fn opened(&self, fh: u64, passthrough: bool) -> Opened {
-        let pt = if passthrough { self.handle(fh).map(|h| h.file()) } else { None };
-        Opened { fh, passthrough: pt }
+    fn opened(&self, fh: u64, mode: IoMode) -> Opened {
+        let pt = if mode == IoMode::Passthrough { self.handle(fh).map(|h| h.file()) } else { None };
+        Opened { fh, passthrough: pt, direct_io: mode == IoMode::Direct }
     }
 
     /// Open file `ino`. `want_passthrough`: the face can hand the backing file to the kernel.
@@ -120,14 +148,15 @@ impl Store {
         let state = f.state.clone();
         let tier = f.tier;
         let file = open_backing(&self.tiers[tier as usize].path(&path), backing_flags(flags))?;
-        let pt = f.kind == FileKind::File && self.passthrough_mode(&state, want_passthrough);
-        let fh = self.register_handle(&state, file, flags, pt);
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let mode = if f.kind == FileKind::File { self.io_mode(&state, want_passthrough, writable) } else { IoMode::Cached };
+        let fh = self.register_handle(&state, file, flags, mode);
         drop(ns);
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.truncate(ino, 0, Some(fh))?;
         }
         self.record(ino, tier, Op::Open, 0, 0, state.size.load(Ordering::Relaxed));
-        Ok(self.opened(fh, pt))
+        Ok(self.opened(fh, mode))
     }
 
     /// Create and open a regular file (O_CREAT|O_EXCL semantics: fails if the name exists).
@@ -149,11 +178,12 @@ impl Store {
         })?;
         let file = file.ok_or(FsError::IO)?;
         let state = ns.files.get(&ino).map(|f| f.state.clone()).ok_or(FsError::IO)?;
-        let pt = self.passthrough_mode(&state, want_passthrough);
-        let fh = self.register_handle(&state, file, flags, pt);
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let mode = self.io_mode(&state, want_passthrough, writable);
+        let fh = self.register_handle(&state, file, flags, mode);
         let attr = self.attr_locked(&mut ns, ino)?;
         self.add_lookup(&mut ns, ino, 1);
-        Ok((attr, self.opened(fh, pt)))
+        Ok((attr, self.opened(fh, mode)))
     }
 
     /// Bring missing stub ranges of `[start, end)` in through the filler.

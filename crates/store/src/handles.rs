@@ -75,6 +75,7 @@ pub(crate) struct Handle {
     pub flags: i32,
     pub writable: bool,
     pub passthrough: bool,
+    pub direct_io: bool,
 }
 
 impl Handle {

@@ -65,19 +65,39 @@ impl InputArgs {
         match (&self.trace, &self.generate) {
             (Some(path), _) => {
                 let format = match &self.format {
-                    Some(f) => TraceFormat::parse(f).with_context(|| format!("unknown trace format {f:?}; known: {}", TraceFormat::NAMES.join(", ")))?,
-                    None => TraceFormat::from_path(path).with_context(|| format!("cannot tell the format of {} from its name; pass --format", path.display()))?,
+                    Some(f) => TraceFormat::parse(f).with_context(|| {
+                        format!(
+                            "unknown trace format {f:?}; known: {}",
+                            TraceFormat::NAMES.join(", ")
+                        )
+                    })?,
+                    None => TraceFormat::from_path(path).with_context(|| {
+                        format!(
+                            "cannot tell the format of {} from its name; pass --format",
+                            path.display()
+                        )
+                    })?,
                 };
-                Ok(Source::File { path: path.clone(), format })
+                Ok(Source::File {
+                    path: path.clone(),
+                    format,
+                })
             }
-            (None, Some(g)) => Ok(Source::Generated { generator: Generator::parse(g).map_err(anyhow::Error::msg)?, seed: self.seed }),
+            (None, Some(g)) => Ok(Source::Generated {
+                generator: Generator::parse(g).map_err(anyhow::Error::msg)?,
+                seed: self.seed,
+            }),
             (None, None) => bail!("give --trace FILE or --generate NAME"),
         }
     }
 }
 
 fn read_all(source: &Source) -> Result<Vec<IoRecord>> {
-    source.records().map_err(anyhow::Error::from)?.collect::<Result<Vec<_>, _>>().map_err(Into::into)
+    source
+        .records()
+        .map_err(anyhow::Error::from)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Into::into)
 }
 
 #[derive(Args)]
@@ -85,7 +105,10 @@ pub struct CacheArgs {
     #[command(flatten)]
     pub input: InputArgs,
     /// Cache policies, comma-separated, each NAME or NAME:key=value (libCacheSim-style).
-    #[arg(long, default_value = "fifo,lru,clock,arc,twoq,lirs,s3fifo,sieve,smq,belady")]
+    #[arg(
+        long,
+        default_value = "fifo,lru,clock,arc,twoq,lirs,s3fifo,sieve,smq,belady"
+    )]
     pub policies: String,
     /// Cache sizes: fractions of the footprint (0.01) or amounts (1000, 64m).
     #[arg(long, default_value = "0.001,0.01,0.1")]
@@ -168,14 +191,19 @@ pub fn run(a: SimArgs) -> Result<()> {
 
 fn bar(total: u64) -> ProgressBar {
     let pb = ProgressBar::new(total);
-    pb.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    pb.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     pb
 }
 
 fn cache(a: CacheArgs) -> Result<()> {
     let source = a.input.source()?;
     let granularity = match &a.granularity {
-        Some(g) => Granularity::parse(g).with_context(|| format!("bad granularity {g:?}: object, request or a block size such as 4k"))?,
+        Some(g) => Granularity::parse(g).with_context(|| {
+            format!("bad granularity {g:?}: object, request or a block size such as 4k")
+        })?,
         None => source.default_granularity(),
     };
     let unit = match a.unit.as_str() {
@@ -184,7 +212,12 @@ fn cache(a: CacheArgs) -> Result<()> {
         u => bail!("--unit must be objects or bytes, got {u:?}"),
     };
     let sizes = CacheSize::parse_list(&a.sizes).map_err(anyhow::Error::msg)?;
-    let policies: Vec<String> = a.policies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let policies: Vec<String> = a
+        .policies
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     // Check every policy name before the long part.
     for p in &policies {
         let (name, params) = kaiso_sim::sweep::split_policy(p);
@@ -196,27 +229,46 @@ fn cache(a: CacheArgs) -> Result<()> {
     eprintln!("{} requests, footprint {fp} {}", reqs.len(), a.unit);
     let pb = bar((policies.len() * sizes.len()) as u64);
     let window = (reqs.len() as u64 / 100).max(1);
-    let points = sweep(&reqs, &policies, &sizes, unit, a.warmup, window, |done, _, msg| {
-        pb.set_position(done as u64);
-        pb.set_message(msg.to_string());
-    })
+    let points = sweep(
+        &reqs,
+        &policies,
+        &sizes,
+        unit,
+        a.warmup,
+        window,
+        |done, _, msg| {
+            pb.set_position(done as u64);
+            pb.set_message(msg.to_string());
+        },
+    )
     .map_err(anyhow::Error::msg)?;
     pb.finish_and_clear();
     print_cache_table(&points);
     if let Some(dir) = &a.out {
         write_cache_outputs(dir, &points, fp)?;
-        eprintln!("wrote {}/results.json, results.csv, miss_ratio.svg", dir.display());
+        eprintln!(
+            "wrote {}/results.json, results.csv, miss_ratio.svg",
+            dir.display()
+        );
     }
     Ok(())
 }
 
 fn print_cache_table(points: &[SweepPoint]) {
-    println!("{:<16} {:>10} {:>12} {:>11} {:>11} {:>12}", "policy", "size", "capacity", "miss ratio", "byte miss", "Mreq/s");
+    println!(
+        "{:<16} {:>10} {:>12} {:>11} {:>11} {:>12}",
+        "policy", "size", "capacity", "miss ratio", "byte miss", "Mreq/s"
+    );
     for p in points {
         let r = &p.result;
         println!(
             "{:<16} {:>10} {:>12} {:>11.4} {:>11.4} {:>12.2}",
-            r.policy, p.size, r.capacity, r.miss_ratio, r.byte_miss_ratio, r.requests_per_sec / 1e6
+            r.policy,
+            p.size,
+            r.capacity,
+            r.miss_ratio,
+            r.byte_miss_ratio,
+            r.requests_per_sec / 1e6
         );
     }
 }
@@ -228,18 +280,48 @@ fn write_cache_outputs(dir: &Path, points: &[SweepPoint], fp: u64) -> Result<()>
         .iter()
         .map(|p| {
             let r = &p.result;
-            vec![r.policy.clone(), p.size.clone(), r.capacity.to_string(), r.unit.into(), r.requests.to_string(), format!("{:.6}", r.miss_ratio), format!("{:.6}", r.byte_miss_ratio), format!("{:.0}", r.requests_per_sec)]
+            vec![
+                r.policy.clone(),
+                p.size.clone(),
+                r.capacity.to_string(),
+                r.unit.into(),
+                r.requests.to_string(),
+                format!("{:.6}", r.miss_ratio),
+                format!("{:.6}", r.byte_miss_ratio),
+                format!("{:.0}", r.requests_per_sec),
+            ]
         })
         .collect();
-    write_csv(&dir.join("results.csv"), &["policy", "size", "capacity", "unit", "requests", "miss_ratio", "byte_miss_ratio", "requests_per_sec"], &rows)?;
-    let mut chart = LineChart::new("Miss ratio by cache size", &format!("cache size (footprint {fp})"), "miss ratio");
+    write_csv(
+        &dir.join("results.csv"),
+        &[
+            "policy",
+            "size",
+            "capacity",
+            "unit",
+            "requests",
+            "miss_ratio",
+            "byte_miss_ratio",
+            "requests_per_sec",
+        ],
+        &rows,
+    )?;
+    let mut chart = LineChart::new(
+        "Miss ratio by cache size",
+        &format!("cache size (footprint {fp})"),
+        "miss ratio",
+    );
     chart.log_x = true;
     let mut names: Vec<&str> = points.iter().map(|p| p.result.policy.as_str()).collect();
     names.dedup();
     names.sort();
     names.dedup();
     for n in names {
-        let pts = points.iter().filter(|p| p.result.policy == n).map(|p| (p.result.capacity as f64, p.result.miss_ratio)).collect();
+        let pts = points
+            .iter()
+            .filter(|p| p.result.policy == n)
+            .map(|p| (p.result.capacity as f64, p.result.miss_ratio))
+            .collect();
         chart.add(n, pts);
     }
     chart.write(&dir.join("miss_ratio.svg"))?;
@@ -251,14 +333,19 @@ fn size_arg(s: &str, what: &str) -> Result<u64> {
 }
 
 fn device(s: &str) -> Result<DeviceSpec> {
-    s.parse::<DeviceSpec>().map_err(|e| anyhow::anyhow!("{s}: {e}"))
+    s.parse::<DeviceSpec>()
+        .map_err(|e| anyhow::anyhow!("{s}: {e}"))
 }
 
 fn tier(a: TierArgs) -> Result<()> {
     let source = a.input.source()?;
     let mut cfg = TierConfig::new(
         vec![
-            TierSpec::new("fast", device(&a.fast)?, size_arg(&a.fast_capacity, "--fast-capacity")?),
+            TierSpec::new(
+                "fast",
+                device(&a.fast)?,
+                size_arg(&a.fast_capacity, "--fast-capacity")?,
+            ),
             TierSpec::new("slow", device(&a.slow)?, u64::MAX / 4),
         ],
         size_arg(&a.region, "--region")?,
@@ -276,9 +363,16 @@ fn tier(a: TierArgs) -> Result<()> {
             None
         }
     });
-    let workload = Workload::Open { records: Box::new(records), speed: a.speed };
+    let workload = Workload::Open {
+        records: Box::new(records),
+        speed: a.speed,
+    };
     let spinner = ProgressBar::new_spinner();
-    spinner.set_message(format!("replaying {} with {} …", source.describe(), a.policy));
+    spinner.set_message(format!(
+        "replaying {} with {} …",
+        source.describe(),
+        a.policy
+    ));
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let result = if a.policy == "none" {
         run_tiering(&cfg, Placement::HomeOnly, workload, |_| {})
@@ -287,7 +381,15 @@ fn tier(a: TierArgs) -> Result<()> {
         let (name, params) = kaiso_sim::sweep::split_policy(cache);
         let cap = Capacity::bytes(cfg.tiers[0].capacity);
         let mut c = by_name(name, cap, params).map_err(|e| anyhow::anyhow!("{cache}: {e}"))?;
-        run_tiering(&cfg, Placement::WriteBackCache { cache: c.as_mut(), block }, workload, |_| {})
+        run_tiering(
+            &cfg,
+            Placement::WriteBackCache {
+                cache: c.as_mut(),
+                block,
+            },
+            workload,
+            |_| {},
+        )
     } else {
         let mut p = kaiso_sim::policies::placement(&a.policy).map_err(anyhow::Error::msg)?;
         run_tiering(&cfg, Placement::Policy(p.as_mut()), workload, |_| {})
@@ -299,7 +401,10 @@ fn tier(a: TierArgs) -> Result<()> {
     print_tier(&result);
     if let Some(dir) = &a.out {
         write_tier_outputs(dir, &result)?;
-        eprintln!("wrote {}/result.json, series.csv, series.svg", dir.display());
+        eprintln!(
+            "wrote {}/result.json, series.csv, series.svg",
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -313,17 +418,35 @@ fn print_tier(r: &TierResult) {
         println!("tps              {:.2}", r.tps);
     }
     println!("fast-tier share  {:.3}", r.hit_ratio);
-    println!("latency          mean {:.2} ms  p50 {:.2} ms  p99 {:.2} ms", r.latency.mean_ms, r.latency.p50_ms, r.latency.p99_ms);
-    println!("moved            {} moves, {:.2} GB; fast tier holds {:.2} GB", r.moves, r.bytes_moved as f64 / 1e9, r.fast_tier_used as f64 / 1e9);
+    println!(
+        "latency          mean {:.2} ms  p50 {:.2} ms  p99 {:.2} ms",
+        r.latency.mean_ms, r.latency.p50_ms, r.latency.p99_ms
+    );
+    println!(
+        "moved            {} moves, {:.2} GB; fast tier holds {:.2} GB",
+        r.moves,
+        r.bytes_moved as f64 / 1e9,
+        r.fast_tier_used as f64 / 1e9
+    );
     for d in &r.devices {
-        println!("device {:<9} util {:.3}  iops {:.1}  svctm {:.2} ms  await {:.2} ms", d.tier, d.util, d.iops, d.svctm_ms, d.await_ms);
+        println!(
+            "device {:<9} util {:.3}  iops {:.1}  svctm {:.2} ms  await {:.2} ms",
+            d.tier, d.util, d.iops, d.svctm_ms, d.await_ms
+        );
     }
 }
 
 fn write_tier_outputs(dir: &Path, r: &TierResult) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_json(&dir.join("result.json"), r)?;
-    let mut header = vec!["end_s".to_string(), "iops".into(), "tps".into(), "hit_ratio".into(), "mean_latency_ms".into(), "bytes_moved".into()];
+    let mut header = vec![
+        "end_s".to_string(),
+        "iops".into(),
+        "tps".into(),
+        "hit_ratio".into(),
+        "mean_latency_ms".into(),
+        "bytes_moved".into(),
+    ];
     if let Some(s) = r.series.first() {
         for d in &s.devices {
             header.push(format!("{}_util", d.tier));
@@ -334,7 +457,14 @@ fn write_tier_outputs(dir: &Path, r: &TierResult) -> Result<()> {
         .series
         .iter()
         .map(|s| {
-            let mut row = vec![format!("{:.0}", s.end_s), format!("{:.2}", s.iops), format!("{:.3}", s.tps), format!("{:.4}", s.hit_ratio), format!("{:.3}", s.mean_latency_ms), s.bytes_moved.to_string()];
+            let mut row = vec![
+                format!("{:.0}", s.end_s),
+                format!("{:.2}", s.iops),
+                format!("{:.3}", s.tps),
+                format!("{:.4}", s.hit_ratio),
+                format!("{:.3}", s.mean_latency_ms),
+                s.bytes_moved.to_string(),
+            ];
             for d in &s.devices {
                 row.push(format!("{:.4}", d.util));
                 row.push(format!("{:.3}", d.svctm_ms));
@@ -344,13 +474,30 @@ fn write_tier_outputs(dir: &Path, r: &TierResult) -> Result<()> {
         .collect();
     let h: Vec<&str> = header.iter().map(String::as_str).collect();
     write_csv(&dir.join("series.csv"), &h, &rows)?;
-    let mut chart = LineChart::new(&format!("{}: iops per interval", r.placement), "seconds", "iops");
-    chart.add("user iops", r.series.iter().map(|s| (s.end_s, s.iops)).collect());
+    let mut chart = LineChart::new(
+        &format!("{}: iops per interval", r.placement),
+        "seconds",
+        "iops",
+    );
+    chart.add(
+        "user iops",
+        r.series.iter().map(|s| (s.end_s, s.iops)).collect(),
+    );
     chart.write(&dir.join("series.svg"))?;
-    let mut util = LineChart::new(&format!("{}: device utilisation", r.placement), "seconds", "%util / 100");
+    let mut util = LineChart::new(
+        &format!("{}: device utilisation", r.placement),
+        "seconds",
+        "%util / 100",
+    );
     if let Some(first) = r.series.first() {
         for (i, d) in first.devices.iter().enumerate() {
-            util.add(&d.tier, r.series.iter().map(|s| (s.end_s, s.devices[i].util)).collect());
+            util.add(
+                &d.tier,
+                r.series
+                    .iter()
+                    .map(|s| (s.end_s, s.devices[i].util))
+                    .collect(),
+            );
         }
     }
     util.write(&dir.join("util.svg"))?;
@@ -359,7 +506,8 @@ fn write_tier_outputs(dir: &Path, r: &TierResult) -> Result<()> {
 
 fn generate(a: GenerateArgs) -> Result<()> {
     let g = Generator::parse(&a.spec).map_err(anyhow::Error::msg)?;
-    let file = std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let file =
+        std::fs::File::create(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let records = g.records(a.seed);
     match a.format.as_str() {
         "msr" => trace::write_msr_csv(file, records)?,
@@ -367,7 +515,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             let gran = g.default_granularity();
             let mut reqs = Vec::new();
             for r in records {
-                kaiso_sim::replay::cache::split(&r, gran, |q| reqs.push(((q.time / 1_000_000_000) as u32, q.id, q.size)));
+                kaiso_sim::replay::cache::split(&r, gran, |q| {
+                    reqs.push(((q.time / 1_000_000_000) as u32, q.id, q.size))
+                });
             }
             trace::write_oracle_general(file, &reqs)?;
         }
@@ -375,13 +525,24 @@ fn generate(a: GenerateArgs) -> Result<()> {
             use std::io::Write;
             let mut w = std::io::BufWriter::new(file);
             // docs/dev/trace-format.md v1; generated records have no path or known size.
-            writeln!(w, "#kaiso-trace v1\n#fields t_ns op object offset len size path")?;
+            writeln!(
+                w,
+                "#kaiso-trace v1\n#fields t_ns op object offset len size path"
+            )?;
             for r in records {
                 let op = match r.op {
                     kaiso_policy::Op::Write => "write",
                     _ => "read",
                 };
-                writeln!(w, "{} {op} {} {} {} {} ", r.time, r.object, r.offset, r.len, r.offset + r.len)?;
+                writeln!(
+                    w,
+                    "{} {op} {} {} {} {} ",
+                    r.time,
+                    r.object,
+                    r.offset,
+                    r.len,
+                    r.offset + r.len
+                )?;
             }
             w.flush()?;
         }
@@ -398,7 +559,11 @@ fn repro(a: ReproArgs) -> Result<()> {
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let mut progress = |m: &str| spinner.set_message(m.to_string());
     let tables = match a.experiment.as_str() {
-        "002" => vec![table4(scale, a.seed, &mut progress), table7(scale, a.seed, &mut progress), table8(scale, a.seed, &mut progress)],
+        "002" => vec![
+            table4(scale, a.seed, &mut progress),
+            table7(scale, a.seed, &mut progress),
+            table8(scale, a.seed, &mut progress),
+        ],
         "t4" => vec![table4(scale, a.seed, &mut progress)],
         "t7" => vec![table7(scale, a.seed, &mut progress)],
         "t8" => vec![table8(scale, a.seed, &mut progress)],

@@ -1,8 +1,8 @@
 //! How a POSIX case runs: once on a plain directory, once on a kaiso mount, and the two
 //! sets of observations must be identical.
 //!
-//! A case is a function `fn(&mut Env, &mut Rec)`. It records observations (`rec.see`)
-//! and expectations (`rec.want`, an observation that must also equal a stated value).
+//! A case is a function `fn(&mut Env, &mut Rec)`. It records observations with
+//! `rec.want(label, value, expected)`: the value must equal the expectation.
 //! On the plain directory every expectation must hold (this validates the case itself);
 //! on the mount every observation must equal the plain one. Observations hold only
 //! relative names, errno names, contents and attributes, never absolute paths or inode
@@ -73,11 +73,6 @@ pub struct Rec {
 }
 
 impl Rec {
-    /// Records an observation that must only match between plain and kaiso.
-    pub fn see(&mut self, label: &str, value: impl Display) {
-        self.obs.push((label.to_string(), value.to_string()));
-    }
-
     /// Records an observation that must also equal `expected`.
     pub fn want(&mut self, label: &str, value: impl Display, expected: impl Display) {
         let (v, e) = (value.to_string(), expected.to_string());

@@ -26,7 +26,11 @@ macro_rules! posix_case {
 const NONE: Seeds = &[];
 
 posix_case!(create_and_open_flags, NONE);
-posix_case!(o_tmpfile, NONE);
+posix_case!(
+    #[ignore = "kaiso bug: open(O_TMPFILE) on the mount fails with EOPNOTSUPP (ext4: OK)"]
+    o_tmpfile,
+    NONE
+);
 posix_case!(mkdir_rmdir, NONE);
 posix_case!(unlink_and_open_unlinked, NONE);
 posix_case!(rename_basic, NONE);
@@ -62,6 +66,12 @@ posix_case!(symlinks, NONE);
 posix_case!(mknod_and_fifo, NONE);
 posix_case!(xattrs, &[(2, "slow", b"on the slowest tier")]);
 posix_case!(posix_acls, NONE);
+posix_case!(
+    #[ignore = "kaiso bug: a file created in a directory with a default ACL gets the umask \
+                applied (mask::r-- instead of mask::rw-)"]
+    default_acl_inheritance,
+    NONE
+);
 posix_case!(chmod_chown_utimens, NONE);
 posix_case!(truncate, &[(2, "slow", b"0123456789abcdef")]);
 posix_case!(fallocate_and_punch_hole, NONE);
@@ -898,23 +908,11 @@ mod cases {
             as_nobody(move || open_rc(&p, libc::O_WRONLY, 0)),
             "EACCES",
         );
-        // Default ACLs are inherited by new entries.
-        fs::create_dir(e.p("shared")).unwrap();
+        write_file(&e.p("public"), b"p");
         r.want(
-            "setfacl -d",
-            cmd_out("setfacl", &["-d", "-m", "u:nobody:rw", "shared"], &root),
+            "setfacl on a second file",
+            cmd_out("setfacl", &["-m", "u:nobody:rw", "public"], &root),
             "exit 0 ",
-        );
-        write_file(&e.p("shared/new"), b"inherited");
-        r.want(
-            "inherited ACL",
-            cmd_out(
-                "getfacl",
-                &["--omit-header", "--numeric", "shared/new"],
-                &root,
-            )
-            .replace('\n', "|"),
-            "exit 0 user::rw-|user:65534:rw-|group::r-x\t#effective:r--|mask::rw-|other::r--",
         );
         r.want(
             "chmod updates mask",
@@ -944,6 +942,39 @@ mod cases {
         e.remount();
         r.want(
             "ACL after remount",
+            cmd_out(
+                "getfacl",
+                &["--omit-header", "--numeric", "public"],
+                &e.p(""),
+            )
+            .replace('\n', "|"),
+            "exit 0 user::rw-|user:65534:rw-|group::r--|mask::rw-|other::r--",
+        );
+    }
+
+    /// Default ACLs are inherited by new entries (and the umask is then not applied).
+    pub fn default_acl_inheritance(e: &mut Env, r: &mut Rec) {
+        let root = e.p("");
+        fs::create_dir(e.p("shared")).unwrap();
+        r.want(
+            "setfacl -d",
+            cmd_out("setfacl", &["-d", "-m", "u:nobody:rw", "shared"], &root),
+            "exit 0 ",
+        );
+        write_file(&e.p("shared/new"), b"inherited");
+        r.want(
+            "inherited ACL",
+            cmd_out(
+                "getfacl",
+                &["--omit-header", "--numeric", "shared/new"],
+                &root,
+            )
+            .replace('\n', "|"),
+            "exit 0 user::rw-|user:65534:rw-|group::r-x\t#effective:r--|mask::rw-|other::r--",
+        );
+        e.remount();
+        r.want(
+            "inherited ACL after remount",
             cmd_out(
                 "getfacl",
                 &["--omit-header", "--numeric", "shared/new"],

@@ -34,12 +34,15 @@ impl Granularity {
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
     let (num, mul) = match s.strip_suffix(['k', 'm', 'g', 't']) {
-        Some(n) => (n, match s.as_bytes()[s.len() - 1] {
-            b'k' => 1u64 << 10,
-            b'm' => 1 << 20,
-            b'g' => 1 << 30,
-            _ => 1 << 40,
-        }),
+        Some(n) => (
+            n,
+            match s.as_bytes()[s.len() - 1] {
+                b'k' => 1u64 << 10,
+                b'm' => 1 << 20,
+                b'g' => 1 << 30,
+                _ => 1 << 40,
+            },
+        ),
         None => (s.strip_suffix('b').unwrap_or(&s), 1),
     };
     let v: f64 = num.trim().parse().ok()?;
@@ -51,7 +54,13 @@ pub fn parse_size(s: &str) -> Option<u64> {
 pub fn split(r: &IoRecord, g: Granularity, mut emit: impl FnMut(Request)) {
     let op = if r.op == Op::Delete { Op::Delete } else { r.op };
     match g {
-        Granularity::Object => emit(Request { time: r.time, id: r.object, size: r.len.max(1), op, next_access: r.next_access }),
+        Granularity::Object => emit(Request {
+            time: r.time,
+            id: r.object,
+            size: r.len.max(1),
+            op,
+            next_access: r.next_access,
+        }),
         Granularity::Request => emit(Request {
             time: r.time,
             id: r.object.rotate_left(48) ^ r.offset,
@@ -63,7 +72,13 @@ pub fn split(r: &IoRecord, g: Granularity, mut emit: impl FnMut(Request)) {
             let first = r.offset / bs;
             let last = (r.offset + r.len.max(1) - 1) / bs;
             for b in first..=last {
-                emit(Request { time: r.time, id: (r.object << 44) ^ b, size: bs, op, next_access: NEVER });
+                emit(Request {
+                    time: r.time,
+                    id: (r.object << 44) ^ b,
+                    size: bs,
+                    op,
+                    next_access: NEVER,
+                });
             }
         }
     }
@@ -146,12 +161,24 @@ pub fn replay_cache(
         },
         requests: n,
         hits,
-        miss_ratio: if n > 0 { 1.0 - hits as f64 / n as f64 } else { 0.0 },
+        miss_ratio: if n > 0 {
+            1.0 - hits as f64 / n as f64
+        } else {
+            0.0
+        },
         bytes,
         byte_hits,
-        byte_miss_ratio: if bytes > 0 { 1.0 - byte_hits as f64 / bytes as f64 } else { 0.0 },
+        byte_miss_ratio: if bytes > 0 {
+            1.0 - byte_hits as f64 / bytes as f64
+        } else {
+            0.0
+        },
         seconds,
-        requests_per_sec: if seconds > 0.0 { seen as f64 / seconds } else { 0.0 },
+        requests_per_sec: if seconds > 0.0 {
+            seen as f64 / seconds
+        } else {
+            0.0
+        },
         window,
         series,
     }
@@ -183,7 +210,9 @@ mod tests {
 
     #[test]
     fn lru_counts_hits_and_belady_is_a_lower_bound() {
-        let recs: Vec<IoRecord> = (0..10_000u64).map(|i| IoRecord::new(i, (i * 7919) % 97 % (1 + i % 50), 0, 1, Op::Read)).collect();
+        let recs: Vec<IoRecord> = (0..10_000u64)
+            .map(|i| IoRecord::new(i, (i * 7919) % 97 % (1 + i % 50), 0, 1, Op::Read))
+            .collect();
         let reqs = to_requests(recs, Granularity::Object);
         let mut lru = by_name("lru", Capacity::objects(10), "").unwrap();
         let l = replay_cache(lru.as_mut(), reqs.iter().copied(), 0, 1000);

@@ -70,7 +70,11 @@ impl LatencyHistogram {
     }
 
     pub fn mean_ns(&self) -> f64 {
-        if self.n == 0 { 0.0 } else { self.sum as f64 / self.n as f64 }
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.n as f64
+        }
     }
 
     /// The `q`-quantile (0..=1), as the lower edge of its bucket.

@@ -58,13 +58,19 @@ pub enum Placement<'a> {
     /// A tiering policy over the tiers.
     Policy(&'a mut dyn PlacementPolicy),
     /// A write-back block cache on tier 0 in front of the home tier.
-    WriteBackCache { cache: &'a mut dyn CachePolicy, block: u64 },
+    WriteBackCache {
+        cache: &'a mut dyn CachePolicy,
+        block: u64,
+    },
 }
 
 /// Where requests come from.
 pub enum Workload<'a> {
     /// Records at their timestamps divided by `speed`.
-    Open { records: Box<dyn Iterator<Item = IoRecord> + 'a>, speed: f64 },
+    Open {
+        records: Box<dyn Iterator<Item = IoRecord> + 'a>,
+        speed: f64,
+    },
     /// `clients` closed-loop clients; `txn(rng, now)` draws one transaction's IOs.
     Closed {
         clients: u32,
@@ -266,7 +272,12 @@ impl<'a, 'b> Engine<'a, 'b> {
     }
 
     fn new_token(&mut self, arrival: Nanos, client: Option<u32>) -> usize {
-        let t = Token { arrival, parts: 0, finish: arrival, client };
+        let t = Token {
+            arrival,
+            parts: 0,
+            finish: arrival,
+            client,
+        };
         match self.free_tokens.pop() {
             Some(i) => {
                 self.tokens[i] = Some(t);
@@ -281,7 +292,9 @@ impl<'a, 'b> Engine<'a, 'b> {
 
     /// One part of a token finished at `finish`.
     fn part_done(&mut self, tok: usize, finish: Nanos) {
-        let Some(t) = self.tokens[tok].as_mut() else { return };
+        let Some(t) = self.tokens[tok].as_mut() else {
+            return;
+        };
         t.finish = t.finish.max(finish);
         t.parts -= 1;
         if t.parts == 0 {
@@ -318,7 +331,11 @@ impl<'a, 'b> Engine<'a, 'b> {
         while off < end {
             let region_end = (off / rb + 1) * rb;
             let piece = region_end.min(end) - off;
-            parts.push(IoRecord { offset: off, len: piece, ..r });
+            parts.push(IoRecord {
+                offset: off,
+                len: piece,
+                ..r
+            });
             off += piece;
         }
         if let Some(t) = self.tokens[tok].as_mut() {
@@ -334,7 +351,11 @@ impl<'a, 'b> Engine<'a, 'b> {
     }
 
     fn issue_part(&mut self, now: Nanos, tok: usize, r: IoRecord) {
-        let op = if r.op == Op::Write { IoOp::Write } else { IoOp::Read };
+        let op = if r.op == Op::Write {
+            IoOp::Write
+        } else {
+            IoOp::Read
+        };
         let home = self.cfg.home() as usize;
         self.parts += 1;
         self.i_parts += 1;
@@ -349,7 +370,13 @@ impl<'a, 'b> Engine<'a, 'b> {
                 self.ensure_known(id);
                 let rb = self.cfg.region_bytes;
                 if let Placement::Policy(p) = &mut self.placement {
-                    p.record(&Access { at: now, object: id, op: r.op, offset: r.offset % rb, len: r.len });
+                    p.record(&Access {
+                        at: now,
+                        object: id,
+                        op: r.op,
+                        offset: r.offset % rb,
+                        len: r.len,
+                    });
                 }
                 if let Some(waiting) = self.moving.get_mut(&id) {
                     self.parts -= 1;
@@ -372,7 +399,9 @@ impl<'a, 'b> Engine<'a, 'b> {
     }
 
     fn cache_part(&mut self, now: Nanos, tok: usize, r: IoRecord, op: IoOp) {
-        let Placement::WriteBackCache { cache, block } = &mut self.placement else { return };
+        let Placement::WriteBackCache { cache, block } = &mut self.placement else {
+            return;
+        };
         let bs = *block;
         let home = self.devices.len() - 1;
         let first = r.offset / bs;
@@ -381,7 +410,13 @@ impl<'a, 'b> Engine<'a, 'b> {
         let mut all_hit = true;
         for b in first..=last {
             let id = (r.object << 44) ^ b;
-            let req = Request { time: now, id, size: bs, op: r.op, next_access: u64::MAX };
+            let req = Request {
+                time: now,
+                id,
+                size: bs,
+                op: r.op,
+                next_access: u64::MAX,
+            };
             let hit = cache.access(&req);
             cache.drain_evictions(&mut self.evicted);
             let boff = b * bs;
@@ -391,7 +426,11 @@ impl<'a, 'b> Engine<'a, 'b> {
                     finish = finish.max(self.devices[0].service(now, boff, bs, IoOp::Write).finish);
                 } else {
                     all_hit = false;
-                    finish = finish.max(self.devices[home].service(now, boff, bs, IoOp::Write).finish);
+                    finish = finish.max(
+                        self.devices[home]
+                            .service(now, boff, bs, IoOp::Write)
+                            .finish,
+                    );
                 }
             } else if hit {
                 finish = finish.max(self.devices[0].service(now, boff, bs, IoOp::Read).finish);
@@ -441,7 +480,9 @@ impl<'a, 'b> Engine<'a, 'b> {
             self.busy[i] = self.iostats_plan[i].sample(now, k).util;
         }
         let states = self.tier_states();
-        let Placement::Policy(p) = &mut self.placement else { return };
+        let Placement::Policy(p) = &mut self.placement else {
+            return;
+        };
         let moves = p.plan(now, &states, self.cfg.max_plan_bytes);
         for m in moves {
             if self.queued_set.insert(m.object) {
@@ -453,14 +494,19 @@ impl<'a, 'b> Engine<'a, 'b> {
 
     fn start_move(&mut self, now: Nanos) {
         while self.active.is_none() {
-            let Some(mut m) = self.queued_moves.pop_front() else { return };
+            let Some(mut m) = self.queued_moves.pop_front() else {
+                return;
+            };
             self.queued_set.remove(&m.object);
             self.ensure_known(m.object);
             let from = self.tier(m.object);
             let size = self.size_of[&m.object];
             let to = m.to as usize;
             // Skip moves that are stale or would overfill the destination.
-            if from == m.to || to >= self.used.len() || self.used[to] + size > self.cfg.tiers[to].capacity {
+            if from == m.to
+                || to >= self.used.len()
+                || self.used[to] + size > self.cfg.tiers[to].capacity
+            {
                 continue;
             }
             m.from = from;
@@ -469,7 +515,12 @@ impl<'a, 'b> Engine<'a, 'b> {
             // A clean region going home needs no copy: the home copy is current.
             let clean_home = m.to == self.cfg.home() && !self.dirty_regions.contains(&m.object);
             let next_offset = if clean_home { size } else { 0 };
-            self.active = Some(ActiveMove { mv: m, next_offset, writes: VecDeque::new(), last_write_finish: now });
+            self.active = Some(ActiveMove {
+                mv: m,
+                next_offset,
+                writes: VecDeque::new(),
+                last_write_finish: now,
+            });
             self.push(now, Event::MoveRead);
         }
     }
@@ -500,7 +551,9 @@ impl<'a, 'b> Engine<'a, 'b> {
     fn move_write(&mut self, now: Nanos) {
         let rb = self.cfg.region_bytes;
         let Some(a) = &mut self.active else { return };
-        let Some((off, len)) = a.writes.pop_front() else { return };
+        let Some((off, len)) = a.writes.pop_front() else {
+            return;
+        };
         let to = a.mv.to as usize;
         let base = (a.mv.object & ((1 << 40) - 1)) * rb;
         let c = self.devices[to].service(now, base + off, len, IoOp::Write);
@@ -533,7 +586,11 @@ impl<'a, 'b> Engine<'a, 'b> {
         }
         for (tok, r) in self.moving.remove(&m.object).unwrap_or_default() {
             // Re-issue the parts that waited; the policy already saw them.
-            let op = if r.op == Op::Write { IoOp::Write } else { IoOp::Read };
+            let op = if r.op == Op::Write {
+                IoOp::Write
+            } else {
+                IoOp::Read
+            };
             let t = m.to as usize;
             self.parts += 1;
             self.i_parts += 1;
@@ -575,10 +632,26 @@ impl<'a, 'b> Engine<'a, 'b> {
         let (i_done, i_lat) = self.done_bins.get(bin).copied().unwrap_or((0, 0));
         let s = IntervalSample {
             end_s: now as f64 / 1e9,
-            iops: if secs > 0.0 { i_done as f64 / secs } else { 0.0 },
-            tps: if secs > 0.0 { self.i_txns as f64 / secs } else { 0.0 },
-            hit_ratio: if self.i_parts > 0 { self.i_fast as f64 / self.i_parts as f64 } else { 0.0 },
-            mean_latency_ms: if i_done > 0 { i_lat as f64 / i_done as f64 / 1e6 } else { 0.0 },
+            iops: if secs > 0.0 {
+                i_done as f64 / secs
+            } else {
+                0.0
+            },
+            tps: if secs > 0.0 {
+                self.i_txns as f64 / secs
+            } else {
+                0.0
+            },
+            hit_ratio: if self.i_parts > 0 {
+                self.i_fast as f64 / self.i_parts as f64
+            } else {
+                0.0
+            },
+            mean_latency_ms: if i_done > 0 {
+                i_lat as f64 / i_done as f64 / 1e6
+            } else {
+                0.0
+            },
             bytes_moved: self.i_moved,
             devices,
         };
@@ -599,10 +672,17 @@ pub fn run_tiering(
     mut on_sample: impl FnMut(&IntervalSample),
 ) -> TierResult {
     let n = cfg.tiers.len();
-    let mut devices: Vec<Box<dyn DeviceModel>> = cfg.tiers.iter().map(|t| t.device.build()).collect();
-    let iostats: Vec<Iostat> = devices.iter_mut().map(|d| Iostat::new(0, d.counters(0))).collect();
+    let mut devices: Vec<Box<dyn DeviceModel>> =
+        cfg.tiers.iter().map(|t| t.device.build()).collect();
+    let iostats: Vec<Iostat> = devices
+        .iter_mut()
+        .map(|d| Iostat::new(0, d.counters(0)))
+        .collect();
     let placement_name = match &placement {
-        Placement::HomeOnly => format!("{}-only", cfg.tiers.last().map_or("home", |t| t.name.as_str())),
+        Placement::HomeOnly => format!(
+            "{}-only",
+            cfg.tiers.last().map_or("home", |t| t.name.as_str())
+        ),
         Placement::Policy(p) => p.name().to_string(),
         Placement::WriteBackCache { cache, .. } => format!("writeback-{}", cache.name()),
     };
@@ -655,7 +735,17 @@ pub fn run_tiering(
     let horizon = cfg.horizon.unwrap_or(u64::MAX);
     let (mut records, speed, closed) = match workload {
         Workload::Open { records, speed } => (Some(records), speed.max(1e-9), None),
-        Workload::Closed { clients, think, duration, seed, txn } => (None, 1.0, Some((clients, think, duration, Rng::new(seed), txn))),
+        Workload::Closed {
+            clients,
+            think,
+            duration,
+            seed,
+            txn,
+        } => (
+            None,
+            1.0,
+            Some((clients, think, duration, Rng::new(seed), txn)),
+        ),
     };
     let mut next_record: Option<IoRecord> = None;
     let mut end = horizon;
@@ -672,7 +762,10 @@ pub fn run_tiering(
         end = end.min(*duration);
         e.measure_end = end;
         for c in 0..*clients {
-            e.clients.push(ClientState { queue: VecDeque::new(), txn_active: false });
+            e.clients.push(ClientState {
+                queue: VecDeque::new(),
+                txn_active: false,
+            });
             e.push(0, Event::Client(c));
         }
     }
@@ -696,12 +789,17 @@ pub fn run_tiering(
                     let in_moves: usize = e.moving.values().map(Vec::len).sum();
                     if e.outstanding.len() + in_moves >= limit.max(1) {
                         // Wait for the earliest completion (or a move to finish).
-                        let wake = e.outstanding.peek().map_or(now + cfg.plan_interval, |Reverse(f)| *f);
+                        let wake = e
+                            .outstanding
+                            .peek()
+                            .map_or(now + cfg.plan_interval, |Reverse(f)| *f);
                         e.push(wake.max(now + 1), Event::Arrival);
                         continue;
                     }
                 }
-                let Some(r) = next_record.take() else { continue };
+                let Some(r) = next_record.take() else {
+                    continue;
+                };
                 e.issue(now, r, None);
                 if let Some(recs) = records.as_mut() {
                     next_record = recs.next().map(|mut r| {
@@ -720,7 +818,9 @@ pub fn run_tiering(
                 }
             }
             Event::Client(c) => {
-                let Some((_, think, _, rng, txn)) = closed.as_mut() else { continue };
+                let Some((_, think, _, rng, txn)) = closed.as_mut() else {
+                    continue;
+                };
                 let st = &mut e.clients[c as usize];
                 if let Some(io) = st.queue.pop_front() {
                     let mut io = io;
@@ -756,7 +856,11 @@ pub fn run_tiering(
             Event::MoveDone => e.move_done(now),
         }
     }
-    let simulated = if closed.is_some() || horizon != u64::MAX { end.min(last_time.max(end)) } else { last_time };
+    let simulated = if closed.is_some() || horizon != u64::MAX {
+        end.min(last_time.max(end))
+    } else {
+        last_time
+    };
     let simulated = simulated.max(1);
     let devices = e.device_samples(simulated, false);
     let secs = simulated as f64 / 1e9;
@@ -765,9 +869,18 @@ pub fn run_tiering(
         simulated_s: secs,
         requests: e.requests,
         transactions: e.txns,
-        iops: if horizon != u64::MAX || closed.is_some() { e.done_in_horizon } else { e.requests } as f64 / secs,
+        iops: if horizon != u64::MAX || closed.is_some() {
+            e.done_in_horizon
+        } else {
+            e.requests
+        } as f64
+            / secs,
         tps: e.txns as f64 / secs,
-        hit_ratio: if e.parts > 0 { e.fast_parts as f64 / e.parts as f64 } else { 0.0 },
+        hit_ratio: if e.parts > 0 {
+            e.fast_parts as f64 / e.parts as f64
+        } else {
+            0.0
+        },
         latency: e.hist.summary(),
         bytes_moved: e.bytes_moved,
         moves: e.moves,

@@ -74,9 +74,13 @@ impl<R: BufRead> BlkparseReader<R> {
         };
         let fields: Vec<&str> = t.collect();
         if fields.len() < 5 {
-            return Err(err(format!("expected cpu, sequence, time, pid, action after the device, got {} fields", fields.len())));
+            return Err(err(format!(
+                "expected cpu, sequence, time, pid, action after the device, got {} fields",
+                fields.len()
+            )));
         }
-        let time = parse_seconds(fields[2]).ok_or_else(|| err(format!("time {:?} is not seconds.nanoseconds", fields[2])))?;
+        let time = parse_seconds(fields[2])
+            .ok_or_else(|| err(format!("time {:?} is not seconds.nanoseconds", fields[2])))?;
         if fields[4] != self.action.code() {
             return Ok(None);
         }
@@ -85,7 +89,10 @@ impl<R: BufRead> BlkparseReader<R> {
             return Ok(None);
         }
         if fields.len() < 9 || fields[7] != "+" {
-            return Err(err(format!("action {} needs `RWBS SECTOR + COUNT`", fields[4])));
+            return Err(err(format!(
+                "action {} needs `RWBS SECTOR + COUNT`",
+                fields[4]
+            )));
         }
         let rwbs = fields[5];
         let op = if rwbs.contains('W') {
@@ -95,8 +102,12 @@ impl<R: BufRead> BlkparseReader<R> {
         } else {
             return Ok(None);
         };
-        let sector: u64 = fields[6].parse().map_err(|_| err(format!("sector {:?} is not a number", fields[6])))?;
-        let count: u64 = fields[8].parse().map_err(|_| err(format!("sector count {:?} is not a number", fields[8])))?;
+        let sector: u64 = fields[6]
+            .parse()
+            .map_err(|_| err(format!("sector {:?} is not a number", fields[6])))?;
+        let count: u64 = fields[8]
+            .parse()
+            .map_err(|_| err(format!("sector count {:?} is not a number", fields[8])))?;
         Ok(Some(IoRecord::new(
             time,
             maj << 20 | min,
@@ -114,7 +125,11 @@ fn parse_seconds(s: &str) -> Option<u64> {
     if frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let mut ns: u64 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let mut ns: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
     for _ in frac.len()..9 {
         ns *= 10;
     }

@@ -37,11 +37,23 @@ impl<R: BufRead> KaisoReader<R> {
         }
         let f: Vec<&str> = text.split_ascii_whitespace().take(5).collect();
         if f.len() < 5 {
-            return Err(TraceError::at(FORMAT, at, format!("expected t_ns op object offset len [size path], got {} fields", f.len())));
+            return Err(TraceError::at(
+                FORMAT,
+                at,
+                format!(
+                    "expected t_ns op object offset len [size path], got {} fields",
+                    f.len()
+                ),
+            ));
         }
         let num = |i: usize, name: &str| {
-            f[i].parse::<u64>()
-                .map_err(|_| TraceError::at(FORMAT, at, format!("{name} {:?} is not an unsigned integer", f[i])))
+            f[i].parse::<u64>().map_err(|_| {
+                TraceError::at(
+                    FORMAT,
+                    at,
+                    format!("{name} {:?} is not an unsigned integer", f[i]),
+                )
+            })
         };
         let time = num(0, "t_ns")?;
         let op = match f[1].to_ascii_lowercase().as_str() {
@@ -57,7 +69,13 @@ impl<R: BufRead> KaisoReader<R> {
         let offset = num(3, "offset")?;
         let len = num(4, "len")?;
         let first = *self.first.get_or_insert(time);
-        Ok(Some(IoRecord::new(time.saturating_sub(first), file, offset, len, op)))
+        Ok(Some(IoRecord::new(
+            time.saturating_sub(first),
+            file,
+            offset,
+            len,
+            op,
+        )))
     }
 }
 

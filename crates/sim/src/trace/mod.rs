@@ -14,7 +14,7 @@ pub use kaiso::KaisoReader;
 pub use msr::MsrReader;
 pub use oracle::OracleReader;
 pub use vscsi::VscsiReader;
-pub use write::{write_msr_csv, write_oracle_general, OracleWriter};
+pub use write::{OracleWriter, write_msr_csv, write_oracle_general};
 
 use kaiso_policy::{Nanos, Op};
 use std::fmt;
@@ -155,7 +155,10 @@ pub fn open(path: &Path, format: TraceFormat) -> io::Result<RecordStream> {
     } else {
         Box::new(File::open(path)?)
     };
-    Ok(from_reader(BufReader::with_capacity(1 << 16, input), format))
+    Ok(from_reader(
+        BufReader::with_capacity(1 << 16, input),
+        format,
+    ))
 }
 
 /// Read records in `format` from any buffered reader.

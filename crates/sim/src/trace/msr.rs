@@ -37,9 +37,13 @@ impl<R: BufRead> MsrReader<R> {
         }
         let mut f = line.split(',');
         let mut field = |name: &str| {
-            f.next()
-                .map(str::trim)
-                .ok_or_else(|| TraceError::at(FORMAT, at, format!("missing field {name} (expected 7 comma-separated fields)")))
+            f.next().map(str::trim).ok_or_else(|| {
+                TraceError::at(
+                    FORMAT,
+                    at,
+                    format!("missing field {name} (expected 7 comma-separated fields)"),
+                )
+            })
         };
         let ts_s = field("Timestamp")?;
         let _host = field("Hostname")?;
@@ -52,11 +56,20 @@ impl<R: BufRead> MsrReader<R> {
             if self.line == 1 && ts_s.eq_ignore_ascii_case("timestamp") {
                 return Ok(None); // header
             }
-            return Err(TraceError::at(FORMAT, at, format!("Timestamp {ts_s:?} is not an unsigned integer")));
+            return Err(TraceError::at(
+                FORMAT,
+                at,
+                format!("Timestamp {ts_s:?} is not an unsigned integer"),
+            ));
         };
         let num = |s: &str, name: &str| {
-            s.parse::<u64>()
-                .map_err(|_| TraceError::at(FORMAT, at, format!("{name} {s:?} is not an unsigned integer")))
+            s.parse::<u64>().map_err(|_| {
+                TraceError::at(
+                    FORMAT,
+                    at,
+                    format!("{name} {s:?} is not an unsigned integer"),
+                )
+            })
         };
         let disk = num(disk_s, "DiskNumber")?;
         let offset = num(off_s, "Offset")?;
@@ -66,7 +79,11 @@ impl<R: BufRead> MsrReader<R> {
         } else if ty.eq_ignore_ascii_case("write") {
             Op::Write
         } else {
-            return Err(TraceError::at(FORMAT, at, format!("Type {ty:?} is neither Read nor Write")));
+            return Err(TraceError::at(
+                FORMAT,
+                at,
+                format!("Type {ty:?} is neither Read nor Write"),
+            ));
         };
         let first = *self.first_ts.get_or_insert(ts);
         // FILETIME ticks are 100 ns; records slightly out of order clamp to the start.

@@ -54,7 +54,11 @@ impl<R: Read> Iterator for OracleReader<R> {
         let next = le_u64(&b, 16) as i64;
         if next < -1 {
             self.done = true;
-            return Some(Err(TraceError::at(FORMAT, Position::Record(self.record), format!("next_access_vtime {next} is below -1"))));
+            return Some(Err(TraceError::at(
+                FORMAT,
+                Position::Record(self.record),
+                format!("next_access_vtime {next} is below -1"),
+            )));
         }
         let first = *self.first_ts.get_or_insert(ts);
         let mut r = IoRecord::new(
@@ -65,7 +69,11 @@ impl<R: Read> Iterator for OracleReader<R> {
             Op::Read,
         );
         // libCacheSim writes −1 or INT64_MAX for "never".
-        r.next_access = if next < 0 || next == i64::MAX { NEVER } else { next as u64 };
+        r.next_access = if next < 0 || next == i64::MAX {
+            NEVER
+        } else {
+            next as u64
+        };
         Some(Ok(r))
     }
 }

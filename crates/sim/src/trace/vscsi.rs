@@ -49,7 +49,12 @@ impl<R: Read> VscsiReader<R> {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => return Err(TraceError::Io { format: FORMAT, source }),
+                Err(source) => {
+                    return Err(TraceError::Io {
+                        format: FORMAT,
+                        source,
+                    });
+                }
             }
         }
         head.truncate(got);
@@ -64,9 +69,17 @@ impl<R: Read> VscsiReader<R> {
         } else if got >= 2 * V1 && ver_v1(0) == Some(1) && ver_v1(1) == Some(1) {
             V1
         } else if got < 2 * V1 {
-            return Err(TraceError::at(FORMAT, Position::Record(1), format!("file too small ({got} bytes) to hold two records")));
+            return Err(TraceError::at(
+                FORMAT,
+                Position::Record(1),
+                format!("file too small ({got} bytes) to hold two records"),
+            ));
         } else {
-            return Err(TraceError::at(FORMAT, Position::Record(1), "unrecognised version byte: neither vscsi v1 nor v2"));
+            return Err(TraceError::at(
+                FORMAT,
+                Position::Record(1),
+                "unrecognised version byte: neither vscsi v1 nor v2",
+            ));
         };
         self.head = head;
         Ok(())
@@ -87,7 +100,11 @@ impl<R: Read> VscsiReader<R> {
                 Ok(true)
             }
             Ok(false) if from_head == 0 => Ok(false),
-            Ok(false) => Err(TraceError::at(FORMAT, Position::Record(self.record), format!("truncated: {from_head} of {size} bytes"))),
+            Ok(false) => Err(TraceError::at(
+                FORMAT,
+                Position::Record(self.record),
+                format!("truncated: {from_head} of {size} bytes"),
+            )),
             Err(e) => Err(e),
         }
     }
@@ -95,13 +112,29 @@ impl<R: Read> VscsiReader<R> {
     fn decode(&mut self) -> Result<IoRecord, TraceError> {
         let b = &self.buf;
         let (cmd, ver, len, lbn, ts) = if self.record_size == V2 {
-            (le_u16(b, 0), le_u16(b, 2), le_u32(b, 8), le_u64(b, 16), le_u64(b, 24))
+            (
+                le_u16(b, 0),
+                le_u16(b, 2),
+                le_u32(b, 8),
+                le_u64(b, 16),
+                le_u64(b, 24),
+            )
         } else {
-            (le_u16(b, 12), le_u16(b, 14), le_u32(b, 4), le_u64(b, 16), le_u64(b, 24))
+            (
+                le_u16(b, 12),
+                le_u16(b, 14),
+                le_u32(b, 4),
+                le_u64(b, 16),
+                le_u64(b, 24),
+            )
         };
         let want = if self.record_size == V2 { 2 } else { 1 };
         if ver >> 8 != want {
-            return Err(TraceError::at(FORMAT, Position::Record(self.record), format!("version byte {} in a v{want} trace", ver >> 8)));
+            return Err(TraceError::at(
+                FORMAT,
+                Position::Record(self.record),
+                format!("version byte {} in a v{want} trace", ver >> 8),
+            ));
         }
         let op = match cmd {
             0x0a | 0x2a | 0xaa | 0x8a => Op::Write,
@@ -109,7 +142,13 @@ impl<R: Read> VscsiReader<R> {
         };
         let first = *self.first_ts.get_or_insert(ts);
         let time = ts.saturating_sub(first).saturating_mul(1000);
-        Ok(IoRecord::new(time, 0, lbn.saturating_mul(512), len as u64, op))
+        Ok(IoRecord::new(
+            time,
+            0,
+            lbn.saturating_mul(512),
+            len as u64,
+            op,
+        ))
     }
 }
 

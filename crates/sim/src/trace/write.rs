@@ -56,7 +56,10 @@ impl<W: Write> OracleWriter<W> {
 
 /// Write records as MSR Cambridge CSV (host `kaiso`, object = disk number, response time 0,
 /// writes and reads only; other ops are written as reads).
-pub fn write_msr_csv<W: Write>(out: W, records: impl IntoIterator<Item = IoRecord>) -> io::Result<()> {
+pub fn write_msr_csv<W: Write>(
+    out: W,
+    records: impl IntoIterator<Item = IoRecord>,
+) -> io::Result<()> {
     let mut out = io::BufWriter::with_capacity(1 << 16, out);
     for r in records {
         let ty = if r.op == Op::Write { "Write" } else { "Read" };

@@ -47,7 +47,9 @@ impl FileWorkloadSpec {
     fn sizes(&self, rng: &mut Rng) -> Vec<u64> {
         let lo = (self.min_file_bytes.max(1) as f64).ln();
         let hi = (self.max_file_bytes.max(self.min_file_bytes).max(1) as f64).ln();
-        (0..self.files.max(1)).map(|_| (lo + rng.f64() * (hi - lo)).exp() as u64).collect()
+        (0..self.files.max(1))
+            .map(|_| (lo + rng.f64() * (hi - lo)).exp() as u64)
+            .collect()
     }
 
     /// The requests, in time order; object = file id, offset/len inside the file.
@@ -89,7 +91,13 @@ impl FileWorkloadSpec {
                 scan = Some((file, 0, spec.scan_files.max(1)));
                 let size = sizes[file as usize];
                 let len = spec.io_bytes.min(size).max(1);
-                scan = if len < size { Some((file, len, spec.scan_files.max(1))) } else if spec.scan_files > 1 { Some(((file + 1) % nfiles, 0, spec.scan_files - 1)) } else { None };
+                scan = if len < size {
+                    Some((file, len, spec.scan_files.max(1)))
+                } else if spec.scan_files > 1 {
+                    Some(((file + 1) % nfiles, 0, spec.scan_files - 1))
+                } else {
+                    None
+                };
                 return Some(IoRecord::new(time, file, 0, len, Op::Read));
             }
             let rank = zipf.sample(&mut rng);
@@ -97,7 +105,11 @@ impl FileWorkloadSpec {
             let size = sizes[file as usize];
             let len = spec.io_bytes.min(size).max(1);
             let off = rng.below((size - len) / 4096 + 1) * 4096;
-            let op = if rng.chance(spec.write_fraction) { Op::Write } else { Op::Read };
+            let op = if rng.chance(spec.write_fraction) {
+                Op::Write
+            } else {
+                Op::Read
+            };
             Some(IoRecord::new(time, file, off.min(size - len), len, op))
         })
     }
@@ -113,7 +125,12 @@ mod tests {
 
     #[test]
     fn reproducible_skewed_with_scans() {
-        let spec = FileWorkloadSpec { files: 1000, requests: 50_000, scan_probability: 0.001, ..Default::default() };
+        let spec = FileWorkloadSpec {
+            files: 1000,
+            requests: 50_000,
+            scan_probability: 0.001,
+            ..Default::default()
+        };
         let a: Vec<IoRecord> = spec.generate(5).collect();
         assert_eq!(a, spec.generate(5).collect::<Vec<_>>());
         assert_eq!(a.len(), 50_000);
@@ -125,7 +142,10 @@ mod tests {
         c.sort_unstable_by(|x, y| y.cmp(x));
         assert!(c[0] > 20 * c[c.len() / 2], "skewed");
         // Scans produce runs of offset-0 reads on consecutive file ids.
-        let runs = a.windows(2).filter(|w| w[1].object == w[0].object + 1 && w[1].offset == 0 && w[1].op == Op::Read).count();
+        let runs = a
+            .windows(2)
+            .filter(|w| w[1].object == w[0].object + 1 && w[1].offset == 0 && w[1].op == Op::Read)
+            .count();
         assert!(runs > 100, "{runs}");
     }
 }

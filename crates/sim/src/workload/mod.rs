@@ -42,7 +42,10 @@ impl<I: Iterator<Item = IoRecord>> Iterator for Merge<I> {
 }
 
 /// Divide every timestamp by `factor` (a replay speed-up, as `btreplay -x`).
-pub fn speed_up(records: impl Iterator<Item = IoRecord>, factor: f64) -> impl Iterator<Item = IoRecord> {
+pub fn speed_up(
+    records: impl Iterator<Item = IoRecord>,
+    factor: f64,
+) -> impl Iterator<Item = IoRecord> {
     let f = if factor > 0.0 { factor } else { 1.0 };
     records.map(move |mut r| {
         r.time = (r.time as f64 / f) as u64;
@@ -57,11 +60,17 @@ mod tests {
 
     #[test]
     fn merge_keeps_time_order() {
-        let a = vec![1u64, 5, 9].into_iter().map(|t| IoRecord::new(t, 0, 0, 1, Op::Read));
-        let b = vec![2u64, 3, 10].into_iter().map(|t| IoRecord::new(t, 1, 0, 1, Op::Read));
+        let a = vec![1u64, 5, 9]
+            .into_iter()
+            .map(|t| IoRecord::new(t, 0, 0, 1, Op::Read));
+        let b = vec![2u64, 3, 10]
+            .into_iter()
+            .map(|t| IoRecord::new(t, 1, 0, 1, Op::Read));
         let a: Vec<_> = a.collect();
         let b: Vec<_> = b.collect();
-        let m: Vec<u64> = Merge::new([a.into_iter(), b.into_iter()]).map(|r| r.time).collect();
+        let m: Vec<u64> = Merge::new([a.into_iter(), b.into_iter()])
+            .map(|r| r.time)
+            .collect();
         assert_eq!(m, vec![1, 2, 3, 5, 9, 10]);
     }
 }

@@ -113,7 +113,10 @@ impl Tpcxv {
                 let mut i = 0;
                 while i < file_chunks {
                     let len = rng
-                        .range(spec.extent_chunks_min.max(1), spec.extent_chunks_max.max(spec.extent_chunks_min).max(1))
+                        .range(
+                            spec.extent_chunks_min.max(1),
+                            spec.extent_chunks_max.max(spec.extent_chunks_min).max(1),
+                        )
                         .min(file_chunks - i);
                     extents.push((fid, i, len));
                     i += len;
@@ -127,7 +130,9 @@ impl Tpcxv {
                 }
             }
         }
-        let win = spec.hot_window_bytes.clamp(spec.io_bytes.max(1), spec.file_bytes.max(1));
+        let win = spec
+            .hot_window_bytes
+            .clamp(spec.io_bytes.max(1), spec.file_bytes.max(1));
         let nwin = spec.file_bytes.div_ceil(win).max(1);
         let window_of_rank = (0..chunk_of.len())
             .map(|_| {
@@ -167,9 +172,15 @@ impl Tpcxv {
     /// The layout map: (disk chunk, file id, byte offset in the file), for every chunk.
     pub fn layout(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let cb = self.spec.chunk_bytes.max(4096);
-        self.chunk_of.iter().enumerate().flat_map(move |(fid, chunks)| {
-            chunks.iter().enumerate().map(move |(i, &c)| (c, fid as u64, i as u64 * cb))
-        })
+        self.chunk_of
+            .iter()
+            .enumerate()
+            .flat_map(move |(fid, chunks)| {
+                chunks
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, &c)| (c, fid as u64, i as u64 * cb))
+            })
     }
 
     /// Disk byte offset of `file_offset` in file `fid`.
@@ -190,9 +201,13 @@ impl Tpcxv {
             u -= shares[g.min(3)];
             g += 1;
         }
-        let vm = g as u32 * self.spec.vms_per_group.max(1) + rng.below(self.spec.vms_per_group.max(1) as u64) as u32;
+        let vm = g as u32 * self.spec.vms_per_group.max(1)
+            + rng.below(self.spec.vms_per_group.max(1) as u64) as u32;
         let files = self.spec.files_per_vm.max(1);
-        let win = self.spec.hot_window_bytes.clamp(self.spec.io_bytes.max(1), self.spec.file_bytes.max(1));
+        let win = self
+            .spec
+            .hot_window_bytes
+            .clamp(self.spec.io_bytes.max(1), self.spec.file_bytes.max(1));
         let io = self.spec.io_bytes.max(1);
         let n = self.spec.reads_per_txn + self.spec.writes_per_txn;
         let mut ios = Vec::with_capacity(n as usize);
@@ -202,7 +217,11 @@ impl Tpcxv {
             let start = w * win;
             let span = win.min(self.spec.file_bytes.saturating_sub(start)).max(io);
             let off = start + rng.below(span / io) * io;
-            let op = if i < self.spec.reads_per_txn { Op::Read } else { Op::Write };
+            let op = if i < self.spec.reads_per_txn {
+                Op::Read
+            } else {
+                Op::Write
+            };
             ios.push(IoRecord::new(now, 0, self.disk_offset(fid, off), io, op));
         }
         Txn { vm, ios }
@@ -250,7 +269,9 @@ mod tests {
             seen[c as usize] = true;
         }
         // File-contiguous chunks are often not disk-contiguous.
-        let breaks = (1..128).filter(|&i| w.disk_offset(0, i * MIB) != w.disk_offset(0, (i - 1) * MIB) + MIB).count();
+        let breaks = (1..128)
+            .filter(|&i| w.disk_offset(0, i * MIB) != w.disk_offset(0, (i - 1) * MIB) + MIB)
+            .count();
         assert!(breaks > 20, "only {breaks} breaks");
     }
 

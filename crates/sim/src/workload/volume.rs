@@ -10,9 +10,9 @@
 //! Rates are in requests/s of the original trace; `kaiso sim` applies a speed-up as the
 //! paper's `btreplay -x` did. Request sizes follow an MSR-like mix (4–64 KiB, 4 KiB aligned).
 
-use crate::workload::Merge;
 use crate::rng::{Rng, Zipf};
 use crate::trace::IoRecord;
+use crate::workload::Merge;
 use kaiso_policy::Op;
 use kaiso_policy::time::SECOND;
 use serde::{Deserialize, Serialize};
@@ -101,31 +101,55 @@ impl VolumeSpec {
         };
         Some(match name {
             // usr_1: narrow spikes (mean 0.4 GB, max 1.0), 95% of IO on the hottest 1%.
-            "usr1" => v("usr1", 600, 0.91, vec![
-                Component::Background { iops: 12.0, zipf: 0.6 },
-                spike(41.0, 1.0, 80.0),
-                spike(130.0, 0.6, 50.0),
-                spike(207.0, 0.4, 40.0),
-                spike(355.0, 0.3, 25.0),
-                spike(480.0, 0.2, 15.0),
-                spike(533.0, 0.1, 15.0),
-            ]),
+            "usr1" => v(
+                "usr1",
+                600,
+                0.91,
+                vec![
+                    Component::Background {
+                        iops: 12.0,
+                        zipf: 0.6,
+                    },
+                    spike(41.0, 1.0, 80.0),
+                    spike(130.0, 0.6, 50.0),
+                    spike(207.0, 0.4, 40.0),
+                    spike(355.0, 0.3, 25.0),
+                    spike(480.0, 0.2, 15.0),
+                    spike(533.0, 0.1, 15.0),
+                ],
+            ),
             // web_2: wide spikes (mean 11.9 GB, max 34.3), only 8% on the hottest 1%.
-            "web2" => v("web2", 170, 0.85, vec![
-                Component::Background { iops: 60.0, zipf: 0.3 },
-                spike(20.0, 34.3, 70.0),
-                spike(80.0, 12.0, 80.0),
-                spike(120.0, 1.0, 8.0),
-                spike(150.0, 0.3, 8.0),
-            ]),
+            "web2" => v(
+                "web2",
+                170,
+                0.85,
+                vec![
+                    Component::Background {
+                        iops: 60.0,
+                        zipf: 0.3,
+                    },
+                    spike(20.0, 34.3, 70.0),
+                    spike(80.0, 12.0, 80.0),
+                    spike(120.0, 1.0, 8.0),
+                    spike(150.0, 0.3, 8.0),
+                ],
+            ),
             // proj_2: short-spike heavy; a few small spikes; 17% / 75% on hottest 1% / 10%.
-            "proj2" => v("proj2", 600, 0.88, vec![
-                Component::Background { iops: 450.0, zipf: 0.6 },
-                short(100.0, 100.0, 450.0),
-                spike(300.0, 1.0, 40.0),
-                spike(420.0, 0.3, 30.0),
-                spike(520.0, 0.2, 20.0),
-            ]),
+            "proj2" => v(
+                "proj2",
+                600,
+                0.88,
+                vec![
+                    Component::Background {
+                        iops: 450.0,
+                        zipf: 0.6,
+                    },
+                    short(100.0, 100.0, 450.0),
+                    spike(300.0, 1.0, 40.0),
+                    spike(420.0, 0.3, 30.0),
+                    spike(520.0, 0.2, 20.0),
+                ],
+            ),
             // proj_4: one 4 GB spike region plus a 187 GB short-spike region.
             "proj4" => v("proj4", 236, 0.90, proj4_parts(true, true)),
             "proj4-spike" => v("proj4-spike", 236, 0.90, proj4_parts(true, false)),
@@ -134,8 +158,14 @@ impl VolumeSpec {
         })
     }
 
-    pub const PRESETS: &'static [&'static str] =
-        &["usr1", "web2", "proj2", "proj4", "proj4-spike", "proj4-short"];
+    pub const PRESETS: &'static [&'static str] = &[
+        "usr1",
+        "web2",
+        "proj2",
+        "proj4",
+        "proj4-spike",
+        "proj4-short",
+    ];
 
     /// The records, in time order.
     pub fn generate(&self, seed: u64) -> impl Iterator<Item = IoRecord> + Send + use<> {
@@ -244,7 +274,13 @@ impl ComponentStream {
         let s = t as f64 / SECOND as f64;
         match &self.comp {
             Component::Background { iops, .. } => *iops,
-            Component::Spike { start_s, ramp_s, hold_s, peak_iops, .. } => {
+            Component::Spike {
+                start_s,
+                ramp_s,
+                hold_s,
+                peak_iops,
+                ..
+            } => {
                 let x = s - start_s;
                 if x < 0.0 || x > ramp_s * 2.0 + hold_s {
                     0.0
@@ -263,22 +299,48 @@ impl ComponentStream {
     fn offset(&mut self, t: u64) -> u64 {
         let (lo, len) = match &self.comp {
             Component::Background { .. } => {
-                let z = self.zipf.as_ref().map(|z| z.sample(&mut self.rng)).unwrap_or(0);
+                let z = self
+                    .zipf
+                    .as_ref()
+                    .map(|z| z.sample(&mut self.rng))
+                    .unwrap_or(0);
                 // Spread the (possibly truncated) Zipf ranks across every extent.
-                let rank = z * (self.extents / self.zipf.as_ref().map_or(1, |z| z.len()).max(1)).max(1);
-                let ext = (rank as u128 * self.extent_perm_mul as u128 % self.extents as u128) as u64;
+                let rank =
+                    z * (self.extents / self.zipf.as_ref().map_or(1, |z| z.len()).max(1)).max(1);
+                let ext =
+                    (rank as u128 * self.extent_perm_mul as u128 % self.extents as u128) as u64;
                 (ext * EXTENT, EXTENT)
             }
             Component::Spike { offset, len, .. } => (*offset, *len),
-            Component::ShortSpikes { zone_offset, zone_len, concurrent, min_len, max_len, min_s, max_s, .. } => {
-                let (zo, zl, c, mnl, mxl, mns, mxs) =
-                    (*zone_offset, *zone_len, *concurrent, *min_len, *max_len, *min_s, *max_s);
+            Component::ShortSpikes {
+                zone_offset,
+                zone_len,
+                concurrent,
+                min_len,
+                max_len,
+                min_s,
+                max_s,
+                ..
+            } => {
+                let (zo, zl, c, mnl, mxl, mns, mxs) = (
+                    *zone_offset,
+                    *zone_len,
+                    *concurrent,
+                    *min_len,
+                    *max_len,
+                    *min_s,
+                    *max_s,
+                );
                 self.shorts.retain(|a| a.until > t);
                 while self.shorts.len() < c.max(1) as usize {
                     let len = self.rng.range(mnl, mxl.max(mnl)).min(zl.max(ALIGN));
                     let offset = zo + self.rng.below(zl.saturating_sub(len).max(1)) / ALIGN * ALIGN;
                     let dur = mns + self.rng.f64() * (mxs - mns).max(0.0);
-                    self.shorts.push(ActiveShort { offset, len, until: t + (dur * SECOND as f64) as u64 });
+                    self.shorts.push(ActiveShort {
+                        offset,
+                        len,
+                        until: t + (dur * SECOND as f64) as u64,
+                    });
                 }
                 let a = &self.shorts[self.rng.below(self.shorts.len() as u64) as usize];
                 (a.offset, a.len)
@@ -299,7 +361,11 @@ impl ComponentStream {
             let t = t0 + self.rng.below(t1 - t0);
             let offset = self.offset(t);
             let len = request_size(&mut self.rng);
-            let op = if self.rng.chance(self.read_fraction) { Op::Read } else { Op::Write };
+            let op = if self.rng.chance(self.read_fraction) {
+                Op::Read
+            } else {
+                Op::Write
+            };
             recs.push(IoRecord::new(t, self.disk, offset, len, op));
         }
         recs.sort_by_key(|r| r.time);
@@ -374,11 +440,20 @@ mod tests {
             let a: Vec<IoRecord> = spec.generate(7).collect();
             let b: Vec<IoRecord> = spec.generate(7).collect();
             assert_eq!(a, b, "{name}: same seed, same trace");
-            assert!(a.windows(2).all(|w| w[0].time <= w[1].time), "{name}: time order");
-            assert!(a.iter().all(|r| r.offset + r.len <= spec.capacity && r.offset % 4096 == 0));
+            assert!(
+                a.windows(2).all(|w| w[0].time <= w[1].time),
+                "{name}: time order"
+            );
+            assert!(
+                a.iter()
+                    .all(|r| r.offset + r.len <= spec.capacity && r.offset % 4096 == 0)
+            );
             let top1 = top_share(&a, spec.capacity, 0.01);
             let top10 = top_share(&a, spec.capacity, 0.10);
-            eprintln!("{name}: {} requests in 600 s, top1% {top1:.2}, top10% {top10:.2}", a.len());
+            eprintln!(
+                "{name}: {} requests in 600 s, top1% {top1:.2}, top10% {top10:.2}",
+                a.len()
+            );
             match name {
                 "usr1" => assert!(top1 > 0.85, "usr1 top1 {top1}"),
                 "web2" => assert!(top1 < 0.25 && top10 > 0.40, "web2 {top1} {top10}"),
@@ -396,13 +471,27 @@ mod tests {
             duration_s: 100.0,
             read_fraction: 1.0,
             disk: 3,
-            components: vec![Component::Spike { offset: GB, len: GB, start_s: 20.0, ramp_s: 10.0, hold_s: 20.0, peak_iops: 1000.0 }],
+            components: vec![Component::Spike {
+                offset: GB,
+                len: GB,
+                start_s: 20.0,
+                ramp_s: 10.0,
+                hold_s: 20.0,
+                peak_iops: 1000.0,
+            }],
         };
         let recs: Vec<IoRecord> = spec.generate(1).collect();
         let secs = |r: &IoRecord| r.time / SECOND;
-        assert!(recs.iter().all(|r| (20..=60).contains(&secs(r)) && r.disk_in(GB, 2 * GB) && r.object == 3));
+        assert!(
+            recs.iter()
+                .all(|r| (20..=60).contains(&secs(r)) && r.disk_in(GB, 2 * GB) && r.object == 3)
+        );
         // ~ 1000 × (20 + 10) requests
-        assert!((recs.len() as f64 - 30_000.0).abs() < 1500.0, "{}", recs.len());
+        assert!(
+            (recs.len() as f64 - 30_000.0).abs() < 1500.0,
+            "{}",
+            recs.len()
+        );
     }
 
     impl IoRecord {
