@@ -12,7 +12,10 @@ use std::time::Instant;
 
 fn timed(args: &[&str]) -> f64 {
     let t0 = Instant::now();
-    let st = Command::new(args[0]).args(&args[1..]).status().unwrap_or_else(|e| panic!("cannot run {}: {e}", args[0]));
+    let st = Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", args[0]));
     assert!(st.success(), "{args:?} failed");
     t0.elapsed().as_secs_f64()
 }
@@ -69,8 +72,18 @@ fn main() {
     }
     let rate = |t: f64| (mib * rounds as u64) as f64 / t;
     println!("file {mib} MiB x {rounds} rounds, loopback, 1 MiB RPCs");
-    println!("write: nfs-cp {:8.1} MiB/s   cp to tier dir {:8.1} MiB/s   ratio {:.2}", rate(nw), rate(cw), rate(nw) / rate(cw));
-    println!("read:  nfs-cp {:8.1} MiB/s   cp from tier dir {:8.1} MiB/s   ratio {:.2}", rate(nr), rate(cr), rate(nr) / rate(cr));
+    println!(
+        "write: nfs-cp {:8.1} MiB/s   cp to tier dir {:8.1} MiB/s   ratio {:.2}",
+        rate(nw),
+        rate(cw),
+        rate(nw) / rate(cw)
+    );
+    println!(
+        "read:  nfs-cp {:8.1} MiB/s   cp from tier dir {:8.1} MiB/s   ratio {:.2}",
+        rate(nr),
+        rate(cr),
+        rate(nr) / rate(cr)
+    );
     println!("jukebox replies: {}", server.jukebox_replies());
     server.stop();
     store.shutdown();

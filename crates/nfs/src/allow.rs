@@ -81,7 +81,11 @@ impl FromStr for AllowList {
     type Err = String;
     /// Comma-separated CIDR blocks; a bare address means a single host.
     fn from_str(s: &str) -> Result<AllowList, String> {
-        let blocks = s.split(',').filter(|p| !p.trim().is_empty()).map(str::parse).collect::<Result<Vec<Cidr>, String>>()?;
+        let blocks = s
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<Cidr>, String>>()?;
         if blocks.is_empty() {
             return Err(format!("bad allow list {s:?}: no CIDR block given"));
         }

@@ -1,9 +1,7 @@
 //! Store values ↔ NFSv3 values: errno → nfsstat3, FileAttr → fattr3, sattr3 → SetAttr.
 
 use kaiso_store::{FileAttr, FileKind, FsError, SetAttr, TimeSet};
-use nfs3_server::nfs3_types::nfs3::{
-    Nfs3Option, fattr3, ftype3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3,
-};
+use nfs3_server::nfs3_types::nfs3::{Nfs3Option, fattr3, ftype3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The NFSv3 status for a store errno (RFC 1813 §2.6).
@@ -36,7 +34,10 @@ pub fn status(e: FsError) -> nfsstat3 {
 
 fn time(t: SystemTime) -> nfstime3 {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    nfstime3 { seconds: d.as_secs().min(u32::MAX as u64) as u32, nseconds: d.subsec_nanos() }
+    nfstime3 {
+        seconds: d.as_secs().min(u32::MAX as u64) as u32,
+        nseconds: d.subsec_nanos(),
+    }
 }
 
 fn system_time(t: nfstime3) -> SystemTime {
@@ -63,7 +64,10 @@ pub fn fattr(a: &FileAttr) -> fattr3 {
         gid: a.gid,
         size: a.size,
         used: a.blocks * 512,
-        rdev: specdata3 { specdata1: (((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff)) as u32, specdata2: ((rdev & 0xff) | ((rdev >> 12) & !0xff)) as u32 },
+        rdev: specdata3 {
+            specdata1: (((rdev >> 8) & 0xfff) | ((rdev >> 32) & !0xfff)) as u32,
+            specdata2: ((rdev & 0xff) | ((rdev >> 12) & !0xff)) as u32,
+        },
         fsid: 0x6b61_6973_6f00_0001,
         fileid: a.ino,
         atime: time(a.atime),

@@ -10,12 +10,8 @@ use crate::convert::{fattr, is_empty, set_attr, status};
 use crate::handles::OpenFiles;
 use crate::jukebox::{Jukebox, Key};
 use kaiso_store::{Caller, DirEntry, FileAttr, FileKind, FsError, FsResult, Ino, ROOT_INO, SetAttr, Store};
-use nfs3_server::nfs3_types::nfs3::{
-    FSINFO3resok, createverf3, fattr3, filename3, nfspath3, nfsstat3, post_op_attr, sattr3, stable_how,
-};
-use nfs3_server::vfs::{
-    DirEntryPlus, FileHandleU64, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator,
-};
+use nfs3_server::nfs3_types::nfs3::{FSINFO3resok, createverf3, fattr3, filename3, nfspath3, nfsstat3, post_op_attr, sattr3, stable_how};
+use nfs3_server::vfs::{DirEntryPlus, FileHandleU64, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -56,7 +52,11 @@ fn st<T>(r: FsResult<T>) -> Res<T> {
 
 impl KaisoNfs {
     pub fn new(store: Arc<Store>, jukebox: Arc<Jukebox>, files: Arc<OpenFiles>) -> KaisoNfs {
-        let caller = Caller { uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, pid: std::process::id() };
+        let caller = Caller {
+            uid: unsafe { libc::geteuid() },
+            gid: unsafe { libc::getegid() },
+            pid: std::process::id(),
+        };
         KaisoNfs { store, jukebox, files, caller }
     }
 
@@ -122,7 +122,11 @@ impl NfsReadFileSystem for KaisoNfs {
                     let entries = s.readdir(fh, 0);
                     let _ = s.releasedir(fh);
                     let e = st(entries)?;
-                    return e.iter().find(|e| e.name == ".." ).map(|e| FileHandleU64::new(e.ino)).ok_or(nfsstat3::NFS3ERR_NOENT);
+                    return e
+                        .iter()
+                        .find(|e| e.name == "..")
+                        .map(|e| FileHandleU64::new(e.ino))
+                        .ok_or(nfsstat3::NFS3ERR_NOENT);
                 }
                 _ => {}
             }
@@ -145,7 +149,8 @@ impl NfsReadFileSystem for KaisoNfs {
 
     async fn getattr(&self, id: &FileHandleU64) -> Res<fattr3> {
         let ino = id.as_u64();
-        self.call(Key::new("getattr", ino), move |s, _| st(s.getattr(ino, None)).map(|a| fattr(&a))).await
+        self.call(Key::new("getattr", ino), move |s, _| st(s.getattr(ino, None)).map(|a| fattr(&a)))
+            .await
     }
 
     async fn read(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<(Vec<u8>, bool)> {
@@ -162,14 +167,22 @@ impl NfsReadFileSystem for KaisoNfs {
     }
 
     async fn readdirplus(&self, dirid: &FileHandleU64, cookie: u64) -> Res<impl ReadDirPlusIterator<FileHandleU64>> {
-        let mut it = DirIter { fs: self.shared(), dir: dirid.as_u64(), buf: VecDeque::new(), cookie, eof: false };
+        let mut it = DirIter {
+            fs: self.shared(),
+            dir: dirid.as_u64(),
+            buf: VecDeque::new(),
+            cookie,
+            eof: false,
+        };
         it.fill().await?;
         Ok(it)
     }
 
     async fn readlink(&self, id: &FileHandleU64) -> Res<nfspath3<'_>> {
         let ino = id.as_u64();
-        let target = self.call(Key::new("readlink", ino), move |s, _| st(s.readlink(ino)).map(OsString::into_vec)).await?;
+        let target = self
+            .call(Key::new("readlink", ino), move |s, _| st(s.readlink(ino)).map(OsString::into_vec))
+            .await?;
         Ok(nfspath3::from(target))
     }
 
@@ -194,7 +207,12 @@ impl NfsReadFileSystem for KaisoNfs {
 
 impl KaisoNfs {
     fn shared(&self) -> KaisoNfs {
-        KaisoNfs { store: self.store.clone(), jukebox: self.jukebox.clone(), files: self.files.clone(), caller: self.caller }
+        KaisoNfs {
+            store: self.store.clone(),
+            jukebox: self.jukebox.clone(),
+            files: self.files.clone(),
+            caller: self.caller,
+        }
     }
 }
 
@@ -210,7 +228,10 @@ struct DirIter {
 impl DirIter {
     async fn fill(&mut self) -> Res<()> {
         let (dir, cookie) = (self.dir, self.cookie);
-        let (entries, eof) = self.fs.call(Key::new("readdir", dir).range(cookie, 0), move |s, _| KaisoNfs::list(s, dir, cookie)).await?;
+        let (entries, eof) = self
+            .fs
+            .call(Key::new("readdir", dir).range(cookie, 0), move |s, _| KaisoNfs::list(s, dir, cookie))
+            .await?;
         self.eof = eof;
         if let Some(last) = entries.last() {
             self.cookie = last.0.offset;
@@ -222,7 +243,8 @@ impl DirIter {
 
 impl ReadDirPlusIterator<FileHandleU64> for DirIter {
     async fn next(&mut self) -> NextResult<DirEntryPlus<FileHandleU64>> {
-        if self.buf.is_empty() && !self.eof
+        if self.buf.is_empty()
+            && !self.eof
             && let Err(e) = self.fill().await
         {
             return NextResult::Err(e);
@@ -261,7 +283,10 @@ impl NfsFileSystem for KaisoNfs {
             data.hash(&mut h);
             h.finish()
         };
-        let key = Key::new("write", ino).range(offset, data.len() as u64).extra(&[stable as u8]).extra(&digest.to_ne_bytes());
+        let key = Key::new("write", ino)
+            .range(offset, data.len() as u64)
+            .extra(&[stable as u8])
+            .extra(&digest.to_ne_bytes());
         self.call(key, move |s, files| {
             let f = st(files.get(ino, true))?;
             let mut done = 0usize;
@@ -361,7 +386,10 @@ impl NfsFileSystem for KaisoNfs {
     async fn rename<'a>(&self, from_dirid: &FileHandleU64, from_filename: &filename3<'a>, to_dirid: &FileHandleU64, to_filename: &filename3<'a>) -> Res<()> {
         let (from, to) = (from_dirid.as_u64(), to_dirid.as_u64());
         let (name, newname) = (name_of(from_filename)?, name_of(to_filename)?);
-        let key = Key::new("rename", from).extra(name.as_bytes()).extra(&to.to_ne_bytes()).extra(newname.as_bytes());
+        let key = Key::new("rename", from)
+            .extra(name.as_bytes())
+            .extra(&to.to_ne_bytes())
+            .extra(newname.as_bytes());
         self.call(key, move |s, files| {
             let replaced = s.lookup(to, &newname).ok();
             st(s.rename(from, &name, to, &newname, 0))?;
@@ -383,7 +411,11 @@ impl NfsFileSystem for KaisoNfs {
         let caller = self.caller;
         self.call(Key::new("symlink", dir).extra(name.as_bytes()), move |s, _| {
             let a = st(s.symlink(dir, &name, &target, caller))?;
-            let a = if set.uid.is_some() || set.gid.is_some() { Self::apply(s, a.ino, set, caller)? } else { a };
+            let a = if set.uid.is_some() || set.gid.is_some() {
+                Self::apply(s, a.ino, set, caller)?
+            } else {
+                a
+            };
             Ok((FileHandleU64::new(a.ino), fattr(&a)))
         })
         .await
@@ -398,4 +430,3 @@ impl NfsFileSystem for KaisoNfs {
         .await
     }
 }
-

@@ -36,7 +36,12 @@ pub struct OpenFiles {
 
 impl OpenFiles {
     pub fn new(store: Arc<Store>, idle: Duration, max: usize) -> OpenFiles {
-        OpenFiles { store, idle, max, map: Mutex::new(HashMap::new()) }
+        OpenFiles {
+            store,
+            idle,
+            max,
+            map: Mutex::new(HashMap::new()),
+        }
     }
 
     /// A handle on `ino`, writable if `write`. Read-only files (EACCES on O_RDWR at the
@@ -54,11 +59,21 @@ impl OpenFiles {
             Err(e) if write => return Err(e),
             Err(_) => (self.store.open_file(ino, libc::O_RDONLY, false)?, false),
         };
-        let file = Arc::new(OpenFile { store: self.store.clone(), fh: opened.fh, writable });
+        let file = Arc::new(OpenFile {
+            store: self.store.clone(),
+            fh: opened.fh,
+            writable,
+        });
         if map.len() >= self.max {
             Self::evict(&mut map, Duration::ZERO);
         }
-        map.insert(ino, Cached { file: file.clone(), last_used: Instant::now() });
+        map.insert(
+            ino,
+            Cached {
+                file: file.clone(),
+                last_used: Instant::now(),
+            },
+        );
         Ok(file)
     }
 

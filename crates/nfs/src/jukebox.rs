@@ -33,7 +33,13 @@ pub struct Key {
 
 impl Key {
     pub fn new(op: &'static str, ino: u64) -> Key {
-        Key { op, ino, offset: 0, len: 0, extra: Vec::new() }
+        Key {
+            op,
+            ino,
+            offset: 0,
+            len: 0,
+            extra: Vec::new(),
+        }
     }
     pub fn range(mut self, offset: u64, len: u64) -> Key {
         self.offset = offset;
@@ -65,7 +71,12 @@ pub struct Jukebox {
 
 impl Jukebox {
     pub fn new(after: Option<Duration>) -> Jukebox {
-        Jukebox { after, inflight: Mutex::new(HashMap::new()), replies: AtomicU64::new(0), joined: AtomicU64::new(0) }
+        Jukebox {
+            after,
+            inflight: Mutex::new(HashMap::new()),
+            replies: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
+        }
     }
 
     /// NFS3ERR_JUKEBOX replies sent so far.
@@ -100,7 +111,10 @@ impl Jukebox {
             match table.get(&key) {
                 Some(w) => (w.clone(), false),
                 None => {
-                    let w = Arc::new(Work { done: watch::channel(None).0, finished_at: Mutex::new(None) });
+                    let w = Arc::new(Work {
+                        done: watch::channel(None).0,
+                        finished_at: Mutex::new(None),
+                    });
                     table.insert(key.clone(), w.clone());
                     (w, true)
                 }
@@ -137,7 +151,10 @@ impl Jukebox {
             table.remove(&key);
         }
         drop(table);
-        outcome.downcast_ref::<Result<T, nfsstat3>>().cloned().unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT))
+        outcome
+            .downcast_ref::<Result<T, nfsstat3>>()
+            .cloned()
+            .unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT))
     }
 
     /// Work in flight or finished and not collected yet.

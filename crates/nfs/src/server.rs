@@ -90,7 +90,14 @@ impl NfsServer {
             runtime.shutdown_timeout(Duration::from_secs(5));
         })?;
         tracing::info!(%addr, allow = %opts.allow, "NFSv3 server listening");
-        Ok(NfsServer { addr, stop: Some(stop_tx), thread: Some(thread), jukebox, files, stats })
+        Ok(NfsServer {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            jukebox,
+            files,
+            stats,
+        })
     }
 
     /// The bound address (the real port when 0 was asked).

@@ -20,7 +20,12 @@ fn have_tools() -> bool {
 fn run(args: &[&str]) -> Output {
     let out = tempfile::tempfile().unwrap();
     let err = tempfile::tempfile().unwrap();
-    let mut child = Command::new(args[0]).args(&args[1..]).stdout(out.try_clone().unwrap()).stderr(err.try_clone().unwrap()).spawn().unwrap();
+    let mut child = Command::new(args[0])
+        .args(&args[1..])
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .spawn()
+        .unwrap();
     let t0 = std::time::Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -40,7 +45,11 @@ fn run(args: &[&str]) -> Output {
         f.read_to_end(&mut v).unwrap();
         v
     };
-    Output { status, stdout: read(out), stderr: read(err) }
+    Output {
+        status,
+        stdout: read(out),
+        stderr: read(err),
+    }
 }
 
 fn ok(args: &[&str]) -> Vec<u8> {
@@ -65,7 +74,11 @@ fn write_list_read_back_rename_remove() {
     // The bytes landed in the store (and on a tier as a plain file).
     let ino = s.store.resolve("big.bin".as_ref()).unwrap();
     assert_eq!(s.store.getattr(ino, None).unwrap().size, data.len() as u64);
-    let on_tier = ["t0", "t1"].iter().map(|t| s.dir.path().join(t).join("big.bin")).find(|p| p.exists()).expect("file on a tier");
+    let on_tier = ["t0", "t1"]
+        .iter()
+        .map(|t| s.dir.path().join(t).join("big.bin"))
+        .find(|p| p.exists())
+        .expect("file on a tier");
     assert_eq!(std::fs::read(on_tier).unwrap(), data);
 
     // Read back with two different tools.
@@ -75,7 +88,18 @@ fn write_list_read_back_rename_remove() {
     assert_eq!(ok(&["nfs-cat", &s.url("/big.bin")]), data);
 
     // A file written into the store directly shows up in the listing.
-    let (a, o) = s.store.create(kaiso_store::ROOT_INO, "local.txt".as_ref(), 0o644, 0, libc::O_RDWR, kaiso_store::Caller::ROOT, false).unwrap();
+    let (a, o) = s
+        .store
+        .create(
+            kaiso_store::ROOT_INO,
+            "local.txt".as_ref(),
+            0o644,
+            0,
+            libc::O_RDWR,
+            kaiso_store::Caller::ROOT,
+            false,
+        )
+        .unwrap();
     s.store.write(o.fh, 0, b"from the store").unwrap();
     s.store.release(o.fh).unwrap();
     let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
@@ -84,10 +108,15 @@ fn write_list_read_back_rename_remove() {
     let _ = a;
 
     // Rename and remove through the store's namespace; the NFS view follows.
-    s.store.rename(kaiso_store::ROOT_INO, "big.bin".as_ref(), kaiso_store::ROOT_INO, "renamed.bin".as_ref(), 0).unwrap();
+    s.store
+        .rename(kaiso_store::ROOT_INO, "big.bin".as_ref(), kaiso_store::ROOT_INO, "renamed.bin".as_ref(), 0)
+        .unwrap();
     s.store.unlink(kaiso_store::ROOT_INO, "local.txt".as_ref()).unwrap();
     let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
-    assert!(listing.contains("renamed.bin") && !listing.contains("big.bin") && !listing.contains("local.txt"), "{listing}");
+    assert!(
+        listing.contains("renamed.bin") && !listing.contains("big.bin") && !listing.contains("local.txt"),
+        "{listing}"
+    );
     assert_eq!(ok(&["nfs-cat", &s.url("/renamed.bin")]), data);
     assert!(!run(&["nfs-cat", &s.url("/local.txt")]).status.success(), "a removed file cannot be read");
 }
@@ -99,7 +128,10 @@ fn subdirectories_and_recursive_listing() {
     }
     let s = Served::start(|_| {});
     let work = tempfile::tempdir().unwrap();
-    let d = s.store.mkdir(kaiso_store::ROOT_INO, "sub".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap();
+    let d = s
+        .store
+        .mkdir(kaiso_store::ROOT_INO, "sub".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT)
+        .unwrap();
     s.store.mkdir(d.ino, "deeper".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap();
     for i in 0..40 {
         let f = work.path().join(format!("f{i}"));

@@ -35,7 +35,10 @@ async fn connect(port: u16) -> (Client, nfs_fh3) {
 }
 
 fn dirop<'a>(dir: &nfs_fh3, name: &'a str) -> diropargs3<'a> {
-    diropargs3 { dir: dir.clone(), name: filename3(Opaque::borrowed(name.as_bytes())) }
+    diropargs3 {
+        dir: dir.clone(),
+        name: filename3(Opaque::borrowed(name.as_bytes())),
+    }
 }
 
 async fn lookup(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<(nfs_fh3, fattr3), nfsstat3> {
@@ -52,8 +55,18 @@ async fn lookup(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<(nfs_fh3, f
 }
 
 async fn create(c: &mut Client, dir: &nfs_fh3, name: &str, mode: u32) -> nfs_fh3 {
-    let attrs = sattr3 { mode: Nfs3Option::Some(mode), ..Default::default() };
-    let r = c.create(&CREATE3args { where_: dirop(dir, name), how: createhow3::GUARDED(attrs) }).await.unwrap().unwrap();
+    let attrs = sattr3 {
+        mode: Nfs3Option::Some(mode),
+        ..Default::default()
+    };
+    let r = c
+        .create(&CREATE3args {
+            where_: dirop(dir, name),
+            how: createhow3::GUARDED(attrs),
+        })
+        .await
+        .unwrap()
+        .unwrap();
     match r.obj {
         Nfs3Option::Some(fh) => fh,
         Nfs3Option::None => lookup(c, dir, name).await.unwrap().0,
@@ -63,7 +76,15 @@ async fn create(c: &mut Client, dir: &nfs_fh3, name: &str, mode: u32) -> nfs_fh3
 async fn read_all(c: &mut Client, fh: &nfs_fh3) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
-        let r = c.read(&READ3args { file: fh.clone(), offset: out.len() as u64, count: 256 * 1024 }).await.unwrap().unwrap();
+        let r = c
+            .read(&READ3args {
+                file: fh.clone(),
+                offset: out.len() as u64,
+                count: 256 * 1024,
+            })
+            .await
+            .unwrap()
+            .unwrap();
         out.extend_from_slice(&r.data);
         if r.eof || r.data.is_empty() {
             return out;
@@ -77,7 +98,13 @@ async fn names(c: &mut Client, dir: &nfs_fh3) -> Vec<(String, u64, Option<fattr3
     let t0 = Instant::now();
     loop {
         assert!(t0.elapsed() < Duration::from_secs(30), "READDIRPLUS did not reach EOF");
-        let args = READDIRPLUS3args { dir: dir.clone(), cookie, cookieverf: cookieverf3::default(), dircount: 4096, maxcount: 16 * 1024 };
+        let args = READDIRPLUS3args {
+            dir: dir.clone(),
+            cookie,
+            cookieverf: cookieverf3::default(),
+            dircount: 4096,
+            maxcount: 16 * 1024,
+        };
         let r = c.readdirplus(&args).await.unwrap().unwrap();
         for e in &r.reply.entries.0 {
             let attr = match &e.name_attributes {
@@ -104,7 +131,14 @@ fn namespace_and_data_operations() {
         c.pathconf(&PATHCONF3args { object: root.clone() }).await.unwrap().unwrap();
 
         // MKDIR + CREATE + unstable WRITEs + COMMIT + READ.
-        let d = c.mkdir(&MKDIR3args { where_: dirop(&root, "docs"), attributes: sattr3::default() }).await.unwrap().unwrap();
+        let d = c
+            .mkdir(&MKDIR3args {
+                where_: dirop(&root, "docs"),
+                attributes: sattr3::default(),
+            })
+            .await
+            .unwrap()
+            .unwrap();
         let dfh = match d.obj {
             Nfs3Option::Some(fh) => fh,
             Nfs3Option::None => panic!("mkdir returned no handle"),
@@ -113,13 +147,26 @@ fn namespace_and_data_operations() {
         let data = pattern(300_000, 3);
         for (i, chunk) in data.chunks(64 * 1024).enumerate() {
             let w = c
-                .write(&WRITE3args { file: f.clone(), offset: (i * 64 * 1024) as u64, count: chunk.len() as u32, stable: stable_how::UNSTABLE, data: Opaque::borrowed(chunk) })
+                .write(&WRITE3args {
+                    file: f.clone(),
+                    offset: (i * 64 * 1024) as u64,
+                    count: chunk.len() as u32,
+                    stable: stable_how::UNSTABLE,
+                    data: Opaque::borrowed(chunk),
+                })
                 .await
                 .unwrap()
                 .unwrap();
             assert_eq!(w.count as usize, chunk.len());
         }
-        c.commit(&COMMIT3args { file: f.clone(), offset: 0, count: 0 }).await.unwrap().unwrap();
+        c.commit(&COMMIT3args {
+            file: f.clone(),
+            offset: 0,
+            count: 0,
+        })
+        .await
+        .unwrap()
+        .unwrap();
         assert_eq!(read_all(&mut c, &f).await, data);
         // Visible through the store, with the mode asked at CREATE.
         let ino = s.store.resolve(Path::new("docs/a.bin")).unwrap();
@@ -131,14 +178,35 @@ fn namespace_and_data_operations() {
         assert_eq!(attr.fileid, ino);
 
         // SETATTR: truncate and chmod.
-        let set = sattr3 { size: Nfs3Option::Some(1000), mode: Nfs3Option::Some(0o600), ..Default::default() };
-        c.setattr(&SETATTR3args { object: f.clone(), new_attributes: set, guard: Nfs3Option::None }).await.unwrap().unwrap();
+        let set = sattr3 {
+            size: Nfs3Option::Some(1000),
+            mode: Nfs3Option::Some(0o600),
+            ..Default::default()
+        };
+        c.setattr(&SETATTR3args {
+            object: f.clone(),
+            new_attributes: set,
+            guard: Nfs3Option::None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
         let a = s.store.getattr(ino, None).unwrap();
         assert_eq!((a.size, a.perm), (1000, 0o600));
         assert_eq!(read_all(&mut c, &f).await, data[..1000]);
         // Extend with a hole.
-        let set = sattr3 { size: Nfs3Option::Some(5000), ..Default::default() };
-        c.setattr(&SETATTR3args { object: f.clone(), new_attributes: set, guard: Nfs3Option::None }).await.unwrap().unwrap();
+        let set = sattr3 {
+            size: Nfs3Option::Some(5000),
+            ..Default::default()
+        };
+        c.setattr(&SETATTR3args {
+            object: f.clone(),
+            new_attributes: set,
+            guard: Nfs3Option::None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
         let back = read_all(&mut c, &f).await;
         assert_eq!(back.len(), 5000);
         assert!(back[1000..].iter().all(|&b| b == 0));
@@ -146,7 +214,10 @@ fn namespace_and_data_operations() {
         // SYMLINK + READLINK.
         let sl = SYMLINK3args {
             where_: dirop(&dfh, "link"),
-            symlink: symlinkdata3 { symlink_attributes: sattr3::default(), symlink_data: nfspath3(Opaque::borrowed(b"a.bin")) },
+            symlink: symlinkdata3 {
+                symlink_attributes: sattr3::default(),
+                symlink_data: nfspath3(Opaque::borrowed(b"a.bin")),
+            },
         };
         let r = c.symlink(&sl).await.unwrap().unwrap();
         let lfh = match r.obj {
@@ -173,11 +244,23 @@ fn namespace_and_data_operations() {
         assert_eq!(attr.as_ref().unwrap().size, 5000);
 
         // GUARDED create of an existing name fails with EXIST.
-        let r = c.create(&CREATE3args { where_: dirop(&dfh, "a.bin"), how: createhow3::GUARDED(sattr3::default()) }).await.unwrap();
+        let r = c
+            .create(&CREATE3args {
+                where_: dirop(&dfh, "a.bin"),
+                how: createhow3::GUARDED(sattr3::default()),
+            })
+            .await
+            .unwrap();
         assert!(matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_EXIST, _))));
 
         // RENAME across directories, then REMOVE and RMDIR.
-        let r = c.rename(&RENAME3args { from: dirop(&dfh, "a.bin"), to: dirop(&root, "moved.bin") }).await.unwrap();
+        let r = c
+            .rename(&RENAME3args {
+                from: dirop(&dfh, "a.bin"),
+                to: dirop(&root, "moved.bin"),
+            })
+            .await
+            .unwrap();
         assert!(matches!(r, Nfs3Result::Ok(_)));
         assert_eq!(s.store.resolve(Path::new("moved.bin")).unwrap(), ino, "rename keeps the inode number");
         assert_eq!(lookup(&mut c, &dfh, "a.bin").await.unwrap_err(), nfsstat3::NFS3ERR_NOENT);
@@ -189,16 +272,32 @@ fn namespace_and_data_operations() {
             }
         }
         c.rmdir(&RMDIR3args { object: dirop(&root, "docs") }).await.unwrap().unwrap();
-        c.remove(&REMOVE3args { object: dirop(&root, "moved.bin") }).await.unwrap().unwrap();
+        c.remove(&REMOVE3args {
+            object: dirop(&root, "moved.bin"),
+        })
+        .await
+        .unwrap()
+        .unwrap();
         assert!(s.store.resolve(Path::new("docs")).is_err());
         assert!(s.store.resolve(Path::new("moved.bin")).is_err());
 
         // Bad names are refused, not passed to the store.
-        let r = c.create(&CREATE3args { where_: dirop(&root, "a/b"), how: createhow3::UNCHECKED(sattr3::default()) }).await.unwrap();
+        let r = c
+            .create(&CREATE3args {
+                where_: dirop(&root, "a/b"),
+                how: createhow3::UNCHECKED(sattr3::default()),
+            })
+            .await
+            .unwrap();
         assert!(matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_INVAL, _))));
         // LINK and MKNOD: the protocol crate answers PROC_UNAVAIL (documented in docs/nfs.md).
         let g = create(&mut c, &root, "g", 0o644).await;
-        let r = c.link(&LINK3args { file: g, link: dirop(&root, "g2") }).await;
+        let r = c
+            .link(&LINK3args {
+                file: g,
+                link: dirop(&root, "g2"),
+            })
+            .await;
         assert!(matches!(r, Err(nfs3_client::RpcError::ProcUnavail)), "{r:?}");
     });
 }
@@ -224,16 +323,34 @@ impl StubFiller for SlowSource {
 fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
     let s = Served::start(|o| o.jukebox_after = Some(Duration::from_millis(500)));
     let data = pattern(200_000, 9);
-    let source = Arc::new(SlowSource { calls: AtomicUsize::new(0), data: data.clone() });
+    let source = Arc::new(SlowSource {
+        calls: AtomicUsize::new(0),
+        data: data.clone(),
+    });
     s.store.set_stub_filler(source.clone());
     let now = SystemTime::now();
-    let entry = StubEntry { kind: FileKind::File, perm: 0o644, uid: 0, gid: 0, size: data.len() as u64, mtime: now, atime: now, symlink_target: None, rdev: 0, unlisted: false };
+    let entry = StubEntry {
+        kind: FileKind::File,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        size: data.len() as u64,
+        mtime: now,
+        atime: now,
+        symlink_target: None,
+        rdev: 0,
+        unlisted: false,
+    };
     s.store.stub_create(ROOT_INO, "remote.bin".as_ref(), &entry).unwrap();
     rt().block_on(async {
         let (mut c, root) = connect(s.port()).await;
         let (fh, attr) = lookup(&mut c, &root, "remote.bin").await.unwrap();
         assert_eq!(attr.size, data.len() as u64, "metadata is served before the data is here");
-        let args = READ3args { file: fh.clone(), offset: 0, count: 65536 };
+        let args = READ3args {
+            file: fh.clone(),
+            offset: 0,
+            count: 65536,
+        };
         let t0 = Instant::now();
         let first = c.read(&args).await.unwrap();
         let waited = t0.elapsed();

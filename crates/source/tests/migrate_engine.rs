@@ -157,7 +157,7 @@ fn posix_migration_with_concurrent_clients_then_finish() {
 
     // The renamed subtree still fetches from its source path.
     let deep = resolve(&store, b"moved/c/d/deep.txt");
-    assert_eq!(read_all(&store, deep), common::content(6, 100));
+    assert_eq!(read_all(&store, deep), common::content(6, 100), "skipped: {:?}", m.skipped());
     let mut want = common::content(4, (1 << 20) + 7);
     want[1_000_000..1_000_006].copy_from_slice(b"CLIENT");
     assert_eq!(read_all(&store, f), want, "client write kept, the rest fetched around it");
@@ -228,7 +228,7 @@ fn crash_during_migration_then_restart_finishes_without_loss() {
 
 #[test]
 fn nfs_migration_from_ganesha() {
-    if !common::have(&["ganesha.nfsd", "rpcbind"]) {
+    if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls"]) {
         return;
     }
     let export = tempfile::tempdir().unwrap();

@@ -32,7 +32,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let Some(config) = a.nfs else {
         bail!("nothing to serve: give --nfs CONFIG");
     };
-    let listen: SocketAddr = a.listen.parse().map_err(|_| anyhow::anyhow!("bad --listen {:?}: expected ADDR:PORT, e.g. 127.0.0.1:20490 or [::1]:20490", a.listen))?;
+    let listen: SocketAddr = a
+        .listen
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad --listen {:?}: expected ADDR:PORT, e.g. 127.0.0.1:20490 or [::1]:20490", a.listen))?;
     let allow: AllowList = a.allow.parse().map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
     let after = kaiso_nfs::parse_duration(&a.jukebox_after).map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
     let cfg = load_config(&config)?;

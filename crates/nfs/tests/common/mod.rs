@@ -16,7 +16,10 @@ pub struct Served {
 pub fn config_text(root: &Path) -> String {
     let mut s = format!("[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n", root.join("state").display());
     for (i, cap) in ["256MiB", "1GiB"].iter().enumerate() {
-        s.push_str(&format!("[[tier]]\nname = \"t{i}\"\npath = \"{}\"\ncapacity = \"{cap}\"\n", root.join(format!("t{i}")).display()));
+        s.push_str(&format!(
+            "[[tier]]\nname = \"t{i}\"\npath = \"{}\"\ncapacity = \"{cap}\"\n",
+            root.join(format!("t{i}")).display()
+        ));
     }
     s
 }
@@ -32,7 +35,11 @@ impl Served {
         let mut opts = ServeOptions::loopback(0);
         tune(&mut opts);
         let server = NfsServer::start(store.clone(), opts).unwrap();
-        Served { dir, store, server: Some(server) }
+        Served {
+            dir,
+            store,
+            server: Some(server),
+        }
     }
 
     pub fn port(&self) -> u16 {

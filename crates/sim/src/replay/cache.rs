@@ -46,7 +46,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
         None => (s.strip_suffix('b').unwrap_or(&s), 1),
     };
     let v: f64 = num.trim().parse().ok()?;
-    (v.is_finite() && v >= 0.0).then(|| (v * mul as f64) as u64)
+    (v.is_finite() && v >= 0.0).then_some((v * mul as f64) as u64)
 }
 
 /// Turn one record into cache requests.

@@ -64,6 +64,9 @@ pub enum Placement<'a> {
     },
 }
 
+/// Draws one transaction's IOs at a time.
+pub type TxnSource<'a> = Box<dyn FnMut(&mut Rng, Nanos) -> Vec<IoRecord> + 'a>;
+
 /// Where requests come from.
 pub enum Workload<'a> {
     /// Records at their timestamps divided by `speed`.
@@ -77,7 +80,7 @@ pub enum Workload<'a> {
         think: Nanos,
         duration: Nanos,
         seed: u64,
-        txn: Box<dyn FnMut(&mut Rng, Nanos) -> Vec<IoRecord> + 'a>,
+        txn: TxnSource<'a>,
     },
 }
 

@@ -59,7 +59,7 @@ impl FileWorkloadSpec {
         let zipf = Zipf::new(self.files.max(1), self.zipf);
         // Popularity rank → file id, scattered so that scans (consecutive ids) are cold.
         let nfiles = sizes.len() as u64;
-        let mut mul = 0x9E37_79B9u64 % nfiles | 1;
+        let mut mul = (0x9E37_79B9u64 % nfiles) | 1;
         while gcd(mul, nfiles) != 1 {
             mul += 2;
         }

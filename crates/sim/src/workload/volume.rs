@@ -250,7 +250,7 @@ impl ComponentStream {
             _ => None,
         };
         // An odd multiplier coprime with the extent count scatters ranks over the disk.
-        let mut mul = 0x9E37_79B9_7F4A_7C15u64 % extents | 1;
+        let mut mul = (0x9E37_79B9_7F4A_7C15u64 % extents) | 1;
         while gcd(mul, extents) != 1 {
             mul += 2;
         }

@@ -594,11 +594,9 @@ impl Migration {
         len: u64,
     ) -> FsResult<()> {
         self.ensure_partial(store, row)?;
-        let size = store.getattr(row.ino, None)?.size;
-        let minsize = row.minsize.min(size);
-        if minsize < row.minsize {
-            self.db.lower_minsize(row.ino, minsize).map_err(io)?;
-        }
+        // The store drops missing ranges past a truncation, so the missing set already
+        // encodes the truncate rule; `minsize` only bounds what is read from the source.
+        let minsize = row.minsize;
         let unit = self.cfg.unit_size;
         let mut at = offset / unit * unit;
         let end = (offset + len).div_ceil(unit).saturating_mul(unit);
