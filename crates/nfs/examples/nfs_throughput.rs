@@ -45,10 +45,13 @@ fn main() {
     let store = Store::open(StoreConfig::from_toml_str(&cfg, "bench.toml").unwrap()).unwrap();
     let server = NfsServer::start(store.clone(), ServeOptions::loopback(0)).unwrap();
     let port = server.local_addr().port();
-    let url = |p: &str| format!("nfs://127.0.0.1/export/{p}?nfsport={port}&mountport={port}&version=3");
+    let url =
+        |p: &str| format!("nfs://127.0.0.1/export/{p}?nfsport={port}&mountport={port}&version=3");
 
     let src = root.join("local/src.bin");
-    let data: Vec<u8> = (0..mib * 1024 * 1024).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..mib * 1024 * 1024)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     std::fs::write(&src, &data).unwrap();
     drop(data);
     let s = src.to_str().unwrap();
@@ -62,9 +65,15 @@ fn main() {
         drop_caches();
         nr += timed(&["nfs-cp", &url(&name), back.to_str().unwrap()]);
         cw += timed(&["cp", s, tier_file.to_str().unwrap()]);
-        let _ = Command::new("sync").arg(tier_file.to_str().unwrap()).status();
+        let _ = Command::new("sync")
+            .arg(tier_file.to_str().unwrap())
+            .status();
         drop_caches();
-        cr += timed(&["cp", tier_file.to_str().unwrap(), tier_back.to_str().unwrap()]);
+        cr += timed(&[
+            "cp",
+            tier_file.to_str().unwrap(),
+            tier_back.to_str().unwrap(),
+        ]);
         assert_eq!(std::fs::metadata(&back).unwrap().len(), mib * 1024 * 1024);
         for p in [&back, &tier_back] {
             let _ = std::fs::remove_file(p);

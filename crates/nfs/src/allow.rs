@@ -20,8 +20,15 @@ impl Cidr {
             v4 => v4,
         };
         match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => prefix_eq(u32::from(net) as u128, u32::from(a) as u128, self.prefix, 32),
-            (IpAddr::V6(net), IpAddr::V6(a)) => prefix_eq(u128::from(net), u128::from(a), self.prefix, 128),
+            (IpAddr::V4(net), IpAddr::V4(a)) => prefix_eq(
+                u32::from(net) as u128,
+                u32::from(a) as u128,
+                self.prefix,
+                32,
+            ),
+            (IpAddr::V6(net), IpAddr::V6(a)) => {
+                prefix_eq(u128::from(net), u128::from(a), self.prefix, 128)
+            }
             _ => false,
         }
     }
@@ -43,7 +50,9 @@ impl FromStr for Cidr {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
         };
-        let addr: IpAddr = addr.parse().map_err(|_| format!("bad CIDR {s:?}: {addr:?} is not an IP address"))?;
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("bad CIDR {s:?}: {addr:?} is not an IP address"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
@@ -117,7 +126,10 @@ mod tests {
         assert!(!a.allows(ip("10.2.0.1")));
         assert!(a.allows(ip("::1")));
         assert!(!a.allows(ip("::2")));
-        assert!(a.allows(ip("::ffff:127.0.0.1")), "mapped IPv4 matches IPv4 blocks");
+        assert!(
+            a.allows(ip("::ffff:127.0.0.1")),
+            "mapped IPv4 matches IPv4 blocks"
+        );
     }
 
     #[test]
@@ -132,8 +144,18 @@ mod tests {
 
     #[test]
     fn bad_input_is_named() {
-        assert!("10.0.0.0/33".parse::<AllowList>().unwrap_err().contains("prefix length"));
-        assert!("nonsense/8".parse::<AllowList>().unwrap_err().contains("not an IP address"));
+        assert!(
+            "10.0.0.0/33"
+                .parse::<AllowList>()
+                .unwrap_err()
+                .contains("prefix length")
+        );
+        assert!(
+            "nonsense/8"
+                .parse::<AllowList>()
+                .unwrap_err()
+                .contains("not an IP address")
+        );
         assert!(",".parse::<AllowList>().unwrap_err().contains("no CIDR"));
         assert!("::1/129".parse::<AllowList>().is_err());
     }

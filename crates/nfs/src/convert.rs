@@ -1,7 +1,9 @@
 //! Store values ↔ NFSv3 values: errno → nfsstat3, FileAttr → fattr3, sattr3 → SetAttr.
 
 use kaiso_store::{FileAttr, FileKind, FsError, SetAttr, TimeSet};
-use nfs3_server::nfs3_types::nfs3::{Nfs3Option, fattr3, ftype3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3};
+use nfs3_server::nfs3_types::nfs3::{
+    Nfs3Option, fattr3, ftype3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3,
+};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The NFSv3 status for a store errno (RFC 1813 §2.6).
@@ -128,14 +130,20 @@ mod tests {
         let s = sattr3 {
             mode: Nfs3Option::Some(0o640),
             size: Nfs3Option::Some(7),
-            mtime: set_mtime::SET_TO_CLIENT_TIME(nfstime3 { seconds: 100, nseconds: 5 }),
+            mtime: set_mtime::SET_TO_CLIENT_TIME(nfstime3 {
+                seconds: 100,
+                nseconds: 5,
+            }),
             ..Default::default()
         };
         let a = set_attr(&s);
         assert_eq!(a.mode, Some(0o640));
         assert_eq!(a.size, Some(7));
         assert_eq!(a.uid, None);
-        assert_eq!(a.mtime, Some(TimeSet::At(UNIX_EPOCH + Duration::new(100, 5))));
+        assert_eq!(
+            a.mtime,
+            Some(TimeSet::At(UNIX_EPOCH + Duration::new(100, 5)))
+        );
         assert!(is_empty(&set_attr(&sattr3::default())));
     }
 }

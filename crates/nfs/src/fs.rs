@@ -9,9 +9,16 @@
 use crate::convert::{fattr, is_empty, set_attr, status};
 use crate::handles::OpenFiles;
 use crate::jukebox::{Jukebox, Key};
-use kaiso_store::{Caller, DirEntry, FileAttr, FileKind, FsError, FsResult, Ino, ROOT_INO, SetAttr, Store};
-use nfs3_server::nfs3_types::nfs3::{FSINFO3resok, createverf3, fattr3, filename3, nfspath3, nfsstat3, post_op_attr, sattr3, stable_how};
-use nfs3_server::vfs::{DirEntryPlus, FileHandleU64, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator};
+use kaiso_store::{
+    Caller, DirEntry, FileAttr, FileKind, FsError, FsResult, Ino, ROOT_INO, SetAttr, Store,
+};
+use nfs3_server::nfs3_types::nfs3::{
+    FSINFO3resok, createverf3, fattr3, filename3, nfspath3, nfsstat3, post_op_attr, sattr3,
+    stable_how,
+};
+use nfs3_server::vfs::{
+    DirEntryPlus, FileHandleU64, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator,
+};
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -57,7 +64,12 @@ impl KaisoNfs {
             gid: unsafe { libc::getegid() },
             pid: std::process::id(),
         };
-        KaisoNfs { store, jukebox, files, caller }
+        KaisoNfs {
+            store,
+            jukebox,
+            files,
+            caller,
+        }
     }
 
     async fn call<T, F>(&self, key: Key, f: F) -> Res<T>
@@ -138,35 +150,47 @@ impl NfsReadFileSystem for KaisoNfs {
 
     async fn lookup_by_path(&self, path: &str) -> Res<FileHandleU64> {
         let rel = PathBuf::from(path.trim_start_matches('/'));
-        self.call(Key::new("resolve", 0).extra(path.as_bytes()), move |s, _| {
-            if rel.as_os_str().is_empty() {
-                return Ok(FileHandleU64::new(ROOT_INO));
-            }
-            st(s.resolve(&rel)).map(FileHandleU64::new)
-        })
+        self.call(
+            Key::new("resolve", 0).extra(path.as_bytes()),
+            move |s, _| {
+                if rel.as_os_str().is_empty() {
+                    return Ok(FileHandleU64::new(ROOT_INO));
+                }
+                st(s.resolve(&rel)).map(FileHandleU64::new)
+            },
+        )
         .await
     }
 
     async fn getattr(&self, id: &FileHandleU64) -> Res<fattr3> {
         let ino = id.as_u64();
-        self.call(Key::new("getattr", ino), move |s, _| st(s.getattr(ino, None)).map(|a| fattr(&a)))
-            .await
+        self.call(Key::new("getattr", ino), move |s, _| {
+            st(s.getattr(ino, None)).map(|a| fattr(&a))
+        })
+        .await
     }
 
     async fn read(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<(Vec<u8>, bool)> {
         let ino = id.as_u64();
         let count = count.min(IO_MAX);
-        self.call(Key::new("read", ino).range(offset, count as u64), move |s, files| {
-            let f = st(files.get(ino, false))?;
-            let data = st(s.read(f.fh, offset, count))?;
-            let size = st(s.getattr(ino, Some(f.fh)))?.size;
-            let eof = offset + data.len() as u64 >= size;
-            Ok((data, eof))
-        })
+        self.call(
+            Key::new("read", ino).range(offset, count as u64),
+            move |s, files| {
+                let f = st(files.get(ino, false))?;
+                let data = st(s.read(f.fh, offset, count))?;
+                let size = st(s.getattr(ino, Some(f.fh)))?.size;
+                let eof = offset + data.len() as u64 >= size;
+                Ok((data, eof))
+            },
+        )
         .await
     }
 
-    async fn readdirplus(&self, dirid: &FileHandleU64, cookie: u64) -> Res<impl ReadDirPlusIterator<FileHandleU64>> {
+    async fn readdirplus(
+        &self,
+        dirid: &FileHandleU64,
+        cookie: u64,
+    ) -> Res<impl ReadDirPlusIterator<FileHandleU64>> {
         let mut it = DirIter {
             fs: self.shared(),
             dir: dirid.as_u64(),
@@ -181,14 +205,21 @@ impl NfsReadFileSystem for KaisoNfs {
     async fn readlink(&self, id: &FileHandleU64) -> Res<nfspath3<'_>> {
         let ino = id.as_u64();
         let target = self
-            .call(Key::new("readlink", ino), move |s, _| st(s.readlink(ino)).map(OsString::into_vec))
+            .call(Key::new("readlink", ino), move |s, _| {
+                st(s.readlink(ino)).map(OsString::into_vec)
+            })
             .await?;
         Ok(nfspath3::from(target))
     }
 
     async fn fsinfo(&self, root: &FileHandleU64) -> Res<FSINFO3resok> {
-        use nfs3_server::nfs3_types::nfs3::{FSF3_CANSETTIME, FSF3_HOMOGENEOUS, FSF3_LINK, FSF3_SYMLINK, nfstime3};
-        let attr = self.getattr(root).await.map_or(post_op_attr::None, post_op_attr::Some);
+        use nfs3_server::nfs3_types::nfs3::{
+            FSF3_CANSETTIME, FSF3_HOMOGENEOUS, FSF3_LINK, FSF3_SYMLINK, nfstime3,
+        };
+        let attr = self
+            .getattr(root)
+            .await
+            .map_or(post_op_attr::None, post_op_attr::Some);
         Ok(FSINFO3resok {
             obj_attributes: attr,
             rtmax: IO_MAX,
@@ -199,7 +230,10 @@ impl NfsReadFileSystem for KaisoNfs {
             wtmult: 4096,
             dtpref: 64 * 1024,
             maxfilesize: i64::MAX as u64,
-            time_delta: nfstime3 { seconds: 0, nseconds: 1 },
+            time_delta: nfstime3 {
+                seconds: 0,
+                nseconds: 1,
+            },
             properties: FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
         })
     }
@@ -230,7 +264,9 @@ impl DirIter {
         let (dir, cookie) = (self.dir, self.cookie);
         let (entries, eof) = self
             .fs
-            .call(Key::new("readdir", dir).range(cookie, 0), move |s, _| KaisoNfs::list(s, dir, cookie))
+            .call(Key::new("readdir", dir).range(cookie, 0), move |s, _| {
+                KaisoNfs::list(s, dir, cookie)
+            })
             .await?;
         self.eof = eof;
         if let Some(last) = entries.last() {
@@ -269,10 +305,19 @@ impl NfsFileSystem for KaisoNfs {
         let caller = self.caller;
         self.jukebox.invalidate(ino);
         let key = Key::new("setattr", ino).extra(format!("{set:?}").as_bytes());
-        self.call(key, move |s, _| st(s.setattr(ino, &set, caller)).map(|a| fattr(&a))).await
+        self.call(key, move |s, _| {
+            st(s.setattr(ino, &set, caller)).map(|a| fattr(&a))
+        })
+        .await
     }
 
-    async fn write(&self, id: &FileHandleU64, offset: u64, data: &[u8], stable: stable_how) -> Res<(fattr3, stable_how)> {
+    async fn write(
+        &self,
+        id: &FileHandleU64,
+        offset: u64,
+        data: &[u8],
+        stable: stable_how,
+    ) -> Res<(fattr3, stable_how)> {
         let ino = id.as_u64();
         self.jukebox.invalidate(ino);
         let data = Arc::new(data.to_vec());
@@ -308,7 +353,12 @@ impl NfsFileSystem for KaisoNfs {
         .await
     }
 
-    async fn create(&self, dirid: &FileHandleU64, filename: &filename3<'_>, attr: sattr3) -> Res<(FileHandleU64, fattr3)> {
+    async fn create(
+        &self,
+        dirid: &FileHandleU64,
+        filename: &filename3<'_>,
+        attr: sattr3,
+    ) -> Res<(FileHandleU64, fattr3)> {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
         let mut set = set_attr(&attr);
@@ -316,7 +366,15 @@ impl NfsFileSystem for KaisoNfs {
         let caller = self.caller;
         let key = Key::new("create", dir).extra(name.as_bytes());
         self.call(key, move |s, files| {
-            let ino = match s.create(dir, &name, libc::S_IFREG | (mode & 0o7777), 0, libc::O_RDWR, caller, false) {
+            let ino = match s.create(
+                dir,
+                &name,
+                libc::S_IFREG | (mode & 0o7777),
+                0,
+                libc::O_RDWR,
+                caller,
+                false,
+            ) {
                 Ok((a, opened)) => {
                     let _ = s.release(opened.fh);
                     a.ino
@@ -339,28 +397,51 @@ impl NfsFileSystem for KaisoNfs {
         .await
     }
 
-    async fn create_exclusive(&self, dirid: &FileHandleU64, filename: &filename3<'_>, _verf: createverf3) -> Res<FileHandleU64> {
+    async fn create_exclusive(
+        &self,
+        dirid: &FileHandleU64,
+        filename: &filename3<'_>,
+        _verf: createverf3,
+    ) -> Res<FileHandleU64> {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
         let caller = self.caller;
         // A retransmitted EXCLUSIVE create is caught by the RPC layer's replay tracker or
         // joins the in-flight call here; otherwise an existing name is EXIST.
-        self.call(Key::new("create_excl", dir).extra(name.as_bytes()), move |s, _| {
-            let (a, opened) = st(s.create(dir, &name, libc::S_IFREG | 0o644, 0, libc::O_RDWR, caller, false))?;
-            let _ = s.release(opened.fh);
-            Ok(FileHandleU64::new(a.ino))
-        })
+        self.call(
+            Key::new("create_excl", dir).extra(name.as_bytes()),
+            move |s, _| {
+                let (a, opened) = st(s.create(
+                    dir,
+                    &name,
+                    libc::S_IFREG | 0o644,
+                    0,
+                    libc::O_RDWR,
+                    caller,
+                    false,
+                ))?;
+                let _ = s.release(opened.fh);
+                Ok(FileHandleU64::new(a.ino))
+            },
+        )
         .await
     }
 
-    async fn mkdir(&self, dirid: &FileHandleU64, dirname: &filename3<'_>) -> Res<(FileHandleU64, fattr3)> {
+    async fn mkdir(
+        &self,
+        dirid: &FileHandleU64,
+        dirname: &filename3<'_>,
+    ) -> Res<(FileHandleU64, fattr3)> {
         let dir = dirid.as_u64();
         let name = name_of(dirname)?;
         let caller = self.caller;
-        self.call(Key::new("mkdir", dir).extra(name.as_bytes()), move |s, _| {
-            let a = st(s.mkdir(dir, &name, libc::S_IFDIR | 0o755, 0, caller))?;
-            Ok((FileHandleU64::new(a.ino), fattr(&a)))
-        })
+        self.call(
+            Key::new("mkdir", dir).extra(name.as_bytes()),
+            move |s, _| {
+                let a = st(s.mkdir(dir, &name, libc::S_IFDIR | 0o755, 0, caller))?;
+                Ok((FileHandleU64::new(a.ino), fattr(&a)))
+            },
+        )
         .await
     }
 
@@ -368,22 +449,31 @@ impl NfsFileSystem for KaisoNfs {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
         let jukebox = self.jukebox.clone();
-        self.call(Key::new("remove", dir).extra(name.as_bytes()), move |s, files| {
-            // REMOVE and RMDIR both arrive here (the crate maps both to `remove`).
-            let a = st(s.lookup(dir, &name))?;
-            if a.kind == FileKind::Dir {
-                st(s.rmdir(dir, &name))?;
-            } else {
-                st(s.unlink(dir, &name))?;
-                files.forget(a.ino);
-            }
-            jukebox.invalidate(a.ino);
-            Ok(())
-        })
+        self.call(
+            Key::new("remove", dir).extra(name.as_bytes()),
+            move |s, files| {
+                // REMOVE and RMDIR both arrive here (the crate maps both to `remove`).
+                let a = st(s.lookup(dir, &name))?;
+                if a.kind == FileKind::Dir {
+                    st(s.rmdir(dir, &name))?;
+                } else {
+                    st(s.unlink(dir, &name))?;
+                    files.forget(a.ino);
+                }
+                jukebox.invalidate(a.ino);
+                Ok(())
+            },
+        )
         .await
     }
 
-    async fn rename<'a>(&self, from_dirid: &FileHandleU64, from_filename: &filename3<'a>, to_dirid: &FileHandleU64, to_filename: &filename3<'a>) -> Res<()> {
+    async fn rename<'a>(
+        &self,
+        from_dirid: &FileHandleU64,
+        from_filename: &filename3<'a>,
+        to_dirid: &FileHandleU64,
+        to_filename: &filename3<'a>,
+    ) -> Res<()> {
         let (from, to) = (from_dirid.as_u64(), to_dirid.as_u64());
         let (name, newname) = (name_of(from_filename)?, name_of(to_filename)?);
         let key = Key::new("rename", from)
@@ -399,34 +489,52 @@ impl NfsFileSystem for KaisoNfs {
             Ok(())
         })
         .await
-        .map_err(|e| if e == nfsstat3::NFS3ERR_NOTEMPTY { nfsstat3::NFS3ERR_EXIST } else { e })
+        .map_err(|e| {
+            if e == nfsstat3::NFS3ERR_NOTEMPTY {
+                nfsstat3::NFS3ERR_EXIST
+            } else {
+                e
+            }
+        })
     }
 
-    async fn symlink<'a>(&self, dirid: &FileHandleU64, linkname: &filename3<'a>, symlink: &nfspath3<'a>, attr: &sattr3) -> Res<(FileHandleU64, fattr3)> {
+    async fn symlink<'a>(
+        &self,
+        dirid: &FileHandleU64,
+        linkname: &filename3<'a>,
+        symlink: &nfspath3<'a>,
+        attr: &sattr3,
+    ) -> Res<(FileHandleU64, fattr3)> {
         let dir = dirid.as_u64();
         let name = name_of(linkname)?;
         let target = PathBuf::from(OsString::from_vec(symlink.as_ref().to_vec()));
         let mut set = set_attr(attr);
         set.mode = None; // symlink permissions are not settable on Linux
         let caller = self.caller;
-        self.call(Key::new("symlink", dir).extra(name.as_bytes()), move |s, _| {
-            let a = st(s.symlink(dir, &name, &target, caller))?;
-            let a = if set.uid.is_some() || set.gid.is_some() {
-                Self::apply(s, a.ino, set, caller)?
-            } else {
-                a
-            };
-            Ok((FileHandleU64::new(a.ino), fattr(&a)))
-        })
+        self.call(
+            Key::new("symlink", dir).extra(name.as_bytes()),
+            move |s, _| {
+                let a = st(s.symlink(dir, &name, &target, caller))?;
+                let a = if set.uid.is_some() || set.gid.is_some() {
+                    Self::apply(s, a.ino, set, caller)?
+                } else {
+                    a
+                };
+                Ok((FileHandleU64::new(a.ino), fattr(&a)))
+            },
+        )
         .await
     }
 
     async fn commit(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<()> {
         let ino = id.as_u64();
-        self.call(Key::new("commit", ino).range(offset, count as u64), move |s, files| {
-            let f = st(files.get(ino, false))?;
-            st(s.fsync(f.fh, false))
-        })
+        self.call(
+            Key::new("commit", ino).range(offset, count as u64),
+            move |s, files| {
+                let f = st(files.get(ino, false))?;
+                st(s.fsync(f.fh, false))
+            },
+        )
         .await
     }
 }

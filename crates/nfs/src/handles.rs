@@ -79,7 +79,10 @@ impl OpenFiles {
 
     /// Stop caching `ino` (removed or replaced); in-flight users keep their handle.
     pub fn forget(&self, ino: Ino) {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).remove(&ino);
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino);
     }
 
     /// Close handles idle for longer than the limit.

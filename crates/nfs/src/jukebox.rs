@@ -95,7 +95,8 @@ impl Jukebox {
 
     /// Forget finished, uncollected results about `ino` (it has just changed).
     pub fn invalidate(&self, ino: u64) {
-        self.table().retain(|k, w| k.ino != ino || w.done.borrow().is_none());
+        self.table()
+            .retain(|k, w| k.ino != ino || w.done.borrow().is_none());
     }
 
     /// Run `work` under `key`, or join the same work already in flight.
@@ -107,7 +108,12 @@ impl Jukebox {
         let (entry, fresh) = {
             let mut table = self.table();
             let now = Instant::now();
-            table.retain(|_, w| w.finished_at.lock().unwrap_or_else(|e| e.into_inner()).is_none_or(|t| now - t < KEEP_UNCLAIMED));
+            table.retain(|_, w| {
+                w.finished_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_none_or(|t| now - t < KEEP_UNCLAIMED)
+            });
             match table.get(&key) {
                 Some(w) => (w.clone(), false),
                 None => {
@@ -124,7 +130,8 @@ impl Jukebox {
             let w = entry.clone();
             tokio::task::spawn_blocking(move || {
                 // A panicking store call must still finish the work, or retries would wait forever.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                    .unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT));
                 *w.finished_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
                 w.done.send_replace(Some(Arc::new(r) as Outcome));
             });
@@ -169,7 +176,11 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
     }
 
     #[test]
@@ -195,14 +206,21 @@ mod tests {
                 }
             };
             let key = Key::new("read", 5).range(0, 3);
-            assert_eq!(j.run(key.clone(), job(runs.clone())).await, Err(nfsstat3::NFS3ERR_JUKEBOX));
+            assert_eq!(
+                j.run(key.clone(), job(runs.clone())).await,
+                Err(nfsstat3::NFS3ERR_JUKEBOX)
+            );
             let t0 = Instant::now();
             let mut got = Err(nfsstat3::NFS3ERR_JUKEBOX);
             while got == Err(nfsstat3::NFS3ERR_JUKEBOX) && t0.elapsed() < Duration::from_secs(5) {
                 got = j.run(key.clone(), job(runs.clone())).await;
             }
             assert_eq!(got, Ok(vec![1, 2, 3]));
-            assert_eq!(runs.load(Ordering::SeqCst), 1, "retries joined the first run");
+            assert_eq!(
+                runs.load(Ordering::SeqCst),
+                1,
+                "retries joined the first run"
+            );
             assert!(j.joined() >= 1);
             // A new request after collection runs again.
             let _ = j.run(key.clone(), job(runs.clone())).await;
@@ -226,7 +244,11 @@ mod tests {
             assert_eq!(j.pending(), 1);
             j.invalidate(9);
             assert_eq!(j.pending(), 0);
-            assert_eq!(j.run(key, || Ok(2u8)).await, Ok(2), "fresh work after invalidation");
+            assert_eq!(
+                j.run(key, || Ok(2u8)).await,
+                Ok(2),
+                "fresh work after invalidation"
+            );
         });
     }
 

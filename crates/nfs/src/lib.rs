@@ -33,7 +33,9 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         return Err(format!("bad duration {s:?}: give a unit, e.g. 500ms or 2s"));
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v * scale < 1e9 => Ok(std::time::Duration::from_secs_f64(v * scale)),
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale < 1e9 => {
+            Ok(std::time::Duration::from_secs_f64(v * scale))
+        }
         _ => Err(format!("bad duration {s:?}: not a non-negative number")),
     }
 }

@@ -64,7 +64,8 @@ impl NfsServer {
     /// (e.g. "cannot listen on 127.0.0.1:2049: Address already in use").
     pub fn start(store: Arc<Store>, opts: ServeOptions) -> anyhow::Result<NfsServer> {
         let export = format!("/{}", opts.export.trim_matches('/'));
-        let std_listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("cannot listen on {}", opts.listen))?;
+        let std_listener = std::net::TcpListener::bind(opts.listen)
+            .with_context(|| format!("cannot listen on {}", opts.listen))?;
         let addr = std_listener.local_addr()?;
         std_listener.set_nonblocking(true)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -84,11 +85,13 @@ impl NfsServer {
             tokio::net::TcpListener::from_std(std_listener)?
         };
         let (allow, st, fl) = (opts.allow.clone(), stats.clone(), files.clone());
-        let thread = std::thread::Builder::new().name("kaiso-nfs-accept".into()).spawn(move || {
-            runtime.block_on(accept_loop(listener, vfs, export, allow, st, fl, stop_rx));
-            // In-flight store calls finish on their own; do not wait for them forever.
-            runtime.shutdown_timeout(Duration::from_secs(5));
-        })?;
+        let thread = std::thread::Builder::new()
+            .name("kaiso-nfs-accept".into())
+            .spawn(move || {
+                runtime.block_on(accept_loop(listener, vfs, export, allow, st, fl, stop_rx));
+                // In-flight store calls finish on their own; do not wait for them forever.
+                runtime.shutdown_timeout(Duration::from_secs(5));
+            })?;
         tracing::info!(%addr, allow = %opts.allow, "NFSv3 server listening");
         Ok(NfsServer {
             addr,

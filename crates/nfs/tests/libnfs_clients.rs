@@ -54,7 +54,11 @@ fn run(args: &[&str]) -> Output {
 
 fn ok(args: &[&str]) -> Vec<u8> {
     let o = run(args);
-    assert!(o.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     o.stdout
 }
 
@@ -103,22 +107,38 @@ fn write_list_read_back_rename_remove() {
     s.store.write(o.fh, 0, b"from the store").unwrap();
     s.store.release(o.fh).unwrap();
     let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
-    assert!(listing.contains("big.bin") && listing.contains("local.txt"), "{listing}");
+    assert!(
+        listing.contains("big.bin") && listing.contains("local.txt"),
+        "{listing}"
+    );
     assert_eq!(ok(&["nfs-cat", &s.url("/local.txt")]), b"from the store");
     let _ = a;
 
     // Rename and remove through the store's namespace; the NFS view follows.
     s.store
-        .rename(kaiso_store::ROOT_INO, "big.bin".as_ref(), kaiso_store::ROOT_INO, "renamed.bin".as_ref(), 0)
+        .rename(
+            kaiso_store::ROOT_INO,
+            "big.bin".as_ref(),
+            kaiso_store::ROOT_INO,
+            "renamed.bin".as_ref(),
+            0,
+        )
         .unwrap();
-    s.store.unlink(kaiso_store::ROOT_INO, "local.txt".as_ref()).unwrap();
+    s.store
+        .unlink(kaiso_store::ROOT_INO, "local.txt".as_ref())
+        .unwrap();
     let listing = String::from_utf8(ok(&["nfs-ls", &s.url("/")])).unwrap();
     assert!(
-        listing.contains("renamed.bin") && !listing.contains("big.bin") && !listing.contains("local.txt"),
+        listing.contains("renamed.bin")
+            && !listing.contains("big.bin")
+            && !listing.contains("local.txt"),
         "{listing}"
     );
     assert_eq!(ok(&["nfs-cat", &s.url("/renamed.bin")]), data);
-    assert!(!run(&["nfs-cat", &s.url("/local.txt")]).status.success(), "a removed file cannot be read");
+    assert!(
+        !run(&["nfs-cat", &s.url("/local.txt")]).status.success(),
+        "a removed file cannot be read"
+    );
 }
 
 #[test]
@@ -130,17 +150,41 @@ fn subdirectories_and_recursive_listing() {
     let work = tempfile::tempdir().unwrap();
     let d = s
         .store
-        .mkdir(kaiso_store::ROOT_INO, "sub".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT)
+        .mkdir(
+            kaiso_store::ROOT_INO,
+            "sub".as_ref(),
+            0o755,
+            0,
+            kaiso_store::Caller::ROOT,
+        )
         .unwrap();
-    s.store.mkdir(d.ino, "deeper".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap();
+    s.store
+        .mkdir(
+            d.ino,
+            "deeper".as_ref(),
+            0o755,
+            0,
+            kaiso_store::Caller::ROOT,
+        )
+        .unwrap();
     for i in 0..40 {
         let f = work.path().join(format!("f{i}"));
         std::fs::write(&f, pattern(1000 + i, i as u8)).unwrap();
-        ok(&["nfs-cp", f.to_str().unwrap(), &s.url(&format!("/sub/deeper/f{i:02}"))]);
+        ok(&[
+            "nfs-cp",
+            f.to_str().unwrap(),
+            &s.url(&format!("/sub/deeper/f{i:02}")),
+        ]);
     }
     let listing = String::from_utf8(ok(&["nfs-ls", "-R", &s.url("/")])).unwrap();
     for i in 0..40 {
-        assert!(listing.contains(&format!("f{i:02}")), "f{i:02} missing from\n{listing}");
+        assert!(
+            listing.contains(&format!("f{i:02}")),
+            "f{i:02} missing from\n{listing}"
+        );
     }
-    assert_eq!(ok(&["nfs-cat", &s.url("/sub/deeper/f17")]), pattern(1017, 17));
+    assert_eq!(
+        ok(&["nfs-cat", &s.url("/sub/deeper/f17")]),
+        pattern(1017, 17)
+    );
 }

@@ -19,7 +19,10 @@ use tokio::net::TcpStream;
 type Client = Nfs3Client<TokioIo<TcpStream>>;
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 async fn connect(port: u16) -> (Client, nfs_fh3) {
@@ -42,11 +45,25 @@ fn dirop<'a>(dir: &nfs_fh3, name: &'a str) -> diropargs3<'a> {
 }
 
 async fn lookup(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<(nfs_fh3, fattr3), nfsstat3> {
-    match c.lookup(&LOOKUP3args { what: dirop(dir, name) }).await.unwrap() {
+    match c
+        .lookup(&LOOKUP3args {
+            what: dirop(dir, name),
+        })
+        .await
+        .unwrap()
+    {
         Nfs3Result::Ok(ok) => {
             let attr = match ok.obj_attributes {
                 Nfs3Option::Some(a) => a,
-                Nfs3Option::None => c.getattr(&GETATTR3args { object: ok.object.clone() }).await.unwrap().unwrap().obj_attributes,
+                Nfs3Option::None => {
+                    c.getattr(&GETATTR3args {
+                        object: ok.object.clone(),
+                    })
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .obj_attributes
+                }
             };
             Ok((ok.object, attr))
         }
@@ -97,7 +114,10 @@ async fn names(c: &mut Client, dir: &nfs_fh3) -> Vec<(String, u64, Option<fattr3
     let mut cookie = 0;
     let t0 = Instant::now();
     loop {
-        assert!(t0.elapsed() < Duration::from_secs(30), "READDIRPLUS did not reach EOF");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "READDIRPLUS did not reach EOF"
+        );
         let args = READDIRPLUS3args {
             dir: dir.clone(),
             cookie,
@@ -111,7 +131,11 @@ async fn names(c: &mut Client, dir: &nfs_fh3) -> Vec<(String, u64, Option<fattr3
                 Nfs3Option::Some(a) => Some(a.clone()),
                 Nfs3Option::None => None,
             };
-            out.push((String::from_utf8_lossy(e.name.as_ref()).into_owned(), e.fileid, attr));
+            out.push((
+                String::from_utf8_lossy(e.name.as_ref()).into_owned(),
+                e.fileid,
+                attr,
+            ));
             cookie = e.cookie;
         }
         if r.reply.eof {
@@ -125,10 +149,26 @@ fn namespace_and_data_operations() {
     let s = Served::start(|_| {});
     rt().block_on(async {
         let (mut c, root) = connect(s.port()).await;
-        let info = c.fsinfo(&FSINFO3args { fsroot: root.clone() }).await.unwrap().unwrap();
+        let info = c
+            .fsinfo(&FSINFO3args {
+                fsroot: root.clone(),
+            })
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(info.rtmax, 1 << 20);
-        c.fsstat(&FSSTAT3args { fsroot: root.clone() }).await.unwrap().unwrap();
-        c.pathconf(&PATHCONF3args { object: root.clone() }).await.unwrap().unwrap();
+        c.fsstat(&FSSTAT3args {
+            fsroot: root.clone(),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        c.pathconf(&PATHCONF3args {
+            object: root.clone(),
+        })
+        .await
+        .unwrap()
+        .unwrap();
 
         // MKDIR + CREATE + unstable WRITEs + COMMIT + READ.
         let d = c
@@ -224,7 +264,11 @@ fn namespace_and_data_operations() {
             Nfs3Option::Some(fh) => fh,
             Nfs3Option::None => lookup(&mut c, &dfh, "link").await.unwrap().0,
         };
-        let rl = c.readlink(&READLINK3args { symlink: lfh }).await.unwrap().unwrap();
+        let rl = c
+            .readlink(&READLINK3args { symlink: lfh })
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(rl.data.as_ref(), b"a.bin");
         let lino = s.store.resolve(Path::new("docs/link")).unwrap();
         assert_eq!(s.store.getattr(lino, None).unwrap().kind, FileKind::Symlink);
@@ -234,7 +278,11 @@ fn namespace_and_data_operations() {
             create(&mut c, &dfh, &format!("n{i:03}"), 0o644).await;
         }
         let listed = names(&mut c, &dfh).await;
-        let mut plain: Vec<&str> = listed.iter().map(|(n, _, _)| n.as_str()).filter(|n| *n != "." && *n != "..").collect();
+        let mut plain: Vec<&str> = listed
+            .iter()
+            .map(|(n, _, _)| n.as_str())
+            .filter(|n| *n != "." && *n != "..")
+            .collect();
         plain.sort();
         assert_eq!(plain.len(), 302, "300 files + a.bin + link, each once");
         plain.dedup();
@@ -262,16 +310,41 @@ fn namespace_and_data_operations() {
             .await
             .unwrap();
         assert!(matches!(r, Nfs3Result::Ok(_)));
-        assert_eq!(s.store.resolve(Path::new("moved.bin")).unwrap(), ino, "rename keeps the inode number");
-        assert_eq!(lookup(&mut c, &dfh, "a.bin").await.unwrap_err(), nfsstat3::NFS3ERR_NOENT);
-        let r = c.rmdir(&RMDIR3args { object: dirop(&root, "docs") }).await.unwrap();
-        assert!(matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_NOTEMPTY, _))), "{r:?}");
+        assert_eq!(
+            s.store.resolve(Path::new("moved.bin")).unwrap(),
+            ino,
+            "rename keeps the inode number"
+        );
+        assert_eq!(
+            lookup(&mut c, &dfh, "a.bin").await.unwrap_err(),
+            nfsstat3::NFS3ERR_NOENT
+        );
+        let r = c
+            .rmdir(&RMDIR3args {
+                object: dirop(&root, "docs"),
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(r, Nfs3Result::Err((nfsstat3::NFS3ERR_NOTEMPTY, _))),
+            "{r:?}"
+        );
         for (n, _, _) in names(&mut c, &dfh).await {
             if n != "." && n != ".." {
-                c.remove(&REMOVE3args { object: dirop(&dfh, &n) }).await.unwrap().unwrap();
+                c.remove(&REMOVE3args {
+                    object: dirop(&dfh, &n),
+                })
+                .await
+                .unwrap()
+                .unwrap();
             }
         }
-        c.rmdir(&RMDIR3args { object: dirop(&root, "docs") }).await.unwrap().unwrap();
+        c.rmdir(&RMDIR3args {
+            object: dirop(&root, "docs"),
+        })
+        .await
+        .unwrap()
+        .unwrap();
         c.remove(&REMOVE3args {
             object: dirop(&root, "moved.bin"),
         })
@@ -298,7 +371,10 @@ fn namespace_and_data_operations() {
                 link: dirop(&root, "g2"),
             })
             .await;
-        assert!(matches!(r, Err(nfs3_client::RpcError::ProcUnavail)), "{r:?}");
+        assert!(
+            matches!(r, Err(nfs3_client::RpcError::ProcUnavail)),
+            "{r:?}"
+        );
     });
 }
 
@@ -312,7 +388,14 @@ impl StubFiller for SlowSource {
     fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
         store.stub_dir_listed(ino)
     }
-    fn fill_range(&self, store: &Store, ino: Ino, _path: &Path, _offset: u64, _len: u64) -> FsResult<()> {
+    fn fill_range(
+        &self,
+        store: &Store,
+        ino: Ino,
+        _path: &Path,
+        _offset: u64,
+        _len: u64,
+    ) -> FsResult<()> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(1500));
         store.stub_write(ino, 0, &self.data)
@@ -341,11 +424,17 @@ fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
         rdev: 0,
         unlisted: false,
     };
-    s.store.stub_create(ROOT_INO, "remote.bin".as_ref(), &entry).unwrap();
+    s.store
+        .stub_create(ROOT_INO, "remote.bin".as_ref(), &entry)
+        .unwrap();
     rt().block_on(async {
         let (mut c, root) = connect(s.port()).await;
         let (fh, attr) = lookup(&mut c, &root, "remote.bin").await.unwrap();
-        assert_eq!(attr.size, data.len() as u64, "metadata is served before the data is here");
+        assert_eq!(
+            attr.size,
+            data.len() as u64,
+            "metadata is served before the data is here"
+        );
         let args = READ3args {
             file: fh.clone(),
             offset: 0,
@@ -354,8 +443,14 @@ fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
         let t0 = Instant::now();
         let first = c.read(&args).await.unwrap();
         let waited = t0.elapsed();
-        assert!(matches!(first, Nfs3Result::Err((nfsstat3::NFS3ERR_JUKEBOX, _))), "first reply: {first:?}");
-        assert!(waited >= Duration::from_millis(450), "JUKEBOX only after the 0.5 s threshold, got {waited:?}");
+        assert!(
+            matches!(first, Nfs3Result::Err((nfsstat3::NFS3ERR_JUKEBOX, _))),
+            "first reply: {first:?}"
+        );
+        assert!(
+            waited >= Duration::from_millis(450),
+            "JUKEBOX only after the 0.5 s threshold, got {waited:?}"
+        );
         // Retry like a client would (the Linux client waits 5 s; we poll faster).
         let mut got = None;
         while t0.elapsed() < Duration::from_secs(20) {
@@ -370,7 +465,11 @@ fn slow_fetch_answers_jukebox_then_the_retry_gets_the_data() {
             }
         }
         assert_eq!(got.expect("data within 20 s"), data[..65536]);
-        assert_eq!(source.calls.load(Ordering::SeqCst), 1, "retries joined the fetch instead of starting it again");
+        assert_eq!(
+            source.calls.load(Ordering::SeqCst),
+            1,
+            "retries joined the fetch instead of starting it again"
+        );
         assert!(s.server().jukebox_replies() >= 1);
         // Now resident: the rest reads without another fetch.
         assert_eq!(read_all(&mut c, &fh).await, data);
@@ -386,13 +485,21 @@ fn clients_outside_the_allow_list_are_disconnected() {
         // 127.0.0.2 is loopback too, but not in 127.0.0.1/32.
         let sock = tokio::net::TcpSocket::new_v4().unwrap();
         sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let stream = sock.connect(format!("127.0.0.1:{port}").parse().unwrap()).await.unwrap();
+        let stream = sock
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap();
         let mut mnt = nfs3_client::MountClient::new(TokioIo::new(stream));
-        let r = tokio::time::timeout(Duration::from_secs(10), mnt.null()).await.expect("refusal is immediate");
+        let r = tokio::time::timeout(Duration::from_secs(10), mnt.null())
+            .await
+            .expect("refusal is immediate");
         assert!(r.is_err(), "a refused client gets no RPC reply");
         // The allowed address works.
         let (mut c, root) = connect(port).await;
-        c.getattr(&GETATTR3args { object: root }).await.unwrap().unwrap();
+        c.getattr(&GETATTR3args { object: root })
+            .await
+            .unwrap()
+            .unwrap();
     });
     assert_eq!(s.server().stats().refused.load(Ordering::Relaxed), 1);
 }
@@ -402,7 +509,12 @@ fn busy_port_is_a_clear_error() {
     let s = Served::start(|_| {});
     let mut opts = kaiso_nfs::ServeOptions::loopback(s.port());
     opts.jukebox_after = None;
-    let e = kaiso_nfs::NfsServer::start(s.store.clone(), opts).err().expect("second bind fails");
+    let e = kaiso_nfs::NfsServer::start(s.store.clone(), opts)
+        .err()
+        .expect("second bind fails");
     let msg = format!("{e:#}");
-    assert!(msg.contains("cannot listen on 127.0.0.1:") && msg.to_lowercase().contains("in use"), "{msg}");
+    assert!(
+        msg.contains("cannot listen on 127.0.0.1:") && msg.to_lowercase().contains("in use"),
+        "{msg}"
+    );
 }

@@ -436,7 +436,6 @@ mod tests {
         let original: HashSet<u64> = m.all().into_iter().collect();
         let mut crawl = CrawlPartition::new(order, 0u64);
         let mut visits: HashMap<u64, u32> = HashMap::new();
-        visits.insert(0, 1);
         // Each worker holds at most one directory it is "listing".
         let mut holding: Vec<Option<u64>> = vec![None; workers];
         let mut steps = 0;

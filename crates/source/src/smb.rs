@@ -27,8 +27,7 @@ use kaiso_store::migrate::{
 use smb::binrw_util::file_time::FileTime;
 use smb::{
     AdditionalInfo, Client, ClientConfig, FileAccessMask, FileAllInformation, FileAttributes,
-    FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, Resource,
-    UncPath,
+    FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
 };
 
 /// Where and how to reach an SMB share.
@@ -284,7 +283,11 @@ impl Source for SmbSource {
             Resource::Directory(d) => d,
             other => {
                 let _ = other.close_quietly();
-                return Err(SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"));
+                return Err(SourceError::new(
+                    SourceErrorKind::WrongKind,
+                    path,
+                    "not a directory",
+                ));
             }
         };
         let mut out = Vec::new();
@@ -465,7 +468,11 @@ impl SmbSource {
             Resource::File(f) => f,
             other => {
                 let _ = other.close_quietly();
-                return Err(SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory"));
+                return Err(SourceError::new(
+                    SourceErrorKind::WrongKind,
+                    path,
+                    "read of a directory",
+                ));
             }
         };
         let piece = self.config.read_size;

@@ -19,8 +19,19 @@ fn invalid(msg: impl Into<String>) -> SourceError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceUrl {
     Posix(std::path::PathBuf),
-    Nfs { host: String, port: Option<u16>, export: String, query: Vec<(String, String)> },
-    Smb { user: String, host: String, port: Option<u16>, share: String, query: Vec<(String, String)> },
+    Nfs {
+        host: String,
+        port: Option<u16>,
+        export: String,
+        query: Vec<(String, String)>,
+    },
+    Smb {
+        user: String,
+        host: String,
+        port: Option<u16>,
+        share: String,
+        query: Vec<(String, String)>,
+    },
 }
 
 fn split_query(s: &str) -> (&str, Vec<(String, String)>) {
@@ -45,7 +56,9 @@ fn host_port(s: &str) -> Result<(String, Option<u16>), SourceError> {
     }
     // [v6]:port, v4:port, or host alone.
     if let Some(rest) = s.strip_prefix('[') {
-        let (h, tail) = rest.split_once(']').ok_or_else(|| invalid(format!("bad host {s:?}")))?;
+        let (h, tail) = rest
+            .split_once(']')
+            .ok_or_else(|| invalid(format!("bad host {s:?}")))?;
         let port = match tail.strip_prefix(':') {
             Some(p) => Some(p.parse().map_err(|_| invalid(format!("bad port {p:?}")))?),
             None => None,
@@ -53,7 +66,10 @@ fn host_port(s: &str) -> Result<(String, Option<u16>), SourceError> {
         return Ok((h.to_string(), port));
     }
     match s.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => Ok((h.to_string(), Some(p.parse().map_err(|_| invalid(format!("bad port {p:?}")))?))),
+        Some((h, p)) if !h.contains(':') => Ok((
+            h.to_string(),
+            Some(p.parse().map_err(|_| invalid(format!("bad port {p:?}")))?),
+        )),
         _ => Ok((s.to_string(), None)),
     }
 }
@@ -62,43 +78,71 @@ impl SourceUrl {
     pub fn parse(url: &str) -> Result<Self, SourceError> {
         if let Some(rest) = url.strip_prefix("nfs://") {
             let (body, query) = split_query(rest);
-            let (hp, path) = body.split_once('/').ok_or_else(|| invalid("nfs URL needs an export path: nfs://HOST/EXPORT"))?;
+            let (hp, path) = body
+                .split_once('/')
+                .ok_or_else(|| invalid("nfs URL needs an export path: nfs://HOST/EXPORT"))?;
             let (host, port) = host_port(hp)?;
-            Ok(SourceUrl::Nfs { host, port, export: format!("/{path}"), query })
+            Ok(SourceUrl::Nfs {
+                host,
+                port,
+                export: format!("/{path}"),
+                query,
+            })
         } else if let Some(rest) = url.strip_prefix("smb://") {
             let (body, query) = split_query(rest);
-            let (auth_host, share) = body.split_once('/').ok_or_else(|| invalid("smb URL needs a share: smb://USER@HOST/SHARE"))?;
+            let (auth_host, share) = body
+                .split_once('/')
+                .ok_or_else(|| invalid("smb URL needs a share: smb://USER@HOST/SHARE"))?;
             let share = share.trim_end_matches('/');
             if share.is_empty() || share.contains('/') {
-                return Err(invalid(format!("bad share {share:?} (one share name, no path)")));
+                return Err(invalid(format!(
+                    "bad share {share:?} (one share name, no path)"
+                )));
             }
             let (user, hp) = match auth_host.rsplit_once('@') {
                 Some((u, h)) => (u.to_string(), h),
                 None => ("guest".to_string(), auth_host),
             };
             let (host, port) = host_port(hp)?;
-            Ok(SourceUrl::Smb { user, host, port, share: share.to_string(), query })
+            Ok(SourceUrl::Smb {
+                user,
+                host,
+                port,
+                share: share.to_string(),
+                query,
+            })
         } else if let Some(p) = url.strip_prefix("posix:") {
             Ok(SourceUrl::Posix(p.into()))
         } else if url.starts_with('/') {
             Ok(SourceUrl::Posix(url.into()))
         } else {
-            Err(invalid(format!("unknown source {url:?}: use /PATH, nfs://HOST/EXPORT or smb://USER@HOST/SHARE")))
+            Err(invalid(format!(
+                "unknown source {url:?}: use /PATH, nfs://HOST/EXPORT or smb://USER@HOST/SHARE"
+            )))
         }
     }
 }
 
-fn q<T: std::str::FromStr>(query: &[(String, String)], key: &str) -> Result<Option<T>, SourceError> {
+fn q<T: std::str::FromStr>(
+    query: &[(String, String)],
+    key: &str,
+) -> Result<Option<T>, SourceError> {
     match query.iter().find(|(k, _)| k == key) {
         None => Ok(None),
-        Some((_, v)) => v.parse().map(Some).map_err(|_| invalid(format!("bad value {v:?} for {key}"))),
+        Some((_, v)) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(format!("bad value {v:?} for {key}"))),
     }
 }
 
 fn check_keys(query: &[(String, String)], allowed: &[&str]) -> Result<(), SourceError> {
     for (k, _) in query {
         if !allowed.contains(&k.as_str()) {
-            return Err(invalid(format!("unknown option {k:?} (allowed: {})", allowed.join(", "))));
+            return Err(invalid(format!(
+                "unknown option {k:?} (allowed: {})",
+                allowed.join(", ")
+            )));
         }
     }
     Ok(())
@@ -108,8 +152,24 @@ fn check_keys(query: &[(String, String)], allowed: &[&str]) -> Result<(), Source
 pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
     match SourceUrl::parse(url)? {
         SourceUrl::Posix(p) => Ok(Box::new(PosixSource::open(p)?)),
-        SourceUrl::Nfs { host, port, export, query } => {
-            check_keys(&query, &["mountport", "portmapper", "uid", "gid", "connections", "unprivileged", "rsize"])?;
+        SourceUrl::Nfs {
+            host,
+            port,
+            export,
+            query,
+        } => {
+            check_keys(
+                &query,
+                &[
+                    "mountport",
+                    "portmapper",
+                    "uid",
+                    "gid",
+                    "connections",
+                    "unprivileged",
+                    "rsize",
+                ],
+            )?;
             let mut c = NfsConfig::new(host, export);
             c.nfs_port = port;
             c.mount_port = q(&query, "mountport")?;
@@ -126,7 +186,13 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             }
             Ok(Box::new(NfsSource::connect(c)?))
         }
-        SourceUrl::Smb { user, host, port, share, query } => {
+        SourceUrl::Smb {
+            user,
+            host,
+            port,
+            share,
+            query,
+        } => {
             check_keys(&query, &["uid", "gid"])?;
             let password = std::env::var("KAISO_SMB_PASSWORD").unwrap_or_default();
             let mut c = SmbConfig::new(host, share, user, password);
@@ -146,27 +212,51 @@ mod tests {
 
     #[test]
     fn parses_the_three_kinds() {
-        assert_eq!(SourceUrl::parse("/srv/old").unwrap(), SourceUrl::Posix("/srv/old".into()));
-        assert_eq!(SourceUrl::parse("posix:/x").unwrap(), SourceUrl::Posix("/x".into()));
+        assert_eq!(
+            SourceUrl::parse("/srv/old").unwrap(),
+            SourceUrl::Posix("/srv/old".into())
+        );
+        assert_eq!(
+            SourceUrl::parse("posix:/x").unwrap(),
+            SourceUrl::Posix("/x".into())
+        );
         assert_eq!(
             SourceUrl::parse("nfs://127.0.0.1:2049/export/a?mountport=20048&uid=5").unwrap(),
             SourceUrl::Nfs {
                 host: "127.0.0.1".into(),
                 port: Some(2049),
                 export: "/export/a".into(),
-                query: vec![("mountport".into(), "20048".into()), ("uid".into(), "5".into())]
+                query: vec![
+                    ("mountport".into(), "20048".into()),
+                    ("uid".into(), "5".into())
+                ]
             }
         );
         assert_eq!(
             SourceUrl::parse("smb://backup@10.1.2.3:4450/data").unwrap(),
-            SourceUrl::Smb { user: "backup".into(), host: "10.1.2.3".into(), port: Some(4450), share: "data".into(), query: vec![] }
+            SourceUrl::Smb {
+                user: "backup".into(),
+                host: "10.1.2.3".into(),
+                port: Some(4450),
+                share: "data".into(),
+                query: vec![]
+            }
         );
-        assert!(matches!(SourceUrl::parse("nfs://[::1]:20/e").unwrap(), SourceUrl::Nfs { ref host, port: Some(20), .. } if host == "::1"));
+        assert!(
+            matches!(SourceUrl::parse("nfs://[::1]:20/e").unwrap(), SourceUrl::Nfs { ref host, port: Some(20), .. } if host == "::1")
+        );
     }
 
     #[test]
     fn rejects_bad_urls_clearly() {
-        for bad in ["ftp://x/y", "relative/path", "nfs://host", "smb://u@h/", "smb://u@h/a/b", "nfs://h:notaport/e"] {
+        for bad in [
+            "ftp://x/y",
+            "relative/path",
+            "nfs://host",
+            "smb://u@h/",
+            "smb://u@h/a/b",
+            "nfs://h:notaport/e",
+        ] {
             let e = SourceUrl::parse(bad).unwrap_err();
             assert_eq!(e.kind, SourceErrorKind::Invalid, "{bad}");
         }

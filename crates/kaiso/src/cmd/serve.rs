@@ -32,20 +32,28 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let Some(config) = a.nfs else {
         bail!("nothing to serve: give --nfs CONFIG");
     };
-    let listen: SocketAddr = a
-        .listen
+    let listen: SocketAddr = a.listen.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "bad --listen {:?}: expected ADDR:PORT, e.g. 127.0.0.1:20490 or [::1]:20490",
+            a.listen
+        )
+    })?;
+    let allow: AllowList = a
+        .allow
         .parse()
-        .map_err(|_| anyhow::anyhow!("bad --listen {:?}: expected ADDR:PORT, e.g. 127.0.0.1:20490 or [::1]:20490", a.listen))?;
-    let allow: AllowList = a.allow.parse().map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
-    let after = kaiso_nfs::parse_duration(&a.jukebox_after).map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
+        .map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
+    let after = kaiso_nfs::parse_duration(&a.jukebox_after)
+        .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
     let cfg = load_config(&config)?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
     let store = Store::open(cfg)?;
     let background = store.start_background();
-    let sock = kaiso_store::control::serve(store.clone()).context("cannot start the control socket")?;
+    let sock =
+        kaiso_store::control::serve(store.clone()).context("cannot start the control socket")?;
     if let Some(addr) = &store.config().metrics {
-        let bound = kaiso_store::metrics::serve(store.clone(), addr).with_context(|| format!("cannot serve metrics on {addr}"))?;
+        let bound = kaiso_store::metrics::serve(store.clone(), addr)
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
         eprintln!("kaiso: metrics on http://{bound}/metrics");
     }
     let opts = ServeOptions {

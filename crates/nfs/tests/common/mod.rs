@@ -14,7 +14,10 @@ pub struct Served {
 }
 
 pub fn config_text(root: &Path) -> String {
-    let mut s = format!("[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n", root.join("state").display());
+    let mut s = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n",
+        root.join("state").display()
+    );
     for (i, cap) in ["256MiB", "1GiB"].iter().enumerate() {
         s.push_str(&format!(
             "[[tier]]\nname = \"t{i}\"\npath = \"{}\"\ncapacity = \"{cap}\"\n",
@@ -68,5 +71,7 @@ impl Drop for Served {
 
 /// Deterministic test bytes.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| ((i * 31 + seed as usize) % 251) as u8).collect()
+    (0..len)
+        .map(|i| ((i * 31 + seed as usize) % 251) as u8)
+        .collect()
 }
