@@ -39,9 +39,12 @@ fn kv(params: &str) -> Result<Vec<(String, f64)>, String> {
             let (k, v) = p
                 .split_once('=')
                 .ok_or_else(|| format!("expected key=value, got {p:?}"))?;
-            let v = parse_size(v)
-                .map(|x| x as f64)
-                .or_else(|| v.trim().parse::<f64>().ok());
+            // A plain number keeps its fraction (alpha=0.8); a size may carry a unit (io=64k).
+            let v = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .or_else(|| parse_size(v).map(|x| x as f64));
             match v {
                 Some(v) if v.is_finite() && v >= 0.0 => Ok((k.trim().to_string(), v)),
                 _ => Err(format!("{k}: expected a non-negative number")),
@@ -209,6 +212,10 @@ mod tests {
                 .contains("unknown generator")
         );
         assert!(Generator::parse("zipf:alpha=x").is_err());
+        // Fractions stay fractions; sizes may have units.
+        assert!(
+            matches!(Generator::parse("files:zipf=0.8,scan=0.002,io=64k"), Ok(Generator::Files(f)) if f.zipf == 0.8 && f.scan_probability == 0.002 && f.io_bytes == 65536)
+        );
         let g = Generator::parse("zipf:objects=50,requests=1000").unwrap();
         assert_eq!(g.records(1).count(), 1000);
     }

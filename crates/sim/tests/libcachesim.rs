@@ -12,7 +12,7 @@ fn miss_ratios_match_libcachesim() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    let traces = validate::write_traces(dir.path(), 100_000, 7).expect("write traces");
+    let traces = validate::write_traces(dir.path(), 50_000, 7).expect("write traces");
     let mut disagreements = Vec::new();
     let mut compared = 0;
     for t in &traces {

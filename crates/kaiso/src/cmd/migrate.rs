@@ -1,4 +1,7 @@
-//! `kaiso migrate …` and `kaiso serve`.
+//! `kaiso migrate …`: post-copy migration of a live file server.
+//!
+//! The migration engine lives in `kaiso_store::migrate` and the sources in `kaiso-source`;
+//! this command is not wired to them yet (see docs/migration.md, "State").
 
 #[derive(clap::Subcommand)]
 pub enum MigrateCommand {
@@ -6,12 +9,6 @@ pub enum MigrateCommand {
     Start {},
 }
 
-#[derive(clap::Args)]
-pub struct ServeArgs {}
-
 pub fn run(_c: MigrateCommand) -> anyhow::Result<()> {
-    anyhow::bail!("migrate is not built yet")
-}
-pub fn serve(_a: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("serve is not built yet")
+    anyhow::bail!("`kaiso migrate` is not wired to the migration engine yet: see docs/migration.md")
 }

@@ -242,10 +242,10 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     .on_listed(&dir, &children);
                 sh.wake.notify_all();
                 for w in work {
-                    if let CrawlWork::Fetch(ino, _) = w {
-                        if !fetch_leaf(store, m, ino, pass) {
-                            return;
-                        }
+                    if let CrawlWork::Fetch(ino, _) = w
+                        && !fetch_leaf(store, m, ino, pass)
+                    {
+                        return;
                     }
                 }
             }

@@ -358,15 +358,15 @@ impl Migration {
         src: &SourcePath,
         a: &SourceAttr,
     ) -> FsResult<Option<StubRow>> {
-        if a.kind == SrcKind::Regular && a.nlink >= 2 {
-            if let Some(anchor) = self.db.anchor(a.ino).map_err(io)? {
-                if store.getattr(anchor, None).is_ok() {
-                    return match store.link(anchor, parent, name) {
-                        Ok(_) | Err(FsError::EXIST) => Ok(None),
-                        Err(e) => Err(e),
-                    };
-                }
-            }
+        if a.kind == SrcKind::Regular
+            && a.nlink >= 2
+            && let Some(anchor) = self.db.anchor(a.ino).map_err(io)?
+            && store.getattr(anchor, None).is_ok()
+        {
+            return match store.link(anchor, parent, name) {
+                Ok(_) | Err(FsError::EXIST) => Ok(None),
+                Err(e) => Err(e),
+            };
         }
         let symlink_target = if a.kind == SrcKind::Symlink {
             match self.source.read_link(src) {
