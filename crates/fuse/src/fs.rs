@@ -1,10 +1,14 @@
 //! The fuser `Filesystem` implementation: one store call per request.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use crate::MountOptions;
 use fuser::{
-    AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
 use std::collections::HashMap;
@@ -68,7 +72,11 @@ fn attr(a: &FileAttr) -> fuser::FileAttr {
 }
 
 fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
 }
 
 fn time(t: Option<TimeOrNow>) -> Option<TimeSet> {
@@ -104,7 +112,13 @@ impl KaisoFs {
     }
 
     /// The backing id for a passthrough open of `ino` (shared by its handles).
-    fn backing_for(&self, ino: Ino, fh: u64, file: &std::fs::File, open: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>) -> Option<Arc<BackingId>> {
+    fn backing_for(
+        &self,
+        ino: Ino,
+        fh: u64,
+        file: &std::fs::File,
+        open: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
         let mut b = self.backing.lock().unwrap_or_else(|e| e.into_inner());
         let id = match b.by_ino.get_mut(&ino) {
             Some((id, n)) => {
@@ -147,16 +161,26 @@ impl KaisoFs {
 impl fuser::Filesystem for KaisoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let caps = config.capabilities();
-        let mut want = InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        let mut want = InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO;
         want &= caps;
         if config.add_capabilities(want).is_err() {
             tracing::warn!("kernel refused some FUSE capabilities");
         }
-        if self.want_passthrough && self.store.config().passthrough && caps.contains(InitFlags::FUSE_PASSTHROUGH) {
-            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() && config.set_max_stack_depth(2).is_ok();
+        if self.want_passthrough
+            && self.store.config().passthrough
+            && caps.contains(InitFlags::FUSE_PASSTHROUGH)
+        {
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(2).is_ok();
             self.passthrough.store(ok, Ordering::Relaxed);
         }
-        tracing::info!(passthrough = self.passthrough_on(), "FUSE session initialised");
+        tracing::info!(
+            passthrough = self.passthrough_on(),
+            "FUSE session initialised"
+        );
         Ok(())
     }
 
@@ -197,7 +221,15 @@ impl fuser::Filesystem for KaisoFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr { mode, uid, gid, size, atime: time(atime), mtime: time(mtime), fh: fh.map(|f| f.0) };
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: time(atime),
+            mtime: time(mtime),
+            fh: fh.map(|f| f.0),
+        };
         match self.store.setattr(ino.0, &set, caller(req)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -211,12 +243,36 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.entry(reply, self.store.mknod(parent.0, name, mode, umask, rdev as u64, caller(req)));
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.store
+                .mknod(parent.0, name, mode, umask, rdev as u64, caller(req)),
+        );
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.entry(reply, self.store.mkdir(parent.0, name, mode, umask, caller(req)));
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.store.mkdir(parent.0, name, mode, umask, caller(req)),
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -227,15 +283,45 @@ impl fuser::Filesystem for KaisoFs {
         Self::empty(reply, self.store.rmdir(parent.0, name));
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.entry(reply, self.store.symlink(parent.0, link_name, target, caller(req)));
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.store.symlink(parent.0, link_name, target, caller(req)),
+        );
     }
 
-    fn rename(&self, _req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
-        Self::empty(reply, self.store.rename(parent.0, name, newparent.0, newname, flags.bits()));
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            reply,
+            self.store
+                .rename(parent.0, name, newparent.0, newname, flags.bits()),
+        );
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         self.entry(reply, self.store.link(ino.0, newparent.0, newname));
     }
 
@@ -243,18 +329,36 @@ impl fuser::Filesystem for KaisoFs {
         match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
             Ok(o) => {
                 if let Some(file) = &o.passthrough {
-                    if let Some(id) = self.backing_for(ino.0, o.fh, file, |f| reply.open_backing(f)) {
+                    if let Some(id) = self.backing_for(ino.0, o.fh, file, |f| reply.open_backing(f))
+                    {
                         reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id);
                         return;
                     }
                 }
-                reply.opened(FileHandle(o.fh), if o.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() });
+                reply.opened(
+                    FileHandle(o.fh),
+                    if o.direct_io {
+                        FopenFlags::FOPEN_DIRECT_IO
+                    } else {
+                        FopenFlags::empty()
+                    },
+                );
             }
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn read(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
         match self.store.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -279,17 +383,40 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.flush(fh.0));
     }
 
-    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let r = self.store.release(fh.0);
         self.drop_backing(fh.0);
         Self::empty(reply, r);
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.fsync(fh.0, datasync));
     }
 
@@ -300,7 +427,14 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         match self.store.readdir(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -314,13 +448,29 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         match self.store.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 let mut full = false;
                 for (e, a) in entries {
                     let counted = e.name != "." && e.name != "..";
-                    if full || reply.add(INodeNo(e.ino), e.offset, &e.name, &self.ttl, &attr(&a), Generation(0)) {
+                    if full
+                        || reply.add(
+                            INodeNo(e.ino),
+                            e.offset,
+                            &e.name,
+                            &self.ttl,
+                            &attr(&a),
+                            Generation(0),
+                        )
+                    {
                         // Not sent: give back the lookup reference readdirplus took.
                         full = true;
                         if counted {
@@ -334,22 +484,47 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.releasedir(fh.0));
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         match self.store.statfs() {
-            Ok(s) => reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize),
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn setxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.setxattr(ino.0, name, value, flags));
     }
 
@@ -369,26 +544,78 @@ impl fuser::Filesystem for KaisoFs {
         Self::empty(reply, self.store.access(ino.0, mask.bits(), caller(req)));
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        match self.store.create(parent.0, name, mode, umask, flags, caller(req), self.passthrough_on()) {
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.store.create(
+            parent.0,
+            name,
+            mode,
+            umask,
+            flags,
+            caller(req),
+            self.passthrough_on(),
+        ) {
             Ok((a, o)) => {
                 if let Some(file) = &o.passthrough {
-                    if let Some(id) = self.backing_for(a.ino, o.fh, file, |f| reply.open_backing(f)) {
-                        reply.created_passthrough(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), FopenFlags::empty(), &id);
+                    if let Some(id) = self.backing_for(a.ino, o.fh, file, |f| reply.open_backing(f))
+                    {
+                        reply.created_passthrough(
+                            &self.ttl,
+                            &attr(&a),
+                            Generation(0),
+                            FileHandle(o.fh),
+                            FopenFlags::empty(),
+                            &id,
+                        );
                         return;
                     }
                 }
-                reply.created(&self.ttl, &attr(&a), Generation(0), FileHandle(o.fh), if o.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() });
+                reply.created(
+                    &self.ttl,
+                    &attr(&a),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    if o.direct_io {
+                        FopenFlags::FOPEN_DIRECT_IO
+                    } else {
+                        FopenFlags::empty()
+                    },
+                );
             }
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn fallocate(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
         Self::empty(reply, self.store.fallocate(fh.0, offset, length, mode));
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
         match self.store.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),

@@ -4,6 +4,9 @@
 //! the environment first so the usual failures (no /dev/fuse, busy mountpoint) come back as
 //! one-line errors instead of a panic or an opaque errno.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 mod fs;
 
 pub use fs::KaisoFs;
@@ -27,20 +30,29 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { allow_other: false, threads: 4, passthrough: true, ttl: std::time::Duration::from_secs(1) }
+        MountOptions {
+            allow_other: false,
+            threads: 4,
+            passthrough: true,
+            ttl: std::time::Duration::from_secs(1),
+        }
     }
 }
 
 /// A mount error, phrased for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    #[error("cannot open /dev/fuse: {0} (load the fuse module, or give the container --device /dev/fuse)")]
+    #[error(
+        "cannot open /dev/fuse: {0} (load the fuse module, or give the container --device /dev/fuse)"
+    )]
     NoDevFuse(std::io::Error),
     #[error("mountpoint {0} does not exist")]
     NoMountpoint(PathBuf),
     #[error("mountpoint {0} is not a directory")]
     NotADirectory(PathBuf),
-    #[error("mountpoint {0} is busy: something is already mounted there (unmount it first: fusermount3 -u {0})")]
+    #[error(
+        "mountpoint {0} is busy: something is already mounted there (unmount it first: fusermount3 -u {0})"
+    )]
     Busy(PathBuf),
     #[error("cannot mount on {0}: {1}")]
     Mount(PathBuf, std::io::Error),
@@ -48,9 +60,18 @@ pub enum MountError {
 
 /// Whether `p` is currently a mount point (listed in /proc/self/mountinfo).
 pub fn is_mountpoint(p: &Path) -> bool {
-    let Ok(canon) = std::fs::canonicalize(p) else { return false };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
-    info.lines().any(|l| l.split(' ').nth(4).map(unescape_mountinfo).is_some_and(|m| Path::new(&m) == canon))
+    let Ok(canon) = std::fs::canonicalize(p) else {
+        return false;
+    };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .map(unescape_mountinfo)
+            .is_some_and(|m| Path::new(&m) == canon)
+    })
 }
 
 fn unescape_mountinfo(s: &str) -> String {
@@ -73,9 +94,15 @@ fn unescape_mountinfo(s: &str) -> String {
 
 /// Check the environment before mounting.
 pub fn preflight(mountpoint: &Path) -> Result<(), MountError> {
-    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").map_err(MountError::NoDevFuse)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(MountError::NoDevFuse)?;
     match std::fs::metadata(mountpoint) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Err(MountError::Busy(mountpoint.to_path_buf())),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(MountError::Busy(mountpoint.to_path_buf()));
+        }
         Err(_) => return Err(MountError::NoMountpoint(mountpoint.to_path_buf())),
         Ok(m) if !m.is_dir() => return Err(MountError::NotADirectory(mountpoint.to_path_buf())),
         Ok(_) => {}
@@ -136,10 +163,18 @@ impl Drop for Mounted {
 }
 
 /// Mount `store` on `mountpoint` in background threads.
-pub fn mount(store: Arc<Store>, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted, MountError> {
+pub fn mount(
+    store: Arc<Store>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<Mounted, MountError> {
     preflight(mountpoint)?;
     let cfg = fuser_config(&store, opts);
     let fs = KaisoFs::new(store, opts);
-    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
-    Ok(Mounted { session: Some(session), mountpoint: mountpoint.to_path_buf() })
+    let session = fuser::spawn_mount(fs, mountpoint, &cfg)
+        .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+    })
 }

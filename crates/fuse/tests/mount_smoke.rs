@@ -31,7 +31,11 @@ impl Drop for Env {
 }
 
 fn fuse_available() -> bool {
-    std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok()
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
 }
 
 fn setup(passthrough: bool) -> Option<Env> {
@@ -51,9 +55,16 @@ fn setup(passthrough: bool) -> Option<Env> {
         passthrough
     );
     let store = Store::open(StoreConfig::from_toml_str(&text, "t").unwrap()).unwrap();
-    let opts = kaiso_fuse::MountOptions { passthrough, ..Default::default() };
+    let opts = kaiso_fuse::MountOptions {
+        passthrough,
+        ..Default::default()
+    };
     let mount = kaiso_fuse::mount(store.clone(), &dir.path().join("mnt"), &opts).unwrap();
-    Some(Env { dir, store, mount: Some(mount) })
+    Some(Env {
+        dir,
+        store,
+        mount: Some(mount),
+    })
 }
 
 fn basic_ops(e: &Env) {
@@ -66,7 +77,10 @@ fn basic_ops(e: &Env) {
     std::os::unix::fs::symlink("b/f", m.join("a/s")).unwrap();
     assert_eq!(std::fs::read(m.join("a/s")).unwrap(), b"hello");
     std::fs::rename(m.join("a/b/f"), m.join("a/renamed")).unwrap();
-    let mut names: Vec<String> = std::fs::read_dir(m.join("a")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(m.join("a"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     names.sort();
     assert_eq!(names, ["b", "g", "renamed", "s"]);
     // Spill: 3 MiB into a 1 MiB fast tier lands on the slow tier, no ENOSPC.
@@ -75,14 +89,25 @@ fn basic_ops(e: &Env) {
     assert_eq!(std::fs::read(m.join("big")).unwrap(), big);
     assert!(e.tier(1).join("big").exists() && !e.tier(0).join("big").exists());
     // O_APPEND, truncate, statfs.
-    let mut f = std::fs::OpenOptions::new().append(true).open(m.join("a/renamed")).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.join("a/renamed"))
+        .unwrap();
     f.write_all(b" world").unwrap();
     drop(f);
     assert_eq!(std::fs::read(m.join("a/g")).unwrap(), b"hello world");
-    std::fs::OpenOptions::new().write(true).open(m.join("a/g")).unwrap().set_len(2).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.join("a/g"))
+        .unwrap()
+        .set_len(2)
+        .unwrap();
     assert_eq!(std::fs::read(m.join("a/renamed")).unwrap(), b"he");
     std::fs::remove_dir(m.join("a/b")).unwrap();
-    assert_eq!(std::fs::remove_dir(m.join("a")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(
+        std::fs::remove_dir(m.join("a")).unwrap_err().raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
 }
 
 #[test]
@@ -103,7 +128,11 @@ fn an_open_file_moves_and_keeps_working() {
     let m = e.mnt();
     std::fs::write(m.join("f"), b"0123456789").unwrap();
     let ino = std::fs::metadata(m.join("f")).unwrap().ino();
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(m.join("f")).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.join("f"))
+        .unwrap();
     e.store.move_now(Path::new("f"), "slow").unwrap();
     f.seek(SeekFrom::End(0)).unwrap();
     f.write_all(b"abc").unwrap();
@@ -112,9 +141,16 @@ fn an_open_file_moves_and_keeps_working() {
     f.read_to_string(&mut s).unwrap();
     assert_eq!(s, "0123456789abc");
     drop(f);
-    assert_eq!(std::fs::read(e.tier(1).join("f")).unwrap(), b"0123456789abc");
+    assert_eq!(
+        std::fs::read(e.tier(1).join("f")).unwrap(),
+        b"0123456789abc"
+    );
     assert!(!e.tier(0).join("f").exists());
-    assert_eq!(std::fs::metadata(m.join("f")).unwrap().ino(), ino, "inode number kept across the move");
+    assert_eq!(
+        std::fs::metadata(m.join("f")).unwrap().ino(),
+        ino,
+        "inode number kept across the move"
+    );
 }
 
 #[test]
@@ -122,6 +158,8 @@ fn busy_mountpoint_is_a_clear_error() {
     let Some(e) = setup(false) else { return };
     let err = kaiso_fuse::preflight(&e.mnt()).unwrap_err().to_string();
     assert!(err.contains("busy"), "{err}");
-    let err = kaiso_fuse::preflight(&e.dir.path().join("nope")).unwrap_err().to_string();
+    let err = kaiso_fuse::preflight(&e.dir.path().join("nope"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("does not exist"), "{err}");
 }

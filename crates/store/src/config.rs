@@ -134,7 +134,13 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn at(file: &str, text: &str, span: Option<std::ops::Range<usize>>, key: &str, msg: impl fmt::Display) -> Self {
+    fn at(
+        file: &str,
+        text: &str,
+        span: Option<std::ops::Range<usize>>,
+        key: &str,
+        msg: impl fmt::Display,
+    ) -> Self {
         let line = span.map(|s| line_of(text, s.start));
         let message = match line {
             Some(l) => format!("{file} line {l}, key {key}: {msg}"),
@@ -145,7 +151,11 @@ impl ConfigError {
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+    text[..offset.min(text.len())]
+        .bytes()
+        .filter(|b| *b == b'\n')
+        .count()
+        + 1
 }
 
 #[derive(Deserialize)]
@@ -202,14 +212,18 @@ pub fn parse_size(v: &toml::Value) -> Result<u64, String> {
     match v {
         toml::Value::Integer(i) if *i >= 0 => Ok(*i as u64),
         toml::Value::String(s) => parse_size_str(s),
-        other => Err(format!("expected a size like \"10GiB\" or a byte count, found {other}")),
+        other => Err(format!(
+            "expected a size like \"10GiB\" or a byte count, found {other}"
+        )),
     }
 }
 
 /// Parse a size string such as "10GiB" or "512M" (binary multiples either way).
 pub fn parse_size_str(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
@@ -265,32 +279,74 @@ impl StoreConfig {
         let store_span = raw.store.span();
         let store = raw.store.into_inner();
         if raw.tier.is_empty() {
-            return Err(ConfigError::at(file, text, Some(store_span), "tier", "at least one [[tier]] is required"));
+            return Err(ConfigError::at(
+                file,
+                text,
+                Some(store_span),
+                "tier",
+                "at least one [[tier]] is required",
+            ));
         }
         let mut tiers: Vec<TierConfig> = Vec::new();
         for (i, t) in raw.tier.into_iter().enumerate() {
             let t = t.into_inner();
             let name = t.name.get_ref().clone();
             if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '/') {
-                return Err(err(t.name.span(), &format!("tier[{i}].name"), &"must be non-empty, without spaces or '/'"));
+                return Err(err(
+                    t.name.span(),
+                    &format!("tier[{i}].name"),
+                    &"must be non-empty, without spaces or '/'",
+                ));
             }
             if tiers.iter().any(|x| x.name == name) {
-                return Err(err(t.name.span(), &format!("tier[{i}].name"), &format!("duplicate tier name {name:?}")));
+                return Err(err(
+                    t.name.span(),
+                    &format!("tier[{i}].name"),
+                    &format!("duplicate tier name {name:?}"),
+                ));
             }
             let capacity = parse_size(t.capacity.get_ref())
                 .map_err(|m| err(t.capacity.span(), &format!("tier[{i}].capacity"), &m))?;
             if capacity == 0 {
-                return Err(err(t.capacity.span(), &format!("tier[{i}].capacity"), &"must be greater than 0"));
+                return Err(err(
+                    t.capacity.span(),
+                    &format!("tier[{i}].capacity"),
+                    &"must be greater than 0",
+                ));
             }
-            let high = t.high_watermark.as_ref().map(|s| *s.get_ref()).unwrap_or(0.9);
-            let low = t.low_watermark.as_ref().map(|s| *s.get_ref()).unwrap_or(0.7);
+            let high = t
+                .high_watermark
+                .as_ref()
+                .map(|s| *s.get_ref())
+                .unwrap_or(0.9);
+            let low = t
+                .low_watermark
+                .as_ref()
+                .map(|s| *s.get_ref())
+                .unwrap_or(0.7);
             if !(0.0..=1.0).contains(&high) || high == 0.0 {
-                let sp = t.high_watermark.as_ref().map(|s| s.span()).unwrap_or(t.name.span());
-                return Err(err(sp, &format!("tier[{i}].high_watermark"), &"must be in (0, 1]"));
+                let sp = t
+                    .high_watermark
+                    .as_ref()
+                    .map(|s| s.span())
+                    .unwrap_or(t.name.span());
+                return Err(err(
+                    sp,
+                    &format!("tier[{i}].high_watermark"),
+                    &"must be in (0, 1]",
+                ));
             }
             if !(0.0..=1.0).contains(&low) || low > high {
-                let sp = t.low_watermark.as_ref().map(|s| s.span()).unwrap_or(t.name.span());
-                return Err(err(sp, &format!("tier[{i}].low_watermark"), &format!("must be in [0, high_watermark={high}]")));
+                let sp = t
+                    .low_watermark
+                    .as_ref()
+                    .map(|s| s.span())
+                    .unwrap_or(t.name.span());
+                return Err(err(
+                    sp,
+                    &format!("tier[{i}].low_watermark"),
+                    &format!("must be in [0, high_watermark={high}]"),
+                ));
             }
             let device = match t.device {
                 None => None,
@@ -303,23 +359,44 @@ impl StoreConfig {
                             "ssd" => DeviceKind::Ssd,
                             "nvm" => DeviceKind::Nvm,
                             other => {
-                                return Err(err(span, &format!("tier[{i}].device.kind"), &format!("unknown device {other:?} (expected hdd, ssd or nvm)")));
+                                return Err(err(
+                                    span,
+                                    &format!("tier[{i}].device.kind"),
+                                    &format!("unknown device {other:?} (expected hdd, ssd or nvm)"),
+                                ));
                             }
                         },
-                        _ => return Err(err(span, &format!("tier[{i}].device.kind"), &"missing: expected \"hdd\", \"ssd\" or \"nvm\"")),
+                        _ => {
+                            return Err(err(
+                                span,
+                                &format!("tier[{i}].device.kind"),
+                                &"missing: expected \"hdd\", \"ssd\" or \"nvm\"",
+                            ));
+                        }
                     };
                     let params = match table.remove("params") {
                         Some(toml::Value::Table(p)) => {
                             if let Some((k, _)) = table.iter().next() {
-                                return Err(err(span, &format!("tier[{i}].device.{k}"), &"unknown key"));
+                                return Err(err(
+                                    span,
+                                    &format!("tier[{i}].device.{k}"),
+                                    &"unknown key",
+                                ));
                             }
                             p
                         }
-                        Some(_) => return Err(err(span, &format!("tier[{i}].device.params"), &"must be a table")),
+                        Some(_) => {
+                            return Err(err(
+                                span,
+                                &format!("tier[{i}].device.params"),
+                                &"must be a table",
+                            ));
+                        }
                         None => table,
                     };
                     let dev = DeviceConfig { kind, params };
-                    crate::emulate::validate(&dev).map_err(|m| err(span.clone(), &format!("tier[{i}].device"), &m))?;
+                    crate::emulate::validate(&dev)
+                        .map_err(|m| err(span.clone(), &format!("tier[{i}].device"), &m))?;
                     Some(dev)
                 }
             };
@@ -340,12 +417,22 @@ impl StoreConfig {
                 s if s.starts_with("tier:") => {
                     let name = &s[5..];
                     if !tiers.iter().any(|t| t.name == name) {
-                        return Err(err(p.span(), "store.placement", &format!("no tier named {name:?}")));
+                        return Err(err(
+                            p.span(),
+                            "store.placement",
+                            &format!("no tier named {name:?}"),
+                        ));
                     }
                     PlacementRule::Tier(name.to_string())
                 }
                 s => {
-                    return Err(err(p.span(), "store.placement", &format!("unknown rule {s:?} (expected fastest-with-room, policy or tier:<name>)")));
+                    return Err(err(
+                        p.span(),
+                        "store.placement",
+                        &format!(
+                            "unknown rule {s:?} (expected fastest-with-room, policy or tier:<name>)"
+                        ),
+                    ));
                 }
             },
         };
@@ -361,14 +448,22 @@ impl StoreConfig {
                 mover.checkpoint_ms = v.max(100);
             }
             if let Some(v) = &m.max_rate {
-                mover.max_rate = parse_size(v.get_ref()).map_err(|e| err(v.span(), "store.mover.max_rate", &e))?.max(1);
+                mover.max_rate = parse_size(v.get_ref())
+                    .map_err(|e| err(v.span(), "store.mover.max_rate", &e))?
+                    .max(1);
             }
             if let Some(v) = &m.max_plan_bytes {
-                mover.max_plan_bytes = parse_size(v.get_ref()).map_err(|e| err(v.span(), "store.mover.max_plan_bytes", &e))?.max(1);
+                mover.max_plan_bytes = parse_size(v.get_ref())
+                    .map_err(|e| err(v.span(), "store.mover.max_plan_bytes", &e))?
+                    .max(1);
             }
             if let Some(v) = &m.busy_backoff {
                 if !(0.0..=1.0).contains(v.get_ref()) {
-                    return Err(err(v.span(), "store.mover.busy_backoff", &"must be in [0, 1]"));
+                    return Err(err(
+                        v.span(),
+                        "store.mover.busy_backoff",
+                        &"must be in [0, 1]",
+                    ));
                 }
                 mover.busy_backoff = *v.get_ref();
             }
@@ -389,9 +484,18 @@ impl StoreConfig {
     pub fn to_toml(&self) -> String {
         let mut s = String::new();
         s.push_str("[store]\n");
-        s.push_str(&format!("state_dir = {}\n", toml_str(&self.state_dir.display().to_string())));
-        s.push_str(&format!("placement = {}\n", toml_str(&self.placement.to_string())));
-        s.push_str(&format!("passthrough = {}\nallow_other = {}\n", self.passthrough, self.allow_other));
+        s.push_str(&format!(
+            "state_dir = {}\n",
+            toml_str(&self.state_dir.display().to_string())
+        ));
+        s.push_str(&format!(
+            "placement = {}\n",
+            toml_str(&self.placement.to_string())
+        ));
+        s.push_str(&format!(
+            "passthrough = {}\nallow_other = {}\n",
+            self.passthrough, self.allow_other
+        ));
         if let Some(m) = &self.metrics {
             s.push_str(&format!("metrics = {}\n", toml_str(m)));
         }
@@ -416,7 +520,10 @@ impl StoreConfig {
                 };
                 s.push_str(&format!("[tier.device]\nkind = \"{kind}\"\n"));
                 if !d.params.is_empty() {
-                    s.push_str(&format!("[tier.device.params]\n{}", toml::to_string(&d.params).unwrap_or_default()));
+                    s.push_str(&format!(
+                        "[tier.device.params]\n{}",
+                        toml::to_string(&d.params).unwrap_or_default()
+                    ));
                 }
             }
         }
@@ -463,7 +570,9 @@ kind = "hdd"
     #[test]
     fn bad_capacity_names_key_and_line() {
         let bad = GOOD.replace("capacity = 1000000", "capacity = \"lots\"");
-        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
+        let e = StoreConfig::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 11"), "{e}");
         assert!(e.contains("tier[1].capacity"), "{e}");
     }
@@ -471,7 +580,9 @@ kind = "hdd"
     #[test]
     fn unknown_key_names_line() {
         let bad = GOOD.replace("high_watermark = 0.95", "high_watermrk = 0.95");
-        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
+        let e = StoreConfig::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 12"), "{e}");
         assert!(e.contains("high_watermrk"), "{e}");
     }
@@ -479,8 +590,13 @@ kind = "hdd"
     #[test]
     fn watermarks_checked() {
         let bad = GOOD.replace("low_watermark = 0.8", "low_watermark = 0.99");
-        let e = StoreConfig::from_toml_str(&bad, "t.toml").unwrap_err().to_string();
-        assert!(e.contains("tier[1].low_watermark") && e.contains("line 13"), "{e}");
+        let e = StoreConfig::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tier[1].low_watermark") && e.contains("line 13"),
+            "{e}"
+        );
     }
 
     #[test]

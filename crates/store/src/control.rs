@@ -15,14 +15,34 @@ use std::sync::Arc;
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Status,
-    Where { path: PathBuf },
-    Explain { path: PathBuf },
-    Pin { path: PathBuf, tier: Option<String>, recursive: bool },
-    Unpin { path: PathBuf, recursive: bool },
-    Move { path: PathBuf, direction: Direction, tier: Option<String>, recursive: bool },
-    Job { id: u64 },
+    Where {
+        path: PathBuf,
+    },
+    Explain {
+        path: PathBuf,
+    },
+    Pin {
+        path: PathBuf,
+        tier: Option<String>,
+        recursive: bool,
+    },
+    Unpin {
+        path: PathBuf,
+        recursive: bool,
+    },
+    Move {
+        path: PathBuf,
+        direction: Direction,
+        tier: Option<String>,
+        recursive: bool,
+    },
+    Job {
+        id: u64,
+    },
     Fsck,
-    TraceStart { out: PathBuf },
+    TraceStart {
+        out: PathBuf,
+    },
     TraceStop,
 }
 
@@ -39,21 +59,40 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
         Request::Status => j(serde_json::to_value(store.status())),
         Request::Where { path } => j(serde_json::to_value(store.where_is(&path).map_err(e)?)),
         Request::Explain { path } => j(serde_json::to_value(store.explain(&path).map_err(e)?)),
-        Request::Pin { path, tier, recursive } => {
+        Request::Pin {
+            path,
+            tier,
+            recursive,
+        } => {
             let (n, job) = store.pin(&path, tier.as_deref(), recursive).map_err(e)?;
             Ok(serde_json::json!({ "files": n, "job": job }))
         }
-        Request::Unpin { path, recursive } => Ok(serde_json::json!({ "files": store.unpin(&path, recursive).map_err(e)? })),
-        Request::Move { path, direction, tier, recursive } => {
-            Ok(serde_json::json!({ "job": store.start_move(&path, direction, tier.as_deref(), recursive).map_err(e)? }))
+        Request::Unpin { path, recursive } => {
+            Ok(serde_json::json!({ "files": store.unpin(&path, recursive).map_err(e)? }))
         }
-        Request::Job { id } => j(serde_json::to_value(store.job_progress(id).ok_or("no such job")?)),
-        Request::Fsck => j(serde_json::to_value(store.fsck().map_err(|x| x.to_string())?)),
+        Request::Move {
+            path,
+            direction,
+            tier,
+            recursive,
+        } => Ok(
+            serde_json::json!({ "job": store.start_move(&path, direction, tier.as_deref(), recursive).map_err(e)? }),
+        ),
+        Request::Job { id } => j(serde_json::to_value(
+            store.job_progress(id).ok_or("no such job")?,
+        )),
+        Request::Fsck => j(serde_json::to_value(
+            store.fsck().map_err(|x| x.to_string())?,
+        )),
         Request::TraceStart { out } => {
-            store.trace_start(&out).map_err(|x| format!("{}: {x}", out.display()))?;
+            store
+                .trace_start(&out)
+                .map_err(|x| format!("{}: {x}", out.display()))?;
             Ok(serde_json::json!({}))
         }
-        Request::TraceStop => Ok(serde_json::json!({ "records": store.trace_stop().map_err(|x| x.to_string())? })),
+        Request::TraceStop => {
+            Ok(serde_json::json!({ "records": store.trace_stop().map_err(|x| x.to_string())? }))
+        }
     }
 }
 
@@ -63,16 +102,18 @@ pub fn serve(store: Arc<Store>) -> std::io::Result<PathBuf> {
     let _ = std::fs::remove_file(&path);
     let l = UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
-    std::thread::Builder::new().name("kaiso-control".into()).spawn(move || {
-        for conn in l.incoming() {
-            if store.stopping() {
-                break;
+    std::thread::Builder::new()
+        .name("kaiso-control".into())
+        .spawn(move || {
+            for conn in l.incoming() {
+                if store.stopping() {
+                    break;
+                }
+                let Ok(c) = conn else { continue };
+                let store = store.clone();
+                std::thread::spawn(move || serve_conn(&store, c));
             }
-            let Ok(c) = conn else { continue };
-            let store = store.clone();
-            std::thread::spawn(move || serve_conn(&store, c));
-        }
-    })?;
+        })?;
     Ok(path)
 }
 
@@ -104,7 +145,10 @@ impl Client {
     /// Connect to the store whose state directory is `state_dir`.
     pub fn connect(state_dir: &Path) -> std::io::Result<Client> {
         let s = UnixStream::connect(socket_path(state_dir))?;
-        Ok(Client { r: BufReader::new(s.try_clone()?), w: s })
+        Ok(Client {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
     }
 
     /// Send one request; the reply's `ok` value, or its error message.

@@ -1,6 +1,9 @@
 //! Data operations of the [`Store`]: open/create, read/write, truncate, fallocate, lseek,
 //! fsync, release; the migration stub API; access recording.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use crate::error::{FsError, FsResult};
 use crate::handles::{FileState, Handle};
 use crate::store::Store;
@@ -19,7 +22,11 @@ use std::sync::{Arc, Weak};
 /// may read through a write-only handle for mmap), append/sync kept, creation flags dropped.
 fn backing_flags(flags: i32) -> i32 {
     let keep = libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC | libc::O_NOATIME;
-    let acc = if flags & libc::O_ACCMODE == libc::O_RDONLY { libc::O_RDONLY } else { libc::O_RDWR };
+    let acc = if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        libc::O_RDONLY
+    } else {
+        libc::O_RDWR
+    };
     acc | (flags & keep)
 }
 
@@ -41,16 +48,16 @@ pub(crate) fn open_backing(path: &Path, bflags: i32) -> std::io::Result<File> {
         o.write(true);
     }
     o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
-    match o.open(path) {
-        Ok(f) => Ok(f),
-        // Root can always open; a read-only file system or similar is a real error.
-        Err(e) => Err(e),
-    }
+    o.open(path)
 }
 
 impl Store {
     pub(crate) fn handle(&self, fh: u64) -> Option<Arc<Handle>> {
-        self.handles.read().unwrap_or_else(|e| e.into_inner()).get(&fh).cloned()
+        self.handles
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .cloned()
     }
 
     fn handle_or_badf(&self, fh: u64) -> FsResult<Arc<Handle>> {
@@ -101,9 +108,16 @@ impl Store {
         if passthrough {
             state.passthrough_open.fetch_add(1, Ordering::SeqCst);
         }
-        state.handles.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&h));
+        state
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arc::downgrade(&h));
         let fh = self.fh();
-        self.handles.write().unwrap_or_else(|e| e.into_inner()).insert(fh, h);
+        self.handles
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, h);
         fh
     }
 
@@ -116,12 +130,20 @@ impl Store {
         let open = state.open_handles();
         let any_pt = open.iter().any(|h| h.passthrough);
         if writable {
-            return if any_pt { IoMode::Direct } else { IoMode::Cached };
+            return if any_pt {
+                IoMode::Direct
+            } else {
+                IoMode::Cached
+            };
         }
         let eligible = want
             && self.cfg.passthrough
             && !self.tiers[state.tier() as usize].emulated()
-            && !state.stub.lock().map(|s| s.as_ref().is_some_and(|s| !s.is_complete())).unwrap_or(true);
+            && !state
+                .stub
+                .lock()
+                .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
+                .unwrap_or(true);
         let any_cached = open.iter().any(|h| !h.passthrough && !h.direct_io);
         if eligible && !any_cached {
             IoMode::Passthrough
@@ -133,8 +155,16 @@ impl Store {
     }
 
     fn opened(&self, fh: u64, mode: IoMode) -> Opened {
-        let pt = if mode == IoMode::Passthrough { self.handle(fh).map(|h| h.file()) } else { None };
-        Opened { fh, passthrough: pt, direct_io: mode == IoMode::Direct }
+        let pt = if mode == IoMode::Passthrough {
+            self.handle(fh).map(|h| h.file())
+        } else {
+            None
+        };
+        Opened {
+            fh,
+            passthrough: pt,
+            direct_io: mode == IoMode::Direct,
+        }
     }
 
     /// Open file `ino`. `want_passthrough`: the face can hand the backing file to the kernel.
@@ -149,19 +179,39 @@ impl Store {
         let tier = f.tier;
         let file = open_backing(&self.tiers[tier as usize].path(&path), backing_flags(flags))?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = if f.kind == FileKind::File { self.io_mode(&state, want_passthrough, writable) } else { IoMode::Cached };
+        let mode = if f.kind == FileKind::File {
+            self.io_mode(&state, want_passthrough, writable)
+        } else {
+            IoMode::Cached
+        };
         let fh = self.register_handle(&state, file, flags, mode);
         drop(ns);
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.truncate(ino, 0, Some(fh))?;
         }
-        self.record(ino, tier, Op::Open, 0, 0, state.size.load(Ordering::Relaxed));
+        self.record(
+            ino,
+            tier,
+            Op::Open,
+            0,
+            0,
+            state.size.load(Ordering::Relaxed),
+        );
         Ok(self.opened(fh, mode))
     }
 
     /// Create and open a regular file (O_CREAT|O_EXCL semantics: fails if the name exists).
     #[allow(clippy::too_many_arguments)]
-    pub fn create(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, flags: i32, caller: Caller, want_passthrough: bool) -> FsResult<(FileAttr, Opened)> {
+    pub fn create(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        caller: Caller,
+        want_passthrough: bool,
+    ) -> FsResult<(FileAttr, Opened)> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
         let (m, set) = self.creation_mode(&ns, parent, mode, umask);
@@ -177,7 +227,11 @@ impl Store {
             Ok(Some(f))
         })?;
         let file = file.ok_or(FsError::IO)?;
-        let state = ns.files.get(&ino).map(|f| f.state.clone()).ok_or(FsError::IO)?;
+        let state = ns
+            .files
+            .get(&ino)
+            .map(|f| f.state.clone())
+            .ok_or(FsError::IO)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mode = self.io_mode(&state, want_passthrough, writable);
         let fh = self.register_handle(&state, file, flags, mode);
@@ -191,7 +245,14 @@ impl Store {
         if end <= start || state.missing(start, end).is_empty() {
             return Ok(());
         }
-        let Some(filler) = self.filler.read().unwrap_or_else(|e| e.into_inner()).clone() else { return Err(FsError::IO) };
+        let Some(filler) = self
+            .filler
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Err(FsError::IO);
+        };
         let _g = state.fill.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.ns().path_of(state.ino).unwrap_or_default();
         for (s, e) in state.missing(start, end) {
@@ -228,7 +289,13 @@ impl Store {
         }
         let t = &self.tiers[tier as usize];
         t.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| if u.saturating_add(bytes) <= t.capacity() { Some(u + bytes) } else { None })
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                if u.saturating_add(bytes) <= t.capacity() {
+                    Some(u + bytes)
+                } else {
+                    None
+                }
+            })
             .is_ok()
     }
 
@@ -238,7 +305,10 @@ impl Store {
         let n = self.tiers.len() as u8;
         for t in (from + 1..n).chain(0..from) {
             if self.tiers[t as usize].fits(need) {
-                let reason = format!("spilled: tier {} is full", self.tiers[from as usize].cfg.name);
+                let reason = format!(
+                    "spilled: tier {} is full",
+                    self.tiers[from as usize].cfg.name
+                );
                 return match self.move_file(ino, t, &reason, need) {
                     Ok(_) => Ok(()),
                     Err(e) => Err(e.errno()),
@@ -279,7 +349,8 @@ impl Store {
             };
             if let Err(e) = r {
                 self.tiers[tier as usize].add_used(-(growth as i64));
-                if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+                if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT)
+                {
                     drop(g);
                     self.spill(st.ino, tier, end.max(size))?;
                     continue;
@@ -298,7 +369,14 @@ impl Store {
             }
             drop(g);
             self.tiers[tier as usize].emulate(st.ino, start, data.len() as u64, true);
-            self.record(st.ino, tier, Op::Write, start, data.len() as u64, end.max(size));
+            self.record(
+                st.ino,
+                tier,
+                Op::Write,
+                start,
+                data.len() as u64,
+                end.max(size),
+            );
             return Ok(data.len() as u32);
         }
         Err(FsError::NOSPC)
@@ -330,7 +408,10 @@ impl Store {
             let r = match fh.and_then(|fh| self.handle(fh)) {
                 Some(h) => h.file().set_len(size),
                 None => match &path {
-                    Some(p) => std::fs::OpenOptions::new().write(true).open(self.tiers[tier as usize].path(p)).and_then(|f| f.set_len(size)),
+                    Some(p) => std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(self.tiers[tier as usize].path(p))
+                        .and_then(|f| f.set_len(size)),
                     None => match st.open_handles().first() {
                         Some(h) => h.file().set_len(size),
                         None => return Err(FsError::NOENT),
@@ -373,13 +454,24 @@ impl Store {
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let h = self.handle_or_badf(fh)?;
         let f = h.file();
-        if datasync { f.sync_data()? } else { f.sync_all()? }
+        if datasync {
+            f.sync_data()?
+        } else {
+            f.sync_all()?
+        }
         Ok(())
     }
 
     /// Last close of a handle.
     pub fn release(&self, fh: u64) -> FsResult<()> {
-        let Some(h) = self.handles.write().unwrap_or_else(|e| e.into_inner()).remove(&fh) else { return Err(FsError::BADF) };
+        let Some(h) = self
+            .handles
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh)
+        else {
+            return Err(FsError::BADF);
+        };
         let st = h.state.clone();
         if h.passthrough {
             st.passthrough_open.fetch_sub(1, Ordering::SeqCst);
@@ -394,7 +486,10 @@ impl Store {
         }
         {
             let me = Arc::downgrade(&h);
-            st.handles.lock().unwrap_or_else(|e| e.into_inner()).retain(|w| !Weak::ptr_eq(w, &me) && w.strong_count() > 0);
+            st.handles
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|w| !Weak::ptr_eq(w, &me) && w.strong_count() > 0);
         }
         drop(h);
         let mut ns = self.ns();
@@ -450,7 +545,13 @@ impl Store {
             self.fill_range(st, 0, size)?;
         }
         let _g = st.gate.read().unwrap_or_else(|e| e.into_inner());
-        let r = unsafe { libc::lseek(std::os::unix::io::AsRawFd::as_raw_fd(&*h.file()), offset, whence) };
+        let r = unsafe {
+            libc::lseek(
+                std::os::unix::io::AsRawFd::as_raw_fd(&*h.file()),
+                offset,
+                whence,
+            )
+        };
         if r < 0 { Err(FsError::last()) } else { Ok(r) }
     }
 
@@ -460,9 +561,15 @@ impl Store {
     pub fn stub_state(&self, ino: Ino) -> StubState {
         let ns = self.ns();
         if let Some(d) = ns.dirs.get(&ino) {
-            return StubState { unlisted_dir: d.unlisted, missing: Vec::new() };
+            return StubState {
+                unlisted_dir: d.unlisted,
+                missing: Vec::new(),
+            };
         }
-        ns.files.get(&ino).and_then(|f| f.state.stub.lock().ok().and_then(|s| s.clone())).unwrap_or_default()
+        ns.files
+            .get(&ino)
+            .and_then(|f| f.state.stub.lock().ok().and_then(|s| s.clone()))
+            .unwrap_or_default()
     }
 
     /// Set an inode's stub state (persisted).
@@ -471,11 +578,16 @@ impl Store {
         if let Some(d) = ns.dirs.get_mut(&ino) {
             d.unlisted = state.unlisted_dir;
         } else if let Some(f) = ns.files.get(&ino) {
-            *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = if state.is_complete() { None } else { Some(state.clone()) };
+            *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = if state.is_complete() {
+                None
+            } else {
+                Some(state.clone())
+            };
         } else {
             return Err(FsError::NOENT);
         }
-        self.db().set_stub(ino, state.unlisted_dir, &state.missing)?;
+        self.db()
+            .set_stub(ino, state.unlisted_dir, &state.missing)?;
         Ok(())
     }
 
@@ -492,11 +604,15 @@ impl Store {
         if let Some(i) = self.find_child(&mut ns, parent, name)? {
             return Ok(i);
         }
-        let caller = Caller { uid: e.uid, gid: e.gid, pid: 0 };
+        let caller = Caller {
+            uid: e.uid,
+            gid: e.gid,
+            pid: 0,
+        };
         let ino = match e.kind {
             FileKind::Dir => {
                 drop(ns);
-                let a = self.mkdir(parent, name, e.perm, 0, caller)?;
+                let a = self.mkdir_nofill(parent, name, e.perm, 0, caller)?;
                 let mut ns = self.ns();
                 if let Some(d) = ns.dirs.get_mut(&a.ino) {
                     d.unlisted = e.unlisted;
@@ -512,9 +628,15 @@ impl Store {
                 let rdev = e.rdev;
                 let (ino, tier, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
                     match kind {
-                        FileKind::Symlink => std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?,
+                        FileKind::Symlink => {
+                            std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?
+                        }
                         FileKind::File => {
-                            let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(perm).open(p)?;
+                            let f = std::fs::OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .mode(perm)
+                                .open(p)?;
                             f.set_len(size)?;
                             util::chmod(p, perm)?;
                         }
@@ -532,11 +654,16 @@ impl Store {
                     }
                     if let Some(f) = ns.files.get(&ino) {
                         f.state.size.store(size, Ordering::Release);
-                        *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState { unlisted_dir: false, missing: vec![(0, size)] });
+                        *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
+                            unlisted_dir: false,
+                            missing: vec![(0, size)],
+                        });
                     }
                     self.db().set_stub(ino, false, &[(0, size)])?;
                 }
-                let p = ns.file_path(ino).map(|p| self.tiers[tier as usize].path(&p));
+                let p = ns
+                    .file_path(ino)
+                    .map(|p| self.tiers[tier as usize].path(&p));
                 drop(ns);
                 if let Some(p) = p {
                     util::lutimens(&p, util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
@@ -551,7 +678,11 @@ impl Store {
             let p = self.ns().dir_path(ino).map(|p| p.to_path_buf());
             if let Some(p) = p {
                 if let Some(t) = self.dir_tiers(&p).first() {
-                    util::lutimens(&self.tiers[*t as usize].path(&p), util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
+                    util::lutimens(
+                        &self.tiers[*t as usize].path(&p),
+                        util::UTime::At(e.atime),
+                        util::UTime::At(e.mtime),
+                    )?;
                 }
             }
         }
@@ -571,7 +702,11 @@ impl Store {
         let before = util::lstat(&path)?;
         let f = std::fs::OpenOptions::new().write(true).open(&path)?;
         f.write_all_at(data, offset)?;
-        util::lutimens(&path, util::UTime::At(util::ts(before.st_atime, before.st_atime_nsec)), util::UTime::At(util::ts(before.st_mtime, before.st_mtime_nsec)))?;
+        util::lutimens(
+            &path,
+            util::UTime::At(util::ts(before.st_atime, before.st_atime_nsec)),
+            util::UTime::At(util::ts(before.st_mtime, before.st_mtime_nsec)),
+        )?;
         let missing = {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {

@@ -9,6 +9,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+/// (inode, unlisted directory, missing ranges).
+pub(crate) type StubRow = (u64, bool, Vec<(u64, u64)>);
+
 pub(crate) struct Db {
     pub conn: Connection,
 }
@@ -39,7 +42,10 @@ fn pack(paths: &[PathBuf]) -> Vec<u8> {
 }
 
 fn unpack(b: &[u8]) -> Vec<PathBuf> {
-    b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| PathBuf::from(std::ffi::OsString::from_vec(s.to_vec()))).collect()
+    b.split(|c| *c == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| PathBuf::from(std::ffi::OsString::from_vec(s.to_vec())))
+        .collect()
 }
 
 pub(crate) fn pbytes(p: &Path) -> &[u8] {
@@ -69,11 +75,16 @@ impl Db {
     }
 
     pub fn meta(&self, key: &str) -> rusqlite::Result<Option<String>> {
-        self.conn.query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0)).optional()
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
+            .optional()
     }
 
     pub fn set_meta(&self, key: &str, value: &str) -> rusqlite::Result<()> {
-        self.conn.execute("INSERT INTO meta(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET value=?2", params![key, value])?;
+        self.conn.execute(
+            "INSERT INTO meta(key,value) VALUES(?1,?2) ON CONFLICT(key) DO UPDATE SET value=?2",
+            params![key, value],
+        )?;
         Ok(())
     }
 
@@ -81,12 +92,22 @@ impl Db {
     pub fn tier_slots(&self, names: &[String]) -> rusqlite::Result<Vec<u8>> {
         let mut out = Vec::new();
         for n in names {
-            let slot: Option<i64> = self.conn.query_row("SELECT slot FROM tiers WHERE name=?1", [n], |r| r.get(0)).optional()?;
+            let slot: Option<i64> = self
+                .conn
+                .query_row("SELECT slot FROM tiers WHERE name=?1", [n], |r| r.get(0))
+                .optional()?;
             let slot = match slot {
                 Some(s) => s,
                 None => {
-                    let next: i64 = self.conn.query_row("SELECT COALESCE(MAX(slot),0)+1 FROM tiers", [], |r| r.get(0))?;
-                    self.conn.execute("INSERT INTO tiers(name,slot) VALUES(?1,?2)", params![n, next])?;
+                    let next: i64 = self.conn.query_row(
+                        "SELECT COALESCE(MAX(slot),0)+1 FROM tiers",
+                        [],
+                        |r| r.get(0),
+                    )?;
+                    self.conn.execute(
+                        "INSERT INTO tiers(name,slot) VALUES(?1,?2)",
+                        params![n, next],
+                    )?;
                     next
                 }
             };
@@ -97,12 +118,19 @@ impl Db {
 
     pub fn remaps(&self) -> rusqlite::Result<Vec<(u8, u64, u64)>> {
         let mut st = self.conn.prepare("SELECT slot, bino, ino FROM remap")?;
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u8, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64)))?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u8,
+                r.get::<_, i64>(1)? as u64,
+                r.get::<_, i64>(2)? as u64,
+            ))
+        })?;
         rows.collect()
     }
 
     pub fn set_remap(&self, slot: u8, bino: u64, ino: u64) -> rusqlite::Result<()> {
-        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
         self.conn.execute(
             "INSERT INTO remap(slot,bino,ino) VALUES(?1,?2,?3) ON CONFLICT(slot,bino) DO UPDATE SET ino=?3",
             params![slot as i64, bino as i64, ino as i64],
@@ -111,7 +139,8 @@ impl Db {
     }
 
     pub fn drop_remap_ino(&self, ino: u64) -> rusqlite::Result<()> {
-        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
         Ok(())
     }
 
@@ -119,18 +148,25 @@ impl Db {
         let mut st = self.conn.prepare("SELECT path, ino FROM dirs")?;
         let rows = st.query_map([], |r| {
             let b: Vec<u8> = r.get(0)?;
-            Ok((PathBuf::from(std::ffi::OsString::from_vec(b)), r.get::<_, i64>(1)? as u64))
+            Ok((
+                PathBuf::from(std::ffi::OsString::from_vec(b)),
+                r.get::<_, i64>(1)? as u64,
+            ))
         })?;
         rows.collect()
     }
 
     pub fn add_dir(&self, path: &Path, ino: u64) -> rusqlite::Result<()> {
-        self.conn.execute("INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)", params![pbytes(path), ino as i64])?;
+        self.conn.execute(
+            "INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)",
+            params![pbytes(path), ino as i64],
+        )?;
         Ok(())
     }
 
     pub fn remove_dir(&self, path: &Path) -> rusqlite::Result<()> {
-        self.conn.execute("DELETE FROM dirs WHERE path=?1", [pbytes(path)])?;
+        self.conn
+            .execute("DELETE FROM dirs WHERE path=?1", [pbytes(path)])?;
         Ok(())
     }
 
@@ -149,7 +185,10 @@ impl Db {
                 let mut np = pbytes(to).to_vec();
                 np.extend_from_slice(&p[f.len()..]);
                 tx.execute("DELETE FROM dirs WHERE path=?1", [&p])?;
-                tx.execute("INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)", params![np, ino])?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)",
+                    params![np, ino],
+                )?;
             }
         }
         tx.commit()
@@ -205,7 +244,9 @@ impl Db {
 
     pub fn pins(&self) -> rusqlite::Result<Vec<(u64, u8)>> {
         let mut st = self.conn.prepare("SELECT ino, tier FROM pins")?;
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u8)))?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u8))
+        })?;
         rows.collect()
     }
 
@@ -215,18 +256,30 @@ impl Db {
                 "INSERT OR REPLACE INTO pins(ino,tier,path) VALUES(?1,?2,?3)",
                 params![ino as i64, t as i64, pbytes(path)],
             )?,
-            None => self.conn.execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?,
+            None => self
+                .conn
+                .execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?,
         };
         Ok(())
     }
 
     pub fn heat(&self) -> rusqlite::Result<Vec<(u64, f64, u64)>> {
         let mut st = self.conn.prepare("SELECT ino, heat, last FROM heat")?;
-        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64)))?;
+        let rows = st.query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get(1)?,
+                r.get::<_, i64>(2)? as u64,
+            ))
+        })?;
         rows.collect()
     }
 
-    pub fn save_heat(&self, rows: &[(u64, f64, u64)], reasons: &[(u64, String)]) -> rusqlite::Result<()> {
+    pub fn save_heat(
+        &self,
+        rows: &[(u64, f64, u64)],
+        reasons: &[(u64, String)],
+    ) -> rusqlite::Result<()> {
         let tx = self.conn.unchecked_transaction()?;
         tx.execute("DELETE FROM heat", [])?;
         {
@@ -243,30 +296,54 @@ impl Db {
     }
 
     pub fn reason(&self, ino: u64) -> rusqlite::Result<Option<String>> {
-        self.conn.query_row("SELECT rule FROM reasons WHERE ino=?1", [ino as i64], |r| r.get(0)).optional()
+        self.conn
+            .query_row("SELECT rule FROM reasons WHERE ino=?1", [ino as i64], |r| {
+                r.get(0)
+            })
+            .optional()
     }
 
     pub fn forget_file(&self, ino: u64) -> rusqlite::Result<()> {
-        self.conn.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
-        self.conn.execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?;
-        self.conn.execute("DELETE FROM reasons WHERE ino=?1", [ino as i64])?;
-        self.conn.execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM pins WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM reasons WHERE ino=?1", [ino as i64])?;
+        self.conn
+            .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
         Ok(())
     }
 
-    pub fn stubs(&self) -> rusqlite::Result<Vec<(u64, bool, Vec<(u64, u64)>)>> {
-        let mut st = self.conn.prepare("SELECT ino, unlisted, missing FROM stubs")?;
+    pub fn stubs(&self) -> rusqlite::Result<Vec<StubRow>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT ino, unlisted, missing FROM stubs")?;
         let rows = st.query_map([], |r| {
             let b: Vec<u8> = r.get(2)?;
-            let ranges = b.chunks_exact(16).map(|c| (u64::from_le_bytes(c[..8].try_into().unwrap_or_default()), u64::from_le_bytes(c[8..].try_into().unwrap_or_default()))).collect();
+            let ranges = b
+                .chunks_exact(16)
+                .map(|c| {
+                    (
+                        u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
+                        u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
+                    )
+                })
+                .collect();
             Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? != 0, ranges))
         })?;
         rows.collect()
     }
 
-    pub fn set_stub(&self, ino: u64, unlisted: bool, missing: &[(u64, u64)]) -> rusqlite::Result<()> {
+    pub fn set_stub(
+        &self,
+        ino: u64,
+        unlisted: bool,
+        missing: &[(u64, u64)],
+    ) -> rusqlite::Result<()> {
         if !unlisted && missing.is_empty() {
-            self.conn.execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
+            self.conn
+                .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
             return Ok(());
         }
         let mut b = Vec::with_capacity(missing.len() * 16);
@@ -285,11 +362,20 @@ impl Db {
 impl Db {
     /// The atomic switch of a move: journal state and the file's inode-number mapping in
     /// one durable transaction.
-    pub fn journal_switch(&self, id: i64, names: &[PathBuf], remap: Option<(u8, u64, u64)>, ino: u64) -> rusqlite::Result<()> {
+    pub fn journal_switch(
+        &self,
+        id: i64,
+        names: &[PathBuf],
+        remap: Option<(u8, u64, u64)>,
+        ino: u64,
+    ) -> rusqlite::Result<()> {
         self.conn.pragma_update(None, "synchronous", "FULL")?;
         let r = (|| {
             let tx = self.conn.unchecked_transaction()?;
-            tx.execute("UPDATE journal SET state='switched', names=?2 WHERE id=?1", params![id, pack(names)])?;
+            tx.execute(
+                "UPDATE journal SET state='switched', names=?2 WHERE id=?1",
+                params![id, pack(names)],
+            )?;
             tx.execute("DELETE FROM remap WHERE ino=?1", [ino as i64])?;
             if let Some((slot, bino, ino)) = remap {
                 tx.execute(
@@ -303,9 +389,17 @@ impl Db {
         r
     }
 
-    pub fn journal_set_names(&self, id: i64, names: &[PathBuf], dst_bino: u64) -> rusqlite::Result<()> {
+    pub fn journal_set_names(
+        &self,
+        id: i64,
+        names: &[PathBuf],
+        dst_bino: u64,
+    ) -> rusqlite::Result<()> {
         self.conn.pragma_update(None, "synchronous", "FULL")?;
-        let r = self.conn.execute("UPDATE journal SET names=?2, dst_bino=?3, state='copied' WHERE id=?1", params![id, pack(names), dst_bino as i64]);
+        let r = self.conn.execute(
+            "UPDATE journal SET names=?2, dst_bino=?3, state='copied' WHERE id=?1",
+            params![id, pack(names), dst_bino as i64],
+        );
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         r.map(|_| ())
     }

@@ -22,12 +22,19 @@ fn spec_string(cfg: &DeviceConfig) -> String {
             other => format!("{k}={other}"),
         })
         .collect();
-    if params.is_empty() { kind.to_string() } else { format!("{kind}:{}", params.join(",")) }
+    if params.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}:{}", params.join(","))
+    }
 }
 
 /// Check a device table (used by config validation).
 pub fn validate(cfg: &DeviceConfig) -> Result<(), String> {
-    spec_string(cfg).parse::<DeviceSpec>().map(|_| ()).map_err(|e| e.to_string())
+    spec_string(cfg)
+        .parse::<DeviceSpec>()
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// A tier's emulated device.
@@ -41,12 +48,19 @@ pub struct Emulator {
 
 impl Emulator {
     pub fn new(cfg: &DeviceConfig) -> Result<Emulator, String> {
-        let spec: DeviceSpec = spec_string(cfg).parse().map_err(|e: kaiso_device::SpecError| e.to_string())?;
+        let spec: DeviceSpec = spec_string(cfg)
+            .parse()
+            .map_err(|e: kaiso_device::SpecError| e.to_string())?;
         let span = match &spec {
             DeviceSpec::Hdd(p) => p.capacity_bytes.max(1),
             _ => u64::MAX,
         };
-        Ok(Emulator { kind: spec.kind(), model: Mutex::new(spec.build()), epoch: Instant::now(), span })
+        Ok(Emulator {
+            kind: spec.kind(),
+            model: Mutex::new(spec.build()),
+            epoch: Instant::now(),
+            span,
+        })
     }
 
     pub fn kind(&self) -> &'static str {
@@ -80,6 +94,10 @@ impl Emulator {
         let (t0, b0) = *since;
         let busy = c.busy_ns;
         *since = (now, busy);
-        if now <= t0 { 0.0 } else { ((busy.saturating_sub(b0)) as f64 / (now - t0) as f64).clamp(0.0, 1.0) }
+        if now <= t0 {
+            0.0
+        } else {
+            ((busy.saturating_sub(b0)) as f64 / (now - t0) as f64).clamp(0.0, 1.0)
+        }
     }
 }

@@ -1,12 +1,17 @@
 //! Namespace operations of the [`Store`]: lookup, attributes, create/remove, rename, link,
 //! directories, xattrs, statfs, access.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use crate::db::JournalRow;
 use crate::error::{FsError, FsResult};
 use crate::handles::{DirHandle, FileState};
 use crate::namespace::{FileNode, Namespace};
 use crate::store::{Store, TEMP_PREFIX};
-use crate::types::{Caller, DirEntry, FileAttr, FileKind, Ino, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags};
+use crate::types::{
+    Caller, DirEntry, FileAttr, FileKind, Ino, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags,
+};
 use crate::util::{self, UTime};
 use kaiso_policy::Op;
 use std::ffi::{OsStr, OsString};
@@ -41,9 +46,18 @@ fn utime(t: Option<TimeSet>) -> UTime {
 impl Store {
     /// Find `name` in `parent`: from the index, else by probing the tiers (files added
     /// directly to a tier directory are adopted on first sight).
-    pub(crate) fn find_child(&self, ns: &mut Namespace, parent: Ino, name: &OsStr) -> FsResult<Option<Ino>> {
+    pub(crate) fn find_child(
+        &self,
+        ns: &mut Namespace,
+        parent: Ino,
+        name: &OsStr,
+    ) -> FsResult<Option<Ino>> {
         if !ns.is_dir(parent) {
-            return Err(if ns.files.contains_key(&parent) { FsError::NOTDIR } else { FsError::NOENT });
+            return Err(if ns.files.contains_key(&parent) {
+                FsError::NOTDIR
+            } else {
+                FsError::NOENT
+            });
         }
         if hidden(name) {
             return Ok(None);
@@ -53,7 +67,9 @@ impl Store {
         }
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         for (ti, t) in self.tiers.iter().enumerate() {
-            let Some(st) = util::lstat_opt(&t.path(&rel))? else { continue };
+            let Some(st) = util::lstat_opt(&t.path(&rel))? else {
+                continue;
+            };
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 let ino = self.assign_dir_ino(ns, &rel)?;
                 ns.add_dir(ino, parent, name, rel, false);
@@ -116,8 +132,19 @@ impl Store {
                 _ => return Ok(()),
             }
         };
-        let Some(filler) = self.filler.read().unwrap_or_else(|e| e.into_inner()).clone() else { return Ok(()) };
-        let _g = self.mover.dir_fill.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(filler) = self
+            .filler
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Ok(());
+        };
+        let _g = self
+            .mover
+            .dir_fill
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if !self.ns().dirs.get(&ino).is_some_and(|d| d.unlisted) {
             return Ok(());
         }
@@ -131,7 +158,9 @@ impl Store {
         }
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let ino = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+        let ino = self
+            .find_child(&mut ns, parent, name)?
+            .ok_or(FsError::NOENT)?;
         let attr = self.attr_locked(&mut ns, ino)?;
         self.add_lookup(&mut ns, ino, 1);
         Ok(attr)
@@ -181,7 +210,10 @@ impl Store {
                 return Err(FsError::ISDIR);
             }
             let rel = d.path.clone();
-            self.dir_tiers(&rel).into_iter().map(|t| self.tiers[t as usize].path(&rel)).collect()
+            self.dir_tiers(&rel)
+                .into_iter()
+                .map(|t| self.tiers[t as usize].path(&rel))
+                .collect()
         } else {
             let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
             match ns.file_path(ino) {
@@ -192,7 +224,12 @@ impl Store {
         if paths.is_empty() {
             // Unlinked but open: change it through the descriptor.
             let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-            let h = f.state.open_handles().into_iter().next().ok_or(FsError::NOENT)?;
+            let h = f
+                .state
+                .open_handles()
+                .into_iter()
+                .next()
+                .ok_or(FsError::NOENT)?;
             let file = h.file();
             if let Some(m) = set.mode {
                 file.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))?;
@@ -201,7 +238,10 @@ impl Store {
                 std::os::unix::fs::fchown(&*file, set.uid, set.gid)?;
             }
             if set.atime.is_some() || set.mtime.is_some() {
-                let p = PathBuf::from(format!("/proc/self/fd/{}", std::os::unix::io::AsRawFd::as_raw_fd(&*file)));
+                let p = PathBuf::from(format!(
+                    "/proc/self/fd/{}",
+                    std::os::unix::io::AsRawFd::as_raw_fd(&*file)
+                ));
                 let c = util::cpath(&p)?;
                 let times = [utime_spec(set.atime), utime_spec(set.mtime)];
                 if unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) } != 0 {
@@ -234,7 +274,11 @@ impl Store {
         let n = self.tiers.len() as u8;
         let start = match &self.cfg.placement {
             PlacementRule::FastestWithRoom => 0,
-            PlacementRule::Tier(name) => self.tiers.iter().position(|t| &t.cfg.name == name).unwrap_or(0) as u8,
+            PlacementRule::Tier(name) => self
+                .tiers
+                .iter()
+                .position(|t| &t.cfg.name == name)
+                .unwrap_or(0) as u8,
             PlacementRule::Policy => {
                 let states = self.tier_states();
                 let now = self.now();
@@ -257,7 +301,11 @@ impl Store {
 
     /// Owner for a new inode: the caller, with the group of a setgid parent.
     fn owner_for(&self, ns: &Namespace, parent: Ino, caller: Caller) -> (u32, Option<u32>) {
-        let sgid = ns.dirs.get(&parent).and_then(|d| self.dir_stat(&d.path).ok()).is_some_and(|(_, st)| st.st_mode & libc::S_ISGID != 0);
+        let sgid = ns
+            .dirs
+            .get(&parent)
+            .and_then(|d| self.dir_stat(&d.path).ok())
+            .is_some_and(|(_, st)| st.st_mode & libc::S_ISGID != 0);
         (caller.uid, if sgid { None } else { Some(caller.gid) })
     }
 
@@ -290,7 +338,10 @@ impl Store {
             let p = self.tiers[tier as usize].path(&rel);
             let file = match make(&p) {
                 Ok(f) => f,
-                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) => {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOSPC)
+                        || e.raw_os_error() == Some(libc::EDQUOT) =>
+                {
                     last_err = FsError::NOSPC;
                     continue;
                 }
@@ -318,9 +369,15 @@ impl Store {
                 pl.placed(ino, 0, tier);
                 pl.record(now, ino, Op::Create, 0, 0);
                 let rule = if tier == first {
-                    format!("created on tier {} by rule {}", self.tiers[tier as usize].cfg.name, self.cfg.placement)
+                    format!(
+                        "created on tier {} by rule {}",
+                        self.tiers[tier as usize].cfg.name, self.cfg.placement
+                    )
                 } else {
-                    format!("created on tier {} (spilled: faster tiers full)", self.tiers[tier as usize].cfg.name)
+                    format!(
+                        "created on tier {} (spilled: faster tiers full)",
+                        self.tiers[tier as usize].cfg.name
+                    )
                 };
                 pl.reasons.insert(ino, rule);
             }
@@ -333,16 +390,38 @@ impl Store {
     /// Mode bits for a new inode in `parent`: the umask applies unless the parent has a
     /// default ACL (then the backing file system derives the mode from the ACL, as POSIX
     /// says). Returns the bits and whether to set them explicitly after creation.
-    pub(crate) fn creation_mode(&self, ns: &Namespace, parent: Ino, mode: u32, umask: u32) -> (u32, bool) {
+    pub(crate) fn creation_mode(
+        &self,
+        ns: &Namespace,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+    ) -> (u32, bool) {
         let has_default_acl = ns
             .dir_path(parent)
-            .and_then(|p| self.dir_stat(p).ok().map(|(t, _)| self.tiers[t as usize].path(p)))
+            .and_then(|p| {
+                self.dir_stat(p)
+                    .ok()
+                    .map(|(t, _)| self.tiers[t as usize].path(p))
+            })
             .is_some_and(|p| util::lgetxattr(&p, OsStr::new("system.posix_acl_default")).is_ok());
-        if has_default_acl { (mode & 0o7777, false) } else { (mode & !umask & 0o7777, true) }
+        if has_default_acl {
+            (mode & 0o7777, false)
+        } else {
+            (mode & !umask & 0o7777, true)
+        }
     }
 
     /// mknod: regular files, fifos, sockets, device nodes.
-    pub fn mknod(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, rdev: u64, caller: Caller) -> FsResult<FileAttr> {
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u64,
+        caller: Caller,
+    ) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
         let (m, set) = self.creation_mode(&ns, parent, mode, umask);
@@ -350,7 +429,11 @@ impl Store {
         let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
             if fmt == libc::S_IFREG || fmt == 0 {
                 use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new().write(true).create_new(true).mode(m).open(p)?;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(m)
+                    .open(p)?;
             } else {
                 util::mknod(p, fmt | m, rdev)?;
             }
@@ -365,12 +448,31 @@ impl Store {
     }
 
     /// mkdir: on the fastest tier that holds the parent.
-    pub fn mkdir(&self, parent: Ino, name: &OsStr, mode: u32, umask: u32, caller: Caller) -> FsResult<FileAttr> {
+    pub fn mkdir(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> FsResult<FileAttr> {
+        self.fill_dir_if_stub(parent)?;
+        self.mkdir_nofill(parent, name, mode, umask, caller)
+    }
+
+    /// mkdir without consulting the stub filler (used by the filler itself).
+    pub(crate) fn mkdir_nofill(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        caller: Caller,
+    ) -> FsResult<FileAttr> {
         check_name(name)?;
         if hidden(name) {
             return Err(FsError::INVAL);
         }
-        self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
         if self.find_child(&mut ns, parent, name)?.is_some() {
             return Err(FsError::EXIST);
@@ -385,7 +487,11 @@ impl Store {
         let r = util::lchown(&p, Some(uid), gid).and_then(|_| {
             // Keep a setgid bit inherited from the parent; apply the requested bits.
             let st = util::lstat(&p)?;
-            if set { util::chmod(&p, m | (st.st_mode & libc::S_ISGID)) } else { Ok(()) }
+            if set {
+                util::chmod(&p, m | (st.st_mode & libc::S_ISGID))
+            } else {
+                Ok(())
+            }
         });
         if let Err(e) = r {
             let _ = std::fs::remove_dir(&p);
@@ -399,7 +505,13 @@ impl Store {
     }
 
     /// symlink `name` → `target`.
-    pub fn symlink(&self, parent: Ino, name: &OsStr, target: &Path, caller: Caller) -> FsResult<FileAttr> {
+    pub fn symlink(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        target: &Path,
+        caller: Caller,
+    ) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
         let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
@@ -451,7 +563,9 @@ impl Store {
     pub fn unlink(&self, parent: Ino, name: &OsStr) -> FsResult<()> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let ino = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+        let ino = self
+            .find_child(&mut ns, parent, name)?
+            .ok_or(FsError::NOENT)?;
         if ns.is_dir(ino) {
             return Err(FsError::ISDIR);
         }
@@ -488,7 +602,8 @@ impl Store {
         self.fill_dir_if_stub(parent)?;
         let ino = {
             let mut ns = self.ns();
-            self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?
+            self.find_child(&mut ns, parent, name)?
+                .ok_or(FsError::NOENT)?
         };
         self.fill_dir_if_stub(ino)?;
         let mut ns = self.ns();
@@ -532,7 +647,14 @@ impl Store {
 
     /// rename / renameat2 (NOREPLACE, EXCHANGE). Atomic in the namespace whatever tiers the
     /// two names live on; never EXDEV.
-    pub fn rename(&self, parent: Ino, name: &OsStr, newparent: Ino, newname: &OsStr, flags: u32) -> FsResult<()> {
+    pub fn rename(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        newparent: Ino,
+        newname: &OsStr,
+        flags: u32,
+    ) -> FsResult<()> {
         check_name(newname)?;
         if hidden(newname) || hidden(name) {
             return Err(FsError::INVAL);
@@ -547,7 +669,9 @@ impl Store {
         // An exchange of files on different tiers first brings them onto one tier.
         for _ in 0..4 {
             let mut ns = self.ns();
-            let src = self.find_child(&mut ns, parent, name)?.ok_or(FsError::NOENT)?;
+            let src = self
+                .find_child(&mut ns, parent, name)?
+                .ok_or(FsError::NOENT)?;
             let dst = self.find_child(&mut ns, newparent, newname)?;
             if flags & rename_flags::EXCHANGE != 0 {
                 let dst = dst.ok_or(FsError::NOENT)?;
@@ -555,7 +679,8 @@ impl Store {
                     if a.tier != b.tier {
                         let (to, size) = (a.tier, b.state.size.load(Ordering::Relaxed));
                         drop(ns);
-                        self.move_file(dst, to, "exchange with a file on another tier", size).map_err(|e| e.errno())?;
+                        self.move_file(dst, to, "exchange with a file on another tier", size)
+                            .map_err(|e| e.errno())?;
                         continue;
                     }
                 }
@@ -605,7 +730,8 @@ impl Store {
         let dparent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
         if src_dir {
             if let Some(d) = dst {
-                if !self.dir_empty(&dp)? || ns.dirs.get(&d).is_some_and(|n| !n.children.is_empty()) {
+                if !self.dir_empty(&dp)? || ns.dirs.get(&d).is_some_and(|n| !n.children.is_empty())
+                {
                     return Err(FsError::NOTEMPTY);
                 }
             }
@@ -683,9 +809,15 @@ impl Store {
                 self.after_unlink(ns, d, nlink);
             }
             None => {
-                util::renameat2(&t.path(&sp), &t.path(&dp), libc::RENAME_NOREPLACE).or_else(|e| {
-                    if e.raw_os_error() == Some(libc::EINVAL) { std::fs::rename(t.path(&sp), t.path(&dp)) } else { Err(e) }
-                })?;
+                util::renameat2(&t.path(&sp), &t.path(&dp), libc::RENAME_NOREPLACE).or_else(
+                    |e| {
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            std::fs::rename(t.path(&sp), t.path(&dp))
+                        } else {
+                            Err(e)
+                        }
+                    },
+                )?;
             }
         }
         ns.remove_name(parent, name);
@@ -702,12 +834,23 @@ impl Store {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn exchange_locked(&self, ns: &mut Namespace, parent: Ino, name: &OsStr, a: Ino, newparent: Ino, newname: &OsStr, b: Ino) -> FsResult<()> {
+    fn exchange_locked(
+        &self,
+        ns: &mut Namespace,
+        parent: Ino,
+        name: &OsStr,
+        a: Ino,
+        newparent: Ino,
+        newname: &OsStr,
+        b: Ino,
+    ) -> FsResult<()> {
         if a == b {
             return Ok(());
         }
         let (a_dir, b_dir) = (ns.is_dir(a), ns.is_dir(b));
-        if (a_dir && Self::is_ancestor(ns, a, newparent)) || (b_dir && Self::is_ancestor(ns, b, parent)) {
+        if (a_dir && Self::is_ancestor(ns, a, newparent))
+            || (b_dir && Self::is_ancestor(ns, b, parent))
+        {
             return Err(FsError::INVAL);
         }
         let ap = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
@@ -715,8 +858,10 @@ impl Store {
         let a_parent = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
         let b_parent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
         for (ti, t) in self.tiers.iter().enumerate() {
-            let ha = util::lstat_opt(&t.path(&ap))?.is_some() && (a_dir || ns.files.get(&a).is_some_and(|f| f.tier == ti as u8));
-            let hb = util::lstat_opt(&t.path(&bp))?.is_some() && (b_dir || ns.files.get(&b).is_some_and(|f| f.tier == ti as u8));
+            let ha = util::lstat_opt(&t.path(&ap))?.is_some()
+                && (a_dir || ns.files.get(&a).is_some_and(|f| f.tier == ti as u8));
+            let hb = util::lstat_opt(&t.path(&bp))?.is_some()
+                && (b_dir || ns.files.get(&b).is_some_and(|f| f.tier == ti as u8));
             match (ha, hb) {
                 (true, true) => util::renameat2(&t.path(&ap), &t.path(&bp), libc::RENAME_EXCHANGE)?,
                 (true, false) => {
@@ -732,7 +877,10 @@ impl Store {
         }
         // Swap the names in the index.
         let placeholder = OsString::from("\0kaiso-exchange");
-        for (ino, (p, n), (np, nn)) in [(a, (parent, name), (newparent, newname)), (b, (newparent, newname), (parent, name))] {
+        for (ino, (p, n), (np, nn)) in [
+            (a, (parent, name), (newparent, newname)),
+            (b, (newparent, newname), (parent, name)),
+        ] {
             if let Some(f) = ns.files.get_mut(&ino) {
                 for e in f.names.iter_mut() {
                     if e.0 == p && e.1 == n {
@@ -798,20 +946,59 @@ impl Store {
         self.dir_handles
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, Arc::new(Mutex::new(DirHandle { ino, entries, read_once: false })));
+            .insert(
+                fh,
+                Arc::new(Mutex::new(DirHandle {
+                    ino,
+                    entries,
+                    read_once: false,
+                })),
+            );
         Ok(fh)
     }
 
     fn dir_snapshot(&self, ino: Ino) -> FsResult<Vec<(DirEntry, Option<FileAttr>)>> {
         let ns = self.ns();
-        let d = ns.dirs.get(&ino).ok_or(if ns.files.contains_key(&ino) { FsError::NOTDIR } else { FsError::NOENT })?;
+        let d = ns.dirs.get(&ino).ok_or(if ns.files.contains_key(&ino) {
+            FsError::NOTDIR
+        } else {
+            FsError::NOENT
+        })?;
         let mut out = Vec::with_capacity(d.children.len() + 2);
-        out.push((DirEntry { ino, offset: 1, kind: FileKind::Dir, name: ".".into() }, None));
-        out.push((DirEntry { ino: d.parent, offset: 2, kind: FileKind::Dir, name: "..".into() }, None));
+        out.push((
+            DirEntry {
+                ino,
+                offset: 1,
+                kind: FileKind::Dir,
+                name: ".".into(),
+            },
+            None,
+        ));
+        out.push((
+            DirEntry {
+                ino: d.parent,
+                offset: 2,
+                kind: FileKind::Dir,
+                name: "..".into(),
+            },
+            None,
+        ));
         for (name, c) in &d.children {
-            let kind = if ns.is_dir(*c) { FileKind::Dir } else { ns.files.get(c).map(|f| f.kind).unwrap_or(FileKind::File) };
+            let kind = if ns.is_dir(*c) {
+                FileKind::Dir
+            } else {
+                ns.files.get(c).map(|f| f.kind).unwrap_or(FileKind::File)
+            };
             let off = out.len() as u64 + 1;
-            out.push((DirEntry { ino: *c, offset: off, kind, name: name.clone() }, None));
+            out.push((
+                DirEntry {
+                    ino: *c,
+                    offset: off,
+                    kind,
+                    name: name.clone(),
+                },
+                None,
+            ));
         }
         Ok(out)
     }
@@ -824,7 +1011,11 @@ impl Store {
             d.entries = self.dir_snapshot(d.ino)?;
         }
         d.read_once = true;
-        Ok(d.entries.iter().skip(offset as usize).map(|(e, _)| e.clone()).collect())
+        Ok(d.entries
+            .iter()
+            .skip(offset as usize)
+            .map(|(e, _)| e.clone())
+            .collect())
     }
 
     /// Like `readdir`, with attributes. Every returned entry except "." and ".." counts
@@ -847,7 +1038,10 @@ impl Store {
     }
 
     pub fn releasedir(&self, fh: u64) -> FsResult<()> {
-        self.dir_handles.lock().unwrap_or_else(|e| e.into_inner()).remove(&fh);
+        self.dir_handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh);
         Ok(())
     }
 
@@ -861,7 +1055,12 @@ impl Store {
     }
 
     fn dir_handle(&self, fh: u64) -> FsResult<Arc<Mutex<DirHandle>>> {
-        self.dir_handles.lock().unwrap_or_else(|e| e.into_inner()).get(&fh).cloned().ok_or(FsError::BADF)
+        self.dir_handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&fh)
+            .cloned()
+            .ok_or(FsError::BADF)
     }
 
     /// File system totals: capacities and room summed over the tiers (each tier also
@@ -882,7 +1081,16 @@ impl Store {
             blocks += t.capacity() / bsize;
             bfree += t.free().min(real_free) / bsize;
         }
-        Ok(StatFs { blocks, bfree, bavail: bfree, files, ffree, bsize: bsize as u32, namelen: 255, frsize: bsize as u32 })
+        Ok(StatFs {
+            blocks,
+            bfree,
+            bavail: bfree,
+            files,
+            ffree,
+            bsize: bsize as u32,
+            namelen: 255,
+            frsize: bsize as u32,
+        })
     }
 
     /// Backing paths an xattr operation applies to (all copies for directories).
@@ -890,7 +1098,11 @@ impl Store {
         let ns = self.ns();
         if let Some(d) = ns.dirs.get(&ino) {
             let rel = d.path.clone();
-            return Ok(self.dir_tiers(&rel).into_iter().map(|t| self.tiers[t as usize].path(&rel)).collect());
+            return Ok(self
+                .dir_tiers(&rel)
+                .into_iter()
+                .map(|t| self.tiers[t as usize].path(&rel))
+                .collect());
         }
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
@@ -935,7 +1147,10 @@ impl Store {
     /// access(2) check by mode bits (faces using kernel default_permissions rarely need it).
     pub fn access(&self, ino: Ino, mask: i32, caller: Caller) -> FsResult<()> {
         let a = self.getattr(ino, None)?;
-        if mask == libc::F_OK || caller.uid == 0 && (mask & libc::X_OK == 0 || a.perm & 0o111 != 0 || a.kind == FileKind::Dir) {
+        if mask == libc::F_OK
+            || caller.uid == 0
+                && (mask & libc::X_OK == 0 || a.perm & 0o111 != 0 || a.kind == FileKind::Dir)
+        {
             return Ok(());
         }
         let perm = a.perm as i32;
@@ -946,18 +1161,35 @@ impl Store {
         } else {
             perm & 7
         };
-        if bits & mask == mask { Ok(()) } else { Err(FsError::ACCES) }
+        if bits & mask == mask {
+            Ok(())
+        } else {
+            Err(FsError::ACCES)
+        }
     }
 }
 
 fn utime_spec(t: Option<TimeSet>) -> libc::timespec {
     match t {
-        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        Some(TimeSet::Now) => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(TimeSet::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
         Some(TimeSet::At(t)) => util::timespec_of(t),
     }
 }
 
 fn unreachable_node(ino: Ino, tier: u8) -> FileNode {
-    FileNode { kind: FileKind::File, tier, bino: 0, names: Vec::new(), state: FileState::new(ino, tier, 0), lookups: 0 }
+    FileNode {
+        kind: FileKind::File,
+        tier,
+        bino: 0,
+        names: Vec::new(),
+        state: FileState::new(ino, tier, 0),
+        lookups: 0,
+    }
 }

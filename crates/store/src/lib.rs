@@ -5,10 +5,10 @@
 
 pub mod config;
 pub mod control;
+mod dataops;
 mod db;
 pub mod emulate;
 pub mod error;
-mod dataops;
 mod fsops;
 mod handles;
 pub mod metrics;
@@ -27,8 +27,14 @@ mod util;
 
 pub use config::{ConfigError, DeviceKind, MoverConfig, PlacementRule, StoreConfig, TierConfig};
 pub use error::{FsError, FsResult};
-pub use operator::{Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus, TierStatus};
 pub use mover::{Background, MoveError};
+pub use operator::{
+    Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus,
+    TierStatus,
+};
 pub use store::{FailPoint, JobId, OpenError, Store};
 pub use stub::{StubEntry, StubFiller, StubState};
-pub use types::{Caller, DirEntry, Fh, FileAttr, FileKind, Ino, Opened, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags};
+pub use types::{
+    Caller, DirEntry, Fh, FileAttr, FileKind, Ino, Opened, ROOT_INO, SetAttr, StatFs, TimeSet,
+    rename_flags,
+};

@@ -17,19 +17,77 @@ pub fn render(store: &Store) -> String {
         }
     };
     let per_tier = |f: &dyn Fn(&crate::TierStatus) -> f64| -> Vec<(String, f64)> {
-        s.tiers.iter().map(|t| (format!("{{tier=\"{}\"}}", t.name), f(t))).collect()
+        s.tiers
+            .iter()
+            .map(|t| (format!("{{tier=\"{}\"}}", t.name), f(t)))
+            .collect()
     };
-    metric("kaiso_tier_used_bytes", "Bytes of file data on the tier", "gauge", per_tier(&|t| t.used as f64));
-    metric("kaiso_tier_capacity_bytes", "Hard capacity of the tier", "gauge", per_tier(&|t| t.capacity as f64));
-    metric("kaiso_tier_accesses_total", "Read and write requests served by the tier", "counter", per_tier(&|t| t.accesses as f64));
-    metric("kaiso_tier_busy_ratio", "Foreground utilisation of the tier's (emulated) device", "gauge", per_tier(&|t| t.busy));
-    metric("kaiso_mover_moved_files_total", "Files moved", "counter", vec![(String::new(), s.mover.moved_files as f64)]);
-    metric("kaiso_mover_moved_bytes_total", "Bytes moved", "counter", vec![(String::new(), s.mover.moved_bytes as f64)]);
-    metric("kaiso_mover_failed_total", "Planned moves not carried out", "counter", vec![(String::new(), s.mover.failed_moves as f64)]);
-    metric("kaiso_mover_queued_files", "Moves waiting in the current plan", "gauge", vec![(String::new(), s.mover.queued_files as f64)]);
-    metric("kaiso_mover_rate_bytes", "Mover throughput over the last interval, bytes/s", "gauge", vec![(String::new(), s.mover.rate)]);
-    metric("kaiso_ops_total", "File operations served", "counter", vec![(String::new(), store.ops.load(Ordering::Relaxed) as f64)]);
-    metric("kaiso_files", "Files in the namespace", "gauge", vec![(String::new(), s.files as f64)]);
+    metric(
+        "kaiso_tier_used_bytes",
+        "Bytes of file data on the tier",
+        "gauge",
+        per_tier(&|t| t.used as f64),
+    );
+    metric(
+        "kaiso_tier_capacity_bytes",
+        "Hard capacity of the tier",
+        "gauge",
+        per_tier(&|t| t.capacity as f64),
+    );
+    metric(
+        "kaiso_tier_accesses_total",
+        "Read and write requests served by the tier",
+        "counter",
+        per_tier(&|t| t.accesses as f64),
+    );
+    metric(
+        "kaiso_tier_busy_ratio",
+        "Foreground utilisation of the tier's (emulated) device",
+        "gauge",
+        per_tier(&|t| t.busy),
+    );
+    metric(
+        "kaiso_mover_moved_files_total",
+        "Files moved",
+        "counter",
+        vec![(String::new(), s.mover.moved_files as f64)],
+    );
+    metric(
+        "kaiso_mover_moved_bytes_total",
+        "Bytes moved",
+        "counter",
+        vec![(String::new(), s.mover.moved_bytes as f64)],
+    );
+    metric(
+        "kaiso_mover_failed_total",
+        "Planned moves not carried out",
+        "counter",
+        vec![(String::new(), s.mover.failed_moves as f64)],
+    );
+    metric(
+        "kaiso_mover_queued_files",
+        "Moves waiting in the current plan",
+        "gauge",
+        vec![(String::new(), s.mover.queued_files as f64)],
+    );
+    metric(
+        "kaiso_mover_rate_bytes",
+        "Mover throughput over the last interval, bytes/s",
+        "gauge",
+        vec![(String::new(), s.mover.rate)],
+    );
+    metric(
+        "kaiso_ops_total",
+        "File operations served",
+        "counter",
+        vec![(String::new(), store.ops.load(Ordering::Relaxed) as f64)],
+    );
+    metric(
+        "kaiso_files",
+        "Files in the namespace",
+        "gauge",
+        vec![(String::new(), s.files as f64)],
+    );
     o
 }
 

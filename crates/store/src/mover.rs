@@ -10,6 +10,9 @@
 //! redirected). Files handed to the kernel for passthrough move only once those handles
 //! are closed, since the kernel then writes to the backing file directly.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use crate::db::JournalRow;
 use crate::error::FsError;
 use crate::operator::JobProgress;
@@ -34,7 +37,10 @@ pub struct MoveError {
 
 impl MoveError {
     fn new(errno: FsError, message: impl Into<String>) -> MoveError {
-        MoveError { errno, message: message.into() }
+        MoveError {
+            errno,
+            message: message.into(),
+        }
     }
     pub fn errno(&self) -> FsError {
         self.errno
@@ -51,7 +57,14 @@ impl std::error::Error for MoveError {}
 
 impl From<std::io::Error> for MoveError {
     fn from(e: std::io::Error) -> MoveError {
-        MoveError::new(FsError::from(e.raw_os_error().map(std::io::Error::from_raw_os_error).unwrap_or(e)), "I/O error")
+        MoveError::new(
+            FsError::from(
+                e.raw_os_error()
+                    .map(std::io::Error::from_raw_os_error)
+                    .unwrap_or(e),
+            ),
+            "I/O error",
+        )
     }
 }
 
@@ -87,7 +100,10 @@ struct MoveSlot<'a>(&'a Mutex<HashSet<Ino>>, Ino);
 
 impl Drop for MoveSlot<'_> {
     fn drop(&mut self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.1);
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.1);
     }
 }
 
@@ -116,7 +132,9 @@ fn parent_of(p: &Path) -> PathBuf {
 pub(crate) fn reason_text(r: MoveReason) -> &'static str {
     match r {
         MoveReason::Promote => "promoted: hot enough for a faster tier",
-        MoveReason::DemoteOverWatermark => "demoted: cold while its tier was above the high watermark",
+        MoveReason::DemoteOverWatermark => {
+            "demoted: cold while its tier was above the high watermark"
+        }
         MoveReason::Spike => "promoted: load spike on a slow tier",
         MoveReason::SpikeOver => "demoted: spike over",
         MoveReason::Prefetch => "promoted: prefetched with a hot unit",
@@ -128,20 +146,35 @@ pub(crate) fn reason_text(r: MoveReason) -> &'static str {
 impl Store {
     fn fail_at(&self, fp: FailPoint) -> Result<(), MoveError> {
         if *self.fail.lock().unwrap_or_else(|e| e.into_inner()) == Some(fp) {
-            return Err(MoveError::new(FsError::IO, format!("injected failure {fp:?}")));
+            return Err(MoveError::new(
+                FsError::IO,
+                format!("injected failure {fp:?}"),
+            ));
         }
         Ok(())
     }
 
     /// Copy `src` into `dst` (same size, holes kept); returns the crc32c of the data.
-    fn copy_data(&self, ino: Ino, from: u8, to: u8, src: &File, dst: &File, background: bool) -> Result<(u64, u32), MoveError> {
+    fn copy_data(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        src: &File,
+        dst: &File,
+        background: bool,
+    ) -> Result<(u64, u32), MoveError> {
         let size = util::fstat(src)?.st_size as u64;
         dst.set_len(0)?;
         dst.set_len(size)?;
         let extents = util::data_extents(src, size)?;
         let mut buf = vec![0u8; 1 << 20];
         let mut crc = 0u32;
-        let mut pacer = Pacer { start: Instant::now(), bytes: 0, rate: self.cfg.mover.max_rate };
+        let mut pacer = Pacer {
+            start: Instant::now(),
+            bytes: 0,
+            rate: self.cfg.mover.max_rate,
+        };
         for &(s, e) in &extents {
             let mut pos = s;
             while pos < e {
@@ -168,7 +201,9 @@ impl Store {
     fn wait_not_busy(&self, from: u8, to: u8) {
         let limit = self.cfg.mover.busy_backoff;
         for _ in 0..100 {
-            let busy = self.tiers[from as usize].busy().max(self.tiers[to as usize].busy());
+            let busy = self.tiers[from as usize]
+                .busy()
+                .max(self.tiers[to as usize].busy());
             if busy <= limit || self.stopping() {
                 self.mover.backing_off.store(false, Ordering::Relaxed);
                 return;
@@ -184,14 +219,20 @@ impl Store {
     /// names than the link count, e.g. links made directly in the tier directory).
     fn link_group(&self, tier: u8, bino: u64, known: Vec<PathBuf>) -> Vec<PathBuf> {
         let root = &self.tiers[tier as usize].root;
-        let nlink = known.first().and_then(|p| util::lstat(&root.join(p)).ok()).map(|s| s.st_nlink as usize).unwrap_or(1);
+        let nlink = known
+            .first()
+            .and_then(|p| util::lstat(&root.join(p)).ok())
+            .map(|s| s.st_nlink as usize)
+            .unwrap_or(1);
         if nlink <= known.len() {
             return known;
         }
         let mut found = Vec::new();
         let mut stack = vec![PathBuf::new()];
         while let Some(rel) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(root.join(&rel)) else { continue };
+            let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
+                continue;
+            };
             for e in rd.flatten() {
                 let child = rel.join(e.file_name());
                 let Ok(ft) = e.file_type() else { continue };
@@ -209,22 +250,43 @@ impl Store {
     }
 
     /// Move file `ino` (with all its hard links) to tier `to`. Returns bytes moved.
-    pub(crate) fn move_file(&self, ino: Ino, to: u8, reason: &str, _size_hint: u64) -> Result<u64, MoveError> {
+    pub(crate) fn move_file(
+        &self,
+        ino: Ino,
+        to: u8,
+        reason: &str,
+        _size_hint: u64,
+    ) -> Result<u64, MoveError> {
         self.move_file_inner(ino, to, reason, false)
     }
 
-    pub(crate) fn move_file_inner(&self, ino: Ino, to: u8, reason: &str, background: bool) -> Result<u64, MoveError> {
+    pub(crate) fn move_file_inner(
+        &self,
+        ino: Ino,
+        to: u8,
+        reason: &str,
+        background: bool,
+    ) -> Result<u64, MoveError> {
         if to as usize >= self.tiers.len() {
             return Err(MoveError::new(FsError::INVAL, "no such tier"));
         }
-        if !self.mover.moving.lock().unwrap_or_else(|e| e.into_inner()).insert(ino) {
+        if !self
+            .mover
+            .moving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ino)
+        {
             return Err(MoveError::new(FsError::BUSY, "already being moved"));
         }
         let _slot = MoveSlot(&self.mover.moving, ino);
         // 1. What to move.
         let (from, bino, state, names, src) = {
             let ns = self.ns();
-            let f = ns.files.get(&ino).ok_or_else(|| MoveError::new(FsError::NOENT, "no such file"))?;
+            let f = ns
+                .files
+                .get(&ino)
+                .ok_or_else(|| MoveError::new(FsError::NOENT, "no such file"))?;
             if f.kind != FileKind::File {
                 return Err(MoveError::new(FsError::INVAL, "only regular files move"));
             }
@@ -232,22 +294,49 @@ impl Store {
                 return Ok(0);
             }
             let names = ns.file_paths(ino);
-            let first = names.first().ok_or_else(|| MoveError::new(FsError::NOENT, "file has no name"))?.clone();
+            let first = names
+                .first()
+                .ok_or_else(|| MoveError::new(FsError::NOENT, "file has no name"))?
+                .clone();
             let src = File::open(self.tiers[f.tier as usize].path(&first))?;
             (f.tier, f.bino, f.state.clone(), names, src)
         };
         if state.passthrough_open.load(Ordering::SeqCst) > 0 {
-            return Err(MoveError::new(FsError::BUSY, "open with kernel passthrough; moves when closed"));
+            return Err(MoveError::new(
+                FsError::BUSY,
+                "open with kernel passthrough; moves when closed",
+            ));
         }
-        if state.stub.lock().map(|s| s.as_ref().is_some_and(|s| !s.is_complete())).unwrap_or(true) {
-            return Err(MoveError::new(FsError::BUSY, "migration stub not fully fetched"));
+        if state
+            .stub
+            .lock()
+            .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
+            .unwrap_or(true)
+        {
+            return Err(MoveError::new(
+                FsError::BUSY,
+                "migration stub not fully fetched",
+            ));
         }
         let names = self.link_group(from, bino, names);
         let size = state.size.load(Ordering::Acquire);
         let (ft, tt) = (&self.tiers[from as usize], &self.tiers[to as usize]);
         // Reserve room on the destination first: its hard capacity is never passed.
-        if tt.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| if u + size <= tt.capacity() { Some(u + size) } else { None }).is_err() {
-            return Err(MoveError::new(FsError::NOSPC, format!("tier {} has no room", tt.cfg.name)));
+        if tt
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                if u + size <= tt.capacity() {
+                    Some(u + size)
+                } else {
+                    None
+                }
+            })
+            .is_err()
+        {
+            return Err(MoveError::new(
+                FsError::NOSPC,
+                format!("tier {} has no room", tt.cfg.name),
+            ));
         }
         let unreserve = |n: u64| tt.add_used(-(n as i64));
         // 2. Journal.
@@ -280,7 +369,12 @@ impl Store {
             e
         };
         // 3. Copy, sync, verify (without blocking the file's users).
-        let dst = match std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&tmp_path) {
+        let dst = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp_path)
+        {
             Ok(f) => f,
             Err(e) => return Err(cleanup(e.into())),
         };
@@ -316,17 +410,26 @@ impl Store {
             if now_names.is_empty() {
                 drop(_gate);
                 drop(ns);
-                return Err(cleanup(MoveError::new(FsError::NOENT, "file was removed during the move")));
+                return Err(cleanup(MoveError::new(
+                    FsError::NOENT,
+                    "file was removed during the move",
+                )));
             }
-            if now_names != names { self.link_group(from, bino, now_names) } else { names }
+            if now_names != names {
+                self.link_group(from, bino, now_names)
+            } else {
+                names
+            }
         };
         let size = if state.write_gen.load(Ordering::Acquire) != gen0 {
             // Written during the copy: copy again while the gate holds writers off.
-            let r = self.copy_data(ino, from, to, &src, &dst, false).and_then(|(sz, crc)| {
-                dst.sync_all()?;
-                verify(&dst, crc)?;
-                Ok(sz)
-            });
+            let r = self
+                .copy_data(ino, from, to, &src, &dst, false)
+                .and_then(|(sz, crc)| {
+                    dst.sync_all()?;
+                    verify(&dst, crc)?;
+                    Ok(sz)
+                });
             match r {
                 Ok(sz) => {
                     if sz != size {
@@ -374,7 +477,10 @@ impl Store {
             // Roll back names created on the destination.
             for n in &names {
                 let p = tt.path(n);
-                if util::lstat(&p).map(|s| s.st_ino == dst_bino).unwrap_or(false) {
+                if util::lstat(&p)
+                    .map(|s| s.st_ino == dst_bino)
+                    .unwrap_or(false)
+                {
                     let _ = std::fs::remove_file(p);
                 }
             }
@@ -385,14 +491,20 @@ impl Store {
         self.fail_at(FailPoint::AfterRename)?;
         let slot = ns.set_file_location(ino, to, dst_bino);
         let natural = ((slot as u64) << crate::namespace::SLOT_SHIFT) | dst_bino;
-        let remap = if natural != ino { Some((slot, dst_bino, ino)) } else { None };
+        let remap = if natural != ino {
+            Some((slot, dst_bino, ino))
+        } else {
+            None
+        };
         self.db().journal_switch(id, &names, remap, ino)?;
         self.fail_at(FailPoint::AfterSwitch)?;
         // Redirect open handles to the new copy.
         for h in state.open_handles() {
             match crate::dataops::open_backing(&tt.path(&names[0]), h.flags) {
                 Ok(f) => *h.file.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(f),
-                Err(e) => tracing::error!(ino, error = %e, "cannot reopen a handle on the new copy; it keeps the old one"),
+                Err(e) => {
+                    tracing::error!(ino, error = %e, "cannot reopen a handle on the new copy; it keeps the old one")
+                }
             }
         }
         if let Some(f) = ns.files.get_mut(&ino) {
@@ -422,7 +534,10 @@ impl Store {
         {
             let mut pl = self.placer();
             pl.placed(ino, size, to);
-            pl.reasons.insert(ino, format!("{reason} (tier {} → {})", ft.cfg.name, tt.cfg.name));
+            pl.reasons.insert(
+                ino,
+                format!("{reason} (tier {} → {})", ft.cfg.name, tt.cfg.name),
+            );
         }
         self.mover.moved_files.fetch_add(1, Ordering::Relaxed);
         self.mover.moved_bytes.fetch_add(size, Ordering::Relaxed);
@@ -446,7 +561,10 @@ impl Store {
     fn background_loop(&self, stop: &AtomicBool) {
         let interval = Duration::from_millis(self.cfg.mover.interval_ms);
         let mut last_ckpt = Instant::now();
-        let mut last_rate = (Instant::now(), self.mover.moved_bytes.load(Ordering::Relaxed));
+        let mut last_rate = (
+            Instant::now(),
+            self.mover.moved_bytes.load(Ordering::Relaxed),
+        );
         while !stop.load(Ordering::SeqCst) && !self.stopping() {
             let t0 = Instant::now();
             while t0.elapsed() < interval {
@@ -463,7 +581,8 @@ impl Store {
             }
             let moved = self.mover.moved_bytes.load(Ordering::Relaxed);
             let secs = last_rate.0.elapsed().as_secs_f64().max(1e-3);
-            *self.mover.rate.lock().unwrap_or_else(|e| e.into_inner()) = (moved - last_rate.1) as f64 / secs;
+            *self.mover.rate.lock().unwrap_or_else(|e| e.into_inner()) =
+                (moved - last_rate.1) as f64 / secs;
             last_rate = (Instant::now(), moved);
             if last_ckpt.elapsed() >= Duration::from_millis(self.cfg.mover.checkpoint_ms) {
                 if let Err(e) = self.checkpoint() {
@@ -484,9 +603,15 @@ impl Store {
             self.mover.backing_off.store(false, Ordering::Relaxed);
         }
         let now = self.now();
-        let plan = self.placer().plan(now, &states, self.cfg.mover.max_plan_bytes);
-        self.mover.queued_files.store(plan.len() as u64, Ordering::Relaxed);
-        self.mover.queued_bytes.store(plan.iter().map(|m| m.bytes).sum(), Ordering::Relaxed);
+        let plan = self
+            .placer()
+            .plan(now, &states, self.cfg.mover.max_plan_bytes);
+        self.mover
+            .queued_files
+            .store(plan.len() as u64, Ordering::Relaxed);
+        self.mover
+            .queued_bytes
+            .store(plan.iter().map(|m| m.bytes).sum(), Ordering::Relaxed);
         let mut moved = 0;
         for m in plan {
             if stop.load(Ordering::SeqCst) || self.stopping() {
@@ -494,14 +619,23 @@ impl Store {
             }
             let r = self.move_file_inner(m.object, m.to, reason_text(m.reason), true);
             self.mover.queued_files.fetch_sub(1, Ordering::Relaxed);
-            let _ = self.mover.queued_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| Some(b.saturating_sub(m.bytes)));
+            let _ =
+                self.mover
+                    .queued_bytes
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                        Some(b.saturating_sub(m.bytes))
+                    });
             match r {
                 Ok(n) => moved += n,
                 Err(e) => {
                     self.mover.failed.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(ino = m.object, error = %e, "planned move skipped");
                     // Tell the policy where the object really is, so it does not re-plan blindly.
-                    let cur = self.ns().files.get(&m.object).map(|f| (f.tier, f.state.size.load(Ordering::Relaxed)));
+                    let cur = self
+                        .ns()
+                        .files
+                        .get(&m.object)
+                        .map(|f| (f.tier, f.state.size.load(Ordering::Relaxed)));
                     match cur {
                         Some((t, s)) => self.placer().placed(m.object, s, t),
                         None => self.placer().forget(m.object),
@@ -531,7 +665,12 @@ impl Drop for Background {
 /// Finish or roll back one journal row left by a crash.
 pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
     let tiers = &store.tiers;
-    let ino_at = |tier: u8, p: &Path| tiers.get(tier as usize).and_then(|t| util::lstat(&t.path(p)).ok()).map(|s| s.st_ino);
+    let ino_at = |tier: u8, p: &Path| {
+        tiers
+            .get(tier as usize)
+            .and_then(|t| util::lstat(&t.path(p)).ok())
+            .map(|s| s.st_ino)
+    };
     match row.kind.as_str() {
         "move" => {
             let (from, to) = (row.from_tier, row.to_tier);
@@ -549,7 +688,10 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
             } else {
                 // Not switched: the source is authoritative; remove destination names.
                 for n in &row.names {
-                    if row.dst_bino != 0 && ino_at(to, n) == Some(row.dst_bino) && ino_at(from, n) == Some(row.src_bino) {
+                    if row.dst_bino != 0
+                        && ino_at(to, n) == Some(row.dst_bino)
+                        && ino_at(from, n) == Some(row.src_bino)
+                    {
                         let _ = std::fs::remove_file(tiers[to as usize].path(n));
                     }
                 }
@@ -558,7 +700,9 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
         }
         "replace" => {
             if let Some(n) = row.names.first() {
-                if ino_at(row.to_tier, n) == Some(row.dst_bino) && ino_at(row.from_tier, n) == Some(row.src_bino) {
+                if ino_at(row.to_tier, n) == Some(row.dst_bino)
+                    && ino_at(row.from_tier, n) == Some(row.src_bino)
+                {
                     let _ = std::fs::remove_file(tiers[row.from_tier as usize].path(n));
                 }
             }

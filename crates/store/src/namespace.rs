@@ -66,7 +66,13 @@ impl Namespace {
         let mut dirs = HashMap::new();
         dirs.insert(
             ROOT_INO,
-            DirNode { path: PathBuf::new(), parent: ROOT_INO, children: BTreeMap::new(), unlisted: false, lookups: 1 },
+            DirNode {
+                path: PathBuf::new(),
+                parent: ROOT_INO,
+                children: BTreeMap::new(),
+                unlisted: false,
+                lookups: 1,
+            },
         );
         let mut dir_ids = HashMap::new();
         dir_ids.insert(PathBuf::new(), ROOT_INO);
@@ -123,7 +129,13 @@ impl Namespace {
 
     /// Store-relative path of a child.
     pub fn child_path(&self, parent: Ino, name: &OsStr) -> Option<PathBuf> {
-        self.dir_path(parent).map(|p| if p.as_os_str().is_empty() { PathBuf::from(name) } else { p.join(name) })
+        self.dir_path(parent).map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(name)
+            } else {
+                p.join(name)
+            }
+        })
     }
 
     /// A usable path of a file (its first name).
@@ -136,7 +148,11 @@ impl Namespace {
     /// All paths of a file (link group).
     pub fn file_paths(&self, ino: Ino) -> Vec<PathBuf> {
         match self.files.get(&ino) {
-            Some(f) => f.names.iter().filter_map(|(p, n)| self.child_path(*p, n)).collect(),
+            Some(f) => f
+                .names
+                .iter()
+                .filter_map(|(p, n)| self.child_path(*p, n))
+                .collect(),
             None => Vec::new(),
         }
     }
@@ -160,14 +176,29 @@ impl Namespace {
     /// Add a directory node (its path must be new).
     pub fn add_dir(&mut self, ino: Ino, parent: Ino, name: &OsStr, path: PathBuf, unlisted: bool) {
         self.dir_ids.insert(path.clone(), ino);
-        self.dirs.insert(ino, DirNode { path, parent, children: BTreeMap::new(), unlisted, lookups: 0 });
+        self.dirs.insert(
+            ino,
+            DirNode {
+                path,
+                parent,
+                children: BTreeMap::new(),
+                unlisted,
+                lookups: 0,
+            },
+        );
         if let Some(p) = self.dirs.get_mut(&parent) {
             p.children.insert(name.to_os_string(), ino);
         }
     }
 
     /// Add a name for a file (creating the node if new).
-    pub fn add_file_name(&mut self, ino: Ino, parent: Ino, name: &OsStr, make: impl FnOnce() -> FileNode) {
+    pub fn add_file_name(
+        &mut self,
+        ino: Ino,
+        parent: Ino,
+        name: &OsStr,
+        make: impl FnOnce() -> FileNode,
+    ) {
         let f = self.files.entry(ino).or_insert_with(make);
         if !f.names.iter().any(|(p, n)| *p == parent && n == name) {
             f.names.push((parent, name.to_os_string()));
@@ -195,13 +226,27 @@ impl Namespace {
 
     /// A directory moved: rewrite its path and every descendant's.
     pub fn rename_dir(&mut self, ino: Ino, new_parent: Ino, new_name: &OsStr) {
-        let Some(old) = self.dirs.get(&ino).map(|d| d.path.clone()) else { return };
-        let newp = self.child_path(new_parent, new_name).unwrap_or_else(|| PathBuf::from(new_name));
+        let Some(old) = self.dirs.get(&ino).map(|d| d.path.clone()) else {
+            return;
+        };
+        let newp = self
+            .child_path(new_parent, new_name)
+            .unwrap_or_else(|| PathBuf::from(new_name));
         let mut stack = vec![ino];
         while let Some(i) = stack.pop() {
-            let Some(d) = self.dirs.get_mut(&i) else { continue };
-            let rest = d.path.strip_prefix(&old).map(|r| r.to_path_buf()).unwrap_or_default();
-            let np = if rest.as_os_str().is_empty() { newp.clone() } else { newp.join(rest) };
+            let Some(d) = self.dirs.get_mut(&i) else {
+                continue;
+            };
+            let rest = d
+                .path
+                .strip_prefix(&old)
+                .map(|r| r.to_path_buf())
+                .unwrap_or_default();
+            let np = if rest.as_os_str().is_empty() {
+                newp.clone()
+            } else {
+                newp.join(rest)
+            };
             self.dir_ids.remove(&d.path);
             d.path = np.clone();
             self.dir_ids.insert(np, i);

@@ -1,7 +1,10 @@
 //! The operator API: status, where, explain, pins, manual promote/demote jobs, fsck.
 
 use crate::error::FsError;
-use crate::operator::{Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus, TierStatus};
+use crate::operator::{
+    Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus,
+    TierStatus,
+};
 use crate::store::{JobId, Store};
 use crate::types::{FileKind, Ino};
 use std::path::Path;
@@ -23,7 +26,11 @@ fn kind_name(k: FileKind) -> &'static str {
 impl Store {
     /// Per-tier usage and accesses, mover state.
     pub fn status(&self) -> StoreStatus {
-        let total: u64 = self.tiers.iter().map(|t| t.accesses.load(Ordering::Relaxed)).sum();
+        let total: u64 = self
+            .tiers
+            .iter()
+            .map(|t| t.accesses.load(Ordering::Relaxed))
+            .sum();
         let tiers = self
             .tiers
             .iter()
@@ -37,7 +44,11 @@ impl Store {
                     high_watermark: t.cfg.high_watermark,
                     low_watermark: t.cfg.low_watermark,
                     accesses: a,
-                    access_share: if total == 0 { 0.0 } else { a as f64 / total as f64 },
+                    access_share: if total == 0 {
+                        0.0
+                    } else {
+                        a as f64 / total as f64
+                    },
                     busy: t.busy(),
                     device: t.emu.as_ref().map(|e| e.kind().to_string()),
                 }
@@ -70,7 +81,11 @@ impl Store {
     /// Which tier(s) hold `rel`.
     pub fn where_is(&self, rel: &Path) -> Result<Placement, FsError> {
         let ino = self.resolve(rel)?;
-        let pin = self.placer().pins.get(&ino).map(|t| self.tiers[*t as usize].cfg.name.clone());
+        let pin = self
+            .placer()
+            .pins
+            .get(&ino)
+            .map(|t| self.tiers[*t as usize].cfg.name.clone());
         let ns = self.ns();
         if let Some(d) = ns.dirs.get(&ino) {
             let path = d.path.clone();
@@ -79,8 +94,14 @@ impl Store {
             return Ok(Placement {
                 ino,
                 kind: "directory".into(),
-                tiers: tiers.iter().map(|t| self.tiers[*t as usize].cfg.name.clone()).collect(),
-                backing_path: tiers.first().map(|t| self.tiers[*t as usize].path(&path).display().to_string()).unwrap_or_default(),
+                tiers: tiers
+                    .iter()
+                    .map(|t| self.tiers[*t as usize].cfg.name.clone())
+                    .collect(),
+                backing_path: tiers
+                    .first()
+                    .map(|t| self.tiers[*t as usize].path(&path).display().to_string())
+                    .unwrap_or_default(),
                 size: 0,
                 pinned: pin,
             });
@@ -111,15 +132,24 @@ impl Store {
             Some(r) => r,
             None => match self.db().reason(ino).ok().flatten() {
                 Some(r) => r,
-                None if placement.kind == "directory" => "directories exist on every tier that holds something below them".into(),
-                None => format!("found on tier {} (created before this mount, or adopted)", placement.tiers.join(",")),
+                None if placement.kind == "directory" => {
+                    "directories exist on every tier that holds something below them".into()
+                }
+                None => format!(
+                    "found on tier {} (created before this mount, or adopted)",
+                    placement.tiers.join(",")
+                ),
             },
         };
         let rule = match &placement.pinned {
             Some(t) => format!("{rule}; pinned to tier {t}"),
             None => rule,
         };
-        Ok(Explanation { placement, rule, policy })
+        Ok(Explanation {
+            placement,
+            rule,
+            policy,
+        })
     }
 
     /// Files a path names: the file itself, or (recursive) every file below a directory.
@@ -130,19 +160,32 @@ impl Store {
             if !recursive {
                 return Err(FsError::ISDIR);
             }
-            Ok(ns.files_under(ino).into_iter().filter(|i| ns.files.get(i).is_some_and(|f| f.kind == FileKind::File)).collect())
+            Ok(ns
+                .files_under(ino)
+                .into_iter()
+                .filter(|i| ns.files.get(i).is_some_and(|f| f.kind == FileKind::File))
+                .collect())
         } else {
             Ok(vec![ino])
         }
     }
 
     fn tier_index(&self, name: &str) -> Result<u8, FsError> {
-        self.tiers.iter().position(|t| t.cfg.name == name).map(|i| i as u8).ok_or(FsError::INVAL)
+        self.tiers
+            .iter()
+            .position(|t| t.cfg.name == name)
+            .map(|i| i as u8)
+            .ok_or(FsError::INVAL)
     }
 
     /// Pin files to `tier` (None: the tier each is on now). Returns how many were pinned.
     /// A pinned file on another tier is moved there by a job (see `job_progress`).
-    pub fn pin(self: &Arc<Self>, rel: &Path, tier: Option<&str>, recursive: bool) -> Result<(u64, Option<JobId>), FsError> {
+    pub fn pin(
+        self: &Arc<Self>,
+        rel: &Path,
+        tier: Option<&str>,
+        recursive: bool,
+    ) -> Result<(u64, Option<JobId>), FsError> {
         let files = self.targets(rel, recursive)?;
         let want = match tier {
             Some(n) => Some(self.tier_index(n)?),
@@ -152,7 +195,10 @@ impl Store {
         for ino in &files {
             let (cur, path) = {
                 let ns = self.ns();
-                (ns.files.get(ino).map(|f| f.tier).unwrap_or(0), ns.file_path(*ino).unwrap_or_default())
+                (
+                    ns.files.get(ino).map(|f| f.tier).unwrap_or(0),
+                    ns.file_path(*ino).unwrap_or_default(),
+                )
             };
             let t = want.unwrap_or(cur);
             self.placer().pin(*ino, Some(t));
@@ -161,7 +207,11 @@ impl Store {
                 to_move.push((*ino, t));
             }
         }
-        let job = if to_move.is_empty() { None } else { Some(self.spawn_job(to_move, "pinned by an operator")) };
+        let job = if to_move.is_empty() {
+            None
+        } else {
+            Some(self.spawn_job(to_move, "pinned by an operator"))
+        };
         Ok((files.len() as u64, job))
     }
 
@@ -180,7 +230,13 @@ impl Store {
     }
 
     /// Start moving files one tier faster/slower (or to `tier`). Poll `job_progress`.
-    pub fn start_move(self: &Arc<Self>, rel: &Path, dir: Direction, tier: Option<&str>, recursive: bool) -> Result<JobId, FsError> {
+    pub fn start_move(
+        self: &Arc<Self>,
+        rel: &Path,
+        dir: Direction,
+        tier: Option<&str>,
+        recursive: bool,
+    ) -> Result<JobId, FsError> {
         let files = self.targets(rel, recursive)?;
         let target = match tier {
             Some(n) => Some(self.tier_index(n)?),
@@ -191,7 +247,9 @@ impl Store {
         {
             let ns = self.ns();
             for ino in files {
-                let Some(f) = ns.files.get(&ino) else { continue };
+                let Some(f) = ns.files.get(&ino) else {
+                    continue;
+                };
                 let to = match (target, dir) {
                     (Some(t), _) => t,
                     (None, Direction::Promote) => f.tier.saturating_sub(1),
@@ -213,12 +271,29 @@ impl Store {
         let id = self.mover.next_job.fetch_add(1, Ordering::Relaxed) + 1;
         let bytes_total = {
             let ns = self.ns();
-            moves.iter().map(|(i, _)| ns.files.get(i).map(|f| f.state.size.load(Ordering::Relaxed)).unwrap_or(0)).sum()
+            moves
+                .iter()
+                .map(|(i, _)| {
+                    ns.files
+                        .get(i)
+                        .map(|f| f.state.size.load(Ordering::Relaxed))
+                        .unwrap_or(0)
+                })
+                .sum()
         };
-        self.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            id,
-            JobProgress { files_total: moves.len() as u64, bytes_total, finished: moves.is_empty(), ..Default::default() },
-        );
+        self.mover
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                id,
+                JobProgress {
+                    files_total: moves.len() as u64,
+                    bytes_total,
+                    finished: moves.is_empty(),
+                    ..Default::default()
+                },
+            );
         if moves.is_empty() {
             return id;
         }
@@ -241,7 +316,13 @@ impl Store {
                     }
                 }
             }
-            if let Some(p) = store.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
+            if let Some(p) = store
+                .mover
+                .jobs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&id)
+            {
                 p.finished = true;
             }
         });
@@ -250,7 +331,12 @@ impl Store {
 
     /// Progress of a job (None if unknown).
     pub fn job_progress(&self, id: JobId) -> Option<JobProgress> {
-        self.mover.jobs.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+        self.mover
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
     }
 
     /// Move one file now, synchronously (tests, tools). Returns bytes moved.

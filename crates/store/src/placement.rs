@@ -36,7 +36,13 @@ impl Placer {
     }
 
     pub fn record(&mut self, at: Nanos, ino: Ino, op: Op, offset: u64, len: u64) {
-        self.policy.record(&Access { at, object: ino, op, offset, len });
+        self.policy.record(&Access {
+            at,
+            object: ino,
+            op,
+            offset,
+            len,
+        });
         if matches!(op, Op::Open | Op::Create) {
             let e = self.heat.entry(ino).or_insert((0.0, at));
             let h = e.0 as f64 * decay(at.saturating_sub(e.1)) + 1.0;
@@ -78,13 +84,23 @@ impl Placer {
     }
 
     pub fn explain(&self, ino: Ino, now: Nanos) -> String {
-        let h = self.heat.get(&ino).map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l))).unwrap_or(0.0);
-        format!("{} (opens, decayed 1h: {h:.2})", self.policy.explain(ino, now))
+        let h = self
+            .heat
+            .get(&ino)
+            .map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l)))
+            .unwrap_or(0.0);
+        format!(
+            "{} (opens, decayed 1h: {h:.2})",
+            self.policy.explain(ino, now)
+        )
     }
 
     /// Heat rows for the checkpoint.
     pub fn heat_rows(&self) -> Vec<(u64, f64, u64)> {
-        self.heat.iter().map(|(i, (h, l))| (*i, *h as f64, *l)).collect()
+        self.heat
+            .iter()
+            .map(|(i, (h, l))| (*i, *h as f64, *l))
+            .collect()
     }
 
     /// Restore heat from a checkpoint by replaying a compact summary of touches.
@@ -93,7 +109,13 @@ impl Placer {
             let n = (h.round() as u32).clamp(1, MAX_REPLAY);
             for k in 0..n {
                 let at = last.saturating_sub(REPLAY_GAP_NS * (n - 1 - k) as u64);
-                self.policy.record(&Access { at, object: ino, op: Op::Open, offset: 0, len: 0 });
+                self.policy.record(&Access {
+                    at,
+                    object: ino,
+                    op: Op::Open,
+                    offset: 0,
+                    len: 0,
+                });
             }
             self.heat.insert(ino, (h as f32, last));
         }

@@ -1,5 +1,8 @@
 //! The [`Store`]: opening, the tier scan, and helpers shared by the operation modules.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use crate::config::StoreConfig;
 use crate::db::Db;
 use crate::error::{FsError, FsResult};
@@ -86,7 +89,8 @@ impl Store {
         for t in &cfg.tiers {
             crate::tier::check_dir(&t.name, &t.path).map_err(OpenError::Tier)?;
         }
-        std::fs::create_dir_all(&cfg.state_dir).map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
+        std::fs::create_dir_all(&cfg.state_dir)
+            .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
         let lock = File::options()
             .create(true)
             .truncate(false)
@@ -103,7 +107,10 @@ impl Store {
         let db = Db::open(&cfg.state_dir)?;
         let names: Vec<String> = cfg.tiers.iter().map(|t| t.name.clone()).collect();
         let slots = db.tier_slots(&names)?;
-        let next_ino = db.meta("next_ino")?.and_then(|v| v.parse().ok()).unwrap_or(2);
+        let next_ino = db
+            .meta("next_ino")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2);
         let ns = Namespace::new(slots, next_ino);
         let store = Store {
             cfg,
@@ -126,7 +133,12 @@ impl Store {
         store.recover_journal(&mut report)?;
         store.scan(false, &mut report)?;
         store.restore_state()?;
-        tracing::info!(files = report.files_seen, dirs = report.dirs_seen, recovered = report.journal_recovered, "store opened");
+        tracing::info!(
+            files = report.files_seen,
+            dirs = report.dirs_seen,
+            recovered = report.journal_recovered,
+            "store opened"
+        );
         Ok(Arc::new(store))
     }
 
@@ -225,7 +237,12 @@ impl Store {
     /// Tiers that hold a copy of directory `rel`, fastest first.
     pub(crate) fn dir_tiers(&self, rel: &Path) -> Vec<u8> {
         (0..self.tiers.len() as u8)
-            .filter(|t| util::lstat_opt(&self.tiers[*t as usize].path(rel)).ok().flatten().is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR))
+            .filter(|t| {
+                util::lstat_opt(&self.tiers[*t as usize].path(rel))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            })
             .collect()
     }
 
@@ -265,7 +282,11 @@ impl Store {
             let _ = util::copy_xattrs(&src, &p);
             util::lchown(&p, Some(st.st_uid), Some(st.st_gid))?;
             util::chmod(&p, st.st_mode & 0o7777)?;
-            util::lutimens(&p, util::UTime::At(util::ts(st.st_atime, st.st_atime_nsec)), util::UTime::At(util::ts(st.st_mtime, st.st_mtime_nsec)))?;
+            util::lutimens(
+                &p,
+                util::UTime::At(util::ts(st.st_atime, st.st_atime_nsec)),
+                util::UTime::At(util::ts(st.st_mtime, st.st_mtime_nsec)),
+            )?;
         }
         Ok(())
     }
@@ -288,7 +309,12 @@ impl Store {
         let remaps = self.db().remaps()?;
         let mut ns = self.ns();
         let slots = ns.slots.clone();
-        let known_ids: HashSet<Ino> = ns.dirs.keys().copied().chain(ns.files.keys().copied()).collect();
+        let known_ids: HashSet<Ino> = ns
+            .dirs
+            .keys()
+            .copied()
+            .chain(ns.files.keys().copied())
+            .collect();
         // Start from a fresh index, keeping the numbers already handed out.
         let mut fresh = Namespace::new(slots.clone(), ns.next_ino);
         for (slot, bino, ino) in &remaps {
@@ -415,7 +441,14 @@ impl Store {
             if !fresh.files.contains_key(ino) && f.state.has_open_handles() {
                 fresh.files.insert(
                     *ino,
-                    FileNode { kind: f.kind, tier: f.tier, bino: f.bino, names: Vec::new(), state: f.state.clone(), lookups: f.lookups },
+                    FileNode {
+                        kind: f.kind,
+                        tier: f.tier,
+                        bino: f.bino,
+                        names: Vec::new(),
+                        state: f.state.clone(),
+                        lookups: f.lookups,
+                    },
                 );
             }
         }
@@ -432,8 +465,16 @@ impl Store {
             }
         }
         let seen_dirs: HashSet<&PathBuf> = fresh.dirs.values().map(|d| &d.path).collect();
-        let stale_dirs: Vec<PathBuf> = db_dirs.keys().filter(|p| !seen_dirs.contains(p)).cloned().collect();
-        let stale_remaps: Vec<Ino> = remaps.iter().map(|r| r.2).filter(|i| !seen_remaps.contains(i) && !fresh.files.contains_key(i)).collect();
+        let stale_dirs: Vec<PathBuf> = db_dirs
+            .keys()
+            .filter(|p| !seen_dirs.contains(p))
+            .cloned()
+            .collect();
+        let stale_remaps: Vec<Ino> = remaps
+            .iter()
+            .map(|r| r.2)
+            .filter(|i| !seen_remaps.contains(i) && !fresh.files.contains_key(i))
+            .collect();
         fresh.dir_ids.retain(|p, _| seen_dirs.contains(p));
         {
             let db = self.db();
@@ -500,7 +541,10 @@ impl Store {
             if let Some(d) = ns.dirs.get_mut(&ino) {
                 d.unlisted = unlisted;
             } else if let Some(f) = ns.files.get_mut(&ino) {
-                *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState { unlisted_dir: false, missing });
+                *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
+                    unlisted_dir: false,
+                    missing,
+                });
             }
         }
         Ok(())
@@ -510,7 +554,13 @@ impl Store {
     pub fn checkpoint(&self) -> anyhow::Result<()> {
         let (heat, reasons) = {
             let pl = self.placer();
-            (pl.heat_rows(), pl.reasons.iter().map(|(i, r)| (*i, r.clone())).collect::<Vec<_>>())
+            (
+                pl.heat_rows(),
+                pl.reasons
+                    .iter()
+                    .map(|(i, r)| (*i, r.clone()))
+                    .collect::<Vec<_>>(),
+            )
         };
         self.db().save_heat(&heat, &reasons)?;
         Ok(())
@@ -528,5 +578,4 @@ impl Store {
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
-
 }

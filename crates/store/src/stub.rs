@@ -24,7 +24,14 @@ pub trait StubFiller: Send + Sync {
     /// File `ino` needs the bytes `offset..offset+len` (clamped to its size): write them with
     /// [`crate::Store::stub_write`] (which marks them present). The filler may fetch more
     /// than asked (prefetch).
-    fn fill_range(&self, store: &crate::Store, ino: Ino, path: &Path, offset: u64, len: u64) -> FsResult<()>;
+    fn fill_range(
+        &self,
+        store: &crate::Store,
+        ino: Ino,
+        path: &Path,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()>;
     /// Attributes of `ino` may be stale (optional refresh before getattr); default: nothing.
     fn fill_attr(&self, _store: &crate::Store, _ino: Ino, _path: &Path) -> FsResult<()> {
         Ok(())

@@ -25,7 +25,9 @@ pub(crate) struct Tier {
 impl Tier {
     pub fn new(cfg: TierConfig) -> Result<Tier, String> {
         let emu = match &cfg.device {
-            Some(d) => Some(Emulator::new(d).map_err(|e| format!("tier {}: device: {e}", cfg.name))?),
+            Some(d) => {
+                Some(Emulator::new(d).map_err(|e| format!("tier {}: device: {e}", cfg.name))?)
+            }
             None => None,
         };
         Ok(Tier {
@@ -42,7 +44,11 @@ impl Tier {
 
     /// The backing path of a store-relative path on this tier.
     pub fn path(&self, rel: &Path) -> PathBuf {
-        if rel.as_os_str().is_empty() { self.root.clone() } else { self.root.join(rel) }
+        if rel.as_os_str().is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
     }
 
     pub fn used(&self) -> u64 {
@@ -65,7 +71,8 @@ impl Tier {
 
     /// Whether `bytes` more fit below the high watermark (the placement threshold).
     pub fn fits_below_high(&self, bytes: u64) -> bool {
-        (self.used().saturating_add(bytes) as f64) <= self.cfg.high_watermark * self.capacity() as f64
+        (self.used().saturating_add(bytes) as f64)
+            <= self.cfg.high_watermark * self.capacity() as f64
     }
 
     pub fn add_used(&self, delta: i64) {
@@ -73,7 +80,11 @@ impl Tier {
             self.used.fetch_add(delta as u64, Ordering::Relaxed);
         } else {
             let d = (-delta) as u64;
-            let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(d)));
+            let _ = self
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    Some(u.saturating_sub(d))
+                });
         }
     }
 
@@ -110,7 +121,9 @@ impl Tier {
 /// Check a tier directory is usable: exists, is a directory, writable. One-line errors.
 pub(crate) fn check_dir(name: &str, p: &Path) -> Result<(), String> {
     let md = std::fs::metadata(p).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("tier {name}: directory {} does not exist", p.display()),
+        std::io::ErrorKind::NotFound => {
+            format!("tier {name}: directory {} does not exist", p.display())
+        }
         _ => format!("tier {name}: cannot access {}: {e}", p.display()),
     })?;
     if !md.is_dir() {
@@ -119,11 +132,17 @@ pub(crate) fn check_dir(name: &str, p: &Path) -> Result<(), String> {
     let c = crate::util::cpath(p).map_err(|e| e.to_string())?;
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(format!("tier {name}: directory {} is not writable: {e}", p.display()));
+        return Err(format!(
+            "tier {name}: directory {} is not writable: {e}",
+            p.display()
+        ));
     }
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 && sv.f_flag & libc::ST_RDONLY != 0 {
-        return Err(format!("tier {name}: directory {} is on a read-only file system", p.display()));
+        return Err(format!(
+            "tier {name}: directory {} is on a read-only file system",
+            p.display()
+        ));
     }
     Ok(())
 }

@@ -12,6 +12,9 @@
 //! (stable across moves and remounts); `size` is the file size after the operation; `path`
 //! is store-relative with bytes outside 0x21..=0x7e and `%` percent-encoded.
 
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
 use kaiso_policy::Op;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -103,7 +106,16 @@ impl Record {
     }
 
     pub fn to_line(&self) -> String {
-        format!("{} {} {} {} {} {} {}", self.t_ns, op_name(self.op), self.object, self.offset, self.len, self.size, escape_path(&self.path))
+        format!(
+            "{} {} {} {} {} {} {}",
+            self.t_ns,
+            op_name(self.op),
+            self.object,
+            self.offset,
+            self.len,
+            self.size,
+            escape_path(&self.path)
+        )
     }
 }
 
@@ -118,11 +130,28 @@ impl TraceSink {
     pub fn create(path: &Path, start_unix_ns: u64) -> std::io::Result<TraceSink> {
         let f = std::fs::File::create(path)?;
         let mut out = BufWriter::new(f);
-        writeln!(out, "{HEADER}\n#start_unix_ns {start_unix_ns}\n#fields t_ns op object offset len size path")?;
-        Ok(TraceSink { out, start: start_unix_ns, records: 0 })
+        writeln!(
+            out,
+            "{HEADER}\n#start_unix_ns {start_unix_ns}\n#fields t_ns op object offset len size path"
+        )?;
+        Ok(TraceSink {
+            out,
+            start: start_unix_ns,
+            records: 0,
+        })
     }
 
-    pub fn write(&mut self, at_unix_ns: u64, op: Op, object: u64, offset: u64, len: u64, size: u64, path: &Path) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &mut self,
+        at_unix_ns: u64,
+        op: Op,
+        object: u64,
+        offset: u64,
+        len: u64,
+        size: u64,
+        path: &Path,
+    ) {
         let r = Record {
             t_ns: at_unix_ns.saturating_sub(self.start),
             op,
@@ -145,7 +174,17 @@ impl TraceSink {
 }
 
 impl crate::Store {
-    pub(crate) fn trace_event(&self, at: u64, ino: u64, op: Op, offset: u64, len: u64, size: u64, path: &Path) {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn trace_event(
+        &self,
+        at: u64,
+        ino: u64,
+        op: Op,
+        offset: u64,
+        len: u64,
+        size: u64,
+        path: &Path,
+    ) {
         if let Ok(mut t) = self.trace.lock() {
             if let Some(s) = t.as_mut() {
                 s.write(at, op, ino, offset, len, size, path);
@@ -156,7 +195,11 @@ impl crate::Store {
     /// Start writing the access stream to `path` (replacing any running trace).
     pub fn trace_start(&self, path: &Path) -> std::io::Result<()> {
         let sink = TraceSink::create(path, crate::util::now_nanos())?;
-        let old = self.trace.lock().unwrap_or_else(|e| e.into_inner()).replace(sink);
+        let old = self
+            .trace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(sink);
         if let Some(o) = old {
             o.finish()?;
         }
@@ -178,7 +221,15 @@ mod tests {
     use super::*;
     #[test]
     fn record_roundtrip() {
-        let r = Record { t_ns: 5, op: Op::Write, object: 9, offset: 4096, len: 10, size: 5000, path: b"a b/%x\n".to_vec() };
+        let r = Record {
+            t_ns: 5,
+            op: Op::Write,
+            object: 9,
+            offset: 4096,
+            len: 10,
+            size: 5000,
+            path: b"a b/%x\n".to_vec(),
+        };
         let line = r.to_line();
         assert_eq!(line, "5 write 9 4096 10 5000 a%20b/%25x%0A");
         assert_eq!(Record::parse(&line), Some(r));

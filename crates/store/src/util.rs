@@ -19,7 +19,11 @@ fn cstr(s: &OsStr) -> io::Result<CString> {
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// lstat, returning the raw `libc::stat`.
@@ -40,7 +44,12 @@ pub(crate) fn fstat(f: &File) -> io::Result<libc::stat> {
 pub(crate) fn lstat_opt(p: &Path) -> io::Result<Option<libc::stat>> {
     match lstat(p) {
         Ok(s) => Ok(Some(s)),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) || e.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT)
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(e),
     }
 }
@@ -55,7 +64,10 @@ pub(crate) fn ts(sec: i64, nsec: i64) -> SystemTime {
 
 pub(crate) fn timespec_of(t: SystemTime) -> libc::timespec {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => libc::timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 },
+        Ok(d) => libc::timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: d.subsec_nanos() as i64,
+        },
         Err(e) => {
             let d = e.duration();
             let mut sec = -(d.as_secs() as i64);
@@ -64,7 +76,10 @@ pub(crate) fn timespec_of(t: SystemTime) -> libc::timespec {
                 sec -= 1;
                 nsec += 1_000_000_000;
             }
-            libc::timespec { tv_sec: sec, tv_nsec: nsec }
+            libc::timespec {
+                tv_sec: sec,
+                tv_nsec: nsec,
+            }
         }
     }
 }
@@ -79,8 +94,14 @@ pub(crate) enum UTime {
 
 fn utime_spec(u: UTime) -> libc::timespec {
     match u {
-        UTime::Omit => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
-        UTime::Now => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        UTime::Omit => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        UTime::Now => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
         UTime::At(t) => timespec_of(t),
     }
 }
@@ -89,7 +110,14 @@ fn utime_spec(u: UTime) -> libc::timespec {
 pub(crate) fn lutimens(p: &Path, atime: UTime, mtime: UTime) -> io::Result<()> {
     let c = cpath(p)?;
     let times = [utime_spec(atime), utime_spec(mtime)];
-    check(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+    check(unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
 }
 
 pub(crate) fn lchown(p: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
@@ -110,7 +138,15 @@ pub(crate) fn mknod(p: &Path, mode: u32, rdev: u64) -> io::Result<()> {
 pub(crate) fn renameat2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
     let a = cpath(from)?;
     let b = cpath(to)?;
-    check(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags) })
+    check(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            flags,
+        )
+    })
 }
 
 pub(crate) fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
@@ -122,7 +158,8 @@ pub(crate) fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
             return Err(io::Error::last_os_error());
         }
         let mut buf = vec![0u8; size as usize];
-        let got = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let got =
+            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         if got < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ERANGE) {
@@ -138,7 +175,15 @@ pub(crate) fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
 pub(crate) fn lsetxattr(p: &Path, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
     let c = cpath(p)?;
     let n = cstr(name)?;
-    check(unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) })
+    check(unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
 }
 
 pub(crate) fn lremovexattr(p: &Path, name: &OsStr) -> io::Result<()> {
@@ -175,7 +220,11 @@ pub(crate) fn xattr_names(p: &Path) -> io::Result<Vec<OsString>> {
         Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(raw.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| OsString::from_vec(s.to_vec())).collect())
+    Ok(raw
+        .split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| OsString::from_vec(s.to_vec()))
+        .collect())
 }
 
 /// Copy every xattr (including `system.posix_acl_*`, i.e. ACLs) from one path to another.
@@ -197,7 +246,11 @@ pub(crate) fn copy_meta(st: &libc::stat, to: &Path) -> io::Result<()> {
     if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
         chmod(to, st.st_mode & 0o7777)?;
     }
-    lutimens(to, UTime::At(ts(st.st_atime, st.st_atime_nsec)), UTime::At(ts(st.st_mtime, st.st_mtime_nsec)))
+    lutimens(
+        to,
+        UTime::At(ts(st.st_atime, st.st_atime_nsec)),
+        UTime::At(ts(st.st_mtime, st.st_mtime_nsec)),
+    )
 }
 
 /// `lseek` with SEEK_DATA / SEEK_HOLE; None when there is no more data (ENXIO).
@@ -282,5 +335,8 @@ pub(crate) fn name_bytes(n: &OsStr) -> &[u8] {
 }
 
 pub(crate) fn now_nanos() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }

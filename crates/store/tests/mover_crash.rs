@@ -34,23 +34,52 @@ fn crash_at_every_step_leaves_one_intact_copy() {
         let mut t = TestStore::new(&["8MiB", "8MiB"]);
         let data = pattern(3 << 20, 7);
         let ino = t.put("d/file", &data);
-        let link_dir = t.s().mkdir(kaiso_store::ROOT_INO, "e".as_ref(), 0o755, 0, kaiso_store::Caller::ROOT).unwrap().ino;
+        let link_dir = t
+            .s()
+            .mkdir(
+                kaiso_store::ROOT_INO,
+                "e".as_ref(),
+                0o755,
+                0,
+                kaiso_store::Caller::ROOT,
+            )
+            .unwrap()
+            .ino;
         t.s().link(ino, link_dir, "hard".as_ref()).unwrap();
         t.s().set_fail_point(Some(fp));
         let r = t.s().move_now("d/file".as_ref(), "t1");
-        assert!(r.is_err(), "{fp:?}: the injected failure must stop the move");
+        assert!(
+            r.is_err(),
+            "{fp:?}: the injected failure must stop the move"
+        );
         let s = t.crash_and_reopen();
         assert_eq!(t.get("d/file"), data, "{fp:?}");
         assert_eq!(t.get("e/hard"), data, "{fp:?}");
-        assert_eq!(t.lookup_path("d/file").unwrap().ino, ino, "{fp:?}: inode number kept");
+        assert_eq!(
+            t.lookup_path("d/file").unwrap().ino,
+            ino,
+            "{fp:?}: inode number kept"
+        );
         assert_eq!(t.lookup_path("e/hard").unwrap().nlink, 2, "{fp:?}");
         let holders = t.holders("d/file", 2);
-        assert_eq!(holders.len(), 1, "{fp:?}: exactly one copy, found on {holders:?}");
-        assert_eq!(t.holders("e/hard", 2), holders, "{fp:?}: link group on one tier");
+        assert_eq!(
+            holders.len(),
+            1,
+            "{fp:?}: exactly one copy, found on {holders:?}"
+        );
+        assert_eq!(
+            t.holders("e/hard", 2),
+            holders,
+            "{fp:?}: link group on one tier"
+        );
         let expect_moved = matches!(fp, FailPoint::AfterSwitch | FailPoint::AfterDelete);
         assert_eq!(holders[0], if expect_moved { 1 } else { 0 }, "{fp:?}");
         // No leftovers, and accounting matches the one copy.
-        assert_eq!(count_files(&t.tier(0)) + count_files(&t.tier(1)), 2, "{fp:?}");
+        assert_eq!(
+            count_files(&t.tier(0)) + count_files(&t.tier(1)),
+            2,
+            "{fp:?}"
+        );
         let st = s.status();
         assert_eq!(st.tiers[holders[0]].used, data.len() as u64, "{fp:?}");
         assert_eq!(st.tiers[1 - holders[0]].used, 0, "{fp:?}");
@@ -71,7 +100,8 @@ fn writes_during_a_move_are_not_lost() {
         let s = s.clone();
         std::thread::spawn(move || {
             for i in 0..200u64 {
-                s.write(o.fh, (i * 65_536) % (16 << 20), &[0xAB; 4096]).unwrap();
+                s.write(o.fh, (i * 65_536) % (16 << 20), &[0xAB; 4096])
+                    .unwrap();
             }
         })
     };

@@ -26,12 +26,36 @@ fn create_write_read_unlink_and_stable_inodes() {
 fn create_excl_and_names() {
     let t = TestStore::new(&["1MiB"]);
     t.put("a", b"1");
-    let e = t.s().create(ROOT_INO, OsStr::new("a"), 0o644, 0, libc::O_RDWR, Caller::ROOT, false).unwrap_err();
+    let e = t
+        .s()
+        .create(
+            ROOT_INO,
+            OsStr::new("a"),
+            0o644,
+            0,
+            libc::O_RDWR,
+            Caller::ROOT,
+            false,
+        )
+        .unwrap_err();
     assert_eq!(e, FsError::EXIST);
-    assert_eq!(t.s().mkdir(ROOT_INO, OsStr::new("a"), 0o755, 0, Caller::ROOT).unwrap_err(), FsError::EXIST);
+    assert_eq!(
+        t.s()
+            .mkdir(ROOT_INO, OsStr::new("a"), 0o755, 0, Caller::ROOT)
+            .unwrap_err(),
+        FsError::EXIST
+    );
     let long = "x".repeat(256);
-    assert_eq!(t.s().lookup(ROOT_INO, OsStr::new(&long)).unwrap_err(), FsError::NAMETOOLONG);
-    assert_eq!(t.s().mkdir(ROOT_INO, OsStr::new(".kaiso-tmp-x"), 0o755, 0, Caller::ROOT).unwrap_err(), FsError::INVAL);
+    assert_eq!(
+        t.s().lookup(ROOT_INO, OsStr::new(&long)).unwrap_err(),
+        FsError::NAMETOOLONG
+    );
+    assert_eq!(
+        t.s()
+            .mkdir(ROOT_INO, OsStr::new(".kaiso-tmp-x"), 0o755, 0, Caller::ROOT)
+            .unwrap_err(),
+        FsError::INVAL
+    );
 }
 
 #[test]
@@ -47,7 +71,18 @@ fn spill_to_next_tier_instead_of_enospc() {
     assert!(st.tiers[0].used <= st.tiers[0].capacity);
     assert_eq!(st.tiers[1].used, 200_000);
     // Everything full: ENOSPC, and nothing past the hard limits.
-    let (_, o) = t.s().create(ROOT_INO, OsStr::new("huge"), 0o644, 0, libc::O_RDWR, Caller::ROOT, false).unwrap();
+    let (_, o) = t
+        .s()
+        .create(
+            ROOT_INO,
+            OsStr::new("huge"),
+            0o644,
+            0,
+            libc::O_RDWR,
+            Caller::ROOT,
+            false,
+        )
+        .unwrap();
     let r = t.s().write(o.fh, 0, &pattern(2 << 20, 3));
     assert_eq!(r.unwrap_err(), FsError::NOSPC);
     t.s().release(o.fh).unwrap();
@@ -68,18 +103,44 @@ fn rename_across_tiers_replaces_atomically() {
     assert_eq!(t.holders("src", 2), vec![1]);
     let dir = t.lookup_path("dir").unwrap().ino;
     let src_ino = t.lookup_path("src").unwrap().ino;
-    t.s().rename(ROOT_INO, OsStr::new("src"), dir, OsStr::new("old"), 0).unwrap();
+    t.s()
+        .rename(ROOT_INO, OsStr::new("src"), dir, OsStr::new("old"), 0)
+        .unwrap();
     assert_eq!(t.get("dir/old"), b"new content");
     assert_eq!(t.holders("dir/old", 2), vec![1]);
     assert_eq!(t.lookup_path("dir/old").unwrap().ino, src_ino);
     assert_eq!(t.lookup_path("src").unwrap_err(), FsError::NOENT);
     // NOREPLACE and EXCHANGE
     t.put("x", b"x");
-    assert_eq!(t.s().rename(ROOT_INO, OsStr::new("x"), dir, OsStr::new("old"), rename_flags::NOREPLACE).unwrap_err(), FsError::EXIST);
-    t.s().rename(ROOT_INO, OsStr::new("x"), dir, OsStr::new("old"), rename_flags::EXCHANGE).unwrap();
+    assert_eq!(
+        t.s()
+            .rename(
+                ROOT_INO,
+                OsStr::new("x"),
+                dir,
+                OsStr::new("old"),
+                rename_flags::NOREPLACE
+            )
+            .unwrap_err(),
+        FsError::EXIST
+    );
+    t.s()
+        .rename(
+            ROOT_INO,
+            OsStr::new("x"),
+            dir,
+            OsStr::new("old"),
+            rename_flags::EXCHANGE,
+        )
+        .unwrap();
     assert_eq!(t.get("x"), b"new content");
     assert_eq!(t.get("dir/old"), b"x");
-    assert_eq!(t.s().rename(ROOT_INO, OsStr::new("nope"), dir, OsStr::new("old"), 0).unwrap_err(), FsError::NOENT);
+    assert_eq!(
+        t.s()
+            .rename(ROOT_INO, OsStr::new("nope"), dir, OsStr::new("old"), 0)
+            .unwrap_err(),
+        FsError::NOENT
+    );
 }
 
 #[test]
@@ -90,18 +151,32 @@ fn directory_rename_spanning_tiers() {
     t.s().move_now("a/b/two".as_ref(), "t1").unwrap();
     let a = t.lookup_path("a").unwrap().ino;
     let b_ino = t.lookup_path("a/b").unwrap().ino;
-    t.s().mkdir(ROOT_INO, OsStr::new("z"), 0o755, 0, Caller::ROOT).unwrap();
+    t.s()
+        .mkdir(ROOT_INO, OsStr::new("z"), 0o755, 0, Caller::ROOT)
+        .unwrap();
     let z = t.lookup_path("z").unwrap().ino;
-    t.s().rename(a, OsStr::new("b"), z, OsStr::new("c"), 0).unwrap();
+    t.s()
+        .rename(a, OsStr::new("b"), z, OsStr::new("c"), 0)
+        .unwrap();
     assert_eq!(t.get("z/c/one"), b"1");
     assert_eq!(t.get("z/c/two"), b"2");
     assert_eq!(t.lookup_path("z/c").unwrap().ino, b_ino);
     assert!(t.tier(1).join("z/c/two").exists() && !t.tier(1).join("a/b").exists());
     // Into its own subtree: EINVAL. Over a non-empty dir: ENOTEMPTY.
     let c = t.lookup_path("z/c").unwrap().ino;
-    assert_eq!(t.s().rename(ROOT_INO, OsStr::new("z"), c, OsStr::new("zz"), 0).unwrap_err(), FsError::INVAL);
+    assert_eq!(
+        t.s()
+            .rename(ROOT_INO, OsStr::new("z"), c, OsStr::new("zz"), 0)
+            .unwrap_err(),
+        FsError::INVAL
+    );
     t.put("q/file", b"q");
-    assert_eq!(t.s().rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("q"), 0).unwrap_err(), FsError::NOTEMPTY);
+    assert_eq!(
+        t.s()
+            .rename(ROOT_INO, OsStr::new("a"), ROOT_INO, OsStr::new("q"), 0)
+            .unwrap_err(),
+        FsError::NOTEMPTY
+    );
     t.reopen();
     assert_eq!(t.lookup_path("z/c").unwrap().ino, b_ino);
     assert_eq!(t.get("z/c/two"), b"2");
@@ -112,7 +187,9 @@ fn hard_links_move_as_a_group() {
     let mut t = TestStore::new(&["1MiB", "1MiB"]);
     let ino = t.put("l/a", b"linked");
     let l = t.lookup_path("l").unwrap().ino;
-    t.s().mkdir(ROOT_INO, OsStr::new("m"), 0o755, 0, Caller::ROOT).unwrap();
+    t.s()
+        .mkdir(ROOT_INO, OsStr::new("m"), 0o755, 0, Caller::ROOT)
+        .unwrap();
     let m = t.lookup_path("m").unwrap().ino;
     let attr = t.s().link(ino, m, OsStr::new("b")).unwrap();
     assert_eq!(attr.nlink, 2);
@@ -121,7 +198,10 @@ fn hard_links_move_as_a_group() {
     assert_eq!(t.holders("m/b", 2), vec![1]);
     let a = std::fs::metadata(t.tier(1).join("l/a")).unwrap();
     let b = std::fs::metadata(t.tier(1).join("m/b")).unwrap();
-    assert_eq!(std::os::unix::fs::MetadataExt::ino(&a), std::os::unix::fs::MetadataExt::ino(&b));
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::ino(&a),
+        std::os::unix::fs::MetadataExt::ino(&b)
+    );
     assert_eq!(t.lookup_path("m/b").unwrap().ino, ino);
     t.reopen();
     assert_eq!(t.lookup_path("l/a").unwrap().ino, ino);
@@ -141,13 +221,38 @@ fn move_keeps_metadata_xattrs_and_holes() {
     s.release(o.fh).unwrap();
     s.setxattr(ino, OsStr::new("user.k"), b"v", 0).unwrap();
     let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
-    s.setattr(ino, &SetAttr { mode: Some(0o640), uid: Some(1234), gid: Some(99), atime: Some(kaiso_store::TimeSet::At(when)), mtime: Some(kaiso_store::TimeSet::At(when)), ..Default::default() }, Caller::ROOT).unwrap();
+    s.setattr(
+        ino,
+        &SetAttr {
+            mode: Some(0o640),
+            uid: Some(1234),
+            gid: Some(99),
+            atime: Some(kaiso_store::TimeSet::At(when)),
+            mtime: Some(kaiso_store::TimeSet::At(when)),
+            ..Default::default()
+        },
+        Caller::ROOT,
+    )
+    .unwrap();
     let before = s.getattr(ino, None).unwrap();
     s.move_now("sparse".as_ref(), "t1").unwrap();
     let after = s.getattr(ino, None).unwrap();
-    assert_eq!((after.perm, after.uid, after.gid, after.mtime, after.size), (before.perm, before.uid, before.gid, before.mtime, before.size));
+    assert_eq!(
+        (after.perm, after.uid, after.gid, after.mtime, after.size),
+        (
+            before.perm,
+            before.uid,
+            before.gid,
+            before.mtime,
+            before.size
+        )
+    );
     assert_eq!(s.getxattr(ino, OsStr::new("user.k")).unwrap(), b"v");
-    assert!(after.blocks * 512 < 1 << 20, "holes kept: {} blocks", after.blocks);
+    assert!(
+        after.blocks * 512 < 1 << 20,
+        "holes kept: {} blocks",
+        after.blocks
+    );
     let data = t.get("sparse");
     assert_eq!(&data[..4], b"head");
     assert_eq!(&data[8 << 20..], b"tail");
@@ -164,7 +269,10 @@ fn open_handles_follow_a_move() {
     s.write(o.fh, 10, b"abc").unwrap();
     assert_eq!(s.read(o.fh, 0, 100).unwrap(), b"0123456789abc");
     s.release(o.fh).unwrap();
-    assert_eq!(std::fs::read(t.tier(1).join("f")).unwrap(), b"0123456789abc");
+    assert_eq!(
+        std::fs::read(t.tier(1).join("f")).unwrap(),
+        b"0123456789abc"
+    );
     assert!(!t.tier(0).join("f").exists());
 }
 
@@ -213,16 +321,37 @@ fn readdir_is_a_stable_snapshot() {
 fn symlinks_fifos_xattrs_statfs() {
     let t = TestStore::new(&["1MiB", "3MiB"]);
     let s = t.s();
-    let a = s.symlink(ROOT_INO, OsStr::new("ln"), "target/x".as_ref(), Caller::ROOT).unwrap();
+    let a = s
+        .symlink(
+            ROOT_INO,
+            OsStr::new("ln"),
+            "target/x".as_ref(),
+            Caller::ROOT,
+        )
+        .unwrap();
     assert_eq!(s.readlink(a.ino).unwrap(), "target/x");
-    let f = s.mknod(ROOT_INO, OsStr::new("fifo"), libc::S_IFIFO | 0o600, 0, 0, Caller::ROOT).unwrap();
+    let f = s
+        .mknod(
+            ROOT_INO,
+            OsStr::new("fifo"),
+            libc::S_IFIFO | 0o600,
+            0,
+            0,
+            Caller::ROOT,
+        )
+        .unwrap();
     assert_eq!(f.kind, kaiso_store::FileKind::Fifo);
-    let d = s.mkdir(ROOT_INO, OsStr::new("d"), 0o755, 0, Caller::ROOT).unwrap();
+    let d = s
+        .mkdir(ROOT_INO, OsStr::new("d"), 0o755, 0, Caller::ROOT)
+        .unwrap();
     s.setxattr(d.ino, OsStr::new("user.a"), b"1", 0).unwrap();
     assert_eq!(s.getxattr(d.ino, OsStr::new("user.a")).unwrap(), b"1");
     assert!(String::from_utf8_lossy(&s.listxattr(d.ino).unwrap()).contains("user.a"));
     s.removexattr(d.ino, OsStr::new("user.a")).unwrap();
-    assert_eq!(s.getxattr(d.ino, OsStr::new("user.a")).unwrap_err(), FsError::NODATA);
+    assert_eq!(
+        s.getxattr(d.ino, OsStr::new("user.a")).unwrap_err(),
+        FsError::NODATA
+    );
     let st = s.statfs().unwrap();
     assert_eq!(st.blocks * st.bsize as u64, 4 << 20);
 }
@@ -232,14 +361,23 @@ fn missing_tier_dir_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("t0")).unwrap();
     let text = config_text(dir.path(), &["1MiB", "1MiB"]);
-    let e = kaiso_store::Store::open(StoreConfig::from_toml_str(&text, "x").unwrap()).err().unwrap().to_string();
-    assert!(e.contains("tier t1") && e.contains("does not exist") && !e.contains('\n'), "{e}");
+    let e = kaiso_store::Store::open(StoreConfig::from_toml_str(&text, "x").unwrap())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("tier t1") && e.contains("does not exist") && !e.contains('\n'),
+        "{e}"
+    );
 }
 
 #[test]
 fn second_open_of_the_same_store_is_refused() {
     let t = TestStore::new(&["1MiB"]);
-    let e = kaiso_store::Store::open(StoreConfig::from_toml_str(&t.cfg_text, "x").unwrap()).err().unwrap().to_string();
+    let e = kaiso_store::Store::open(StoreConfig::from_toml_str(&t.cfg_text, "x").unwrap())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("in use"), "{e}");
 }
 
@@ -266,9 +404,14 @@ fn pins_and_operator_queries() {
     assert!(e.rule.contains("pinned"), "{e:?}");
     drop(s);
     let s = t.reopen();
-    assert_eq!(s.where_is("p/b".as_ref()).unwrap().pinned.as_deref(), Some("t1"));
+    assert_eq!(
+        s.where_is("p/b".as_ref()).unwrap().pinned.as_deref(),
+        Some("t1")
+    );
     assert_eq!(s.unpin("p".as_ref(), true).unwrap(), 2);
-    let job = s.start_move("p".as_ref(), kaiso_store::Direction::Promote, None, true).unwrap();
+    let job = s
+        .start_move("p".as_ref(), kaiso_store::Direction::Promote, None, true)
+        .unwrap();
     while !s.job_progress(job).unwrap().finished {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

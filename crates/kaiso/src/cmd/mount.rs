@@ -81,9 +81,11 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     unsafe { libc::umask(0) };
     let store = Store::open(cfg)?;
     let _background = store.start_background();
-    let sock = kaiso_store::control::serve(store.clone()).context("cannot start the control socket")?;
+    let sock =
+        kaiso_store::control::serve(store.clone()).context("cannot start the control socket")?;
     if let Some(addr) = &store.config().metrics {
-        let bound = kaiso_store::metrics::serve(store.clone(), addr).with_context(|| format!("cannot serve metrics on {addr}"))?;
+        let bound = kaiso_store::metrics::serve(store.clone(), addr)
+            .with_context(|| format!("cannot serve metrics on {addr}"))?;
         eprintln!("kaiso: metrics on http://{bound}/metrics");
     }
     let opts = kaiso_fuse::MountOptions {
@@ -94,7 +96,11 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     };
     let signalled = catch_signals();
     let mounted = kaiso_fuse::mount(store.clone(), &a.mountpoint, &opts)?;
-    println!("kaiso: mounted {} on {}", a.config.display(), a.mountpoint.display());
+    println!(
+        "kaiso: mounted {} on {}",
+        a.config.display(),
+        a.mountpoint.display()
+    );
     tracing::info!(mountpoint = %a.mountpoint.display(), socket = %sock.display(), "mounted");
     while !signalled.load(Ordering::SeqCst) && !mounted.finished() {
         std::thread::sleep(Duration::from_millis(100));
@@ -111,51 +117,100 @@ fn fs_size(p: &Path) -> anyhow::Result<u64> {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } != 0 {
-        bail!("cannot statfs {}: {}", p.display(), std::io::Error::last_os_error());
+        bail!(
+            "cannot statfs {}: {}",
+            p.display(),
+            std::io::Error::last_os_error()
+        );
     }
     Ok(sv.f_blocks * sv.f_frsize)
 }
 
 fn tier_for(name: &str, path: &Path, capacity: Option<&str>) -> anyhow::Result<TierConfig> {
-    let path = std::fs::canonicalize(path).with_context(|| format!("tier {name}: {}", path.display()))?;
+    let path =
+        std::fs::canonicalize(path).with_context(|| format!("tier {name}: {}", path.display()))?;
     let capacity = match capacity {
-        Some(c) => kaiso_store::config::parse_size_str(c).map_err(|e| anyhow::anyhow!("tier {name}: capacity: {e}"))?,
+        Some(c) => kaiso_store::config::parse_size_str(c)
+            .map_err(|e| anyhow::anyhow!("tier {name}: capacity: {e}"))?,
         None => fs_size(&path)?,
     };
-    Ok(TierConfig { name: name.into(), path, capacity, high_watermark: 0.9, low_watermark: 0.7, device: None })
+    Ok(TierConfig {
+        name: name.into(),
+        path,
+        capacity,
+        high_watermark: 0.9,
+        low_watermark: 0.7,
+        device: None,
+    })
 }
 
 pub fn adopt(a: AdoptArgs) -> anyhow::Result<()> {
     if !a.dir.is_dir() {
         bail!("{} is not a directory", a.dir.display());
     }
-    let name = a.name.clone().unwrap_or_else(|| a.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "adopted".into()));
+    let name = a.name.clone().unwrap_or_else(|| {
+        a.dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "adopted".into())
+    });
     let tier = tier_for(&name, &a.dir, a.capacity.as_deref())?;
     let mut cfg = if a.config.exists() {
         if !a.faster.is_empty() || a.state_dir.is_some() {
-            bail!("{} exists: --faster/--state-dir only apply when creating a configuration", a.config.display());
+            bail!(
+                "{} exists: --faster/--state-dir only apply when creating a configuration",
+                a.config.display()
+            );
         }
         load_config(&a.config)?
     } else {
-        let stem = a.config.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "kaiso".into());
-        let base = a.config.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let state_dir = a.state_dir.clone().unwrap_or_else(|| base.join(format!("{stem}.state")));
-        std::fs::create_dir_all(&state_dir).with_context(|| format!("state directory {}", state_dir.display()))?;
+        let stem = a
+            .config
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "kaiso".into());
+        let base = a
+            .config
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let state_dir = a
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| base.join(format!("{stem}.state")));
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("state directory {}", state_dir.display()))?;
         let mut cfg = StoreConfig::from_toml_str(
-            &format!("[store]\nstate_dir = {:?}\n[[tier]]\nname = \"x\"\npath = \"/\"\ncapacity = 1\n", std::fs::canonicalize(&state_dir)?.display().to_string()),
+            &format!(
+                "[store]\nstate_dir = {:?}\n[[tier]]\nname = \"x\"\npath = \"/\"\ncapacity = 1\n",
+                std::fs::canonicalize(&state_dir)?.display().to_string()
+            ),
             "adopt",
         )?;
         cfg.tiers.clear();
         for f in &a.faster {
-            let (n, rest) = f.split_once('=').ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
-            let (p, size) = rest.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
+            let (n, rest) = f
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
+            let (p, size) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
             std::fs::create_dir_all(p).with_context(|| format!("tier {n}: {p}"))?;
             cfg.tiers.push(tier_for(n, Path::new(p), Some(size))?);
         }
         cfg
     };
-    if cfg.tiers.iter().any(|t| t.path == tier.path || t.name == tier.name) {
-        bail!("{} (tier {}) is already a tier of {}", tier.path.display(), tier.name, a.config.display());
+    if cfg
+        .tiers
+        .iter()
+        .any(|t| t.path == tier.path || t.name == tier.name)
+    {
+        bail!(
+            "{} (tier {}) is already a tier of {}",
+            tier.path.display(),
+            tier.name,
+            a.config.display()
+        );
     }
     cfg.tiers.push(tier);
     // Validate by round-tripping through the parser before writing anything.
@@ -175,21 +230,25 @@ pub fn adopt(a: AdoptArgs) -> anyhow::Result<()> {
         report.files_seen,
         report.dirs_seen
     );
-    println!("mount it with: kaiso mount {} MOUNTPOINT", a.config.display());
+    println!(
+        "mount it with: kaiso mount {} MOUNTPOINT",
+        a.config.display()
+    );
     Ok(())
 }
 
 pub fn fsck(a: FsckArgs) -> anyhow::Result<()> {
     let cfg = load_config(&a.config)?;
-    let report: kaiso_store::FsckReport = match kaiso_store::control::Client::connect(&cfg.state_dir) {
-        Ok(mut c) => serde_json::from_value(c.call(&kaiso_store::control::Request::Fsck)?)?,
-        Err(_) => {
-            let store = Store::open(cfg)?;
-            let r = store.fsck()?;
-            store.shutdown();
-            r
-        }
-    };
+    let report: kaiso_store::FsckReport =
+        match kaiso_store::control::Client::connect(&cfg.state_dir) {
+            Ok(mut c) => serde_json::from_value(c.call(&kaiso_store::control::Request::Fsck)?)?,
+            Err(_) => {
+                let store = Store::open(cfg)?;
+                let r = store.fsck()?;
+                store.shutdown();
+                r
+            }
+        };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

@@ -65,7 +65,9 @@ struct KaisoMount {
 }
 
 fn kaiso_mounts() -> Vec<KaisoMount> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return Vec::new() };
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
     info.lines()
         .filter_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
@@ -76,7 +78,10 @@ fn kaiso_mounts() -> Vec<KaisoMount> {
                 return None;
             }
             let mp = pre.split(' ').nth(4)?;
-            Some(KaisoMount { mountpoint: PathBuf::from(unescape(mp)), state_dir: PathBuf::from(unescape(source.strip_prefix("kaiso:")?)) })
+            Some(KaisoMount {
+                mountpoint: PathBuf::from(unescape(mp)),
+                state_dir: PathBuf::from(unescape(source.strip_prefix("kaiso:")?)),
+            })
         })
         .collect()
 }
@@ -109,7 +114,9 @@ impl Target {
     pub(crate) fn call(&mut self, req: Request) -> anyhow::Result<serde_json::Value> {
         match self {
             Target::Remote(c) => c.call(&req),
-            Target::Local(s) => kaiso_store::control::handle(s, req).map_err(|e| anyhow::anyhow!(e)),
+            Target::Local(s) => {
+                kaiso_store::control::handle(s, req).map_err(|e| anyhow::anyhow!(e))
+            }
         }
     }
 }
@@ -123,7 +130,12 @@ impl Drop for Target {
 }
 
 fn connect(state_dir: &Path) -> anyhow::Result<Client> {
-    Client::connect(state_dir).with_context(|| format!("cannot reach the kaiso daemon of {} (is it mounted, and are you root?)", state_dir.display()))
+    Client::connect(state_dir).with_context(|| {
+        format!(
+            "cannot reach the kaiso daemon of {} (is it mounted, and are you root?)",
+            state_dir.display()
+        )
+    })
 }
 
 /// Target and store-relative path for a PATH argument.
@@ -138,9 +150,15 @@ pub(crate) fn resolve(path: &Path, config: Option<&Path>) -> anyhow::Result<(Tar
     }
     let abs = std::path::absolute(path)?;
     let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
-    let best = kaiso_mounts().into_iter().filter(|m| abs.starts_with(&m.mountpoint)).max_by_key(|m| m.mountpoint.as_os_str().len());
+    let best = kaiso_mounts()
+        .into_iter()
+        .filter(|m| abs.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.as_os_str().len());
     let Some(m) = best else {
-        bail!("{} is not inside a kaiso mount (give --config CONFIG and a store-relative path)", path.display());
+        bail!(
+            "{} is not inside a kaiso mount (give --config CONFIG and a store-relative path)",
+            path.display()
+        );
     };
     let rel = abs.strip_prefix(&m.mountpoint)?.to_path_buf();
     Ok((Target::Remote(connect(&m.state_dir)?), rel))
@@ -154,12 +172,19 @@ fn human(b: u64) -> String {
         v /= 1024.0;
         i += 1;
     }
-    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", U[i]) }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
 }
 
 fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
     println!("{title}  (policy {}, {} files)", s.policy, s.files);
-    println!("  {:<10} {:>10} {:>10} {:>6} {:>9} {:>7} {:>6}  device", "tier", "used", "capacity", "use%", "accesses", "share", "busy");
+    println!(
+        "  {:<10} {:>10} {:>10} {:>6} {:>9} {:>7} {:>6}  device",
+        "tier", "used", "capacity", "use%", "accesses", "share", "busy"
+    );
     for t in &s.tiers {
         println!(
             "  {:<10} {:>10} {:>10} {:>5.1}% {:>9} {:>6.1}% {:>5.0}%  {}",
@@ -182,7 +207,11 @@ fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
         human(m.moved_bytes),
         m.failed_moves,
         human(m.rate as u64),
-        if m.backing_off { " (backing off: foreground busy)" } else { "" }
+        if m.backing_off {
+            " (backing off: foreground busy)"
+        } else {
+            ""
+        }
     );
 }
 
@@ -199,7 +228,10 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
                 bail!("no kaiso mount found (give a CONFIG to inspect an unmounted store)");
             }
             for m in mounts {
-                targets.push((m.mountpoint.display().to_string(), Target::Remote(connect(&m.state_dir)?)));
+                targets.push((
+                    m.mountpoint.display().to_string(),
+                    Target::Remote(connect(&m.state_dir)?),
+                ));
             }
         }
     }
@@ -222,7 +254,16 @@ pub fn where_is(a: PathArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let p: kaiso_store::Placement = serde_json::from_value(v)?;
-    println!("{}: {} on tier {} ({}){}", a.path.display(), p.kind, p.tiers.join(","), p.backing_path, p.pinned.map(|t| format!(", pinned to {t}")).unwrap_or_default());
+    println!(
+        "{}: {} on tier {} ({}){}",
+        a.path.display(),
+        p.kind,
+        p.tiers.join(","),
+        p.backing_path,
+        p.pinned
+            .map(|t| format!(", pinned to {t}"))
+            .unwrap_or_default()
+    );
     Ok(())
 }
 
@@ -234,7 +275,14 @@ pub fn explain(a: PathArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let e: kaiso_store::Explanation = serde_json::from_value(v)?;
-    println!("{}: {} on tier {} ({}, {} bytes)", a.path.display(), e.placement.kind, e.placement.tiers.join(","), e.placement.backing_path, e.placement.size);
+    println!(
+        "{}: {} on tier {} ({}, {} bytes)",
+        a.path.display(),
+        e.placement.kind,
+        e.placement.tiers.join(","),
+        e.placement.backing_path,
+        e.placement.size
+    );
     println!("  rule:   {}", e.rule);
     println!("  policy: {}", e.policy);
     Ok(())
@@ -244,19 +292,27 @@ pub fn explain(a: PathArgs) -> anyhow::Result<()> {
 fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     loop {
-        let p: kaiso_store::JobProgress = serde_json::from_value(t.call(Request::Job { id: job })?)?;
+        let p: kaiso_store::JobProgress =
+            serde_json::from_value(t.call(Request::Job { id: job })?)?;
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
         bar.set_message(format!("{what} {}/{} files", p.files_done, p.files_total));
         if p.finished {
             bar.finish();
             if p.failed > 0 {
-                bail!("{} of {} files not moved; last error: {}", p.failed, p.files_total, p.error.unwrap_or_default());
+                bail!(
+                    "{} of {} files not moved; last error: {}",
+                    p.failed,
+                    p.files_total,
+                    p.error.unwrap_or_default()
+                );
             }
             return Ok(());
         }
@@ -266,7 +322,11 @@ fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
 
 pub fn pin(a: PinArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Pin { path: rel, tier: a.tier.clone(), recursive: a.recursive })?;
+    let v = t.call(Request::Pin {
+        path: rel,
+        tier: a.tier.clone(),
+        recursive: a.recursive,
+    })?;
     println!("pinned {} files", v["files"]);
     if let Some(job) = v["job"].as_u64() {
         follow(&mut t, job, "moving to the pin tier")?;
@@ -276,20 +336,38 @@ pub fn pin(a: PinArgs) -> anyhow::Result<()> {
 
 pub fn unpin(a: MoveArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Unpin { path: rel, recursive: a.recursive })?;
+    let v = t.call(Request::Unpin {
+        path: rel,
+        recursive: a.recursive,
+    })?;
     println!("unpinned {} files", v["files"]);
     Ok(())
 }
 
 fn start_move(a: MoveArgs, direction: Direction) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Move { path: rel, direction, tier: a.tier.clone(), recursive: a.recursive })?;
-    let job = v["job"].as_u64().ok_or_else(|| anyhow::anyhow!("no job id in reply"))?;
+    let v = t.call(Request::Move {
+        path: rel,
+        direction,
+        tier: a.tier.clone(),
+        recursive: a.recursive,
+    })?;
+    let job = v["job"]
+        .as_u64()
+        .ok_or_else(|| anyhow::anyhow!("no job id in reply"))?;
     if a.no_wait && matches!(t, Target::Remote(_)) {
         println!("job {job} started");
         return Ok(());
     }
-    follow(&mut t, job, if direction == Direction::Promote { "promoting" } else { "demoting" })
+    follow(
+        &mut t,
+        job,
+        if direction == Direction::Promote {
+            "promoting"
+        } else {
+            "demoting"
+        },
+    )
 }
 
 pub fn promote(a: MoveArgs) -> anyhow::Result<()> {

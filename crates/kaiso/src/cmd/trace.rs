@@ -25,18 +25,35 @@ pub enum TraceCommand {
 
 pub fn run(c: TraceCommand) -> anyhow::Result<()> {
     match c {
-        TraceCommand::Record { mount, out, seconds, config } => {
+        TraceCommand::Record {
+            mount,
+            out,
+            seconds,
+            config,
+        } => {
             let (mut t, _) = crate::cmd::ops::resolve(&mount, config.as_deref())?;
             let out = std::path::absolute(&out)?;
             let stop = crate::cmd::mount::catch_signals();
             t.call(Request::TraceStart { out: out.clone() })?;
-            eprintln!("kaiso: recording to {} ({})", out.display(), seconds.map(|s| format!("{s} s")).unwrap_or_else(|| "Ctrl-C stops".into()));
+            eprintln!(
+                "kaiso: recording to {} ({})",
+                out.display(),
+                seconds
+                    .map(|s| format!("{s} s"))
+                    .unwrap_or_else(|| "Ctrl-C stops".into())
+            );
             let start = Instant::now();
-            while !stop.load(Ordering::SeqCst) && seconds.is_none_or(|s| start.elapsed() < Duration::from_secs_f64(s)) {
+            while !stop.load(Ordering::SeqCst)
+                && seconds.is_none_or(|s| start.elapsed() < Duration::from_secs_f64(s))
+            {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let v = t.call(Request::TraceStop)?;
-            println!("kaiso: {} records written to {}", v["records"], out.display());
+            println!(
+                "kaiso: {} records written to {}",
+                v["records"],
+                out.display()
+            );
             Ok(())
         }
     }

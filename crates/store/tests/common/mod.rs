@@ -14,7 +14,10 @@ pub struct TestStore {
 }
 
 pub fn config_text(root: &Path, caps: &[&str]) -> String {
-    let mut s = format!("[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\nmax_rate = \"1GiB\"\n", root.join("state").display());
+    let mut s = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\nmax_rate = \"1GiB\"\n",
+        root.join("state").display()
+    );
     for (i, c) in caps.iter().enumerate() {
         s.push_str(&format!("[[tier]]\nname = \"t{i}\"\npath = \"{}\"\ncapacity = \"{c}\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n", root.join(format!("t{i}")).display()));
     }
@@ -28,7 +31,11 @@ impl TestStore {
             std::fs::create_dir(dir.path().join(format!("t{i}"))).unwrap();
         }
         let cfg_text = config_text(dir.path(), caps);
-        let mut t = TestStore { dir, cfg_text, store: None };
+        let mut t = TestStore {
+            dir,
+            cfg_text,
+            store: None,
+        };
         t.reopen();
         t
     }
@@ -71,10 +78,24 @@ impl TestStore {
         for c in &comps[..comps.len() - 1] {
             parent = match s.lookup(parent, OsStr::new(c)) {
                 Ok(a) => a.ino,
-                Err(_) => s.mkdir(parent, OsStr::new(c), 0o755, 0, Caller::ROOT).unwrap().ino,
+                Err(_) => {
+                    s.mkdir(parent, OsStr::new(c), 0o755, 0, Caller::ROOT)
+                        .unwrap()
+                        .ino
+                }
             };
         }
-        let (attr, o) = s.create(parent, OsStr::new(comps[comps.len() - 1]), 0o644, 0, libc::O_RDWR, Caller::ROOT, false).unwrap();
+        let (attr, o) = s
+            .create(
+                parent,
+                OsStr::new(comps[comps.len() - 1]),
+                0o644,
+                0,
+                libc::O_RDWR,
+                Caller::ROOT,
+                false,
+            )
+            .unwrap();
         if !data.is_empty() {
             assert_eq!(s.write(o.fh, 0, data).unwrap() as usize, data.len());
         }
@@ -111,18 +132,31 @@ impl TestStore {
 
     /// Which tiers hold a (non-directory) path.
     pub fn holders(&self, path: &str, n: usize) -> Vec<usize> {
-        (0..n).filter(|i| std::fs::symlink_metadata(self.tier(*i).join(path)).map(|m| !m.is_dir()).unwrap_or(false)).collect()
+        (0..n)
+            .filter(|i| {
+                std::fs::symlink_metadata(self.tier(*i).join(path))
+                    .map(|m| !m.is_dir())
+                    .unwrap_or(false)
+            })
+            .collect()
     }
 
     pub fn names(&self, dir: Ino) -> Vec<String> {
         let s = self.s();
         let fh = s.opendir(dir).unwrap();
-        let v = s.readdir(fh, 0).unwrap().into_iter().map(|e| e.name.to_string_lossy().into_owned()).collect();
+        let v = s
+            .readdir(fh, 0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name.to_string_lossy().into_owned())
+            .collect();
         s.releasedir(fh).unwrap();
         v
     }
 }
 
 pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
