@@ -91,12 +91,13 @@ fn unescape(s: &str) -> String {
     let mut i = 0;
     let b = s.as_bytes();
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v as char);
-                i += 4;
-                continue;
-            }
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+        {
+            out.push(v as char);
+            i += 4;
+            continue;
         }
         out.push(b[i] as char);
         i += 1;

@@ -131,10 +131,10 @@ impl Drop for RpcbindRef {
     fn drop(&mut self) {
         let mut g = RPCBIND.lock().unwrap_or_else(|e| e.into_inner());
         g.0 -= 1;
-        if g.0 == 0 {
-            if let Some(mut c) = g.1.take() {
-                stop(&mut c);
-            }
+        if g.0 == 0
+            && let Some(mut c) = g.1.take()
+        {
+            stop(&mut c);
         }
     }
 }
