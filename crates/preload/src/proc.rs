@@ -35,7 +35,7 @@ pub fn adopt_inherited(st: &State, fs: &Fs) {
     }
 }
 
-/// Runs from the constructor: a program exec'ed with inherited private state opens the pool
+/// Runs from the constructor: a program exec'ed with inherited private descriptors opens the pool
 /// at once so the descriptors exist before main.
 pub fn init_inherited() {
     // The current directory is set even if the pool turns out to be unavailable, so that
@@ -46,7 +46,10 @@ pub fn init_inherited() {
         use std::os::unix::ffi::OsStrExt;
         *st.vcwd.lock() = Some(cwd.as_bytes().to_vec());
     }
-    if (std::env::var_os("KAISO_INHERIT").is_some() || std::env::var_os("KAISO_CWD").is_some())
+    // Only inherited descriptors need the pool before main. A private current directory
+    // alone does not: opening eagerly made every process started in it (the `head` and
+    // `wc` of a pipeline) take the pool and shut out the sibling that really uses it.
+    if std::env::var_os("KAISO_INHERIT").is_some()
         && let Some(st) = state()
     {
         let _ = st.fs();
