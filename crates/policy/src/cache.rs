@@ -20,6 +20,7 @@ pub mod lirs;
 pub mod list;
 pub mod lru;
 pub mod placement_adapter;
+mod queue_set;
 pub mod rng;
 pub mod s3fifo;
 pub mod sieve;

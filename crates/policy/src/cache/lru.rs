@@ -1,7 +1,6 @@
 //! LRU: a hit moves the object to the head; evict from the tail (libCacheSim `LRU`).
 
-use super::hash::FxHashMap;
-use super::list::{List, Slab};
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
 #[derive(Clone, Copy, Debug)]
@@ -10,20 +9,23 @@ struct Obj {
     charge: u64,
 }
 
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+}
+
 pub struct Lru {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    queue: List,
+    q: QueueSet<Obj>,
 }
 
 impl Lru {
     pub fn new(capacity: Capacity) -> Self {
         Lru {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(capacity.reserve_hint()),
-            queue: List::new(),
+            q: QueueSet::new(capacity),
         }
     }
 
@@ -33,14 +35,8 @@ impl Lru {
     }
 
     fn evict(&mut self) {
-        let i = self
-            .queue
-            .pop_tail(&mut self.slab)
-            .expect("eviction from an empty LRU");
-        let obj = *self.slab.get(i);
-        self.slab.free(i);
-        self.map.remove(&obj.id);
-        self.meter.evicted(obj.id, obj.charge);
+        let i = self.q.tail("LRU");
+        self.q.evict_at(i);
     }
 }
 
@@ -54,48 +50,39 @@ impl CachePolicy for Lru {
             self.remove(req.id);
             return false;
         }
-        if let Some(&i) = self.map.get(&req.id) {
-            self.queue.move_to_head(&mut self.slab, i);
+        if let Some(i) = self.q.slot(req.id) {
+            self.q.queue.move_to_head(&mut self.q.slab, i);
             return true;
         }
-        let charge = self.meter.charge(req);
-        if !self.meter.fits(charge) {
+        let charge = self.q.meter.charge(req);
+        if !self.q.meter.fits(charge) {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        let i = self.slab.alloc(Obj { id: req.id, charge });
-        self.queue.push_head(&mut self.slab, i);
-        self.map.insert(req.id, i);
-        self.meter.add(charge);
+        self.q.push_head(Obj { id: req.id, charge });
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map.contains_key(&id)
+        self.q.map.contains_key(&id)
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.q.map.len()
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(i) = self.map.remove(&id) else {
-            return false;
-        };
-        self.queue.unlink(&mut self.slab, i);
-        self.meter.sub(self.slab.get(i).charge);
-        self.slab.free(i);
-        true
+        self.q.remove(id).is_some()
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 

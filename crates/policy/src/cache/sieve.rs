@@ -5,8 +5,8 @@
 //! first unvisited object; it then rests on that object's newer neighbour (wrapping to the
 //! tail past the head). Survivors stay in place, unlike CLOCK's rotation.
 
-use super::hash::FxHashMap;
-use super::list::{List, NIL, Slab};
+use super::list::NIL;
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
 #[derive(Clone, Copy, Debug)]
@@ -16,11 +16,17 @@ struct Obj {
     visited: bool,
 }
 
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+}
+
 pub struct Sieve {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    queue: List,
+    q: QueueSet<Obj>,
     /// Next object the hand examines; NIL means "start from the tail".
     hand: u32,
 }
@@ -28,10 +34,7 @@ pub struct Sieve {
 impl Sieve {
     pub fn new(capacity: Capacity) -> Self {
         Sieve {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(capacity.reserve_hint()),
-            queue: List::new(),
+            q: QueueSet::new(capacity),
             hand: NIL,
         }
     }
@@ -43,21 +46,17 @@ impl Sieve {
 
     fn evict(&mut self) {
         let mut i = if self.hand == NIL {
-            self.queue.tail
+            self.q.tail("Sieve")
         } else {
             self.hand
         };
-        while self.slab.get(i).visited {
-            self.slab.get_mut(i).visited = false;
-            let p = self.slab.prev(i);
-            i = if p == NIL { self.queue.tail } else { p };
+        while self.q.slab.get(i).visited {
+            self.q.slab.get_mut(i).visited = false;
+            let p = self.q.slab.prev(i);
+            i = if p == NIL { self.q.queue.tail } else { p };
         }
-        self.hand = self.slab.prev(i);
-        let obj = *self.slab.get(i);
-        self.queue.unlink(&mut self.slab, i);
-        self.slab.free(i);
-        self.map.remove(&obj.id);
-        self.meter.evicted(obj.id, obj.charge);
+        self.hand = self.q.slab.prev(i);
+        self.q.evict_at(i);
     }
 }
 
@@ -71,55 +70,50 @@ impl CachePolicy for Sieve {
             self.remove(req.id);
             return false;
         }
-        if let Some(&i) = self.map.get(&req.id) {
-            self.slab.get_mut(i).visited = true;
+        if let Some(i) = self.q.slot(req.id) {
+            self.q.slab.get_mut(i).visited = true;
             return true;
         }
-        let charge = self.meter.charge(req);
-        if !self.meter.fits(charge) {
+        let charge = self.q.meter.charge(req);
+        if !self.q.meter.fits(charge) {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        let i = self.slab.alloc(Obj {
+        self.q.push_head(Obj {
             id: req.id,
             charge,
             visited: false,
         });
-        self.queue.push_head(&mut self.slab, i);
-        self.map.insert(req.id, i);
-        self.meter.add(charge);
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map.contains_key(&id)
+        self.q.map.contains_key(&id)
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.q.map.len()
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(i) = self.map.remove(&id) else {
+        let Some(i) = self.q.slot(id) else {
             return false;
         };
         if self.hand == i {
-            self.hand = self.slab.prev(i);
+            self.hand = self.q.slab.prev(i);
         }
-        self.queue.unlink(&mut self.slab, i);
-        self.meter.sub(self.slab.get(i).charge);
-        self.slab.free(i);
+        self.q.remove(id);
         true
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 
