@@ -6,7 +6,7 @@
 //! blkparse prints at the end. Requests without R or W in RWBS (flushes, discards) are
 //! skipped. The device `maj,min` becomes [`IoRecord::object`] as `maj << 20 | min`.
 
-use super::{IoRecord, Position, TraceError, read_line};
+use super::{IoRecord, LineFormat, LineReader, Position, TraceError};
 use kaiso_policy::Op;
 use std::io::BufRead;
 
@@ -34,29 +34,27 @@ impl BlkparseAction {
     }
 }
 
-pub struct BlkparseReader<R> {
-    input: R,
-    action: BlkparseAction,
-    buf: String,
-    line: u64,
-    done: bool,
-}
+/// Reads blkparse text lines into [`IoRecord`]s.
+pub type BlkparseReader<R> = LineReader<R, BlkparseLines>;
 
 impl<R: BufRead> BlkparseReader<R> {
     pub fn new(input: R, action: BlkparseAction) -> Self {
-        BlkparseReader {
-            input,
-            action,
-            buf: String::new(),
-            line: 0,
-            done: false,
-        }
+        LineReader::with_format(input, BlkparseLines { action })
     }
+}
 
-    fn parse(&self) -> Result<Option<IoRecord>, TraceError> {
-        let at = Position::Line(self.line);
+/// Parse settings of a blkparse trace: which action is the request.
+pub struct BlkparseLines {
+    action: BlkparseAction,
+}
+
+impl LineFormat for BlkparseLines {
+    const NAME: &'static str = FORMAT;
+
+    fn parse_line(&mut self, text: &str, number: u64) -> Result<Option<IoRecord>, TraceError> {
+        let at = Position::Line(number);
         let err = |m: String| TraceError::at(FORMAT, at, m);
-        let mut t = self.buf.split_ascii_whitespace();
+        let mut t = text.split_ascii_whitespace();
         let Some(dev) = t.next() else {
             return Ok(None);
         };
@@ -134,32 +132,6 @@ fn parse_seconds(s: &str) -> Option<u64> {
         ns *= 10;
     }
     whole.checked_mul(1_000_000_000)?.checked_add(ns)
-}
-
-impl<R: BufRead> Iterator for BlkparseReader<R> {
-    type Item = Result<IoRecord, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.done {
-            self.line += 1;
-            match read_line(&mut self.input, &mut self.buf, FORMAT, self.line) {
-                Ok(false) => self.done = true,
-                Ok(true) => match self.parse() {
-                    Ok(None) => continue,
-                    Ok(Some(r)) => return Some(Ok(r)),
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        None
-    }
 }
 
 #[cfg(test)]

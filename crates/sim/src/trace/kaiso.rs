@@ -4,34 +4,33 @@
 //! simulator uses the first five fields (`object` is the kaiso inode number); `size` and
 //! the percent-encoded `path` are ignored, as are any later fields.
 
-use super::{IoRecord, Position, TraceError, read_line};
+use super::{IoRecord, LineFormat, LineReader, Position, TraceError};
 use kaiso_policy::Op;
 use std::io::BufRead;
 
 const FORMAT: &str = "kaiso";
 
-pub struct KaisoReader<R> {
-    input: R,
-    buf: String,
-    line: u64,
-    first: Option<u64>,
-    done: bool,
-}
+/// Reads kaiso trace lines into [`IoRecord`]s.
+pub type KaisoReader<R> = LineReader<R, KaisoLines>;
 
 impl<R: BufRead> KaisoReader<R> {
     pub fn new(input: R) -> Self {
-        KaisoReader {
-            input,
-            buf: String::new(),
-            line: 0,
-            first: None,
-            done: false,
-        }
+        LineReader::with_format(input, KaisoLines::default())
     }
+}
 
-    fn parse(&mut self) -> Result<Option<IoRecord>, TraceError> {
-        let at = Position::Line(self.line);
-        let text = self.buf.trim();
+/// Parse state of a kaiso trace: the first timestamp, which times are rebased to.
+#[derive(Default)]
+pub struct KaisoLines {
+    first: Option<u64>,
+}
+
+impl LineFormat for KaisoLines {
+    const NAME: &'static str = FORMAT;
+
+    fn parse_line(&mut self, text: &str, number: u64) -> Result<Option<IoRecord>, TraceError> {
+        let at = Position::Line(number);
+        let text = text.trim();
         if text.is_empty() || text.starts_with('#') {
             return Ok(None);
         }
@@ -76,31 +75,5 @@ impl<R: BufRead> KaisoReader<R> {
             len,
             op,
         )))
-    }
-}
-
-impl<R: BufRead> Iterator for KaisoReader<R> {
-    type Item = Result<IoRecord, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.done {
-            self.line += 1;
-            match read_line(&mut self.input, &mut self.buf, FORMAT, self.line) {
-                Ok(false) => self.done = true,
-                Ok(true) => match self.parse() {
-                    Ok(None) => continue,
-                    Ok(Some(r)) => return Some(Ok(r)),
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        None
     }
 }

@@ -9,9 +9,9 @@ mod oracle;
 mod vscsi;
 mod write;
 
-pub use blkparse::{BlkparseAction, BlkparseReader};
-pub use kaiso::KaisoReader;
-pub use msr::MsrReader;
+pub use blkparse::{BlkparseAction, BlkparseLines, BlkparseReader};
+pub use kaiso::{KaisoLines, KaisoReader};
+pub use msr::{MsrLines, MsrReader};
 pub use oracle::OracleReader;
 pub use vscsi::VscsiReader;
 pub use write::{OracleWriter, write_msr_csv, write_oracle_general};
@@ -169,6 +169,64 @@ pub fn from_reader<R: BufRead + Send + 'static>(input: R, format: TraceFormat) -
         TraceFormat::Vscsi => Box::new(VscsiReader::new(input)),
         TraceFormat::OracleGeneral => Box::new(OracleReader::new(input)),
         TraceFormat::Kaiso => Box::new(KaisoReader::new(input)),
+    }
+}
+
+/// One line-oriented text format: parses a line at a time, keeping whatever state the
+/// format needs (e.g. the first timestamp). [`LineReader`] does the reading, the line
+/// numbering and stopping at the first error, once for every text format.
+pub trait LineFormat {
+    /// The format's name in error messages.
+    const NAME: &'static str;
+    /// Parses line number `number` (1-based); `Ok(None)` skips it (header, comment, blank).
+    fn parse_line(&mut self, text: &str, number: u64) -> Result<Option<IoRecord>, TraceError>;
+}
+
+/// Iterates the records of a line-oriented trace; ends after the first error.
+pub struct LineReader<R, F> {
+    input: R,
+    buf: String,
+    line: u64,
+    done: bool,
+    format: F,
+}
+
+impl<R: BufRead, F: LineFormat> LineReader<R, F> {
+    pub fn with_format(input: R, format: F) -> Self {
+        LineReader {
+            input,
+            buf: String::new(),
+            line: 0,
+            done: false,
+            format,
+        }
+    }
+}
+
+impl<R: BufRead, F: LineFormat> Iterator for LineReader<R, F> {
+    type Item = Result<IoRecord, TraceError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            self.line += 1;
+            let parsed = match read_line(&mut self.input, &mut self.buf, F::NAME, self.line) {
+                Ok(false) => {
+                    self.done = true;
+                    return None;
+                }
+                Ok(true) => self.format.parse_line(&self.buf, self.line),
+                Err(e) => Err(e),
+            };
+            match parsed {
+                Ok(None) => continue,
+                Ok(Some(record)) => return Some(Ok(record)),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
     }
 }
 

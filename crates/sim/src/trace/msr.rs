@@ -4,34 +4,33 @@
 //! `Write`; Offset and Size are bytes. Times are rebased to the first record. The disk
 //! number becomes [`IoRecord::object`]. An optional header line is skipped.
 
-use super::{IoRecord, Position, TraceError, read_line};
+use super::{IoRecord, LineFormat, LineReader, Position, TraceError};
 use kaiso_policy::Op;
 use std::io::BufRead;
 
 const FORMAT: &str = "MSR";
 
-pub struct MsrReader<R> {
-    input: R,
-    buf: String,
-    line: u64,
-    first_ts: Option<u64>,
-    done: bool,
-}
+/// Reads MSR CSV lines into [`IoRecord`]s.
+pub type MsrReader<R> = LineReader<R, MsrLines>;
 
 impl<R: BufRead> MsrReader<R> {
     pub fn new(input: R) -> Self {
-        MsrReader {
-            input,
-            buf: String::new(),
-            line: 0,
-            first_ts: None,
-            done: false,
-        }
+        LineReader::with_format(input, MsrLines::default())
     }
+}
 
-    fn parse(&mut self) -> Result<Option<IoRecord>, TraceError> {
-        let at = Position::Line(self.line);
-        let line = self.buf.trim();
+/// Parse state of an MSR trace: the first timestamp, which times are rebased to.
+#[derive(Default)]
+pub struct MsrLines {
+    first_ts: Option<u64>,
+}
+
+impl LineFormat for MsrLines {
+    const NAME: &'static str = FORMAT;
+
+    fn parse_line(&mut self, text: &str, number: u64) -> Result<Option<IoRecord>, TraceError> {
+        let at = Position::Line(number);
+        let line = text.trim();
         if line.is_empty() {
             return Ok(None);
         }
@@ -53,7 +52,7 @@ impl<R: BufRead> MsrReader<R> {
         let size_s = field("Size")?;
         let _rt = field("ResponseTime")?;
         let Ok(ts) = ts_s.parse::<u64>() else {
-            if self.line == 1 && ts_s.eq_ignore_ascii_case("timestamp") {
+            if number == 1 && ts_s.eq_ignore_ascii_case("timestamp") {
                 return Ok(None); // header
             }
             return Err(TraceError::at(
@@ -89,31 +88,5 @@ impl<R: BufRead> MsrReader<R> {
         // FILETIME ticks are 100 ns; records slightly out of order clamp to the start.
         let time = ts.saturating_sub(first).saturating_mul(100);
         Ok(Some(IoRecord::new(time, disk, offset, len, op)))
-    }
-}
-
-impl<R: BufRead> Iterator for MsrReader<R> {
-    type Item = Result<IoRecord, TraceError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while !self.done {
-            self.line += 1;
-            match read_line(&mut self.input, &mut self.buf, FORMAT, self.line) {
-                Ok(false) => self.done = true,
-                Ok(true) => match self.parse() {
-                    Ok(None) => continue,
-                    Ok(Some(r)) => return Some(Ok(r)),
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        None
     }
 }
