@@ -29,6 +29,7 @@ struct Backing {
 pub struct KaisoFs {
     store: Arc<Store>,
     ttl: Duration,
+    negative_ttl: Duration,
     want_passthrough: bool,
     /// Whether the kernel accepted passthrough at init.
     passthrough: AtomicBool,
@@ -71,6 +72,28 @@ fn attr(a: &FileAttr) -> fuser::FileAttr {
     }
 }
 
+/// The attributes sent with a negative entry (inode 0): only the inode number matters.
+fn negative_attr() -> fuser::FileAttr {
+    let epoch = SystemTime::UNIX_EPOCH;
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: epoch,
+        mtime: epoch,
+        ctime: epoch,
+        crtime: epoch,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
@@ -91,6 +114,7 @@ impl KaisoFs {
         KaisoFs {
             store,
             ttl: opts.ttl,
+            negative_ttl: opts.negative_ttl(),
             want_passthrough: opts.passthrough,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(Backing::default()),
@@ -161,7 +185,10 @@ impl KaisoFs {
 impl fuser::Filesystem for KaisoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let caps = config.capabilities();
+        // FUSE_DONT_MASK: the kernel sends the mode unmasked (with the umask beside it), so
+        // the store can apply the umask only where no default ACL says otherwise.
         let mut want = InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO;
@@ -189,7 +216,14 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.store.lookup(parent.0, name));
+        match self.store.lookup(parent.0, name) {
+            // Inode 0 with a timeout: the kernel caches the negative entry, so repeated
+            // lookups of a missing name (and the lookup before a create) cost no round trip.
+            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl.is_zero() => {
+                reply.entry(&self.negative_ttl, &negative_attr(), Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -334,6 +368,7 @@ impl fuser::Filesystem for KaisoFs {
                         reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id);
                         return;
                     }
+                    self.store.passthrough_refused(o.fh);
                 }
                 reply.opened(
                     FileHandle(o.fh),
@@ -383,15 +418,19 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
+    /// kaiso buffers nothing and leaves POSIX locks to the kernel (FUSE_POSIX_LOCKS is not
+    /// asked for), so a close has nothing to tell it: ENOSYS makes the kernel stop sending
+    /// FLUSH, which saves one round trip per close(2). The kernel still writes back its own
+    /// dirty pages before close returns.
     fn flush(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        Self::empty(reply, self.store.flush(fh.0));
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -404,8 +443,10 @@ impl fuser::Filesystem for KaisoFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.store.release(fh.0);
+        // The backing id goes first: once the store counts the handle closed the file may
+        // move, and a later open must not get this (old) copy's backing id.
         self.drop_backing(fh.0);
+        let r = self.store.release(fh.0);
         Self::empty(reply, r);
     }
 
@@ -529,11 +570,13 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_reply(reply, size, self.store.getxattr(ino.0, name));
+        let stored = self.store.getxattr(ino.0, name);
+        xattr_reply(reply, size, offline_dosattrib(&self.store, ino.0, name, stored));
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        xattr_reply(reply, size, self.store.listxattr(ino.0));
+        let names = self.store.listxattr(ino.0);
+        xattr_reply(reply, size, names.map(|l| list_dosattrib(&self.store, ino.0, l)));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -577,6 +620,7 @@ impl fuser::Filesystem for KaisoFs {
                         );
                         return;
                     }
+                    self.store.passthrough_refused(o.fh);
                 }
                 reply.created(
                     &self.ttl,
@@ -630,4 +674,46 @@ fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
         Ok(v) => reply.data(&v),
         Err(e) => reply.error(errno(e)),
     }
+}
+
+/// Samba ("store dos attributes", its default) reads DOS attributes from `user.DOSATTRIB`.
+/// A file whose data is still on a migration source is reported FILE_ATTRIBUTE_OFFLINE
+/// there, so Explorer skips it for thumbnails. The value is synthesised in Samba's compat
+/// form (a NUL-terminated hex string), never stored: nothing remains once the file is whole.
+const DOSATTRIB: &str = "user.DOSATTRIB";
+const FILE_ATTRIBUTE_ARCHIVE: u32 = 0x20;
+const FILE_ATTRIBUTE_OFFLINE: u32 = 0x1000;
+
+fn offline(store: &Store, ino: Ino) -> bool {
+    !store.stub_state(ino).missing.is_empty()
+}
+
+fn offline_dosattrib(
+    store: &Store,
+    ino: Ino,
+    name: &OsStr,
+    stored: Result<Vec<u8>, FsError>,
+) -> Result<Vec<u8>, FsError> {
+    if name != DOSATTRIB || !offline(store, ino) {
+        return stored;
+    }
+    // Keep the attributes a stored value has (its leading "0x…" string); else archive.
+    let base = stored
+        .ok()
+        .and_then(|v| {
+            let text = v.split(|b| *b == 0).next()?;
+            let hex = std::str::from_utf8(text).ok()?.strip_prefix("0x")?;
+            u32::from_str_radix(hex, 16).ok()
+        })
+        .unwrap_or(FILE_ATTRIBUTE_ARCHIVE);
+    Ok(format!("0x{:x}\0", base | FILE_ATTRIBUTE_OFFLINE).into_bytes())
+}
+
+fn list_dosattrib(store: &Store, ino: Ino, mut names: Vec<u8>) -> Vec<u8> {
+    let listed = names.split(|b| *b == 0).any(|n| n == DOSATTRIB.as_bytes());
+    if !listed && offline(store, ino) {
+        names.extend_from_slice(DOSATTRIB.as_bytes());
+        names.push(0);
+    }
+    names
 }

@@ -24,9 +24,25 @@ pub struct MountOptions {
     pub threads: usize,
     /// Ask the kernel for passthrough of resident files (falls back cleanly if refused).
     pub passthrough: bool,
-    /// Attribute and entry cache time.
+    /// How long the kernel may cache attributes and names it was given. kaiso is the only
+    /// writer of its tiers and inode numbers survive moves, so a long time is safe; changes
+    /// made directly in a tier directory while mounted show after at most this long.
     pub ttl: std::time::Duration,
 }
+
+impl MountOptions {
+    /// How long the kernel may remember that a name does not exist: `ttl`, at most
+    /// [`MAX_NEGATIVE_TTL`] (a name created directly in a tier directory, or by a migration
+    /// filler, must not stay hidden long).
+    pub fn negative_ttl(&self) -> std::time::Duration {
+        self.ttl.min(MAX_NEGATIVE_TTL)
+    }
+}
+
+/// Default attribute and entry cache time (see [`MountOptions::ttl`]).
+pub const DEFAULT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Longest negative entry cache time (see [`MountOptions::negative_ttl`]).
+pub const MAX_NEGATIVE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for MountOptions {
     fn default() -> Self {
@@ -34,7 +50,7 @@ impl Default for MountOptions {
             allow_other: false,
             threads: 4,
             passthrough: true,
-            ttl: std::time::Duration::from_secs(1),
+            ttl: DEFAULT_TTL,
         }
     }
 }

@@ -41,25 +41,52 @@ pub enum PoolError {
 /// Lexically normalises an absolute path: collapses `//`, `.` and `..` (`..` at the root
 /// stays at the root). Symbolic links are not consulted.
 pub fn normalize_abs(path: &[u8]) -> Vec<u8> {
-    let mut out: Vec<&[u8]> = Vec::new();
+    if is_normal_abs(path) {
+        return path.to_vec();
+    }
+    // One pass into the output: a `..` cuts the output back to its previous slash.
+    let mut s = Vec::with_capacity(path.len() + 1);
     for c in path.split(|&b| b == b'/') {
         match c {
             b"" | b"." => {}
             b".." => {
-                out.pop();
+                let cut = s.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                s.truncate(cut);
             }
-            c => out.push(c),
+            c => {
+                s.push(b'/');
+                s.extend_from_slice(c);
+            }
         }
-    }
-    let mut s = Vec::with_capacity(path.len());
-    for c in &out {
-        s.push(b'/');
-        s.extend_from_slice(c);
     }
     if s.is_empty() {
         s.push(b'/');
     }
     s
+}
+
+/// `path` normalised, without copying when it already is (the common case: paths built by
+/// the library itself).
+pub fn normalized(path: Vec<u8>) -> Vec<u8> {
+    if is_normal_abs(&path) {
+        path
+    } else {
+        normalize_abs(&path)
+    }
+}
+
+/// True when `path` is absolute and has no empty, `.` or `..` component and no trailing
+/// slash (so `normalize_abs` would return it unchanged).
+pub fn is_normal_abs(path: &[u8]) -> bool {
+    if path == b"/" {
+        return true;
+    }
+    if path.first() != Some(&b'/') || path.last() == Some(&b'/') {
+        return false;
+    }
+    path[1..]
+        .split(|&b| b == b'/')
+        .all(|c| !c.is_empty() && c != b"." && c != b"..")
 }
 
 /// The part of `abs` below `mount` (both normalised), or None when `abs` is outside.
@@ -77,6 +104,18 @@ pub fn strip_mount<'a>(mount: &[u8], abs: &'a [u8]) -> Option<&'a [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normal_paths_are_recognised() {
+        for p in [&b"/"[..], b"/a", b"/a/b.c/..d"] {
+            assert!(is_normal_abs(p), "{p:?}");
+            assert_eq!(normalize_abs(p), p);
+        }
+        for p in [&b""[..], b"a", b"/a/", b"//a", b"/a/./b", b"/a/..", b"/."] {
+            assert!(!is_normal_abs(p), "{p:?}");
+        }
+        assert_eq!(normalized(b"/a/../b/".to_vec()), b"/b");
+    }
 
     #[test]
     fn normalises_dots_and_slashes() {

@@ -6,7 +6,7 @@ use crate::PoolError;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{Ordering, compiler_fence, fence};
 
 /// How stores are made durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +35,6 @@ pub struct Mapping {
     pub len: usize,
     pub mode: Persist,
     /// Kept open: its open file description carries the single-owner flock.
-    #[allow(dead_code)]
     pub file: File,
     pub path: PathBuf,
     flush: FlushInsn,
@@ -225,20 +224,112 @@ impl Mapping {
     }
 
     /// Orders all earlier flushes and stores before any later store.
+    ///
+    /// On DRAM-backed tmpfs the only failure is the death of the process, and the CPU never
+    /// discards a store that has executed: whatever the process stored before it was killed
+    /// reaches the page cache. Program order is all that recovery relies on there, so a
+    /// compiler barrier suffices (a hardware fence after copying a file's data would stall
+    /// on the store buffer for nothing).
     #[inline]
     pub fn fence(&self) {
-        #[cfg(target_arch = "x86_64")]
-        if self.mode == Persist::Pmem {
-            unsafe { core::arch::x86_64::_mm_sfence() };
-            return;
+        match self.mode {
+            #[cfg(target_arch = "x86_64")]
+            Persist::Pmem => unsafe { core::arch::x86_64::_mm_sfence() },
+            Persist::Volatile => compiler_fence(Ordering::SeqCst),
+            _ => fence(Ordering::SeqCst),
         }
-        fence(Ordering::SeqCst);
     }
 
     #[inline]
     pub fn persist(&self, off: u64, len: u64) {
         self.flush(off, len);
         self.fence();
+    }
+
+    /// Faults in [off, off+len) for writing with one system call, so that the stores that
+    /// follow take no page faults (hundreds of kernel entries, each zeroing a page, are
+    /// replaced by one). Best effort: on a kernel without MADV_POPULATE_WRITE (< 5.14) the
+    /// pages are faulted on first touch as before.
+    pub fn populate(&self, off: u64, len: u64) {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let page = 4096u64;
+        let start = off & !(page - 1);
+        let end = (off + len).min(self.len as u64);
+        if end <= start {
+            return;
+        }
+        unsafe {
+            libc::madvise(
+                self.base.add(start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
+    /// The end of the last data in [off, off+len) of the pool file (a binary search with
+    /// SEEK_DATA); `off + len` when the file system cannot say (nothing is then assumed zero).
+    pub fn data_end(&self, off: u64, len: u64) -> u64 {
+        let fd = self.file.as_raw_fd();
+        let end = (off + len).min(self.len as u64);
+        // Is there data at or after x (and before end)?
+        let data_after = |x: u64| -> Option<bool> {
+            let d = unsafe { libc::lseek(fd, x as libc::off_t, libc::SEEK_DATA) };
+            if d < 0 {
+                return match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::ENXIO) => Some(false),
+                    _ => None,
+                };
+            }
+            Some((d as u64) < end)
+        };
+        let page = 4096u64;
+        let (mut lo, mut hi) = (off / page, end.div_ceil(page));
+        match data_after(lo * page) {
+            Some(false) => return off,
+            None => return end,
+            Some(true) => {}
+        }
+        // Invariant: data at or after page lo; none at or after page hi.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match data_after(mid * page) {
+                Some(true) => lo = mid,
+                Some(false) => hi = mid,
+                None => return end,
+            }
+        }
+        (hi * page).min(end)
+    }
+
+    /// The parts of [off, off+len) that hold data in the pool file (holes read as zeros and
+    /// need not be looked at). Falls back to the whole range when the file system cannot say.
+    pub fn data_ranges(&self, off: u64, len: u64) -> Vec<(u64, u64)> {
+        let fd = self.file.as_raw_fd();
+        let end = (off + len).min(self.len as u64);
+        let mut out = Vec::new();
+        let mut pos = off;
+        while pos < end {
+            let d = unsafe { libc::lseek(fd, pos as libc::off_t, libc::SEEK_DATA) };
+            if d < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                    break; // no data after pos
+                }
+                return vec![(off, end - off)];
+            }
+            let d = d as u64;
+            if d >= end {
+                break;
+            }
+            let h = unsafe { libc::lseek(fd, d as libc::off_t, libc::SEEK_HOLE) };
+            if h < 0 {
+                return vec![(off, end - off)];
+            }
+            let h = (h as u64).min(end);
+            out.push((d, h - d));
+            pos = h;
+        }
+        out
     }
 }
 

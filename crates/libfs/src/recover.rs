@@ -120,8 +120,15 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
     let n = inner.g.inode_count as usize;
     let bs = inner.g.block_size;
     let mut in_use = vec![false; n];
-    for (ino, used) in in_use.iter_mut().enumerate().skip(1) {
-        *used = inner.imode(ino as Ino) != 0;
+    // Only the parts of the inode table that were ever written: reading a hole of a fresh,
+    // sparse pool would fault in (and zero) the whole table.
+    let table = inner.g.inode(0);
+    for (off, len) in inner.m.data_ranges(table, n as u64 * INODE_SIZE) {
+        let first = ((off - table) / INODE_SIZE).max(1);
+        let last = ((off + len - table).div_ceil(INODE_SIZE)).min(n as u64);
+        for ino in first..last {
+            in_use[ino as usize] = inner.imode(ino) != 0;
+        }
     }
     if !in_use[ROOT_INO as usize] || inner.imode(ROOT_INO) & libc::S_IFMT != libc::S_IFDIR {
         return Err("the root directory inode is missing or not a directory".into());
@@ -311,6 +318,14 @@ pub(crate) fn recover(inner: &Inner) -> Result<Report, String> {
         inode_count: inner.g.inode_count,
         used_blocks,
         used_inodes,
+        blocks_ready: block_hwm,
+        inodes_ready: inode_hwm,
+        // Past the last byte of data in the pool file every block reads as zeros.
+        zero_from: {
+            let g = &inner.g;
+            let end = inner.m.data_end(g.data_off, g.block_count * g.block_size);
+            block_hwm.max((end.saturating_sub(g.data_off)).div_ceil(g.block_size))
+        },
     };
     let mut ns = inner.ns.write();
     ns.dirs = dirs;

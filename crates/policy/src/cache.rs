@@ -16,6 +16,7 @@ pub mod belady;
 pub mod clock;
 pub mod fifo;
 pub mod hash;
+pub mod id_map;
 pub mod lirs;
 pub mod list;
 pub mod lru;
@@ -33,7 +34,7 @@ mod testkit;
 use std::fmt;
 
 pub use crate::engine::Op;
-pub use placement_adapter::{CachePlacement, as_placement};
+pub use placement_adapter::{CachePlacement, as_placement, placement_by_name};
 
 use crate::time::Nanos;
 
@@ -291,6 +292,8 @@ pub enum Error {
     },
     MalformedParams(String),
     ZeroCapacity,
+    /// An offline policy (Belady) was asked to run without the future it needs.
+    NeedsFuture(String),
 }
 
 impl fmt::Display for Error {
@@ -332,6 +335,11 @@ impl fmt::Display for Error {
                 )
             }
             Error::ZeroCapacity => write!(f, "cache capacity must be at least 1"),
+            Error::NeedsFuture(p) => write!(
+                f,
+                "{p} is an offline policy: it needs each access's next-access index, which \
+                 this caller does not provide"
+            ),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! fcntl (record locks), flock, fstat family, mmap/ioctl refusals.
 
 use crate::real::{self, Mode};
-use crate::state::{Route, State, route, set_errno, state};
+use crate::state::{Route, State, errno, route, set_errno, state};
 use crate::{ret, run};
 use kaiso_libfs::{OpenFile, Stat};
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
@@ -767,7 +767,59 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
     real::ioctl()(fd, req, arg)
 }
 
-/// Private files cannot be memory-mapped (the thesis's choice too): ENODEV.
+/// mmap of a private file. MAP_PRIVATE is served with anonymous memory filled from the file
+/// (a copy-on-write mapping sees the file as of the mmap call; POSIX leaves it unspecified
+/// whether later writes to the file show through); pages past the end of the file read as
+/// zeros instead of raising SIGBUS. MAP_SHARED would need the pool's blocks at page-aligned,
+/// contiguous addresses and kernel-visible coherence with write(): ENODEV, as in the thesis.
+unsafe fn mmap_private(
+    f: &OpenFile,
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    off: Off,
+    kernel: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, c_int, Off) -> *mut c_void,
+) -> *mut c_void {
+    let fail = |e: c_int| {
+        set_errno(e);
+        libc::MAP_FAILED
+    };
+    if flags & libc::MAP_TYPE != libc::MAP_PRIVATE {
+        return fail(libc::ENODEV);
+    }
+    let page = 4096;
+    if len == 0 || off < 0 || off % page != 0 {
+        return fail(libc::EINVAL);
+    }
+    if f.flags() & libc::O_ACCMODE == libc::O_WRONLY || f.is_dir() {
+        return fail(libc::EACCES);
+    }
+    let anon = (flags & !libc::MAP_TYPE) | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    let m = kernel(addr, len, libc::PROT_READ | libc::PROT_WRITE, anon, -1, 0);
+    if m == libc::MAP_FAILED {
+        return m;
+    }
+    let dst = std::slice::from_raw_parts_mut(m as *mut u8, len);
+    let mut done = 0;
+    while done < len {
+        match f.pread(&mut dst[done..], off as u64 + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) => {
+                libc::munmap(m, len);
+                return fail(e);
+            }
+        }
+    }
+    if prot != libc::PROT_READ | libc::PROT_WRITE && libc::mprotect(m, len, prot) != 0 {
+        let e = errno();
+        libc::munmap(m, len);
+        return fail(e);
+    }
+    m
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mmap(
     addr: *mut c_void,
@@ -777,9 +829,11 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: Off,
 ) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && file_of(fd).is_some() {
-        set_errno(libc::ENODEV);
-        return libc::MAP_FAILED;
+    if flags & libc::MAP_ANONYMOUS == 0
+        && let Some(f) = file_of(fd)
+    {
+        let _g = crate::state::Guard::enter();
+        return mmap_private(&f, addr, len, prot, flags, off, real::mmap());
     }
     real::mmap()(addr, len, prot, flags, fd, off)
 }
@@ -792,9 +846,11 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: Off,
 ) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && file_of(fd).is_some() {
-        set_errno(libc::ENODEV);
-        return libc::MAP_FAILED;
+    if flags & libc::MAP_ANONYMOUS == 0
+        && let Some(f) = file_of(fd)
+    {
+        let _g = crate::state::Guard::enter();
+        return mmap_private(&f, addr, len, prot, flags, off, real::mmap64());
     }
     real::mmap64()(addr, len, prot, flags, fd, off)
 }

@@ -15,6 +15,7 @@ mod io;
 mod path;
 mod proc;
 mod real;
+mod spawn;
 mod state;
 mod stdio;
 mod stdstreams;
@@ -28,6 +29,7 @@ use std::ffi::{CStr, c_int};
 static INIT: extern "C" fn() = {
     extern "C" fn init() {
         state::init();
+        proc::capture_settings();
         proc::init_inherited();
     }
     init

@@ -439,7 +439,7 @@ pub unsafe extern "C" fn link(old: P, new: P) -> c_int {
         libc::AT_FDCWD,
         new,
         |a, b| real::link()(a, b),
-        |_, _, _| Err(Fail::Errno(libc::EPERM)),
+        |fs, a, b| Ok(fs.link(a, b, false).map(|_| 0)?),
     )
 }
 #[unsafe(no_mangle)]
@@ -450,7 +450,14 @@ pub unsafe extern "C" fn linkat(d1: c_int, old: P, d2: c_int, new: P, flags: c_i
         d2,
         new,
         |a, b| real::linkat()(d1, a, d2, b, flags),
-        |_, _, _| Err(Fail::Errno(libc::EPERM)),
+        |fs, a, b| {
+            if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+                return Err(Fail::Errno(libc::EINVAL));
+            }
+            Ok(fs
+                .link(a, b, flags & libc::AT_SYMLINK_FOLLOW != 0)
+                .map(|_| 0)?)
+        },
     )
 }
 

@@ -201,6 +201,24 @@ reals! {
     fileno_unlocked(*mut libc::FILE) -> c_int;
     execve(P, *const *const c_char, *const *const c_char) -> c_int;
     execvpe(P, *const *const c_char, *const *const c_char) -> c_int;
+    fexecve(c_int, *const *const c_char, *const *const c_char) -> c_int;
+}
+
+/// posix_spawn and its file actions; the two opaque glibc structures are passed as pointers.
+pub type Actions = *mut c_void;
+pub type Attr = *const c_void;
+
+reals! {
+    posix_spawn(*mut libc::pid_t, P, *const c_void, Attr, *const *mut c_char, *const *mut c_char) -> c_int;
+    posix_spawnp(*mut libc::pid_t, P, *const c_void, Attr, *const *mut c_char, *const *mut c_char) -> c_int;
+    posix_spawn_file_actions_init(Actions) -> c_int;
+    posix_spawn_file_actions_destroy(Actions) -> c_int;
+    posix_spawn_file_actions_adddup2(Actions, c_int, c_int) -> c_int;
+    posix_spawn_file_actions_addclose(Actions, c_int) -> c_int;
+    posix_spawn_file_actions_addopen(Actions, c_int, P, c_int, Mode) -> c_int;
+    posix_spawn_file_actions_addclosefrom_np(Actions, c_int) -> c_int;
+    posix_spawn_file_actions_addchdir_np(Actions, P) -> c_int;
+    posix_spawn_file_actions_addfchdir_np(Actions, c_int) -> c_int;
 }
 
 reals! {

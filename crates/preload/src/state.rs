@@ -3,10 +3,10 @@
 
 use crate::real;
 use kaiso_libfs::{
-    Fs, FsError, OpenFile, Persist, PoolOptions, SpinLock, normalize_abs, strip_mount,
+    Fs, FsError, OpenFile, Persist, PoolOptions, SpinLock, normalize_abs, normalized, strip_mount,
 };
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU32, Ordering};
@@ -55,7 +55,8 @@ pub struct Slot {
 
 pub struct FdTable {
     pub slots: Box<[Slot]>,
-    pub free: SpinLock<Vec<c_int>>,
+    /// Reserved numbers not in use, ordered: the lowest is handed out first, as the kernel does.
+    pub free: SpinLock<BTreeSet<c_int>>,
     /// A kernel descriptor used as the placeholder that keeps private numbers reserved:
     /// an O_PATH descriptor, so kernel I/O on a stray private number fails with EBADF.
     pub placeholder: c_int,
@@ -112,16 +113,15 @@ extern "C" fn atfork_child() {
             s.pool_state.store(0, Ordering::Release);
         }
         if let Some(t) = s.table() {
-            let mut free = Vec::new();
+            let mut free = BTreeSet::new();
             for (fd, slot) in t.slots.iter().enumerate() {
                 if slot.private.swap(false, Ordering::AcqRel) {
                     std::mem::forget(slot.file.lock().take());
                 }
                 if slot.reserved.load(Ordering::Relaxed) {
-                    free.push(fd as c_int);
+                    free.insert(fd as c_int);
                 }
             }
-            free.reverse();
             *t.free.lock() = free;
         }
         // Streams stay registered: a child's readdir continues from its DRAM snapshot, and
@@ -252,6 +252,8 @@ impl State {
             opts.block_size = b as u32;
         }
         opts.inode_count = env_u64("KAISO_INODES");
+        // KAISO_PREFAULT=1: madvise new pool memory in 2 MiB ahead of the allocator.
+        opts.prefault = std::env::var("KAISO_PREFAULT").is_ok_and(|v| v == "1");
         opts.persist = match std::env::var("KAISO_PERSIST").as_deref() {
             Ok("pmem") => Some(Persist::Pmem),
             Ok("volatile") => Some(Persist::Volatile),
@@ -337,14 +339,9 @@ impl State {
         let t = self.table().ok_or(libc::EMFILE)?;
         let fd = {
             let mut free = t.free.lock();
-            let pick = free
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| **f >= min)
-                .min_by_key(|(_, f)| **f)
-                .map(|(i, _)| i)
-                .ok_or(libc::EMFILE)?;
-            free.swap_remove(pick)
+            let pick = *free.range(min..).next().ok_or(libc::EMFILE)?;
+            free.remove(&pick);
+            pick
         };
         let s = &t.slots[fd as usize];
         *s.file.lock() = Some(file);
@@ -368,7 +365,7 @@ impl State {
             }
         }
         if s.reserved.load(Ordering::Relaxed) && !s.private.load(Ordering::Acquire) {
-            t.free.lock().retain(|&f| f != fd);
+            t.free.lock().remove(&fd);
         }
         let old = s.file.lock().replace(file);
         s.cloexec.store(cloexec, Ordering::Relaxed);
@@ -398,7 +395,7 @@ impl State {
             f.take()
         };
         if s.reserved.load(Ordering::Relaxed) {
-            t.free.lock().push(fd);
+            t.free.lock().insert(fd);
         } else {
             unsafe { real::close()(fd) };
         }
@@ -413,7 +410,7 @@ impl State {
             return;
         };
         if s.reserved.swap(false, Ordering::Relaxed) {
-            t.free.lock().retain(|&f| f != fd);
+            t.free.lock().remove(&fd);
         }
         if fd <= 2 && s.private.load(Ordering::Acquire) {
             unsafe { crate::stdstreams::detach(fd) };
@@ -481,14 +478,14 @@ fn reserve_fds() -> Result<FdTable, String> {
             file: SpinLock::new(None),
         })
         .collect();
-    let mut free = Vec::new();
+    let mut free = BTreeSet::new();
     for fd in (base..limit).rev() {
         if fd == ph || unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
             continue; // already in use by the program
         }
         if unsafe { real::dup3()(ph, fd, libc::O_CLOEXEC) } == fd {
             slots[fd as usize].reserved.store(true, Ordering::Relaxed);
-            free.push(fd);
+            free.insert(fd);
         }
     }
     if free.is_empty() {
@@ -545,7 +542,7 @@ pub fn route(st: &State, dirfd: c_int, path: *const c_char) -> Route {
         base.extend_from_slice(p);
         base
     };
-    let norm = normalize_abs(&abs);
+    let norm = normalized(abs);
     if strip_mount(&st.mount, &norm).is_some() {
         Route::Private(norm)
     } else if rebased {

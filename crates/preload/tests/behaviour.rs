@@ -41,3 +41,33 @@ fn private_directory_behaves_like_a_kernel_directory() {
         "files leaked to disk"
     );
 }
+
+#[test]
+fn a_shared_mapping_of_a_private_file_is_refused_with_enodev() {
+    let s = Scratch::new("mmapshared");
+    let private = s.sub("private");
+    let script = format!(
+        r#"import mmap, os
+fd = os.open("{p}/f", os.O_CREAT | os.O_RDWR)
+os.write(fd, b"x" * 8192)
+try:
+    mmap.mmap(fd, 8192, mmap.MAP_SHARED)
+    print("mapped")
+except OSError as e:
+    print("refused", e.errno)
+m = mmap.mmap(fd, 8192, mmap.MAP_PRIVATE)
+print("private", m[:4])
+"#,
+        p = private.display()
+    );
+    let out = ok(s
+        .private_cmd(&private, "python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap());
+    assert_eq!(
+        out.trim(),
+        format!("refused {}\nprivate b'xxxx'", libc::ENODEV)
+    );
+}

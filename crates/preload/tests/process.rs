@@ -101,3 +101,44 @@ print("ok", len(fds))
     assert_eq!(out.trim(), "ok 600");
     let _ = Command::new("true");
 }
+
+#[test]
+fn every_exec_form_and_posix_spawn_hand_over_descriptors_and_settings() {
+    let s = Scratch::new("execchain");
+    let prog = compile_c(&s, "execchain");
+    let private = s.sub("private");
+    let out = s
+        .private_cmd(&private, &prog)
+        .arg(&private)
+        .arg("0")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{so}\n{se}");
+    // Stage n was started by: 1 execl, 2 execlp, 3 execle (own env), 4 execvpe (own env),
+    // 5 fexecve (own env), 6 execv of the program copied into the private directory,
+    // 7 a private #! script, 8 execv from that script.
+    let reads = ["ab", "cd", "ef", "gh", "ij", "kl", "mn"];
+    let stages = [1, 2, 3, 4, 5, 6, 8];
+    for (n, r) in stages.iter().zip(reads) {
+        let x = if *n >= 3 { "own-env" } else { "-" };
+        let want = format!("stage {n}: read 2 [{r}] preload=yes pool=yes X={x}");
+        assert!(so.contains(&want), "missing {want:?}\n{so}\n{se}");
+    }
+    assert!(so.contains("script ran with 3 arguments"), "{so}\n{se}");
+    // posix_spawn with the child's stdout dup2'ed from a private descriptor.
+    assert!(
+        so.contains(
+            "spawned child wrote to the private file: stage 9: read 2 [op] preload=yes pool=yes X=own-env"
+        ),
+        "{so}\n{se}"
+    );
+    assert!(so.contains("spawned child exit 0"), "{so}\n{se}");
+    assert!(
+        so.contains("addopen of a private path: Operation not supported"),
+        "{so}\n{se}"
+    );
+    assert!(se.contains("posix_spawn_file_actions_addopen of a private path is not supported"));
+}

@@ -4,6 +4,29 @@ mod common;
 use common::*;
 use std::process::Command;
 
+/// Runs tests/c/dataops under `strace -f` on a private directory and returns the system calls
+/// made between its markers; `prefault` sets KAISO_PREFAULT=1.
+fn private_calls(s: &Scratch, prog: &std::path::Path, name: &str, prefault: bool) -> Vec<String> {
+    let private = s.sub(name);
+    let trace = s.dir.join(format!("{name}.trace"));
+    let mut cmd = s.private_cmd(&private, "strace");
+    if prefault {
+        cmd.env("KAISO_PREFAULT", "1");
+    }
+    let out = cmd
+        .arg("-f")
+        .arg("-o")
+        .arg(&trace)
+        .arg(prog)
+        .arg(&private)
+        .arg("/etc/hostname")
+        .output()
+        .unwrap();
+    let so = ok(out);
+    assert!(so.starts_with("total "), "{so}");
+    between_markers(&std::fs::read_to_string(&trace).unwrap())
+}
+
 #[test]
 fn data_operations_on_private_files_make_no_system_calls() {
     if !have("strace") {
@@ -11,25 +34,27 @@ fn data_operations_on_private_files_make_no_system_calls() {
     }
     let s = Scratch::new("strace");
     let prog = compile_c(&s, "dataops");
-    let private = s.sub("private");
-    let trace = s.dir.join("trace.txt");
-    let out = s
-        .private_cmd(&private, "strace")
-        .arg("-f")
-        .arg("-o")
-        .arg(&trace)
-        .arg(&prog)
-        .arg(&private)
-        .arg("/etc/hostname")
-        .output()
-        .unwrap();
-    let so = ok(out);
-    assert!(so.starts_with("total "), "{so}");
-    let t = std::fs::read_to_string(&trace).unwrap();
-    let calls = between_markers(&t);
+    // By default: not a single system call (new pool pages fault in on first store).
+    let calls = private_calls(&s, &prog, "strict", false);
     assert!(
         calls.is_empty(),
         "system calls during private data operations:\n{}",
+        calls.join("\n")
+    );
+    // With KAISO_PREFAULT=1 the allocator faults never-used pool memory in 2 MiB ahead of
+    // itself: the only calls are those madvises, one per 2 MiB of pool growth (the program
+    // writes ~6 MiB of new data), never one per operation.
+    let calls = private_calls(&s, &prog, "default", true);
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.contains("madvise(") && c.contains("MADV_POPULATE_WRITE")),
+        "unexpected system calls during private data operations:\n{}",
+        calls.join("\n")
+    );
+    assert!(
+        calls.len() <= 8,
+        "too many prefault calls:\n{}",
         calls.join("\n")
     );
     // The same program on a kernel directory makes thousands of calls: the check can fail.

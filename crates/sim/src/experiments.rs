@@ -112,6 +112,7 @@ pub fn run_002(
                 Placement::WriteBackCache {
                     cache: c.as_mut(),
                     block: 4096,
+                    future: None,
                 },
                 workload,
                 |_| {},
@@ -417,10 +418,17 @@ pub struct Ch3 {
 
 impl Ch3 {
     pub fn new(scale: Scale, seed: u64) -> Ch3 {
-        let spec = TpcxvSpec {
-            phase_s: scale.phase_s,
-            ..TpcxvSpec::default()
-        };
+        Ch3::with_spec(
+            TpcxvSpec {
+                phase_s: scale.phase_s,
+                ..TpcxvSpec::default()
+            },
+            seed,
+        )
+    }
+
+    /// The ch.3 setup over a TPCx-V-like workload of `spec`.
+    pub fn with_spec(spec: TpcxvSpec, seed: u64) -> Ch3 {
         let workload = Tpcxv::new(spec, seed);
         // Data occupy half of the modelled disk, as 750 GB on the thesis's RAID 0+1.
         let hdd = DeviceSpec::Hdd(HddParams {
@@ -442,7 +450,8 @@ impl Ch3 {
         }
     }
 
-    fn layout(&self) -> RegionLayout {
+    /// The generator's chunk → (file, offset) map: what the guest agent's FIEMAP gives.
+    pub fn layout(&self) -> RegionLayout {
         let mut l = RegionLayout::new(self.workload.spec.chunk_bytes).expect("chunk size > 0");
         for (chunk, file, off) in self.workload.layout() {
             l.insert(chunk, file, off)
@@ -520,6 +529,7 @@ impl Ch3 {
             Placement::WriteBackCache {
                 cache: c.as_mut(),
                 block: 4096,
+                future: None,
             },
             self.workload_closed(seed),
             |_| {},

@@ -8,6 +8,7 @@
 //! - [`replay`]: cache mode (any `kaiso_policy::cache::CachePolicy`) and tiering mode
 //!   (any `PlacementPolicy` over device-modelled tiers, open or closed loop).
 //! - [`report`]: results as JSON/CSV and SVG plots.
+//! - [`suite`]: the default policy against every baseline over the workloads.
 
 pub mod experiments;
 pub mod policies;
@@ -15,6 +16,7 @@ pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod source;
+pub mod suite;
 pub mod sweep;
 pub mod trace;
 pub mod validate;

@@ -254,3 +254,76 @@ mod tests {
         assert!(empty.contains("</svg>"));
     }
 }
+
+/// A horizontal bar chart (one bar per named value) rendered to SVG.
+#[derive(Clone, Debug, Default)]
+pub struct BarChart {
+    pub title: String,
+    pub value_label: String,
+    /// (name, value, highlighted)
+    pub bars: Vec<(String, f64, bool)>,
+}
+
+impl BarChart {
+    pub fn new(title: &str, value_label: &str) -> Self {
+        BarChart {
+            title: title.into(),
+            value_label: value_label.into(),
+            bars: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, name: &str, value: f64, highlight: bool) {
+        self.bars.push((name.into(), value, highlight));
+    }
+
+    pub fn to_svg(&self) -> String {
+        let row = 22.0;
+        let (l, r, t, b) = (170.0, 90.0, 40.0, 30.0);
+        let w = 760.0;
+        let h = t + b + row * self.bars.len().max(1) as f64;
+        let pw = w - l - r;
+        let max = self
+            .bars
+            .iter()
+            .map(|b| b.1)
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max)
+            .max(1e-12);
+        let mut s = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+            w / 2.0,
+            esc(&self.title)
+        );
+        for (i, (name, v, hi)) in self.bars.iter().enumerate() {
+            let y = t + row * i as f64;
+            let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+            let bw = pw * v / max;
+            let color = if *hi { PALETTE[1] } else { PALETTE[0] };
+            let _ = writeln!(
+                s,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n<rect x=\"{l}\" y=\"{}\" width=\"{bw:.1}\" height=\"{}\" fill=\"{color}\"/>\n<text x=\"{}\" y=\"{}\">{}</text>",
+                l - 6.0,
+                y + row * 0.7,
+                esc(name),
+                y + 3.0,
+                row - 6.0,
+                l + bw + 4.0,
+                y + row * 0.7,
+                nice(v)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n</svg>",
+            l + pw / 2.0,
+            h - 8.0,
+            esc(&self.value_label)
+        );
+        s
+    }
+
+    pub fn write(&self, path: &Path) -> io::Result<()> {
+        std::fs::write(path, self.to_svg())
+    }
+}

@@ -1,6 +1,6 @@
 //! Miss ratios of our baselines against libCacheSim (PyPI `libcachesim`) on the same
-//! generated oracleGeneral traces: every shared policy, two cache sizes, within 0.5
-//! percentage points. Installs libcachesim with pip when missing; if that is impossible
+//! generated oracleGeneral traces: every shared policy, two cache sizes (1 % and 10 % of
+//! the footprint, in bytes on both sides), within 0.5 percentage points. Installs libcachesim with pip when missing; if that is impossible
 //! (no network, no pip) the test prints why and passes without comparing.
 
 use kaiso_sim::validate::{self, SHARED_POLICIES};
@@ -16,8 +16,8 @@ fn miss_ratios_match_libcachesim() {
     let mut disagreements = Vec::new();
     let mut compared = 0;
     for t in &traces {
-        let objects = [(t.footprint / 100).max(1), (t.footprint / 10).max(1)];
-        let res = validate::compare("python3", t, SHARED_POLICIES, &objects, 1, |_| {})
+        let sizes = [t.cache_bytes(0.01), t.cache_bytes(0.1)];
+        let res = validate::compare("python3", t, SHARED_POLICIES, &sizes, 1, |_| {})
             .expect("libCacheSim run");
         for c in res {
             compared += 1;

@@ -20,8 +20,8 @@ use kaiso_store::migrate::{
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
 use nfs3_client::nfs3_types::nfs3::{
-    self, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result, READ3args, READDIRPLUS3args,
-    READLINK3args, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
+    self, ACCESS3args, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result, READ3args,
+    READDIRPLUS3args, READLINK3args, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
@@ -427,7 +427,20 @@ impl NfsSource {
                     })
                     .await?;
                 Ok(match r {
-                    Nfs3Result::Ok(ok) => Ok((ok.data.to_vec(), ok.eof)),
+                    Nfs3Result::Ok(ok) => {
+                        // A server holding the file open keeps serving it after it was
+                        // unlinked; nlink 0 in the post-op attributes gives that away.
+                        if let Nfs3Option::Some(a) = &ok.file_attributes
+                            && a.nlink == 0
+                        {
+                            return Err(SourceError::new(
+                                SourceErrorKind::Changed,
+                                path,
+                                "READ: the file was removed on the source during migration",
+                            ));
+                        }
+                        Ok((ok.data.to_vec(), ok.eof))
+                    }
                     Nfs3Result::Err((stat, _)) => Err(stat),
                 })
             }
@@ -442,6 +455,59 @@ impl NfsSource {
         len: usize,
     ) -> SourceResult<Vec<u8>> {
         let fh = self.resolve(path).await?;
+        // Servers may serve READ to anyone (ganesha does for AUTH_UNIX): like the kernel
+        // client at open, ask ACCESS for the configured identity, in parallel with the reads.
+        let (allowed, data) = tokio::join!(
+            self.may_read(path, &fh),
+            self.read_pieces(path, &fh, offset, len)
+        );
+        if !allowed? {
+            return Err(SourceError::new(
+                SourceErrorKind::PermissionDenied,
+                path,
+                format!(
+                    "ACCESS: uid {} gid {} may not read this file",
+                    self.config.uid, self.config.gid
+                ),
+            ));
+        }
+        data
+    }
+
+    /// Whether the server grants ACCESS3_READ on `fh` to the configured identity.
+    async fn may_read(&self, path: &SourcePath, fh: &nfs_fh3) -> SourceResult<bool> {
+        self.retry_jukebox(path, "ACCESS", || {
+            let fh = fh.clone();
+            async move {
+                let r = self
+                    .call(path, "ACCESS", move |mut c| {
+                        let args = ACCESS3args {
+                            object: fh.clone(),
+                            access: nfs3::ACCESS3_READ,
+                        };
+                        async move {
+                            let r = c.access(&args).await;
+                            (c, r)
+                        }
+                    })
+                    .await?;
+                Ok(match r {
+                    Nfs3Result::Ok(ok) => Ok(ok.access & nfs3::ACCESS3_READ != 0),
+                    Nfs3Result::Err((stat, _)) => Err(stat),
+                })
+            }
+        })
+        .await
+    }
+
+    async fn read_pieces(
+        &self,
+        path: &SourcePath,
+        fh: &nfs_fh3,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        let fh = fh.clone();
         let piece = self.config.read_size as usize;
         let mut starts = Vec::new();
         let mut at = 0usize;

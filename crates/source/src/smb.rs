@@ -15,7 +15,8 @@
 //! - Alternate data streams are listed and read where the server has them (Samba with
 //!   `vfs objects = streams_xattr`).
 //! - Directory listings carry no link count: [`Source::read_dir`] reports nlink 1 for
-//!   files and [`Source::stat`] (FileStandardInformation) gives the real count.
+//!   files and [`Source::stat`] (FileStandardInformation) gives the real count for files;
+//!   Samba reports 1 for every directory.
 
 use std::str::FromStr;
 

@@ -13,30 +13,44 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kaiso_source::{NfsSource, PosixSource, SmbSource};
-use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
+use kaiso_store::migrate::{
+    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceAttr, SourceEntry,
+    SourcePath, SourceResult,
+};
 use kaiso_store::{Caller, Ino, ROOT_INO, SetAttr, Store, StoreConfig};
 
 struct Dest {
-    dir: tempfile::TempDir,
+    _tmp: Option<tempfile::TempDir>,
+    root: PathBuf,
     cfg: String,
 }
 
 impl Dest {
     fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        fs::create_dir(dir.path().join("t0")).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join("t0")).unwrap();
+        let mut d = Self::at(tmp.path());
+        d._tmp = Some(tmp);
+        d
+    }
+    /// A destination in an existing directory (the crash child reuses its parent's).
+    fn at(root: &Path) -> Self {
         let cfg = format!(
             "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"4GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
-            dir.path().join("state").display(),
-            dir.path().join("t0").display()
+            root.join("state").display(),
+            root.join("t0").display()
         );
-        Dest { dir, cfg }
+        Dest {
+            _tmp: None,
+            root: root.to_path_buf(),
+            cfg,
+        }
     }
     fn open(&self) -> Arc<Store> {
         Store::open(StoreConfig::from_toml_str(&self.cfg, "test.toml").unwrap()).unwrap()
     }
     fn tier(&self) -> PathBuf {
-        self.dir.path().join("t0")
+        self.root.join("t0")
     }
 }
 
@@ -143,7 +157,6 @@ fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
 }
 
 #[test]
-#[ignore = "known broken: a file under a renamed directory is filled with zeros (see report)"]
 fn posix_migration_with_concurrent_clients_then_finish() {
     let src = tempfile::tempdir().unwrap();
     common::build_tree(src.path());
@@ -244,7 +257,7 @@ fn posix_migration_with_concurrent_clients_then_finish() {
         &[b"zero", b"tiny.txt", b"a/b/just-over-1m"],
         true,
     );
-    assert!(n > 60, "{n} compared");
+    assert!(n > 50, "{n} compared (all but the 3 paths clients changed)");
     fs::rename(tier.join("a/b"), tier.join("moved")).unwrap();
     assert_eq!(
         xattr(&tier.join("a/page"), "user.kaiso.test"),
@@ -409,5 +422,634 @@ fn smb_migration_from_samba() {
         report.verified_files > 40 && report.mismatches.is_empty(),
         "{report:?}"
     );
+    store.shutdown();
+}
+
+/// Runs `f` on a thread and fails the test if it does not return within `limit` (a
+/// deadlock shows up as a failure, not as a hung test run).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .expect("did not finish in time: deadlock?")
+}
+
+fn write_tree(root: &Path, files: &[(&str, Vec<u8>)], dirs: &[&str]) {
+    for d in dirs {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for (name, data) in files {
+        fs::write(root.join(name), data).unwrap();
+    }
+}
+
+fn ino_of(store: &Store, path: &[u8]) -> Ino {
+    resolve(store, path)
+}
+
+#[test]
+fn concurrent_lookups_wait_for_one_listing_and_hard_links_in_one_directory_do_not_deadlock() {
+    let src = tempfile::tempdir().unwrap();
+    let mut files = vec![
+        ("h/x", common::content(1, 5000)),
+        ("h/sub/s", common::content(2, 777)),
+        ("h2/old", common::content(3, 10)),
+    ];
+    let names: Vec<String> = (0..50).map(|i| format!("h/f{i:02}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        files.push((n.as_str(), common::content(10 + i as u64, i)));
+    }
+    write_tree(src.path(), &files, &["h/sub", "h2"]);
+    // Two names of one file in the same directory: the second is created as a hard
+    // link to the first while that directory is being listed (the old deadlock).
+    fs::hard_link(src.path().join("h/x"), src.path().join("h/y")).unwrap();
+    let dest = Dest::new();
+    let store = dest.open();
+    let m = attach(
+        &store,
+        Box::new(PosixSource::open(src.path()).unwrap()),
+        MigrationConfig::new("gate"),
+    );
+    let s2 = store.clone();
+    let results = within(Duration::from_secs(60), move || {
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let s = s2.clone();
+                std::thread::spawn(move || {
+                    let path: &[u8] = match i % 3 {
+                        0 => b"h/sub/s",
+                        1 => b"h/y",
+                        _ => b"h/f49",
+                    };
+                    let ino = resolve(&s, path);
+                    read_all(&s, ino)
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (i, got) in results.iter().enumerate() {
+        let want = match i % 3 {
+            0 => common::content(2, 777),
+            1 => common::content(1, 5000),
+            _ => common::content(59, 49),
+        };
+        assert_eq!(*got, want, "reader {i}");
+    }
+    assert_eq!(
+        m.counters
+            .dirs_listed
+            .load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "root, h and h/sub each listed exactly once"
+    );
+    assert_eq!(
+        ino_of(&store, b"h/x"),
+        ino_of(&store, b"h/y"),
+        "hard link rebuilt"
+    );
+    // A client mkdir in an unlisted directory lists it first, then creates.
+    let h2 = ino_of(&store, b"h2");
+    let s3 = store.clone();
+    within(Duration::from_secs(30), move || {
+        s3.mkdir(h2, OsStr::new("new"), 0o755, 0, Caller::ROOT)
+            .unwrap()
+    });
+    assert_eq!(read_all(&store, ino_of(&store, b"h2/old")), common::content(3, 10));
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(m.remaining(), 0);
+    kaiso_store::migrate::finish(&store, &m).expect("finish");
+    store.shutdown();
+}
+
+#[test]
+fn client_unlink_rename_and_rmdir_keep_the_counter_right() {
+    let src = tempfile::tempdir().unwrap();
+    write_tree(
+        src.path(),
+        &[
+            ("d/f1", common::content(1, 100)),
+            ("d/f2", common::content(2, 2 << 20)),
+            ("d/f3", common::content(3, 3000)),
+            ("d/full/inner", common::content(4, 10)),
+            ("d/deep/x/y", common::content(5, 10)),
+        ],
+        &["d/e", "d/full", "top", "d/deep/x"],
+    );
+    let dest = Dest::new();
+    let store = dest.open();
+    let mut cfg = MigrationConfig::new("counter");
+    cfg.unit_size = 1 << 20;
+    let m = attach(
+        &store,
+        Box::new(PosixSource::open(src.path()).unwrap()),
+        cfg,
+    );
+    let d = ino_of(&store, b"d");
+    let top = ino_of(&store, b"top");
+    let _ = ino_of(&store, b"d/f1"); // lists d
+    let _ = store.lookup(top, OsStr::new("none")); // lists top (empty on the source)
+    let r0 = m.remaining();
+    // Deleting a dummy file.
+    store.unlink(d, OsStr::new("f1")).unwrap();
+    assert_eq!(m.remaining(), r0 - 1, "unlink of a dummy file");
+    // Deleting a partial file (one unit of two fetched).
+    let f2 = ino_of(&store, b"d/f2");
+    let o = store.open_file(f2, libc::O_RDONLY, false).unwrap();
+    store.read(o.fh, 0, 10).unwrap();
+    store.release(o.fh).unwrap();
+    assert!(!store.stub_state(f2).missing.is_empty());
+    assert_eq!(m.remaining(), r0 - 1);
+    store.unlink(d, OsStr::new("f2")).unwrap();
+    assert_eq!(m.remaining(), r0 - 2, "unlink of a partial file");
+    // Renaming a dummy file: counter unchanged, data still from its source path.
+    store
+        .rename(d, OsStr::new("f3"), top, OsStr::new("f3-moved"), 0)
+        .unwrap();
+    assert_eq!(m.remaining(), r0 - 2, "rename keeps the stub");
+    assert_eq!(
+        read_all(&store, ino_of(&store, b"top/f3-moved")),
+        common::content(3, 3000)
+    );
+    assert_eq!(m.remaining(), r0 - 3, "completed after the read");
+    // rmdir of a dummy directory empty on the source: listed, then removed.
+    store.rmdir(d, OsStr::new("e")).unwrap();
+    assert_eq!(m.remaining(), r0 - 4, "rmdir of a dummy directory");
+    // rmdir of a dummy directory that is not empty on the source.
+    assert_eq!(
+        store.rmdir(d, OsStr::new("full")).unwrap_err(),
+        kaiso_store::FsError::NOTEMPTY
+    );
+    // Renaming an empty client directory over a dummy directory that is not empty on
+    // the source must fail like it would on the source.
+    let deep = ino_of(&store, b"d/deep");
+    let _ = deep;
+    store
+        .mkdir(ROOT_INO, OsStr::new("client-empty"), 0o755, 0, Caller::ROOT)
+        .unwrap();
+    assert_eq!(
+        store
+            .rename(ROOT_INO, OsStr::new("client-empty"), deep, OsStr::new("x"), 0)
+            .unwrap_err(),
+        kaiso_store::FsError::NOTEMPTY,
+        "d/deep/x has an entry on the source"
+    );
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(m.remaining(), 0);
+    assert_eq!(
+        fs::read(dest.tier().join("d/deep/x/y")).unwrap(),
+        common::content(5, 10)
+    );
+    let report = kaiso_store::migrate::finish(&store, &m).expect("finish");
+    assert!(report.mismatches.is_empty(), "{report:?}");
+    store.shutdown();
+}
+
+/// A parallel crawl (4 workers) while a client renames directories back and forth,
+/// renames files and deletes files: nothing missed (counter 0, every surviving file
+/// equal to its source), nothing duplicated (no extra entries).
+#[test]
+fn parallel_crawl_with_concurrent_renames_and_deletes_misses_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut dirs = Vec::new();
+    for i in 0..6 {
+        for j in 0..4 {
+            dirs.push(format!("p{i}/q{j}"));
+            for k in 0..6 {
+                files.push((
+                    format!("p{i}/q{j}/f{k}"),
+                    common::content((i * 100 + j * 10 + k) as u64, 1000 * k + 17),
+                ));
+            }
+        }
+    }
+    let dir_refs: Vec<&str> = dirs.iter().map(|s| s.as_str()).collect();
+    let file_refs: Vec<(&str, Vec<u8>)> =
+        files.iter().map(|(n, d)| (n.as_str(), d.clone())).collect();
+    write_tree(src.path(), &file_refs, &dir_refs);
+    let dest = Dest::new();
+    let store = dest.open();
+    let mut cfg = MigrationConfig::new("parallel");
+    cfg.crawl_workers = 4;
+    cfg.unit_size = 4096;
+    let m = attach(
+        &store,
+        Box::new(PosixSource::open(src.path()).unwrap()),
+        cfg,
+    );
+    let crawler = Crawler::start(store.clone(), m.clone());
+    // The client: moves p0 under p1 and back, renames and deletes files in p2.
+    let mut deleted = Vec::new();
+    let mut renamed = Vec::new();
+    let p1 = ino_of(&store, b"p1");
+    for round in 0..6 {
+        let (from, to, name) = if round % 2 == 0 {
+            (ROOT_INO, p1, "p0")
+        } else {
+            (p1, ROOT_INO, "p0")
+        };
+        if std::env::var("NO_MOVE").is_err() {
+        store
+            .rename(from, OsStr::new(name), to, OsStr::new(name), 0)
+            .unwrap();
+        }
+        let q = ino_of(&store, format!("p2/q{}", round % 4).as_bytes());
+        let f = format!("f{}", round % 6);
+        if std::env::var("NO_DEL").is_ok() {
+        } else if round < 4 {
+            let a = store.lookup(q, OsStr::new(&f)).unwrap();
+            store.forget(a.ino, 1);
+            eprintln!("deleting p2/q{}/{f} ino {}", round % 4, a.ino);
+            store.unlink(q, OsStr::new(&f)).unwrap();
+            deleted.push(format!("p2/q{}/{f}", round % 4));
+        } else {
+            store
+                .rename(q, OsStr::new(&f), q, OsStr::new("renamed"), 0)
+                .unwrap();
+            renamed.push((format!("p2/q{}/{f}", round % 4), format!("p2/q{}/renamed", round % 4)));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(m.remaining(), 0);
+    let tier = dest.tier();
+    let mut seen = 0;
+    for (name, data) in &files {
+        if deleted.contains(name) {
+            assert!(!tier.join(name).exists(), "{name} deleted by the client");
+            continue;
+        }
+        let here = renamed
+            .iter()
+            .find(|(a, _)| a == name)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_else(|| name.clone());
+        let got = fs::read(tier.join(&here)).unwrap();
+        if got != *data {
+            let from = files
+                .iter()
+                .map(|(n, d)| {
+                    let same = d.iter().zip(got.iter()).filter(|(a, b)| a == b).count();
+                    (same, n.clone())
+                })
+                .max();
+            let probe = &got[..16.min(got.len())];
+            let shifted: Vec<(String, usize)> = files
+                .iter()
+                .filter_map(|(n, d)| {
+                    d.windows(probe.len())
+                        .position(|w| w == probe)
+                        .map(|at| (n.clone(), at))
+                })
+                .collect();
+            eprintln!("first 16 bytes found in {shifted:?}; got starts {:?}", &got[..16]);
+            let vino = resolve(&store, here.as_bytes());
+            eprintln!("victim ino {vino} state {:?}", store.stub_state(vino));
+            panic!(
+                "{here}: {} bytes, want {}; most like {from:?}; deleted {deleted:?}; skipped {:?}",
+                got.len(),
+                data.len(),
+                m.skipped()
+            );
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, files.len() - deleted.len());
+    // No duplicates: the destination holds exactly the surviving files.
+    let dst_files = common::walk(&tier)
+        .into_iter()
+        .filter(|(_, m)| m.is_file())
+        .count();
+    assert_eq!(dst_files, seen, "no extra or duplicated files");
+    let report = kaiso_store::migrate::finish(&store, &m).expect("finish");
+    assert!(report.mismatches.is_empty());
+    store.shutdown();
+}
+
+/// The POSIX source read as an unprivileged account ("nobody", through the per-thread
+/// fs uid), as when the migration account cannot read every file: real EACCES from the
+/// real file system.
+struct AsNobody(PosixSource);
+
+impl AsNobody {
+    fn call<T>(&self, f: impl FnOnce(&PosixSource) -> T) -> T {
+        // SAFETY: setfsuid only changes this thread's file-system identity.
+        let old = unsafe { libc::setfsuid(65534) };
+        let r = f(&self.0);
+        unsafe { libc::setfsuid(old as u32) };
+        r
+    }
+}
+
+impl Source for AsNobody {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn features(&self) -> kaiso_store::migrate::SourceFeatures {
+        self.0.features()
+    }
+    fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
+        self.call(|s| s.stat(p))
+    }
+    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.call(|s| s.read_dir(p))
+    }
+    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.call(|s| s.read(p, offset, len))
+    }
+    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.call(|s| s.read_link(p))
+    }
+    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.call(|s| s.xattrs(p))
+    }
+    fn acl(&self, p: &SourcePath) -> SourceResult<kaiso_store::migrate::SourceAcl> {
+        self.call(|s| s.acl(p))
+    }
+    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<kaiso_store::migrate::SourceStream>> {
+        self.call(|s| s.streams(p))
+    }
+    fn read_stream(
+        &self,
+        p: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.call(|s| s.read_stream(p, stream, offset, len))
+    }
+}
+
+#[test]
+fn bad_input_is_reported_never_silently_zero_filled() {
+    if unsafe { libc::geteuid() } != 0 {
+        return; // needs root to create files "nobody" cannot read
+    }
+    let src = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(src.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    write_tree(
+        src.path(),
+        &[
+            ("ok.txt", common::content(1, 5000)),
+            ("secret", common::content(2, 6000)),
+            ("locked/inside", common::content(3, 10)),
+            ("grows", common::content(4, 3000)),
+            ("shrinks", common::content(5, 300_000)),
+        ],
+        &["locked"],
+    );
+    fs::write(
+        src.path().join(OsStr::from_bytes(common::NON_UTF8_NAME)),
+        b"latin-1 name",
+    )
+    .unwrap();
+    fs::set_permissions(src.path().join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(src.path().join("locked"), fs::Permissions::from_mode(0o700)).unwrap();
+    let dest = Dest::new();
+    let store = dest.open();
+    let mut cfg = MigrationConfig::new("bad");
+    cfg.unit_size = 64 << 10;
+    let m = attach(
+        &store,
+        Box::new(AsNobody(PosixSource::open(src.path()).unwrap())),
+        cfg,
+    );
+    // Listed, then the "read-only" source changes under us before the data is fetched.
+    let shrinks = ino_of(&store, b"shrinks");
+    let o = store.open_file(shrinks, libc::O_RDONLY, false).unwrap();
+    store.read(o.fh, 0, 10).unwrap();
+    store.release(o.fh).unwrap();
+    fs::write(src.path().join("shrinks"), common::content(6, 100_000)).unwrap();
+    let f = fs::OpenOptions::new()
+        .append(true)
+        .open(src.path().join("grows"))
+        .unwrap();
+    use std::io::Write;
+    (&f).write_all(b"more").unwrap();
+    drop(f);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(m.remaining(), 0, "bad entries do not block completion");
+    let tier = dest.tier();
+    assert_eq!(fs::read(tier.join("ok.txt")).unwrap(), common::content(1, 5000));
+    assert_eq!(
+        fs::read(tier.join(OsStr::from_bytes(common::NON_UTF8_NAME))).unwrap(),
+        b"latin-1 name",
+        "a name that is not UTF-8 is copied byte for byte"
+    );
+    assert_eq!(
+        fs::metadata(tier.join("secret")).unwrap().len(),
+        0,
+        "unreadable file left empty, not 6000 zero bytes"
+    );
+    assert!(tier.join("locked").is_dir());
+    let skipped = m.skipped();
+    let find = |p: &str, kind: &str| {
+        skipped
+            .iter()
+            .find(|s| s.src_path.as_bytes() == p.as_bytes() && s.kind == kind)
+            .unwrap_or_else(|| panic!("{p} [{kind}] not in the skip report: {skipped:?}"))
+            .reason
+            .clone()
+    };
+    assert!(!find("secret", "PermissionDenied").is_empty());
+    assert!(!find("locked", "PermissionDenied").is_empty());
+    assert!(find("grows", "Changed").contains("3000 -> 3004"));
+    find("shrinks", "Changed");
+    let report = kaiso_store::migrate::finish(&store, &m).expect("finish reports, not fails");
+    assert!(report.mismatches.is_empty(), "{report:?}");
+    assert!(report.skipped.len() >= 4, "{report:?}");
+    store.shutdown();
+}
+
+const CRASH_CHILD_ENV: &str = "KAISO_MIGRATE_CRASH_CHILD";
+
+fn crash_cfg(throttled: bool) -> MigrationConfig {
+    let mut cfg = MigrationConfig::new("kill9");
+    cfg.unit_size = 256 << 10;
+    cfg.crawl_workers = 3;
+    if throttled {
+        cfg.throttle_bytes_per_sec = Some(8 << 20);
+    }
+    cfg
+}
+
+/// The body of the child process `kill_9_at_random_moments_then_restart_loses_nothing`
+/// starts and kills: crawls (throttled, so kills land mid-way) while a client reads
+/// random files and checks every byte against the source.
+#[test]
+#[ignore = "child process of kill_9_at_random_moments_then_restart_loses_nothing"]
+fn crash_child_process() {
+    let spec = std::env::var(CRASH_CHILD_ENV).expect("run by the kill -9 test only");
+    let (src, dst) = spec.split_once('\n').unwrap();
+    let src = PathBuf::from(src);
+    let dest = Dest::at(Path::new(dst));
+    let store = dest.open();
+    let m = attach(
+        &store,
+        Box::new(PosixSource::open(&src).unwrap()),
+        crash_cfg(true),
+    );
+    let crawler = Crawler::start(store.clone(), m.clone());
+    let paths: Vec<Vec<u8>> = common::walk(&src)
+        .into_iter()
+        .filter(|(_, md)| md.is_file() && md.len() < (4 << 20))
+        .map(|(p, _)| p)
+        .collect();
+    let mut x = std::process::id() as u64 | 1;
+    loop {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = &paths[(x % paths.len() as u64) as usize];
+        let got = read_all(&store, resolve(&store, p));
+        if got != fs::read(src.join(OsStr::from_bytes(p))).unwrap() {
+            fs::write(
+                dest.root.join("MISMATCH"),
+                String::from_utf8_lossy(p).as_bytes(),
+            )
+            .unwrap();
+            std::process::exit(3);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        if crawler.state() == CrawlState::Done {
+            fs::write(dest.root.join("DONE"), b"").unwrap();
+        }
+    }
+}
+
+#[test]
+fn kill_9_at_random_moments_then_restart_loses_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    common::build_tree(src.path());
+    let dest = Dest::new();
+    let exe = std::env::current_exe().unwrap();
+    let spec = format!("{}\n{}", src.path().display(), dest.root.display());
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut kills = Vec::new();
+    for _ in 0..6 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let after = Duration::from_millis(50 + x % 1500);
+        let log = fs::File::create(dest.root.join("child.log")).unwrap();
+        let mut child = std::process::Command::new(&exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_child_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_CHILD_ENV, &spec)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(after);
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "child exited by itself ({status}): {}",
+                fs::read_to_string(dest.root.join("child.log")).unwrap_or_default()
+            );
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        kills.push(after);
+        assert!(
+            !dest.root.join("MISMATCH").exists(),
+            "a client read wrong bytes: {}",
+            fs::read_to_string(dest.root.join("MISMATCH")).unwrap()
+        );
+        if dest.root.join("DONE").exists() {
+            break;
+        }
+    }
+    // Restart after the last kill: the counter is recomputed, the crawl resumes, and
+    // nothing fetched before the kills is fetched again.
+    let store = dest.open();
+    let m = attach(
+        &store,
+        Box::new(PosixSource::open(src.path()).unwrap()),
+        crash_cfg(false),
+    );
+    // List every directory first (metadata only, no data), so that every file the kills
+    // left unfetched has a stub row to count.
+    for (p, _) in common::walk(src.path()) {
+        resolve(&store, &p);
+    }
+    let to_fetch = m.missing_bytes(&store);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(
+        crawler.wait(Duration::from_secs(120)),
+        CrawlState::Done,
+        "after kills at {kills:?}"
+    );
+    drop(crawler);
+    assert_eq!(m.remaining(), 0);
+    assert_eq!(
+        m.counters
+            .bytes_fetched
+            .load(std::sync::atomic::Ordering::SeqCst),
+        to_fetch,
+        "exactly the missing bytes were fetched after the restart (kills at {kills:?})"
+    );
+    let tier = dest.tier();
+    let n = compare_trees(src.path(), &tier, &[], true);
+    assert!(n > 60);
+    // Nothing duplicated: the destination has no entry the source lacks.
+    let src_names: std::collections::HashSet<Vec<u8>> =
+        common::walk(src.path()).into_iter().map(|(p, _)| p).collect();
+    for (p, _) in common::walk(&tier) {
+        assert!(
+            src_names.contains(&p),
+            "extra entry {} after kills at {kills:?}",
+            String::from_utf8_lossy(&p)
+        );
+    }
+    // Directory times, xattrs on files and directories, POSIX ACLs.
+    for (p, sm) in common::walk(src.path()) {
+        if sm.is_dir() {
+            let dm = fs::metadata(tier.join(OsStr::from_bytes(&p))).unwrap();
+            assert_eq!(
+                common::mtime_ns(&dm),
+                common::mtime_ns(&sm),
+                "mtime of directory {}",
+                String::from_utf8_lossy(&p)
+            );
+        }
+    }
+    for (path, name) in [
+        ("a/page", "user.kaiso.test"),
+        ("tiny.txt", "user.color"),
+        ("a", "user.dir"),
+        ("a/page", "system.posix_acl_access"),
+        ("a/b", "system.posix_acl_default"),
+    ] {
+        assert_eq!(
+            xattr(&tier.join(path), name),
+            xattr(&src.path().join(path), name),
+            "{name} of {path}"
+        );
+    }
+    let report = kaiso_store::migrate::finish(&store, &m).expect("finish");
+    assert!(report.mismatches.is_empty() && report.verified_files > 40, "{report:?}");
     store.shutdown();
 }

@@ -9,7 +9,6 @@ use kaiso_source::{NfsConfig, NfsSource};
 use kaiso_store::migrate::{Source, SourceErrorKind, SourcePath};
 
 #[test]
-#[ignore = "known broken: ganesha answers MNT3ERR_ACCES to the second MOUNT in this setup (see report)"]
 fn nfs_source_against_ganesha() {
     if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls", "nfs-cat"]) {
         return;

@@ -14,6 +14,10 @@
 //! max_plan_bytes = "4GiB"  # bytes per planning round
 //! busy_backoff = 0.5       # pause moves when foreground utilisation is above this
 //!
+//! [policy]               # optional: kaiso-policy's KaisoConfig (docs/tiering.md)
+//! heat_half_life_secs = 3600
+//! promote_burst_fraction = 1.0
+//!
 //! [[tier]]
 //! name = "ssd"
 //! path = "/srv/ssd/kaiso"
@@ -29,6 +33,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
+use kaiso_policy::default_policy::KaisoConfig;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -44,6 +51,10 @@ pub struct StoreConfig {
     /// Address for the Prometheus text endpoint (`host:port`), if enabled.
     pub metrics: Option<String>,
     pub mover: MoverConfig,
+    /// Tunables of the default placement policy (`[policy]`), validated.
+    pub policy: KaisoConfig,
+    /// The `[policy]` keys as written (so `to_toml` keeps exactly what the user set).
+    pub policy_table: toml::Table,
     /// Tiers in order, fastest first.
     pub tiers: Vec<TierConfig>,
 }
@@ -162,6 +173,8 @@ fn line_of(text: &str, offset: usize) -> usize {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     store: Spanned<RawStore>,
+    #[serde(default)]
+    policy: Option<Spanned<BTreeMap<String, Spanned<toml::Value>>>>,
     #[serde(default)]
     tier: Vec<Spanned<RawTier>>,
 }
@@ -468,6 +481,10 @@ impl StoreConfig {
                 mover.busy_backoff = *v.get_ref();
             }
         }
+        let (policy, policy_table) = match raw.policy {
+            None => (KaisoConfig::default(), toml::Table::new()),
+            Some(p) => parse_policy(file, text, p)?,
+        };
         Ok(StoreConfig {
             source: None,
             state_dir: store.state_dir.into_inner(),
@@ -476,6 +493,8 @@ impl StoreConfig {
             allow_other: store.allow_other.unwrap_or(false),
             metrics: store.metrics,
             mover,
+            policy,
+            policy_table,
             tiers,
         })
     }
@@ -503,6 +522,12 @@ impl StoreConfig {
             "\n[store.mover]\nenabled = {}\ninterval_ms = {}\nmax_rate = {}\nmax_plan_bytes = {}\nbusy_backoff = {}\ncheckpoint_ms = {}\n",
             self.mover.enabled, self.mover.interval_ms, self.mover.max_rate, self.mover.max_plan_bytes, self.mover.busy_backoff, self.mover.checkpoint_ms
         ));
+        if !self.policy_table.is_empty() {
+            s.push_str(&format!(
+                "\n[policy]\n{}",
+                toml::to_string(&self.policy_table).unwrap_or_default()
+            ));
+        }
         for t in &self.tiers {
             s.push_str(&format!(
                 "\n[[tier]]\nname = {}\npath = {}\ncapacity = {}\nhigh_watermark = {}\nlow_watermark = {}\n",
@@ -534,6 +559,52 @@ impl StoreConfig {
 fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
+
+/// The `[policy]` table: every key is a field of kaiso-policy's `KaisoConfig`. Each key is
+/// checked on its own first (unknown name, wrong type), so the error points at its line;
+/// then the whole configuration's ranges are validated and an error is pinned to the key
+/// it names.
+fn parse_policy(
+    file: &str,
+    text: &str,
+    raw: Spanned<BTreeMap<String, Spanned<toml::Value>>>,
+) -> Result<(KaisoConfig, toml::Table), ConfigError> {
+    let table_span = raw.span();
+    let raw = raw.into_inner();
+    let mut table = toml::Table::new();
+    for (k, v) in &raw {
+        let mut one = toml::Table::new();
+        one.insert(k.clone(), v.get_ref().clone());
+        if let Err(e) = toml::Value::Table(one).try_into::<KaisoConfig>() {
+            let msg = e.message().trim().to_string();
+            return Err(ConfigError::at(
+                file,
+                text,
+                Some(v.span()),
+                &format!("policy.{k}"),
+                msg,
+            ));
+        }
+        table.insert(k.clone(), v.get_ref().clone());
+    }
+    let cfg: KaisoConfig = toml::Value::Table(table.clone())
+        .try_into()
+        .map_err(|e| ConfigError::at(file, text, Some(table_span.clone()), "policy", e))?;
+    if let Err(e) = cfg.validate() {
+        // The message starts with (or mentions) the offending field's name.
+        let named = raw
+            .iter()
+            .filter(|(k, _)| e.0.contains(k.as_str()))
+            .min_by_key(|(k, _)| e.0.find(k.as_str()).unwrap_or(usize::MAX));
+        let (key, span) = match named {
+            Some((k, v)) => (format!("policy.{k}"), v.span()),
+            None => ("policy".to_string(), table_span),
+        };
+        return Err(ConfigError::at(file, text, Some(span), &key, &e.0));
+    }
+    Ok((cfg, table))
+}
+
 
 #[cfg(test)]
 mod tests {
@@ -597,6 +668,46 @@ kind = "hdd"
             e.contains("tier[1].low_watermark") && e.contains("line 13"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn policy_table_sets_tunables() {
+        let text = GOOD.replace(
+            "[[tier]]\nname = \"fast\"",
+            "[policy]\nheat_half_life_secs = 600\npromote_burst_fraction = 0.25\n\n[[tier]]\nname = \"fast\"",
+        );
+        let c = StoreConfig::from_toml_str(&text, "t.toml").unwrap();
+        assert_eq!(c.policy.heat_half_life_secs, 600.0);
+        assert_eq!(c.policy.promote_burst_fraction, 0.25);
+        assert_eq!(c.policy.swap_ratio, KaisoConfig::default().swap_ratio);
+        let again = StoreConfig::from_toml_str(&c.to_toml(), "x").unwrap();
+        assert_eq!(again.policy, c.policy);
+        let plain = StoreConfig::from_toml_str(GOOD, "t.toml").unwrap();
+        assert_eq!(plain.policy, KaisoConfig::default());
+    }
+
+    #[test]
+    fn bad_policy_values_name_key_and_line() {
+        let with = |body: &str| {
+            let text = GOOD.replace(
+                "[[tier]]\nname = \"fast\"",
+                &format!("[policy]\n{body}\n\n[[tier]]\nname = \"fast\""),
+            );
+            StoreConfig::from_toml_str(&text, "t.toml")
+                .unwrap_err()
+                .to_string()
+        };
+        // [policy] starts at line 4 of GOOD with the table inserted.
+        let e = with("swap_ratio = 2.0\nheat_half_life_secs = -1");
+        assert!(e.contains("line 6") && e.contains("policy.heat_half_life_secs"), "{e}");
+        let e = with("promote_burst_fraction = 1.5");
+        assert!(e.contains("line 5") && e.contains("policy.promote_burst_fraction"), "{e}");
+        let e = with("heat_half_life = 60");
+        assert!(e.contains("line 5") && e.contains("policy.heat_half_life"), "{e}");
+        let e = with("pace_floor = \"lots\"");
+        assert!(e.contains("line 5") && e.contains("policy.pace_floor"), "{e}");
+        let e = with("pace_busy_start = 0.99");
+        assert!(e.contains("line 5") && e.contains("pace_busy_stop"), "{e}");
     }
 
     #[test]

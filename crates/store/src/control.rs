@@ -44,7 +44,42 @@ pub enum Request {
         out: PathBuf,
     },
     TraceStop,
+    /// A `kaiso migrate` command, answered by the handler the migration daemon registered
+    /// for this store with [`set_migrate_handler`] (the request body is its own protocol).
+    Migrate {
+        args: serde_json::Value,
+    },
 }
+
+/// Answers `kaiso migrate` requests inside the daemon that migrates into a store.
+pub type MigrateHandler =
+    Arc<dyn Fn(serde_json::Value) -> Result<serde_json::Value, String> + Send + Sync>;
+
+/// Handlers by store state directory (one daemon per store; a map so that tests holding
+/// several stores in one process do not mix them up).
+static MIGRATE_HANDLERS: std::sync::Mutex<Vec<(PathBuf, MigrateHandler)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Registers (or with `None` removes) the migration handler of the store at `state_dir`.
+pub fn set_migrate_handler(state_dir: &Path, handler: Option<MigrateHandler>) {
+    let mut list = MIGRATE_HANDLERS.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(d, _)| d != state_dir);
+    if let Some(h) = handler {
+        list.push((state_dir.to_path_buf(), h));
+    }
+}
+
+fn migrate_handler(state_dir: &Path) -> Option<MigrateHandler> {
+    MIGRATE_HANDLERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(d, _)| d == state_dir)
+        .map(|(_, h)| h.clone())
+}
+
+/// The error a store served by a process that is not migrating answers migrate requests with.
+pub const NOT_MIGRATING: &str = "this store is served by a kaiso process that is not migrating (kaiso mount or kaiso serve)";
 
 /// The socket path of a store.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
@@ -93,6 +128,10 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
         Request::TraceStop => {
             Ok(serde_json::json!({ "records": store.trace_stop().map_err(|x| x.to_string())? }))
         }
+        Request::Migrate { args } => match migrate_handler(&store.config().state_dir) {
+            Some(h) => h(args),
+            None => Err(NOT_MIGRATING.into()),
+        },
     }
 }
 

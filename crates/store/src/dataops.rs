@@ -35,8 +35,6 @@ fn backing_flags(flags: i32) -> i32 {
 enum IoMode {
     /// Through kaiso, with the kernel page cache.
     Cached,
-    /// Through kaiso, without the page cache.
-    Direct,
     /// Kernel passthrough to the backing file.
     Passthrough,
 }
@@ -102,8 +100,7 @@ impl Store {
             file: std::sync::RwLock::new(Arc::new(file)),
             flags: backing_flags(flags),
             writable,
-            passthrough,
-            direct_io: mode == IoMode::Direct,
+            passthrough: std::sync::atomic::AtomicBool::new(passthrough),
         });
         if passthrough {
             state.passthrough_open.fetch_add(1, Ordering::SeqCst);
@@ -121,20 +118,23 @@ impl Store {
         fh
     }
 
-    /// How a new open of this inode is served. Passthrough only for read-only opens (so
-    /// every write goes through kaiso and tier capacities hold). The kernel refuses to mix
-    /// cached and passthrough opens of one inode, so a writer arriving while passthrough
-    /// readers are open is served with direct I/O, and a reader arriving while cached
-    /// handles are open is served through kaiso.
+    /// How a new open of this inode is served. Passthrough is chosen only for read-only
+    /// opens, so writes normally go through kaiso (tier capacities hold, the mover can
+    /// redirect writers). The kernel allows only passthrough opens of an inode while one is
+    /// open (any other open fails with EIO, and a different backing file with EBUSY), so
+    /// a writer arriving while passthrough readers are open is served through passthrough
+    /// too, on the same backing file; its writes are accounted when it closes. A reader
+    /// arriving while handles served through kaiso are open is served through kaiso.
+    /// The store's view of open handles is never smaller than the kernel's (the kernel
+    /// closes first), so these choices never contradict the kernel's state.
     fn io_mode(&self, state: &FileState, want: bool, writable: bool) -> IoMode {
         let open = state.open_handles();
-        let any_pt = open.iter().any(|h| h.passthrough);
+        let any_pt = open.iter().any(|h| h.is_passthrough());
+        if any_pt && want {
+            return IoMode::Passthrough;
+        }
         if writable {
-            return if any_pt {
-                IoMode::Direct
-            } else {
-                IoMode::Cached
-            };
+            return IoMode::Cached;
         }
         let eligible = want
             && self.cfg.passthrough
@@ -144,13 +144,21 @@ impl Store {
                 .lock()
                 .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
                 .unwrap_or(true);
-        let any_cached = open.iter().any(|h| !h.passthrough && !h.direct_io);
-        if eligible && !any_cached {
+        if eligible && open.is_empty() {
             IoMode::Passthrough
-        } else if any_pt {
-            IoMode::Direct
         } else {
             IoMode::Cached
+        }
+    }
+
+    /// The face could not hand `fh` to the kernel for passthrough and serves it through
+    /// kaiso instead (the kernel then treats the open as a cached one).
+    pub fn passthrough_refused(&self, fh: u64) {
+        if let Some(h) = self.handle(fh) {
+            let _g = h.state.gate.read().unwrap_or_else(|e| e.into_inner());
+            if h.passthrough.swap(false, Ordering::AcqRel) {
+                h.state.passthrough_open.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -163,7 +171,7 @@ impl Store {
         Opened {
             fh,
             passthrough: pt,
-            direct_io: mode == IoMode::Direct,
+            direct_io: false,
         }
     }
 
@@ -174,15 +182,35 @@ impl Store {
             return Err(FsError::ISDIR);
         }
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-        let path = ns.file_path(ino).ok_or(FsError::NOENT)?;
         let state = f.state.clone();
         let tier = f.tier;
-        let file = open_backing(&self.tiers[tier as usize].path(&path), backing_flags(flags))?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mode = if f.kind == FileKind::File {
             self.io_mode(&state, want_passthrough, writable)
         } else {
             IoMode::Cached
+        };
+        // An unlinked file still open elsewhere is reopened through that descriptor.
+        let path = match ns.file_path(ino) {
+            Some(p) => self.tiers[tier as usize].path(&p),
+            None => match state.open_handles().first() {
+                Some(h) => format!(
+                    "/proc/self/fd/{}",
+                    std::os::unix::io::AsRawFd::as_raw_fd(&*h.file())
+                )
+                .into(),
+                None => return Err(FsError::NOENT),
+            },
+        };
+        // The kernel binds one backing file to an inode for all its passthrough opens, and a
+        // writer may join readers later (see `io_mode`): so a passthrough backing file is
+        // opened read-write when it can be.
+        let file = if mode == IoMode::Passthrough {
+            let keep = backing_flags(flags) & !libc::O_ACCMODE;
+            open_backing(&path, libc::O_RDWR | keep)
+                .or_else(|_| open_backing(&path, backing_flags(flags)))?
+        } else {
+            open_backing(&path, backing_flags(flags))?
         };
         let fh = self.register_handle(&state, file, flags, mode);
         drop(ns);
@@ -385,40 +413,55 @@ impl Store {
     /// Truncate or extend file `ino` (through `fh` when given).
     pub(crate) fn truncate(&self, ino: Ino, size: u64, fh: Option<u64>) -> FsResult<()> {
         for _attempt in 0..8 {
-            let ns = self.ns();
-            if ns.is_dir(ino) {
-                return Err(FsError::ISDIR);
-            }
-            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-            if f.kind != FileKind::File {
-                return Err(FsError::INVAL);
-            }
-            let st = f.state.clone();
-            let path = ns.file_path(ino);
+            // What to truncate is resolved under the namespace lock, which is dropped before
+            // the gate is taken (lock order: gate, then namespace). A path is opened right
+            // away, so a later rename cannot make it name another file.
+            let (st, by_path, moves0) = {
+                let ns = self.ns();
+                if ns.is_dir(ino) {
+                    return Err(FsError::ISDIR);
+                }
+                let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+                if f.kind != FileKind::File {
+                    return Err(FsError::INVAL);
+                }
+                let st = f.state.clone();
+                let moves0 = st.moves.load(Ordering::Acquire);
+                let by_path = match (fh.and_then(|fh| self.handle(fh)), ns.file_path(ino)) {
+                    (None, Some(p)) => Some(
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(self.tiers[f.tier as usize].path(&p))?,
+                    ),
+                    _ => None,
+                };
+                (st, by_path, moves0)
+            };
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            if by_path.is_some() && st.moves.load(Ordering::Acquire) != moves0 {
+                // Moved in between: the descriptor is the old copy's.
+                drop(g);
+                continue;
+            }
+            let file: Arc<File> = match fh.and_then(|fh| self.handle(fh)) {
+                Some(h) => h.file(),
+                None => match by_path {
+                    Some(f) => Arc::new(f),
+                    None => match st.open_handles().first() {
+                        Some(h) => h.file(),
+                        None => return Err(FsError::NOENT),
+                    },
+                },
+            };
             let tier = st.tier();
             let old = st.size.load(Ordering::Acquire);
             let growth = size.saturating_sub(old);
             if !self.reserve(tier, growth) {
                 drop(g);
-                drop(ns);
                 self.spill(ino, tier, size)?;
                 continue;
             }
-            let r = match fh.and_then(|fh| self.handle(fh)) {
-                Some(h) => h.file().set_len(size),
-                None => match &path {
-                    Some(p) => std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(self.tiers[tier as usize].path(p))
-                        .and_then(|f| f.set_len(size)),
-                    None => match st.open_handles().first() {
-                        Some(h) => h.file().set_len(size),
-                        None => return Err(FsError::NOENT),
-                    },
-                },
-            };
-            if let Err(e) = r {
+            if let Err(e) = file.set_len(size) {
                 self.tiers[tier as usize].add_used(-(growth as i64));
                 return Err(e.into());
             }
@@ -435,7 +478,6 @@ impl Store {
                 None => None,
             };
             drop(g);
-            drop(ns);
             if let Some(m) = stub_changed {
                 self.db().set_stub(ino, false, &m)?;
             }
@@ -473,15 +515,22 @@ impl Store {
             return Err(FsError::BADF);
         };
         let st = h.state.clone();
-        if h.passthrough {
-            st.passthrough_open.fetch_sub(1, Ordering::SeqCst);
+        if h.is_passthrough() {
+            // Under the gate, so a move sees either this handle still open or its writes
+            // counted in the write generation.
+            let _g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             if h.writable {
-                // The kernel wrote without us: bring the size accounting up to date.
+                // The kernel wrote without us: bring the size accounting up to date, and
+                // make any copy in progress start over.
                 if let Ok(s) = util::fstat(&h.file()) {
                     let new = s.st_size as u64;
                     let old = st.size.swap(new, Ordering::AcqRel);
                     self.tiers[st.tier() as usize].add_used(new as i64 - old as i64);
                 }
+                st.write_gen.fetch_add(1, Ordering::AcqRel);
+            }
+            if h.passthrough.swap(false, Ordering::AcqRel) {
+                st.passthrough_open.fetch_sub(1, Ordering::SeqCst);
             }
         }
         {

@@ -140,14 +140,10 @@ impl Store {
         else {
             return Ok(());
         };
-        let _g = self
-            .mover
-            .dir_fill
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if !self.ns().dirs.get(&ino).is_some_and(|d| d.unlisted) {
-            return Ok(());
-        }
+        // No store-wide lock here: the filler serialises per directory and lets its own
+        // re-entry through (see `stub::DirFillGate`), so listings of different
+        // directories run in parallel and a filler's link into the directory it is
+        // listing cannot deadlock.
         filler.fill_dir(self, ino, &path)
     }
 
@@ -578,6 +574,8 @@ impl Store {
         self.after_unlink(&mut ns, ino, st.st_nlink);
         let now = self.now();
         self.trace_event(now, ino, Op::Delete, 0, 0, 0, &rel);
+        drop(ns);
+        self.stub_notify_removed(ino);
         Ok(())
     }
 
@@ -627,6 +625,8 @@ impl Store {
         ns.remove_name(parent, name);
         ns.drop_dir(ino);
         self.db().remove_dir(&rel)?;
+        drop(ns);
+        self.stub_notify_removed(ino);
         Ok(())
     }
 
@@ -686,7 +686,23 @@ impl Store {
                 }
                 return self.exchange_locked(&mut ns, parent, name, src, newparent, newname, dst);
             }
-            return self.rename_locked(&mut ns, parent, name, src, newparent, newname, dst, flags);
+            // A dummy directory about to be replaced must be listed first: it is empty
+            // here but maybe not on the migration source (then ENOTEMPTY).
+            if let Some(d) = dst.filter(|d| ns.dirs.get(d).is_some_and(|n| n.unlisted)) {
+                drop(ns);
+                self.fill_dir_if_stub(d)?;
+                continue;
+            }
+            let src_dir = ns.is_dir(src);
+            let r = self.rename_locked(&mut ns, parent, name, src, newparent, newname, dst, flags);
+            drop(ns);
+            if r.is_ok() {
+                self.stub_notify_renamed(src, src_dir);
+                if let Some(d) = dst.filter(|d| *d != src) {
+                    self.stub_notify_removed(d);
+                }
+            }
+            return r;
         }
         Err(FsError::BUSY)
     }

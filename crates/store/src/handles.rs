@@ -4,16 +4,21 @@
 use crate::stub::StubState;
 use crate::types::{DirEntry, FileAttr, Ino};
 use std::fs::File;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// State shared by an inode's node and all its open handles, so the data path never needs
 /// the namespace lock.
 pub(crate) struct FileState {
     pub ino: Ino,
-    /// Read/write take it shared; the mover's switch takes it exclusively, so no request
-    /// is ever served half from the old copy and half from the new one.
+    /// Read/write/truncate/fallocate take it shared; the mover's switch takes it
+    /// exclusively, so no request is ever served half from the old copy and half from the
+    /// new one. Lock order: the gate before the namespace lock; never take the gate while
+    /// holding the namespace lock.
     pub gate: RwLock<()>,
+    /// Bumped (under the exclusive gate) each time the mover switches the file to another
+    /// copy: a descriptor opened before a change of this counter may point at a deleted copy.
+    pub moves: AtomicU64,
     /// Bumped by every data change: the mover redoes its copy if it changed meanwhile.
     pub write_gen: AtomicU64,
     /// Apparent size as kaiso accounts it.
@@ -34,6 +39,7 @@ impl FileState {
         Arc::new(FileState {
             ino,
             gate: RwLock::new(()),
+            moves: AtomicU64::new(0),
             write_gen: AtomicU64::new(0),
             size: AtomicU64::new(size),
             tier: AtomicU8::new(tier),
@@ -74,11 +80,15 @@ pub(crate) struct Handle {
     /// Flags the backing file was opened with (reused when reopening after a move).
     pub flags: i32,
     pub writable: bool,
-    pub passthrough: bool,
-    pub direct_io: bool,
+    /// Served by kernel passthrough (cleared if the face could not set that up).
+    pub passthrough: AtomicBool,
 }
 
 impl Handle {
+    pub fn is_passthrough(&self) -> bool {
+        self.passthrough.load(Ordering::Acquire)
+    }
+
     pub fn file(&self) -> Arc<File> {
         self.file.read().unwrap_or_else(|e| e.into_inner()).clone()
     }

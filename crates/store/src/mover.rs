@@ -5,18 +5,23 @@
 //! Open files are moved too. Readers and writers keep going while the copy runs; the switch
 //! happens at a quiescent point under the file's gate (a per-file lock every read/write
 //! holds shared), so no request sees half of each copy. If any write landed during the copy
-//! (the file's write generation moved), the copy is redone under the gate before switching.
-//! After the switch every open handle is re-pointed at the new copy (writers are
-//! redirected). Files handed to the kernel for passthrough move only once those handles
-//! are closed, since the kernel then writes to the backing file directly.
+//! (the file's write generation moved), the copy is redone, lock-free a few times, then
+//! once more while the gate holds the file's users off. The switch itself takes the gate,
+//! then the namespace lock (that order everywhere). After the switch every open handle is
+//! re-pointed at the new copy (writers are redirected). Files handed to the kernel for
+//! passthrough move only once those handles are closed, since the kernel then reads and
+//! writes the backing file directly; that is re-checked at the switch.
 
 // Nested `if let` reads more plainly here than let-chains.
 #![allow(clippy::collapsible_if)]
 
 use crate::db::JournalRow;
 use crate::error::FsError;
+use crate::handles::FileState;
+use crate::namespace::Namespace;
 use crate::operator::JobProgress;
 use crate::store::{FailPoint, JobId, Store, TEMP_PREFIX};
+use crate::tier::Tier;
 use crate::types::{FileKind, Ino};
 use crate::util;
 use kaiso_policy::MoveReason;
@@ -25,7 +30,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Why a move did not happen.
@@ -33,6 +38,8 @@ use std::time::{Duration, Instant};
 pub struct MoveError {
     pub errno: FsError,
     pub message: String,
+    /// An injected failure (a test's stand-in for a crash): nothing is undone.
+    crashed: bool,
 }
 
 impl MoveError {
@@ -40,6 +47,7 @@ impl MoveError {
         MoveError {
             errno,
             message: message.into(),
+            crashed: false,
         }
     }
     pub fn errno(&self) -> FsError {
@@ -82,7 +90,6 @@ impl From<FsError> for MoveError {
 
 #[derive(Default)]
 pub(crate) struct MoverShared {
-    pub dir_fill: Mutex<()>,
     moving: Mutex<HashSet<Ino>>,
     pub moved_files: AtomicU64,
     pub moved_bytes: AtomicU64,
@@ -105,6 +112,72 @@ impl Drop for MoveSlot<'_> {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.1);
     }
+}
+
+/// Lock-free copy passes before the last one, which runs under the file's gate.
+const QUIET_COPY_ATTEMPTS: u32 = 3;
+
+/// How a copy pass is paced.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pace {
+    /// At most `max_rate`, pausing while foreground I/O keeps a tier busy (policy moves).
+    Background,
+    /// At most `max_rate` (operator moves, spills).
+    Rate,
+    /// As fast as possible: the file's users are waiting on the gate.
+    Unpaced,
+}
+
+/// Room held on the destination tier for a move; given back unless kept.
+struct Reservation<'a> {
+    tier: &'a Tier,
+    bytes: AtomicU64,
+    kept: AtomicBool,
+}
+
+impl<'a> Reservation<'a> {
+    /// Reserve `bytes` below the tier's hard capacity, or None.
+    fn take(tier: &'a Tier, bytes: u64) -> Option<Reservation<'a>> {
+        reserve(tier, bytes).then(|| Reservation {
+            tier,
+            bytes: AtomicU64::new(bytes),
+            kept: AtomicBool::new(false),
+        })
+    }
+
+    /// Grow or shrink the reservation to `bytes`; false if the growth does not fit.
+    fn resize(&self, bytes: u64) -> bool {
+        let cur = self.bytes.load(Ordering::Acquire);
+        if bytes > cur && !reserve(self.tier, bytes - cur) {
+            return false;
+        }
+        if bytes < cur {
+            self.tier.add_used(-((cur - bytes) as i64));
+        }
+        self.bytes.store(bytes, Ordering::Release);
+        true
+    }
+
+    /// The file now lives on the tier: the reservation becomes its usage.
+    fn keep(&self) {
+        self.kept.store(true, Ordering::Release);
+    }
+
+    fn release(&self) {
+        if !self.kept.swap(true, Ordering::AcqRel) {
+            self.tier
+                .add_used(-(self.bytes.load(Ordering::Acquire) as i64));
+        }
+    }
+}
+
+/// Add `bytes` to a tier's usage if it stays within the hard capacity.
+fn reserve(t: &Tier, bytes: u64) -> bool {
+    t.used
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            (u.saturating_add(bytes) <= t.capacity()).then_some(u + bytes)
+        })
+        .is_ok()
 }
 
 /// Copy pacing: at most `rate` bytes/s; background copies also pause while busy.
@@ -146,15 +219,15 @@ pub(crate) fn reason_text(r: MoveReason) -> &'static str {
 impl Store {
     fn fail_at(&self, fp: FailPoint) -> Result<(), MoveError> {
         if *self.fail.lock().unwrap_or_else(|e| e.into_inner()) == Some(fp) {
-            return Err(MoveError::new(
-                FsError::IO,
-                format!("injected failure {fp:?}"),
-            ));
+            let mut e = MoveError::new(FsError::IO, format!("injected failure {fp:?}"));
+            e.crashed = true;
+            return Err(e);
         }
         Ok(())
     }
 
-    /// Copy `src` into `dst` (same size, holes kept); returns the crc32c of the data.
+    /// Copy `src` into `dst` (same size, holes kept); returns the size, the crc32c of the
+    /// data and the extents actually copied (a source shrinking meanwhile ends one early).
     fn copy_data(
         &self,
         ino: Ino,
@@ -162,8 +235,8 @@ impl Store {
         to: u8,
         src: &File,
         dst: &File,
-        background: bool,
-    ) -> Result<(u64, u32), MoveError> {
+        pace: Pace,
+    ) -> Result<(u64, u32, Vec<(u64, u64)>), MoveError> {
         let size = util::fstat(src)?.st_size as u64;
         dst.set_len(0)?;
         dst.set_len(size)?;
@@ -175,10 +248,11 @@ impl Store {
             bytes: 0,
             rate: self.cfg.mover.max_rate,
         };
+        let mut copied = Vec::with_capacity(extents.len());
         for &(s, e) in &extents {
             let mut pos = s;
             while pos < e {
-                if background {
+                if pace == Pace::Background {
                     self.wait_not_busy(from, to);
                 }
                 let want = ((e - pos) as usize).min(buf.len());
@@ -191,10 +265,15 @@ impl Store {
                 self.tiers[to as usize].emulate(ino, pos, n as u64, true);
                 crc = crc32c::crc32c_append(crc, &buf[..n]);
                 pos += n as u64;
-                pacer.after(n as u64);
+                if pace != Pace::Unpaced {
+                    pacer.after(n as u64);
+                }
+            }
+            if pos > s {
+                copied.push((s, pos));
             }
         }
-        Ok((size, crc))
+        Ok((size, crc, copied))
     }
 
     /// Background moves pause while foreground I/O keeps either tier busy (bounded wait).
@@ -260,6 +339,62 @@ impl Store {
         self.move_file_inner(ino, to, reason, false)
     }
 
+    /// Why `state`'s file cannot move now, if it cannot.
+    fn not_movable(state: &FileState) -> Option<MoveError> {
+        if state.passthrough_open.load(Ordering::SeqCst) > 0 {
+            return Some(MoveError::new(
+                FsError::BUSY,
+                "open with kernel passthrough; moves when closed",
+            ));
+        }
+        if state
+            .stub
+            .lock()
+            .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
+            .unwrap_or(true)
+        {
+            return Some(MoveError::new(
+                FsError::BUSY,
+                "migration stub not fully fetched",
+            ));
+        }
+        None
+    }
+
+    /// One copy pass: copy, fsync, verify (read back, crc32c). The first pass stops at the
+    /// copy fail points.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_pass(
+        &self,
+        ino: Ino,
+        from: u8,
+        to: u8,
+        src: &File,
+        dst: &File,
+        pace: Pace,
+        first: bool,
+    ) -> Result<u64, MoveError> {
+        let (size, crc, extents) = self.copy_data(ino, from, to, src, dst, pace)?;
+        if first {
+            self.fail_at(FailPoint::AfterCopy)?;
+        }
+        dst.sync_all()?;
+        if first {
+            self.fail_at(FailPoint::AfterFsync)?;
+        }
+        // Read the synced copy back: it must hold exactly what was read from the source.
+        // (That the source did not change meanwhile is the write generation's business.)
+        let sz = util::fstat(dst)?.st_size as u64;
+        let got = util::crc_extents(dst, &extents)?;
+        if got != crc || sz != size {
+            return Err(MoveError::new(FsError::IO, "checksum mismatch after copy"));
+        }
+        if first {
+            self.fail_at(FailPoint::AfterVerify)?;
+        }
+        Ok(size)
+    }
+
     pub(crate) fn move_file_inner(
         &self,
         ino: Ino,
@@ -280,7 +415,8 @@ impl Store {
             return Err(MoveError::new(FsError::BUSY, "already being moved"));
         }
         let _slot = MoveSlot(&self.mover.moving, ino);
-        // 1. What to move.
+        // 1. What to move. The source descriptor is opened under the namespace lock, so it
+        //    is this file's data whatever renames follow.
         let (from, bino, state, names, src) = {
             let ns = self.ns();
             let f = ns
@@ -301,44 +437,15 @@ impl Store {
             let src = File::open(self.tiers[f.tier as usize].path(&first))?;
             (f.tier, f.bino, f.state.clone(), names, src)
         };
-        if state.passthrough_open.load(Ordering::SeqCst) > 0 {
-            return Err(MoveError::new(
-                FsError::BUSY,
-                "open with kernel passthrough; moves when closed",
-            ));
-        }
-        if state
-            .stub
-            .lock()
-            .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
-            .unwrap_or(true)
-        {
-            return Err(MoveError::new(
-                FsError::BUSY,
-                "migration stub not fully fetched",
-            ));
+        if let Some(e) = Self::not_movable(&state) {
+            return Err(e);
         }
         let names = self.link_group(from, bino, names);
-        let size = state.size.load(Ordering::Acquire);
         let (ft, tt) = (&self.tiers[from as usize], &self.tiers[to as usize]);
         // Reserve room on the destination first: its hard capacity is never passed.
-        if tt
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                if u + size <= tt.capacity() {
-                    Some(u + size)
-                } else {
-                    None
-                }
-            })
-            .is_err()
-        {
-            return Err(MoveError::new(
-                FsError::NOSPC,
-                format!("tier {} has no room", tt.cfg.name),
-            ));
-        }
-        let unreserve = |n: u64| tt.add_used(-(n as i64));
+        let reserved = Reservation::take(tt, state.size.load(Ordering::Acquire)).ok_or_else(
+            || MoveError::new(FsError::NOSPC, format!("tier {} has no room", tt.cfg.name)),
+        )?;
         // 2. Journal.
         let tmp = PathBuf::from(format!("{TEMP_PREFIX}{ino}-{}", util::now_nanos()));
         let row = JournalRow {
@@ -353,22 +460,19 @@ impl Store {
             tmp: tmp.clone(),
             state: "copying".into(),
         };
-        let id = match self.db().journal_add(&row) {
-            Ok(id) => id,
-            Err(e) => {
-                unreserve(size);
-                return Err(e.into());
-            }
-        };
+        let id = self.db().journal_add(&row)?;
         self.fail_at(FailPoint::AfterJournal)?;
         let tmp_path = tt.path(&tmp);
+        // Undo everything before the switch (not for injected failures: they stand for a
+        // crash, which the next open recovers).
         let cleanup = |e: MoveError| {
-            let _ = std::fs::remove_file(&tmp_path);
-            let _ = self.db().journal_done(id);
-            unreserve(size);
+            if !e.crashed {
+                let _ = std::fs::remove_file(&tmp_path);
+                let _ = self.db().journal_done(id);
+                reserved.release();
+            }
             e
         };
-        // 3. Copy, sync, verify (without blocking the file's users).
         let dst = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -378,140 +482,165 @@ impl Store {
             Ok(f) => f,
             Err(e) => return Err(cleanup(e.into())),
         };
-        let gen0 = state.write_gen.load(Ordering::Acquire);
-        let (_, crc) = match self.copy_data(ino, from, to, &src, &dst, background) {
-            Ok(v) => v,
-            Err(e) => return Err(cleanup(e)),
-        };
-        self.fail_at(FailPoint::AfterCopy)?;
-        if let Err(e) = dst.sync_all() {
-            return Err(cleanup(e.into()));
-        }
-        self.fail_at(FailPoint::AfterFsync)?;
-        let verify = |dst: &File, crc: u32| -> Result<(), MoveError> {
-            let sz = util::fstat(dst)?.st_size as u64;
-            let ext = util::data_extents(&src, util::fstat(&src)?.st_size as u64)?;
-            let got = util::crc_extents(dst, &ext)?;
-            if got != crc || sz != util::fstat(&src)?.st_size as u64 {
-                return Err(MoveError::new(FsError::IO, "checksum mismatch after copy"));
-            }
-            Ok(())
-        };
-        if let Err(e) = verify(&dst, crc) {
-            return Err(cleanup(e));
-        }
-        self.fail_at(FailPoint::AfterVerify)?;
-        let dst_bino = util::fstat(&dst).map(|s| s.st_ino).unwrap_or(0);
-        // 4. Switch, at a quiescent point.
-        let mut ns = self.ns();
-        let _gate = state.gate.write().unwrap_or_else(|e| e.into_inner());
-        let names = {
-            let now_names = ns.file_paths(ino);
-            if now_names.is_empty() {
-                drop(_gate);
-                drop(ns);
-                return Err(cleanup(MoveError::new(
-                    FsError::NOENT,
-                    "file was removed during the move",
-                )));
-            }
-            if now_names != names {
-                self.link_group(from, bino, now_names)
+        // 3. Copy, sync, verify without blocking the file's users; repeat while writes
+        //    land meanwhile (the write generation moved). The gate is then taken with no
+        //    write since the copy began: that is the quiescent point. A file written all
+        //    the time gets a last copy while its readers and writers wait on the gate.
+        let mut attempt = 0;
+        let (gate, copied) = loop {
+            let last = attempt >= QUIET_COPY_ATTEMPTS;
+            let held = if last {
+                Some(state.gate.write().unwrap_or_else(|e| e.into_inner()))
             } else {
-                names
-            }
-        };
-        let size = if state.write_gen.load(Ordering::Acquire) != gen0 {
-            // Written during the copy: copy again while the gate holds writers off.
-            let r = self
-                .copy_data(ino, from, to, &src, &dst, false)
-                .and_then(|(sz, crc)| {
-                    dst.sync_all()?;
-                    verify(&dst, crc)?;
-                    Ok(sz)
-                });
-            match r {
-                Ok(sz) => {
-                    if sz != size {
-                        tt.add_used(sz as i64 - size as i64);
-                    }
-                    sz
-                }
+                None
+            };
+            let gen0 = state.write_gen.load(Ordering::Acquire);
+            let pace = match (last, background) {
+                (true, _) => Pace::Unpaced,
+                (false, true) => Pace::Background,
+                (false, false) => Pace::Rate,
+            };
+            let copied = match self.copy_pass(ino, from, to, &src, &dst, pace, attempt == 0) {
+                Ok(n) => n,
                 Err(e) => {
-                    drop(_gate);
-                    drop(ns);
+                    drop(held);
                     return Err(cleanup(e));
                 }
+            };
+            let g = match held {
+                Some(g) => g,
+                None => state.gate.write().unwrap_or_else(|e| e.into_inner()),
+            };
+            if state.write_gen.load(Ordering::Acquire) == gen0 {
+                break (g, copied);
             }
-        } else {
-            size
+            drop(g);
+            attempt += 1;
         };
+        // The accounted size is the copy's size now that no write is in flight.
+        let size = state.size.load(Ordering::Acquire);
+        if size != copied {
+            tracing::warn!(ino, size, copied, "accounted size differs from the copy");
+        }
+        if !reserved.resize(copied) {
+            drop(gate);
+            return Err(cleanup(MoveError::new(
+                FsError::NOSPC,
+                format!("tier {} has no room", tt.cfg.name),
+            )));
+        }
+        // 4. Switch, under the gate (no request in flight) and the namespace lock (no
+        //    rename, link, unlink or open meanwhile).
+        let mut ns = self.ns();
+        let abort = |e: MoveError, ns: MutexGuard<'_, Namespace>, gate| {
+            drop(ns);
+            drop(gate);
+            cleanup(e)
+        };
+        let now_names = ns.file_paths(ino);
+        if now_names.is_empty() {
+            return Err(abort(
+                MoveError::new(FsError::NOENT, "file was removed during the move"),
+                ns,
+                gate,
+            ));
+        }
+        let names = if now_names != names {
+            self.link_group(from, bino, now_names)
+        } else {
+            names
+        };
+        // A passthrough open that arrived during the copy pins the file to its copy.
+        if let Some(e) = Self::not_movable(&state) {
+            return Err(abort(e, ns, gate));
+        }
         let src_first = ft.path(&names[0]);
         let st = match util::lstat(&src_first) {
-            Ok(s) => s,
-            Err(e) => {
-                drop(_gate);
-                drop(ns);
-                return Err(cleanup(e.into()));
+            Ok(s) if s.st_ino == bino => s,
+            Ok(_) => {
+                return Err(abort(
+                    MoveError::new(FsError::BUSY, "source name changed during the move"),
+                    ns,
+                    gate,
+                ));
             }
+            Err(e) => return Err(abort(e.into(), ns, gate)),
         };
+        let dst_bino = util::fstat(&dst).map(|s| s.st_ino).unwrap_or(0);
+        let handles = state.open_handles();
+        let mut reopened: Vec<File> = Vec::with_capacity(handles.len());
         let r = (|| -> Result<(), MoveError> {
             util::copy_xattrs(&src_first, &tmp_path)?;
             util::copy_meta(&st, &tmp_path)?;
             self.db().journal_set_names(id, &names, dst_bino)?;
             for (i, n) in names.iter().enumerate() {
                 self.ensure_dir(to, &parent_of(n))?;
+                let p = tt.path(n);
+                if util::lstat_opt(&p)?.is_some() {
+                    // Something unknown to the index sits there: keep it, do not move.
+                    return Err(MoveError::new(
+                        FsError::EXIST,
+                        format!("{} already exists on tier {}", n.display(), tt.cfg.name),
+                    ));
+                }
                 if i == 0 {
-                    std::fs::rename(&tmp_path, tt.path(n))?;
+                    std::fs::rename(&tmp_path, &p)?;
                 } else {
-                    std::fs::hard_link(tt.path(&names[0]), tt.path(n))?;
+                    std::fs::hard_link(tt.path(&names[0]), &p)?;
                 }
             }
             let dirs: HashSet<PathBuf> = names.iter().map(|n| tt.path(&parent_of(n))).collect();
             for d in dirs {
                 util::fsync_dir(&d)?;
             }
+            // Every open handle gets a descriptor of the new copy before the switch, so
+            // the switch cannot leave one writing to the deleted source.
+            for h in &handles {
+                reopened.push(crate::dataops::open_backing(&tt.path(&names[0]), h.flags)?);
+            }
             Ok(())
         })();
-        if let Err(e) = r {
-            // Roll back names created on the destination.
-            for n in &names {
-                let p = tt.path(n);
-                if util::lstat(&p)
-                    .map(|s| s.st_ino == dst_bino)
-                    .unwrap_or(false)
-                {
-                    let _ = std::fs::remove_file(p);
+        // Names created on the destination go again if the switch does not happen.
+        let rollback = |e: MoveError| {
+            if !e.crashed {
+                for n in &names {
+                    let p = tt.path(n);
+                    if util::lstat(&p)
+                        .map(|s| s.st_ino == dst_bino)
+                        .unwrap_or(false)
+                    {
+                        let _ = std::fs::remove_file(p);
+                    }
                 }
             }
-            drop(_gate);
-            drop(ns);
-            return Err(cleanup(e));
+            e
+        };
+        if let Err(e) = r {
+            return Err(abort(rollback(e), ns, gate));
         }
         self.fail_at(FailPoint::AfterRename)?;
-        let slot = ns.set_file_location(ino, to, dst_bino);
+        let slot = ns.slots[to as usize];
         let natural = ((slot as u64) << crate::namespace::SLOT_SHIFT) | dst_bino;
         let remap = if natural != ino {
             Some((slot, dst_bino, ino))
         } else {
             None
         };
-        self.db().journal_switch(id, &names, remap, ino)?;
+        if let Err(e) = self.db().journal_switch(id, &names, remap, ino) {
+            return Err(abort(rollback(e.into()), ns, gate));
+        }
+        ns.set_file_location(ino, to, dst_bino);
         self.fail_at(FailPoint::AfterSwitch)?;
         // Redirect open handles to the new copy.
-        for h in state.open_handles() {
-            match crate::dataops::open_backing(&tt.path(&names[0]), h.flags) {
-                Ok(f) => *h.file.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(f),
-                Err(e) => {
-                    tracing::error!(ino, error = %e, "cannot reopen a handle on the new copy; it keeps the old one")
-                }
-            }
+        for (h, f) in handles.iter().zip(reopened) {
+            *h.file.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(f);
         }
         if let Some(f) = ns.files.get_mut(&ino) {
             f.tier = to;
             f.bino = dst_bino;
         }
         state.tier.store(to, Ordering::Release);
+        state.moves.fetch_add(1, Ordering::AcqRel);
         // 5. Delete the source.
         let mut src_dirs = HashSet::new();
         for n in &names {
@@ -526,23 +655,24 @@ impl Store {
         for d in src_dirs {
             let _ = util::fsync_dir(&d);
         }
-        drop(_gate);
         drop(ns);
+        drop(gate);
+        reserved.keep();
         ft.add_used(-(size as i64));
         self.fail_at(FailPoint::AfterDelete)?;
         self.db().journal_done(id)?;
         {
             let mut pl = self.placer();
-            pl.placed(ino, size, to);
+            pl.placed(ino, copied, to);
             pl.reasons.insert(
                 ino,
                 format!("{reason} (tier {} → {})", ft.cfg.name, tt.cfg.name),
             );
         }
         self.mover.moved_files.fetch_add(1, Ordering::Relaxed);
-        self.mover.moved_bytes.fetch_add(size, Ordering::Relaxed);
-        tracing::info!(ino, from = %ft.cfg.name, to = %tt.cfg.name, bytes = size, reason, "moved");
-        Ok(size)
+        self.mover.moved_bytes.fetch_add(copied, Ordering::Relaxed);
+        tracing::info!(ino, from = %ft.cfg.name, to = %tt.cfg.name, bytes = copied, reason, attempts = attempt + 1, "moved");
+        Ok(copied)
     }
 
     /// Start the background mover and checkpointer. They stop when the returned guard is

@@ -3,11 +3,10 @@
 //! remembers why each file is where it is (for `kaiso explain`).
 
 use crate::types::Ino;
+use kaiso_policy::default_policy::{KaisoConfig, KaisoPolicy};
 use kaiso_policy::{Access, Move, Nanos, Op, PlacementPolicy, TierId, TierState};
 use std::collections::HashMap;
 
-/// Heat summary half-life (matches the default policy's frequency half-life: one hour).
-const HALF_LIFE_NS: f64 = 3600.0 * 1e9;
 /// Replayed touches are spaced this far apart so each counts as its own episode.
 const REPLAY_GAP_NS: u64 = 5_000_000_000;
 const MAX_REPLAY: u32 = 64;
@@ -19,19 +18,33 @@ pub(crate) struct Placer {
     /// Why a file is where it is.
     pub reasons: HashMap<Ino, String>,
     pub pins: HashMap<Ino, u8>,
+    /// Half-life of the heat summary: the policy's heat half-life (`[policy]`), in ns.
+    half_life_ns: f64,
 }
 
-fn decay(age_ns: u64) -> f64 {
-    0.5f64.powf(age_ns as f64 / HALF_LIFE_NS)
+fn decay(age_ns: u64, half_life_ns: f64) -> f64 {
+    0.5f64.powf(age_ns as f64 / half_life_ns)
 }
 
 impl Placer {
-    pub fn new() -> Placer {
+    /// A placer driving kaiso's default policy with `cfg` (already validated by the
+    /// configuration parser; an invalid one falls back to the defaults).
+    pub fn new(cfg: &KaisoConfig) -> Placer {
+        let policy = match KaisoPolicy::new(cfg.clone()) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "policy configuration rejected; using the defaults");
+                KaisoPolicy::default()
+            }
+        };
+        let c = policy.config();
+        let half_life_ns = (c.heat_half_life_secs * c.time_scale * 1e9).max(1.0);
         Placer {
-            policy: Box::new(kaiso_policy::default_policy::KaisoPolicy::default()),
+            policy: Box::new(policy),
             heat: HashMap::new(),
             reasons: HashMap::new(),
             pins: HashMap::new(),
+            half_life_ns,
         }
     }
 
@@ -45,7 +58,7 @@ impl Placer {
         });
         if matches!(op, Op::Open | Op::Create) {
             let e = self.heat.entry(ino).or_insert((0.0, at));
-            let h = e.0 as f64 * decay(at.saturating_sub(e.1)) + 1.0;
+            let h = e.0 as f64 * decay(at.saturating_sub(e.1), self.half_life_ns) + 1.0;
             *e = (h.min(1e6) as f32, at);
         } else if let Some(e) = self.heat.get_mut(&ino) {
             e.1 = e.1.max(at);
@@ -87,11 +100,12 @@ impl Placer {
         let h = self
             .heat
             .get(&ino)
-            .map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l)))
+            .map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l), self.half_life_ns))
             .unwrap_or(0.0);
         format!(
-            "{} (opens, decayed 1h: {h:.2})",
-            self.policy.explain(ino, now)
+            "{} (opens, decayed with half-life {:.0} s: {h:.2})",
+            self.policy.explain(ino, now),
+            self.half_life_ns / 1e9
         )
     }
 

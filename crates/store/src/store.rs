@@ -112,6 +112,7 @@ impl Store {
             .and_then(|v| v.parse().ok())
             .unwrap_or(2);
         let ns = Namespace::new(slots, next_ino);
+        let placer = Placer::new(&cfg.policy);
         let store = Store {
             cfg,
             tiers,
@@ -120,7 +121,7 @@ impl Store {
             handles: RwLock::new(HashMap::new()),
             dir_handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            placer: Mutex::new(Placer::new()),
+            placer: Mutex::new(placer),
             filler: RwLock::new(None),
             mover: MoverShared::default(),
             trace: Mutex::new(None),
@@ -575,7 +576,8 @@ impl Store {
         }
     }
 
-    pub(crate) fn stopping(&self) -> bool {
+    /// Whether `shutdown` was called (background work should stop).
+    pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 }

@@ -9,13 +9,19 @@
 
 use crate::error::FsResult;
 use crate::types::{FileKind, Ino};
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::{Condvar, Mutex};
 use std::time::SystemTime;
 
 /// Implemented by the migration module; registered with [`crate::Store::set_stub_filler`].
 ///
-/// The store calls these with no store lock held, at most once at a time per inode for
-/// the same purpose (concurrent callers wait for the first to finish).
+/// The store calls these with no store lock held. `fill_range` is called at most once at
+/// a time per file (the store's per-file fill lock). `fill_dir` is NOT serialised by the
+/// store: concurrent lookups in one unlisted directory may call it together, and it is
+/// re-entered when the filler's own store calls (e.g. `link` into the directory being
+/// listed) reach the fill path. A filler serialises per directory and recognises its own
+/// re-entry with [`DirFillGate`].
 pub trait StubFiller: Send + Sync {
     /// Directory `ino` (at `path`, relative to the store root) is unlisted: create its
     /// entries with [`crate::Store::stub_create`], then call
@@ -35,6 +41,74 @@ pub trait StubFiller: Send + Sync {
     /// Attributes of `ino` may be stale (optional refresh before getattr); default: nothing.
     fn fill_attr(&self, _store: &crate::Store, _ino: Ino, _path: &Path) -> FsResult<()> {
         Ok(())
+    }
+    /// A client removed a name of `ino` (unlink, rmdir, or a rename over it); the object
+    /// may still exist (other hard links, open handles). Called after the removal with no
+    /// store lock held, so the filler can keep its remaining-stub counter right.
+    fn removed(&self, _store: &crate::Store, _ino: Ino) {}
+    /// A client moved `ino` (`is_dir`: a directory) to another name or directory. Stub
+    /// state is keyed by inode, so nothing has to be rewritten; a crawler uses this to
+    /// visit an object moved from a part of the tree it has not reached into one it has.
+    fn renamed(&self, _store: &crate::Store, _ino: Ino, _is_dir: bool) {}
+}
+
+/// Per-directory serialisation of `fill_dir` with re-entry detection, for fillers.
+///
+/// [`DirFillGate::enter`] returns `None` when this thread is already filling `ino` (the
+/// filler's own store call came back to the fill path: nothing to do), otherwise waits
+/// until no other thread fills `ino` and returns a guard. Different directories are
+/// filled in parallel.
+#[derive(Default)]
+pub struct DirFillGate {
+    busy: Mutex<HashSet<Ino>>,
+    done: Condvar,
+}
+
+thread_local! {
+    /// Directories this thread is filling right now (nested fills of other directories
+    /// are allowed, e.g. a hard link whose anchor lives in another unlisted directory).
+    static FILLING: std::cell::RefCell<Vec<Ino>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Held while one directory is being filled; releases the directory on drop.
+pub struct DirFillGuard<'a> {
+    gate: &'a DirFillGate,
+    ino: Ino,
+}
+
+impl DirFillGate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn enter(&self, ino: Ino) -> Option<DirFillGuard<'_>> {
+        if FILLING.with(|f| f.borrow().contains(&ino)) {
+            return None;
+        }
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        while busy.contains(&ino) {
+            busy = self.done.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        busy.insert(ino);
+        FILLING.with(|f| f.borrow_mut().push(ino));
+        Some(DirFillGuard { gate: self, ino })
+    }
+
+    /// Number of directories being filled right now.
+    pub fn busy(&self) -> usize {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for DirFillGuard<'_> {
+    fn drop(&mut self) {
+        FILLING.with(|f| f.borrow_mut().retain(|i| *i != self.ino));
+        self.gate
+            .busy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.ino);
+        self.gate.done.notify_all();
     }
 }
 
@@ -71,6 +145,31 @@ impl StubState {
     /// Nothing missing: the inode is an ordinary resident inode.
     pub fn is_complete(&self) -> bool {
         !self.unlisted_dir && self.missing.is_empty()
+    }
+}
+
+/// The store's side of the filler hooks (called from the namespace operations with no
+/// store lock held).
+impl crate::Store {
+    fn stub_filler(&self) -> Option<std::sync::Arc<dyn StubFiller>> {
+        self.filler
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A client removed a name of `ino`: tell the filler (its counter may drop).
+    pub(crate) fn stub_notify_removed(&self, ino: Ino) {
+        if let Some(f) = self.stub_filler() {
+            f.removed(self, ino);
+        }
+    }
+
+    /// A client moved `ino`: tell the filler (its crawler may have to visit it).
+    pub(crate) fn stub_notify_renamed(&self, ino: Ino, is_dir: bool) {
+        if let Some(f) = self.stub_filler() {
+            f.renamed(self, ino, is_dir);
+        }
     }
 }
 
@@ -112,5 +211,31 @@ mod tests {
         assert_eq!(missing_within(&m, 5, 30), vec![(5, 10), (20, 30)]);
         subtract(&mut m, 0, 1000);
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn dir_fill_gate_serialises_per_directory_and_allows_reentry() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let gate = Arc::new(DirFillGate::new());
+        let g = gate.enter(7).expect("first entry");
+        assert!(gate.enter(7).is_none(), "re-entry on the same thread");
+        let other = gate.enter(8).expect("another directory is independent");
+        drop(other);
+        let entered = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (gate, entered) = (gate.clone(), entered.clone());
+            std::thread::spawn(move || {
+                let _g = gate.enter(7).expect("other thread waits, then enters");
+                entered.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(entered.load(Ordering::SeqCst), 0, "waits while 7 is filled");
+        drop(g);
+        t.join().unwrap();
+        assert_eq!(entered.load(Ordering::SeqCst), 1);
+        assert_eq!(gate.busy(), 0);
+        assert!(gate.enter(7).is_some(), "free again after the guard");
     }
 }

@@ -106,9 +106,10 @@ pub struct Opened {
     /// (resident file, non-emulated tier, passthrough enabled). The store keeps serving
     /// `read`/`write` on `fh` either way.
     pub passthrough: Option<std::sync::Arc<std::fs::File>>,
-    /// Serve this handle without the kernel page cache (FUSE `FOPEN_DIRECT_IO`): set for
-    /// writable opens while passthrough handles of the same inode are open, since the
-    /// kernel refuses to mix cached and passthrough opens of one inode.
+    /// Serve this handle without the kernel page cache (FUSE `FOPEN_DIRECT_IO`). The
+    /// store does not ask for it at present: the kernel refuses a non-passthrough open,
+    /// direct I/O included, while an inode has passthrough opens, so those opens are
+    /// served through passthrough as well (see docs/tiering.md).
     pub direct_io: bool,
 }
 

@@ -418,3 +418,110 @@ fn pins_and_operator_queries() {
     assert_eq!(t.holders("p/a", 2), vec![0]);
     assert_eq!(s.status().tiers[0].used, 8);
 }
+
+/// Moves back and forth between two tiers while other threads write through held
+/// handles, truncate by path, rename, link and unlink the same files, and check every
+/// read against a model (issue 2, item 5: no torn reads, no lost writes, one copy).
+#[test]
+fn moves_race_with_writes_truncates_renames_and_links() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let t = TestStore::new(&["64MiB", "64MiB"]);
+    const FILES: usize = 3;
+    for i in 0..FILES {
+        t.put(&format!("a{i}"), &pattern(64 * 1024, i as u8));
+    }
+    let stop = AtomicBool::new(false);
+    let moves = AtomicU64::new(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    std::thread::scope(|sc| {
+        let (t, stop, moves) = (&t, &stop, &moves);
+        sc.spawn(move || {
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                let name = format!("{}{}", if k % 3 == 0 { "b" } else { "a" }, k % FILES);
+                if t.s().move_now(name.as_ref(), if k % 2 == 0 { "t1" } else { "t0" }).is_ok() {
+                    moves.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        let workers: Vec<_> = (0..FILES)
+            .map(|i| {
+                sc.spawn(move || {
+                    let s = t.s();
+                    let (a, b) = (format!("a{i}"), format!("b{i}"));
+                    let mut model = pattern(64 * 1024, i as u8);
+                    let mut seed = 0x9e37_79b9_u64.wrapping_mul(i as u64 + 1);
+                    let mut rnd = move |n: u64| {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (seed >> 33) % n.max(1)
+                    };
+                    let ino = t.lookup_path(&a).unwrap().ino;
+                    let h = s.open_file(ino, libc::O_RDWR, false).unwrap().fh;
+                    let mut named_a = true;
+                    let mut linked = false;
+                    let mut ops = 0u64;
+                    while std::time::Instant::now() < deadline {
+                        ops += 1;
+                        match rnd(6) {
+                            0 | 1 => {
+                                let off = rnd(model.len() as u64 + 100) as usize;
+                                let data = pattern(1 + rnd(8192) as usize, ops as u8);
+                                s.write(h, off as u64, &data).unwrap();
+                                if model.len() < off + data.len() {
+                                    model.resize(off + data.len(), 0);
+                                }
+                                model[off..off + data.len()].copy_from_slice(&data);
+                            }
+                            2 => {
+                                let size = rnd(96 * 1024);
+                                let set = SetAttr {
+                                    size: Some(size),
+                                    ..Default::default()
+                                };
+                                s.setattr(ino, &set, Caller::ROOT).unwrap();
+                                model.resize(size as usize, 0);
+                            }
+                            3 => {
+                                let (from, to) = if named_a { (&a, &b) } else { (&b, &a) };
+                                s.rename(ROOT_INO, OsStr::new(from), ROOT_INO, OsStr::new(to), 0)
+                                    .unwrap();
+                                named_a = !named_a;
+                            }
+                            4 => {
+                                let extra = format!("l{i}");
+                                if linked {
+                                    s.unlink(ROOT_INO, OsStr::new(&extra)).unwrap();
+                                } else {
+                                    s.link(ino, ROOT_INO, OsStr::new(&extra)).unwrap();
+                                }
+                                linked = !linked;
+                            }
+                            _ => {}
+                        }
+                        let got = s.read(h, 0, 200 * 1024).unwrap();
+                        assert!(got == model, "file {i} op {ops}: read differs from the model");
+                    }
+                    s.release(h).unwrap();
+                    let name = if named_a { a } else { b };
+                    (name, linked, model)
+                })
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        stop.store(true, Ordering::Relaxed);
+        for (i, (name, linked, model)) in results.into_iter().enumerate() {
+            assert!(t.get(&name) == model, "file {i}: content after the run");
+            let mut names = vec![name];
+            if linked {
+                names.push(format!("l{i}"));
+            }
+            let on: Vec<Vec<usize>> = names.iter().map(|n| t.holders(n, 2)).collect();
+            assert!(
+                on.iter().all(|h| h.len() == 1 && *h == on[0]),
+                "file {i}: names on tiers {on:?}"
+            );
+        }
+    });
+    assert!(moves.load(Ordering::Relaxed) > 3, "only {} moves", moves.load(Ordering::Relaxed));
+}

@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Where to create the benchmark's temporary directories (its file system is the
     /// "native" baseline).
@@ -37,7 +37,7 @@ pub struct Args {
     /// fio file size for the sequential and random tests [default: 1GiB, quick 256MiB].
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
-    /// Seconds of random 4 KiB reads per target [default: 15, quick 5].
+    /// Seconds of random 4 KiB reads per target and round [default: 10, quick 3].
     #[arg(long)]
     pub runtime: Option<u64>,
     /// Files in the metadata test [default: 100000, quick 10000].
@@ -50,6 +50,14 @@ pub struct Args {
     /// Skip the mergerfs comparison.
     #[arg(long)]
     pub no_mergerfs: bool,
+    /// Rounds of the data and metadata tests; the targets take turns within a round and
+    /// the median of the rounds is reported [default: 3].
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    /// Run every target on the directory given by --dir's file system instead of giving
+    /// each target a fresh ext4 file system of its own (loop device; needs root).
+    #[arg(long)]
+    pub shared_fs: bool,
     /// Skip the fio and metadata tests (run only the tiering test).
     #[arg(long)]
     pub only_tiering: bool,
@@ -328,6 +336,123 @@ struct Figures {
     unlink_per_s: f64,
 }
 
+impl Figures {
+    fn values(&self) -> [f64; 6] {
+        [
+            self.seq_write_mibs,
+            self.seq_read_mibs,
+            self.rand_read_iops,
+            self.create_per_s,
+            self.stat_per_s,
+            self.unlink_per_s,
+        ]
+    }
+
+    fn from_values(v: [f64; 6]) -> Figures {
+        Figures {
+            seq_write_mibs: v[0],
+            seq_read_mibs: v[1],
+            rand_read_iops: v[2],
+            create_per_s: v[3],
+            stat_per_s: v[4],
+            unlink_per_s: v[5],
+        }
+    }
+
+    /// Figure by figure median of several rounds.
+    fn median(rounds: &[Figures]) -> Figures {
+        let mut out = [0.0; 6];
+        for (i, o) in out.iter_mut().enumerate() {
+            let mut v: Vec<f64> = rounds.iter().map(|f| f.values()[i]).collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            *o = match v.len() {
+                0 => 0.0,
+                n if n % 2 == 1 => v[n / 2],
+                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+            };
+        }
+        Figures::from_values(out)
+    }
+}
+
+/// A fresh ext4 file system on a loop device, so every target starts from the same state
+/// (no target inherits another's deleted inodes or fragmented free space). Unmounted and
+/// removed on drop.
+struct FreshFs {
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+impl FreshFs {
+    fn new(work: &WorkDir, tag: &str, bytes: u64, inodes: u64) -> Result<FreshFs> {
+        let image = work.root.join(format!("{tag}.ext4"));
+        let mnt = work.sub(&format!("fs-{tag}"))?;
+        fs::File::create(&image)?.set_len(bytes)?;
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-N", &inodes.to_string()])
+            // Initialise everything now, so no background zeroing competes with the test.
+            .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"])
+            .arg(&image)
+            .stdin(Stdio::null())
+            .output()
+            .context("run mkfs.ext4 (Debian package e2fsprogs)")?;
+        if !out.status.success() {
+            let _ = fs::remove_file(&image);
+            bail!(
+                "mkfs.ext4 {}: {}",
+                image.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&image)
+            .arg(&mnt)
+            .stdin(Stdio::null())
+            .output()
+            .context("run mount")?;
+        if !out.status.success() {
+            let _ = fs::remove_file(&image);
+            bail!(
+                "mount -o loop {}: {}",
+                image.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(FreshFs { image, mnt })
+    }
+}
+
+impl Drop for FreshFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        if is_mounted(&self.mnt) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let _ = fs::remove_file(&self.image);
+    }
+}
+
+/// Where one target keeps its data: a fresh file system, or a directory of --dir's.
+fn target_root(
+    args: &Args,
+    work: &WorkDir,
+    tag: &str,
+    size: u64,
+    files: u64,
+    fresh: &mut Vec<FreshFs>,
+) -> Result<PathBuf> {
+    if args.shared_fs {
+        return work.sub(&format!("root-{tag}"));
+    }
+    // Sparse; large enough that mergerfs's default minfreespace (4 GiB) never refuses.
+    let bytes = (2 * size + files * 8192 + (1 << 30)).max(8 << 30);
+    let f = FreshFs::new(work, tag, bytes, files * 2 + 65_536)?;
+    let p = f.mnt.clone();
+    fresh.push(f);
+    Ok(p)
+}
+
 fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
     if Command::new("fio").arg("--version").output().is_err() {
         bail!("fio is not installed (apt-get install fio; scripts/install-deps.sh does it)");
@@ -335,61 +460,82 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let size = args
         .size
         .unwrap_or(if args.quick { 256 * MIB } else { 1 << 30 });
-    let runtime = args.runtime.unwrap_or(if args.quick { 5 } else { 15 });
+    let runtime = args.runtime.unwrap_or(if args.quick { 3 } else { 10 });
     let files = args
         .files
         .unwrap_or(if args.quick { 10_000 } else { 100_000 });
-    let t0 = work.sub("tier0")?;
-    let t1 = work.sub("tier1")?;
-    let host_free = free_bytes(&t0)?;
-    let cap = host_free / 2;
+    let rounds = args.rounds.unwrap_or(3).max(1);
+    let mut shared = args.shared_fs;
+    if !shared && unsafe { libc::geteuid() } != 0 {
+        println!("not root: all targets share the file system of {}", args.dir.display());
+        shared = true;
+    }
+    let args_eff = Args {
+        shared_fs: shared,
+        ..args.clone()
+    };
+    let args = &args_eff;
     println!(
-        "data path: fio file {} MiB, random reads {runtime} s, metadata {files} files, {}",
+        "data path: fio file {} MiB, random reads {runtime} s, metadata {files} files, {}, \
+         {rounds} round(s), {}",
         size / MIB,
         if args.direct {
             "O_DIRECT"
         } else {
             "buffered, warm page cache"
+        },
+        if shared {
+            "one shared file system".to_string()
+        } else {
+            "a fresh ext4 (loop device) per target".to_string()
         }
     );
 
-    let mut rows: Vec<(&str, Figures)> = Vec::new();
-    let native_dir = work.sub("tier0/native")?;
-    rows.push((
-        "native",
-        measure_target("native", &native_dir, size, runtime, files, args)?,
-    ));
+    // Mounts and file systems live until the end; dropped in reverse order (mounts first).
+    let mut fresh: Vec<FreshFs> = Vec::new();
+    let mut mounts: Vec<Mounted> = Vec::new();
+    let mut targets: Vec<(&str, PathBuf)> = Vec::new();
 
-    {
-        let tiers = [
-            BenchTier {
-                name: "t0",
-                path: &t0,
-                capacity: cap,
-                device: None,
-                watermarks: None,
-            },
-            BenchTier {
-                name: "t1",
-                path: &t1,
-                capacity: cap,
-                device: None,
-                watermarks: None,
-            },
-        ];
-        let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
-        let dir = m.path.join("kaiso");
-        fs::create_dir_all(&dir)?;
-        rows.push((
-            "kaiso",
-            measure_target("kaiso", &dir, size, runtime, files, args)?,
-        ));
-    }
+    let native_root = target_root(args, work, "native", size, files, &mut fresh)?;
+    let native_dir = native_root.join("native");
+    fs::create_dir_all(&native_dir)?;
+    targets.push(("native", native_dir));
+
+    let kaiso_root = target_root(args, work, "kaiso", size, files, &mut fresh)?;
+    let (t0, t1) = (kaiso_root.join("t0"), kaiso_root.join("t1"));
+    fs::create_dir_all(&t0)?;
+    fs::create_dir_all(&t1)?;
+    let cap = free_bytes(&t0)? / 2;
+    let tiers = [
+        BenchTier {
+            name: "t0",
+            path: &t0,
+            capacity: cap,
+            device: None,
+            watermarks: None,
+        },
+        BenchTier {
+            name: "t1",
+            path: &t1,
+            capacity: cap,
+            device: None,
+            watermarks: None,
+        },
+    ];
+    let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
+    let dir = m.path.join("kaiso");
+    fs::create_dir_all(&dir)?;
+    mounts.push(m);
+    targets.push(("kaiso", dir));
 
     if !args.no_mergerfs {
         if Command::new("mergerfs").arg("--version").output().is_err() {
             println!("mergerfs is not installed: skipping it (apt-get install mergerfs)");
         } else {
+            let root = target_root(args, work, "mergerfs", size, files, &mut fresh)?;
+            let (b0, b1) = (root.join("t0"), root.join("t1"));
+            fs::create_dir_all(&b0)?;
+            fs::create_dir_all(&b1)?;
             let mnt = work.sub("mnt-mergerfs")?;
             let mut cmd = Command::new("mergerfs");
             // Foreground; new files on the first branch like kaiso's fastest-with-room;
@@ -399,20 +545,44 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
                 "-o",
                 "cache.files=partial,category.create=ff,fsname=mergerfs-bench",
             ])
-            .arg(format!("{}:{}", t0.display(), t1.display()))
+            .arg(format!("{}:{}", b0.display(), b1.display()))
             .arg(&mnt);
             let m = Mounted::start("mergerfs", cmd, &mnt, &work.root.join("mergerfs.log"))?;
             let dir = m.path.join("mergerfs");
             fs::create_dir_all(&dir)?;
-            rows.push((
-                "mergerfs",
-                measure_target("mergerfs", &dir, size, runtime, files, args)?,
-            ));
+            mounts.push(m);
+            targets.push(("mergerfs", dir));
         }
     }
 
+    // The targets take turns within each round, so slow drifts of the machine's load hit
+    // them alike; the median of the rounds is reported.
+    let mut per_target: Vec<Vec<Figures>> = vec![Vec::new(); targets.len()];
+    for round in 1..=rounds {
+        println!("round {round} of {rounds}");
+        for (i, (name, dir)) in targets.iter().enumerate() {
+            per_target[i].push(measure_target(name, dir, size, runtime, files, args)?);
+        }
+    }
+    drop(mounts);
+    drop(fresh);
+
+    let rows: Vec<(&str, Figures)> = targets
+        .iter()
+        .zip(&per_target)
+        .map(|((name, _), r)| (*name, Figures::median(r)))
+        .collect();
     let native = rows[0].1.clone();
     let mut t = String::new();
+    writeln!(
+        t,
+        "median of {rounds} round(s); {}",
+        if shared {
+            "targets share one file system"
+        } else {
+            "each target on a fresh ext4 (loop device)"
+        }
+    )?;
     writeln!(
         t,
         "{:<12} {:>14} {:>14} {:>16} {:>12} {:>12} {:>12}",
@@ -605,6 +775,15 @@ impl Zipf {
         }
         Zipf { cdf }
     }
+    /// Probability of rank `r` (0-based).
+    fn mass(&self, r: usize) -> f64 {
+        match r {
+            0 => self.cdf[0],
+            r if r < self.cdf.len() => self.cdf[r] - self.cdf[r - 1],
+            _ => 0.0,
+        }
+    }
+
     /// Rank in 0..n from a uniform sample in [0, 1).
     fn sample(&self, u: f64) -> usize {
         self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1)
@@ -827,6 +1006,34 @@ fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
         warmup,
     )?;
     let on_fast = count_files(&fast);
+    // Which ranks ended up on the fast tier: the share of reads they draw, next to the
+    // share the best possible placement of as many files (and of a full fast tier) draws.
+    let ranked = Workload::new(
+        names.iter().map(PathBuf::from).collect(),
+        fsize,
+        args.read_size,
+        args.zipf,
+        args.seed,
+    );
+    let fast_names: std::collections::HashSet<PathBuf> = files_under(&fast)
+        .into_iter()
+        .filter_map(|p| p.strip_prefix(&fast).ok().map(Path::to_path_buf))
+        .collect();
+    let placed_share: f64 = ranked
+        .files
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| fast_names.contains(*f))
+        .map(|(r, _)| ranked.zipf.mass(r))
+        .sum();
+    let fit = (fast_cap / fsize) as usize;
+    let a = Analysis {
+        fast_mean: all_fast.mean,
+        slow_mean: all_slow.mean,
+        n,
+        fit,
+        zipf: args.zipf,
+    };
     let mut t = String::new();
     writeln!(
         t,
@@ -855,9 +1062,100 @@ fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
         tiered.mean / all_fast.mean.max(1e-9),
         all_slow.mean / tiered.mean.max(1e-9)
     )?;
+    let best_share = a.best_share(args.zipf);
+    let best = a.mean_with_share(best_share);
+    writeln!(
+        t,
+        "best possible (the {fit} hottest files on the fast tier, which then serves {:.1}% of \
+         the reads; latencies as measured above): mean {best:.0} us = {:.2}x all-fast",
+        100.0 * best_share,
+        best / all_fast.mean.max(1e-9)
+    )?;
+    writeln!(
+        t,
+        "kaiso's placement: the {on_fast} files on the fast tier draw {:.1}% of the reads \
+         (expected mean {:.0} us)",
+        100.0 * placed_share,
+        a.mean_with_share(placed_share)
+    )?;
+    match a.skew_needed(1.5) {
+        Some(s) => writeln!(
+            t,
+            "for 1.5x of all-fast even with the best placement, the top {fit} of {n} files must \
+             draw {:.2}% of the reads: Zipf s >= {s:.2} (this run: s = {})",
+            100.0 * a.share_needed(1.5),
+            args.zipf
+        )?,
+        None => writeln!(
+            t,
+            "1.5x of all-fast is out of reach for any Zipf skew up to 6 with this fast tier"
+        )?,
+    }
     println!("{t}");
     report.push_str(&t);
     Ok(())
+}
+
+/// What the best whole-file placement can reach on this workload, from the measured
+/// all-fast and all-slow means: a read is served at the fast mean when its file is on the
+/// fast tier, else at the slow mean.
+struct Analysis {
+    fast_mean: f64,
+    slow_mean: f64,
+    /// Files in the data set.
+    n: usize,
+    /// Files the fast tier can hold.
+    fit: usize,
+    zipf: f64,
+}
+
+impl Analysis {
+    /// Share of reads the `fit` most popular files draw under Zipf(s).
+    fn best_share(&self, s: f64) -> f64 {
+        if self.fit == 0 {
+            return 0.0;
+        }
+        Zipf::new(self.n, s).cdf[(self.fit - 1).min(self.n - 1)]
+    }
+
+    fn mean_with_share(&self, share: f64) -> f64 {
+        share * self.fast_mean + (1.0 - share) * self.slow_mean
+    }
+
+    /// Share of reads the fast tier must serve for a mean within `factor` of all-fast.
+    fn share_needed(&self, factor: f64) -> f64 {
+        let span = self.slow_mean - self.fast_mean;
+        if span <= 0.0 {
+            return 0.0;
+        }
+        (1.0 - (factor - 1.0) * self.fast_mean / span).clamp(0.0, 1.0)
+    }
+
+    /// Smallest Zipf exponent (to 0.01) at which the best placement is within `factor`.
+    fn skew_needed(&self, factor: f64) -> Option<f64> {
+        let need = self.share_needed(factor);
+        if self.best_share(self.zipf) >= need {
+            // Already reachable: search downwards for the least skew that still is.
+            let mut s = self.zipf;
+            while s > 0.01 && self.best_share(s - 0.01) >= need {
+                s -= 0.01;
+            }
+            return Some(s);
+        }
+        (1..=600)
+            .map(|i| i as f64 / 100.0)
+            .find(|s| self.best_share(*s) >= need)
+    }
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let _ = collect_files(dir, &mut v);
+    v.retain(|p| {
+        !p.file_name()
+            .is_some_and(|n| n.as_bytes().starts_with(b".kaiso"))
+    });
+    v
 }
 
 fn count_files(dir: &Path) -> usize {

@@ -1,13 +1,14 @@
-//! `kaiso bench libfs`: the library file system against tmpfs and ext4 (on a loop device
-//! backed by /dev/shm, the same medium), all measured in one run: a fileserver-like workload
-//! (1 thread and several), tar extraction of a generated tree, and RocksDB db_bench. Prints
-//! ops/s, the private directory's ratio to each baseline, and system calls and context
-//! switches per operation (perf stat, when available).
+//! `kaiso bench libfs`: the library file system against tmpfs, ext4 (on a loop device
+//! backed by /dev/shm, the same medium) and a kaiso FUSE mount (one tier on /dev/shm), all
+//! measured in one run: a fileserver-like workload (1 thread and several), tar extraction of
+//! a generated tree, and RocksDB db_bench. Prints ops/s, the private directory's ratio to
+//! each baseline, and system calls and context switches per operation (perf stat, when
+//! available; for the FUSE mount only the client's, not the daemon's).
 
 use anyhow::{Context, bail};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -36,6 +37,12 @@ pub struct Args {
     /// Size of the private pool and of the ext4 image.
     #[arg(long, default_value = "8G")]
     pool_size: String,
+    /// Leave out the kaiso FUSE mount baseline.
+    #[arg(long)]
+    no_fuse: bool,
+    /// Runs of every workload on every target (interleaved); the median run is reported.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Internal: run one workload in this process (used under LD_PRELOAD).
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -150,6 +157,7 @@ enum Target {
     Private,
     Tmpfs,
     Ext4,
+    Fuse,
 }
 
 impl Target {
@@ -158,6 +166,7 @@ impl Target {
             Target::Private => "private (kaiso libfs)",
             Target::Tmpfs => "tmpfs",
             Target::Ext4 => "ext4 (loop on /dev/shm)",
+            Target::Fuse => "kaiso FUSE (/dev/shm tier)",
         }
     }
 }
@@ -209,6 +218,91 @@ impl Drop for Ext4 {
     }
 }
 
+/// `kaiso mount` of a store with one tier on /dev/shm, run as our child; unmounted, stopped
+/// and removed on drop.
+struct FuseMount {
+    root: PathBuf,
+    mnt: PathBuf,
+    child: Child,
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&m.replace("\\040", " ")) == p)
+}
+
+impl FuseMount {
+    fn new(exe: &Path, scratch: &Path, size: u64) -> anyhow::Result<FuseMount> {
+        let root = scratch.join(format!("kaiso-bench-fuse-{}", std::process::id()));
+        let mnt = std::env::temp_dir().join(format!("kaiso-bench-fuse-{}", std::process::id()));
+        for d in [root.join("tier"), root.join("state"), mnt.clone()] {
+            std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+        }
+        let cfg = root.join("store.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[store]\nstate_dir = {:?}\n\n[[tier]]\nname = \"shm\"\npath = {:?}\ncapacity = {size}\n",
+                root.join("state").display().to_string(),
+                root.join("tier").display().to_string(),
+            ),
+        )?;
+        let log = std::fs::File::create(root.join("mount.log"))?;
+        let child = Command::new(exe)
+            .arg("mount")
+            .arg(&cfg)
+            .arg(&mnt)
+            .env_remove("LD_PRELOAD")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("start kaiso mount")?;
+        let mut m = FuseMount { root, mnt, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mounted(&m.mnt) {
+            if let Some(st) = m.child.try_wait()? {
+                let log = std::fs::read_to_string(m.root.join("mount.log")).unwrap_or_default();
+                bail!("kaiso mount exited ({st}): {}", log.trim());
+            }
+            if Instant::now() > deadline {
+                bail!("kaiso mount did not mount {} within 30 s", m.mnt.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(m)
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.mnt)
+                .stderr(Stdio::null())
+                .status();
+            if !is_mounted(&self.mnt) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir(&self.mnt);
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
 struct Bench {
     exe: PathBuf,
     preload: PathBuf,
@@ -216,6 +310,8 @@ struct Bench {
     pool_size: u64,
     ext4: Option<Ext4>,
     ext4_error: Option<String>,
+    fuse: Option<FuseMount>,
+    fuse_error: Option<String>,
     perf: bool,
     run_id: u32,
 }
@@ -248,6 +344,14 @@ impl Bench {
             Ok(e) => (Some(e), None),
             Err(e) => (None, Some(format!("{e:#}"))),
         };
+        let (fuse, fuse_error) = if a.no_fuse {
+            (None, None)
+        } else {
+            match FuseMount::new(&exe, &a.scratch, pool_size) {
+                Ok(m) => (Some(m), None),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            }
+        };
         let perf = Command::new("perf")
             .args([
                 "stat",
@@ -268,6 +372,8 @@ impl Bench {
             pool_size,
             ext4,
             ext4_error,
+            fuse,
+            fuse_error,
             perf,
             run_id: 0,
         })
@@ -277,6 +383,9 @@ impl Bench {
         let mut t = vec![Target::Private, Target::Tmpfs];
         if self.ext4.is_some() {
             t.push(Target::Ext4);
+        }
+        if self.fuse.is_some() {
+            t.push(Target::Fuse);
         }
         t
     }
@@ -298,6 +407,11 @@ impl Bench {
             }
             Target::Ext4 => {
                 let dir = self.ext4.as_ref().expect("ext4 target").mnt.join(&tag);
+                std::fs::create_dir_all(&dir)?;
+                (dir, None)
+            }
+            Target::Fuse => {
+                let dir = self.fuse.as_ref().expect("fuse target").mnt.join(&tag);
                 std::fs::create_dir_all(&dir)?;
                 (dir, None)
             }
@@ -548,10 +662,13 @@ impl Bench {
 
     fn run_all(mut self, a: &Args) -> anyhow::Result<()> {
         println!(
-            "kaiso bench libfs: the private directory's pool and both baselines live on /dev/shm (DRAM standing in for NVM)."
+            "kaiso bench libfs: the private directory's pool and every baseline live on /dev/shm (DRAM standing in for NVM)."
         );
         if let Some(e) = &self.ext4_error {
             println!("ext4 baseline unavailable: {e}");
+        }
+        if let Some(e) = &self.fuse_error {
+            println!("kaiso FUSE baseline unavailable: {e}");
         }
         if !self.perf {
             println!("perf stat unavailable: no system-call or context-switch counts");
@@ -560,10 +677,13 @@ impl Bench {
         let mut rows: Vec<(String, Vec<(Target, Sample)>)> = Vec::new();
         for &threads in &a.threads {
             for &kib in &a.sizes_kib {
-                let mut r = Vec::new();
-                for &t in &targets {
-                    r.push((t, self.fileserver(t, a, kib, threads)?));
+                let mut runs = Vec::new();
+                for _ in 0..a.repeat.max(1) {
+                    for &t in &targets {
+                        runs.push((t, self.fileserver(t, a, kib, threads)?));
+                    }
                 }
+                let r = medians(&targets, runs);
                 let label = format!(
                     "fileserver {kib} KiB, {threads} thread{}",
                     if threads == 1 { "" } else { "s" }
@@ -574,10 +694,13 @@ impl Bench {
         }
         if a.tar_files > 0 {
             let archive = make_archive(&self.scratch, a.tar_files)?;
-            let mut r = Vec::new();
-            for &t in &targets {
-                r.push((t, self.tar(t, &archive, a.tar_files)?));
+            let mut runs = Vec::new();
+            for _ in 0..a.repeat.max(1) {
+                for &t in &targets {
+                    runs.push((t, self.tar(t, &archive, a.tar_files)?));
+                }
             }
+            let r = medians(&targets, runs);
             let _ = std::fs::remove_file(&archive);
             let label = format!("tar -x of {} files (+sync on kernel fs)", a.tar_files);
             print_row(&label, "files/s", &r);
@@ -588,15 +711,18 @@ impl Bench {
                 println!("db_bench not found (Debian package rocksdb-tools): skipped");
             } else {
                 let mut per: Vec<(String, Vec<(Target, Sample)>)> = Vec::new();
-                for &t in &targets {
-                    for (name, s) in self.db_bench(t, a.db_num)? {
-                        match per.iter_mut().find(|x| x.0 == name) {
-                            Some(x) => x.1.push((t, s)),
-                            None => per.push((name, vec![(t, s)])),
+                for _ in 0..a.repeat.max(1) {
+                    for &t in &targets {
+                        for (name, s) in self.db_bench(t, a.db_num)? {
+                            match per.iter_mut().find(|x| x.0 == name) {
+                                Some(x) => x.1.push((t, s)),
+                                None => per.push((name, vec![(t, s)])),
+                            }
                         }
                     }
                 }
-                for (name, r) in per {
+                for (name, runs) in per {
+                    let r = medians(&targets, runs);
                     let label = format!("db_bench {name} ({} keys, 1 KiB values)", a.db_num);
                     print_row(&label, "ops/s", &r);
                     rows.push((label, r));
@@ -620,9 +746,23 @@ impl Bench {
             }
             println!("{line}");
         }
+        drop(self.fuse.take());
         drop(self.ext4.take());
         Ok(())
     }
+}
+
+/// Per target, the run with the median rate (runs are interleaved across targets, so a burst
+/// of load from elsewhere on the machine hits one run of each rather than all runs of one).
+fn medians(targets: &[Target], runs: Vec<(Target, Sample)>) -> Vec<(Target, Sample)> {
+    targets
+        .iter()
+        .filter_map(|&t| {
+            let mut v: Vec<Sample> = runs.iter().filter(|x| x.0 == t).map(|x| x.1).collect();
+            v.sort_by(|x, y| x.rate().total_cmp(&y.rate()));
+            v.get(v.len() / 2).map(|s| (t, *s))
+        })
+        .collect()
 }
 
 fn print_row(label: &str, unit: &str, r: &[(Target, Sample)]) {

@@ -1,8 +1,618 @@
-//! Placeholder until the owning capability lands its benchmark.
+//! `kaiso bench migrate`: post-copy migration from a real old server, in-process
+//! (kaiso_store::migrate + kaiso_source), measured in one run against baselines measured
+//! in the same run (thesis chapter 2, figures 2.6–2.16).
+//!
+//! The old server is nfs-ganesha (FSAL_VFS, NFSv3) started by the benchmark; the network
+//! between it and kaiso is emulated by a user-space TCP delay proxy (`--delay-ms` one
+//! way, optional `--rate-mbit`). The POSIX source (a local directory, no network) is the
+//! second row. Measured:
+//! 1. time from start to serving (source connect + store open + migration open + the
+//!    first getattr of the share root), for a small and a large tree;
+//! 2. first open + read after cutover over the depth × width grid (no client timeout);
+//! 3. total migration time of Table 2.2-shaped datasets against `rsync -aHAX` of the same
+//!    tree over the same delayed path (rsync daemon behind the same proxy) and locally;
+//! 4. response-time percentiles of a replayed access pattern at 0/25/50/75 % progress for
+//!    BFS vs DFS and metadata-first vs bulk.
 
-#[derive(clap::Args)]
-pub struct Args {}
+mod dataset;
+mod proxy;
+mod servers;
+mod subtree;
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("this benchmark is not built yet")
+use std::fmt::Write as _;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use kaiso_policy::crawl::CrawlOrder;
+use kaiso_source::{NfsConfig, NfsSource, PosixSource};
+use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
+use kaiso_store::{Ino, ROOT_INO, Store, StoreConfig};
+
+use dataset::{Rng, Shape, TABLE_2_2};
+use proxy::DelayProxy;
+use servers::{Ganesha, RsyncDaemon};
+use subtree::Subtree;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where to create the source trees and destinations (removed at exit).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    pub dir: PathBuf,
+    /// Smaller datasets and a trimmed grid (a few minutes in all).
+    #[arg(long)]
+    pub quick: bool,
+    /// Emulated one-way delay between the old server and kaiso, in milliseconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub delay_ms: f64,
+    /// Emulated link rate per direction and connection, in Mbit/s (default: unlimited).
+    #[arg(long)]
+    pub rate_mbit: Option<u64>,
+    /// Divide Table 2.2's file and directory counts by this [default: 400, quick 2000].
+    #[arg(long)]
+    pub count_div: Option<u64>,
+    /// Divide Table 2.2's mean file sizes by this [default: 1, quick 4].
+    #[arg(long)]
+    pub size_div: Option<u64>,
+    /// Crawler threads (1 = the thesis's single crawler).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Files in the replayed access pattern [default: 1000, quick 200].
+    #[arg(long)]
+    pub replay_files: Option<usize>,
+    /// Run only these parts (start, grid, total, response); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+}
+
+struct Setup {
+    quick: bool,
+    delay: Duration,
+    rate: Option<u64>,
+    workers: usize,
+    root: tempfile::TempDir,
+    ganesha: Option<Ganesha>,
+    /// Proxies in front of ganesha's MOUNT and NFS ports.
+    proxies: Option<(DelayProxy, DelayProxy)>,
+}
+
+impl Setup {
+    fn src(&self) -> PathBuf {
+        self.root.path().join("src")
+    }
+
+    /// A fresh NFSv3 source through the delay proxy, rooted at `sub` of the export.
+    fn nfs_source(&self, sub: &str) -> Result<Box<dyn Source>> {
+        let (g, (mp, np)) = (
+            self.ganesha.as_ref().ok_or_else(|| anyhow!("no NFS server"))?,
+            self.proxies.as_ref().ok_or_else(|| anyhow!("no proxy"))?,
+        );
+        let mut c = NfsConfig::new("127.0.0.1", g.pseudo.clone());
+        c.mount_port = Some(mp.port);
+        c.nfs_port = Some(np.port);
+        let s = NfsSource::connect(c).map_err(|e| anyhow!("{e}"))?;
+        Ok(Box::new(Subtree::new(Box::new(s), sub).map_err(|e| anyhow!("{e}"))?))
+    }
+
+    fn posix_source(&self, sub: &str) -> Result<Box<dyn Source>> {
+        Ok(Box::new(
+            PosixSource::open(self.src().join(sub)).map_err(|e| anyhow!("{e}"))?,
+        ))
+    }
+
+    fn source(&self, kind: SrcKind, sub: &str) -> Result<Box<dyn Source>> {
+        match kind {
+            SrcKind::Nfs => self.nfs_source(sub),
+            SrcKind::Posix => self.posix_source(sub),
+        }
+    }
+
+    fn delay_note(&self) -> String {
+        let rate = self
+            .rate
+            .map(|r| format!(", {} Mbit/s", r * 8 / 1_000_000))
+            .unwrap_or_default();
+        format!(
+            "emulated: user-space TCP delay proxy, {:.2} ms each way (RTT +{:.2} ms){rate}",
+            self.delay.as_secs_f64() * 1e3,
+            self.delay.as_secs_f64() * 2e3
+        )
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SrcKind {
+    Nfs,
+    Posix,
+}
+
+impl SrcKind {
+    fn label(self) -> &'static str {
+        match self {
+            SrcKind::Nfs => "NFSv3 (ganesha) via delay proxy",
+            SrcKind::Posix => "POSIX dir (local, no network)",
+        }
+    }
+}
+
+/// A fresh destination store (one tier, mover off) in `dir`.
+struct Dest {
+    dir: PathBuf,
+    store: Arc<Store>,
+}
+
+impl Dest {
+    fn new(dir: PathBuf) -> Result<Self> {
+        fs::create_dir_all(dir.join("t0"))?;
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"256GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.join("state").display(),
+            dir.join("t0").display()
+        );
+        let store = Store::open(StoreConfig::from_toml_str(&cfg, "bench.toml")?)
+            .map_err(|e| anyhow!("open store: {e:?}"))?;
+        Ok(Self { dir, store })
+    }
+
+    fn attach(&self, source: Box<dyn Source>, cfg: MigrationConfig) -> Result<Arc<Migration>> {
+        let m = Migration::open(&self.store, source, cfg).map_err(|e| anyhow!("{e}"))?;
+        let all = Migrations::new();
+        all.add(m.clone());
+        self.store.set_stub_filler(all);
+        Ok(m)
+    }
+}
+
+impl Drop for Dest {
+    fn drop(&mut self) {
+        self.store.shutdown();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+static DEST_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn fresh_dest(s: &Setup) -> Result<Dest> {
+    let n = DEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Dest::new(s.root.path().join(format!("dest{n}")))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+/// Looks up `rel` component by component from the root (what a client's path walk does).
+fn resolve(store: &Store, rel: &Path) -> Result<Ino> {
+    let mut ino = ROOT_INO;
+    for c in rel.iter() {
+        let a = store
+            .lookup(ino, c)
+            .map_err(|e| anyhow!("lookup {}: errno {}", rel.display(), e.errno()))?;
+        store.forget(a.ino, 1);
+        ino = a.ino;
+    }
+    Ok(ino)
+}
+
+/// Open + read `len` bytes at 0 + close; returns (open time, read time).
+fn open_read(store: &Store, rel: &Path, len: u32) -> Result<(Duration, Duration)> {
+    let t = Instant::now();
+    let ino = resolve(store, rel)?;
+    let o = store
+        .open_file(ino, libc::O_RDONLY, false)
+        .map_err(|e| anyhow!("open {}: errno {}", rel.display(), e.errno()))?;
+    let opened = t.elapsed();
+    let t = Instant::now();
+    let r = store.read(o.fh, 0, len);
+    let read = t.elapsed();
+    let _ = store.release(o.fh);
+    r.map_err(|e| anyhow!("read {}: errno {}", rel.display(), e.errno()))?;
+    Ok((opened, read))
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let quick = args.quick;
+    let want = |part: &str| args.only.is_empty() || args.only.iter().any(|p| p == part);
+    for p in &args.only {
+        if !["start", "grid", "total", "response"].contains(&p.as_str()) {
+            bail!("--only: unknown part {p:?} (start, grid, total, response)");
+        }
+    }
+    if !(args.delay_ms >= 0.0 && args.delay_ms < 10_000.0) || args.workers == 0 {
+        bail!("--delay-ms must be in [0, 10000) and --workers > 0");
+    }
+    let root = tempfile::Builder::new()
+        .prefix("kaiso-bench-migrate-")
+        .tempdir_in(&args.dir)
+        .with_context(|| format!("temp dir in {}", args.dir.display()))?;
+    fs::create_dir_all(root.path().join("src"))?;
+    let mut s = Setup {
+        quick,
+        delay: Duration::from_secs_f64(args.delay_ms / 1e3),
+        rate: args.rate_mbit.map(|m| m * 1_000_000 / 8),
+        workers: args.workers,
+        root,
+        ganesha: None,
+        proxies: None,
+    };
+    let count_div = args.count_div.unwrap_or(if quick { 2000 } else { 400 }).max(1);
+    let size_div = args.size_div.unwrap_or(if quick { 4 } else { 1 }).max(1);
+    let replay_files = args.replay_files.unwrap_or(if quick { 200 } else { 1000 });
+
+    // Generate every tree first (ganesha exports the whole directory).
+    println!("kaiso bench migrate ({})", if quick { "quick" } else { "full" });
+    let grid = grid_points(quick);
+    let t = Instant::now();
+    let mut grid_targets = Vec::new();
+    if want("grid") || want("start") {
+        for &(d, w) in &grid {
+            let sub = format!("grid/d{d}_w{w}");
+            let target = dataset::grid_tree(&s.src().join(&sub), d, w, 16 << 20)?;
+            grid_targets.push((d, w, sub, target));
+        }
+    }
+    let mut datasets = Vec::new();
+    if want("total") || want("start") {
+        for (i, shape) in TABLE_2_2.iter().enumerate() {
+            let sc = shape.scaled(count_div, size_div);
+            let sub = format!("table22_{}", sc.name);
+            let g = dataset::generate(&s.src().join(&sub), &sc, 100 + i as u64)?;
+            datasets.push((sc, sub, g));
+        }
+    }
+    // The response-time dataset: shaped like (b) (the thesis used (b)), sizes / 16.
+    let mut resp = None;
+    if want("response") {
+        let sc = TABLE_2_2[1].scaled((count_div / 4).max(1), size_div * 16);
+        let sub = "response_b".to_string();
+        let g = dataset::generate(&s.src().join(&sub), &sc, 200)?;
+        resp = Some((sc, sub, g));
+    }
+    println!(
+        "generated the source trees in {:.1} s under {}",
+        t.elapsed().as_secs_f64(),
+        s.src().display()
+    );
+
+    match Ganesha::start(&s.src()) {
+        Ok(g) => {
+            let up = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+            let mp = DelayProxy::start(up(g.mount_port), s.delay, s.rate)?;
+            let np = DelayProxy::start(up(g.nfs_port), s.delay, s.rate)?;
+            s.proxies = Some((mp, np));
+            s.ganesha = Some(g);
+        }
+        Err(e) => println!("NFS rows skipped: {e:#}"),
+    }
+    println!("network: {}", s.delay_note());
+    let mut report = String::new();
+
+    if want("start") {
+        report += &bench_start(&s, &grid_targets, &datasets)?;
+    }
+    if want("grid") {
+        report += &bench_grid(&s, &grid_targets)?;
+    }
+    if want("total") {
+        report += &bench_total(&s, &datasets, count_div, size_div)?;
+    }
+    if let Some((sc, sub, g)) = &resp {
+        report += &bench_response(&s, sc, sub, g, replay_files)?;
+    }
+    println!("\n{report}");
+    Ok(())
+}
+
+fn grid_points(quick: bool) -> Vec<(usize, usize)> {
+    let (depths, widths): (&[usize], &[usize]) = if quick {
+        (&[1, 2, 4, 8, 16], &[10, 100])
+    } else {
+        (&[1, 2, 4, 8, 12, 16], &[10, 100, 1000])
+    };
+    let mut v = Vec::new();
+    for &w in widths {
+        for &d in depths {
+            v.push((d, w));
+        }
+    }
+    v
+}
+
+fn kinds(s: &Setup) -> Vec<SrcKind> {
+    let mut k = Vec::new();
+    if s.ganesha.is_some() {
+        k.push(SrcKind::Nfs);
+    }
+    k.push(SrcKind::Posix);
+    k
+}
+
+/// 1. Start to serving: connect, open the store and the migration, answer getattr(root).
+fn bench_start(
+    s: &Setup,
+    grid: &[(usize, usize, String, PathBuf)],
+    datasets: &[(Shape, String, dataset::Generated)],
+) -> Result<String> {
+    let mut out = String::from(
+        "## 1. Time from start to serving (connect + store open + migration open + getattr of the root)\n\n\
+         | source | tree | objects in tree | start → serving (ms) | + first listing of the root (ms) |\n|---|---|---|---|---|\n",
+    );
+    let mut trees: Vec<(String, String, u64)> = Vec::new();
+    if let Some((_, _, sub, _)) = grid.iter().find(|g| g.0 == 1 && g.1 == 10) {
+        trees.push(("small (grid d1 w10)".into(), sub.clone(), 10));
+    }
+    if let Some((sc, sub, g)) = datasets.iter().max_by_key(|d| d.2.files) {
+        trees.push((
+            format!("large (Table 2.2 ({}) scaled)", sc.name),
+            sub.clone(),
+            g.files + g.dirs,
+        ));
+    }
+    for kind in kinds(s) {
+        for (label, sub, objects) in &trees {
+            let mut best = (Duration::MAX, Duration::MAX);
+            for _ in 0..3 {
+                let t = Instant::now();
+                let dest = fresh_dest(s)?;
+                let source = s.source(kind, sub)?;
+                dest.attach(source, MigrationConfig::new("bench"))?;
+                dest.store
+                    .getattr(ROOT_INO, None)
+                    .map_err(|e| anyhow!("getattr root: {e:?}"))?;
+                let serving = t.elapsed();
+                let h = dest
+                    .store
+                    .opendir(ROOT_INO)
+                    .map_err(|e| anyhow!("opendir: {e:?}"))?;
+                let listed = t.elapsed();
+                let _ = dest.store.releasedir(h);
+                if serving < best.0 {
+                    best = (serving, listed);
+                }
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {label} | {objects} | {} | {} |",
+                kind.label(),
+                ms(best.0),
+                ms(best.1)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nBest of 3. The tree size does not enter: only the root is looked at. NFS rows: {}.\n",
+        s.delay_note()
+    );
+    println!("{out}");
+    Ok(out)
+}
+
+/// 2. First open + read after cutover, depth × width grid.
+fn bench_grid(s: &Setup, grid: &[(usize, usize, String, PathBuf)]) -> Result<String> {
+    let mut out = String::from(
+        "## 2. First open + read (64 KiB) after cutover, target file 16 MiB, fetch unit 10 MiB\n\n\
+         | source | depth | width | open (ms) | read (ms) | open+read (ms) |\n|---|---|---|---|---|---|\n",
+    );
+    for kind in kinds(s) {
+        for (d, w, sub, target) in grid {
+            if kind == SrcKind::Posix && !(*d == 1 && *w == 10) && !(*d == 16) {
+                continue;
+            }
+            let dest = fresh_dest(s)?;
+            let m = dest.attach(s.source(kind, sub)?, MigrationConfig::new("bench"))?;
+            let (o, r) = open_read(&dest.store, target, 64 << 10)?;
+            drop(m);
+            let _ = writeln!(
+                out,
+                "| {} | {d} | {w} | {} | {} | {} |",
+                kind.label(),
+                ms(o),
+                ms(r),
+                ms(o + r)
+            );
+            print!(".");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nNo client timeout applies (in-process access); each point is a fresh cutover (fresh store, \
+         fresh source connection). POSIX rows: only depth 1 / width 10 and depth 16. NFS rows: {}.{}\n",
+        s.delay_note(),
+        if s.quick {
+            " Quick mode: depths {1,2,4,8,16} × widths {10,100}."
+        } else {
+            ""
+        }
+    );
+    println!("\n{out}");
+    Ok(out)
+}
+
+/// Runs a migration to the end with the crawler; returns the elapsed time.
+fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result<Duration> {
+    let t = Instant::now();
+    let dest = fresh_dest(s)?;
+    let mut cfg = MigrationConfig::new("bench");
+    cfg.order = order;
+    cfg.crawl_workers = s.workers;
+    let m = dest.attach(s.source(kind, sub)?, cfg)?;
+    let crawler = Crawler::start(dest.store.clone(), m.clone());
+    let st = crawler.wait(Duration::from_secs(6 * 3600));
+    drop(crawler);
+    if st != CrawlState::Done {
+        bail!("crawl of {sub} ended {}", st.as_str());
+    }
+    let took = t.elapsed();
+    let skipped = m.skipped();
+    if !skipped.is_empty() {
+        bail!("{} objects skipped, e.g. {:?}", skipped.len(), skipped[0]);
+    }
+    Ok(took)
+}
+
+fn rsync(from: &str, to: &Path) -> Result<Duration> {
+    fs::create_dir_all(to)?;
+    let t = Instant::now();
+    let st = Command::new("rsync")
+        .args(["-aHAX", from])
+        .arg(format!("{}/", to.display()))
+        .status()
+        .context("run rsync")?;
+    let took = t.elapsed();
+    if !st.success() {
+        bail!("rsync {from} failed: {st}");
+    }
+    let _ = fs::remove_dir_all(to);
+    Ok(took)
+}
+
+/// 3. Total migration time vs rsync -aHAX, like for like.
+fn bench_total(
+    s: &Setup,
+    datasets: &[(Shape, String, dataset::Generated)],
+    count_div: u64,
+    size_div: u64,
+) -> Result<String> {
+    let mut out = format!(
+        "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
+         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let daemon = RsyncDaemon::start(&s.src())?;
+    let up = SocketAddr::from(([127, 0, 0, 1], daemon.port));
+    let rproxy = DelayProxy::start(up, s.delay, s.rate)?;
+    for (sc, sub, g) in datasets {
+        let gib = g.bytes as f64 / (1u64 << 30) as f64;
+        let head = format!(
+            "| ({}) | {} | {} | {gib:.2} | {:.1} |",
+            sc.name, g.dirs, g.files, g.mean_depth
+        );
+        if s.ganesha.is_some() {
+            let r = rsync(
+                &format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port),
+                &s.root.path().join("rsync-dst"),
+            )?;
+            let k = migrate_all(s, SrcKind::Nfs, sub, CrawlOrder::default())?;
+            let _ = writeln!(
+                out,
+                "{head} delayed: rsync daemon / NFSv3 ganesha, same proxy | {:.2} | {:.2} | {:.2}× |",
+                r.as_secs_f64(),
+                k.as_secs_f64(),
+                k.as_secs_f64() / r.as_secs_f64()
+            );
+        }
+        let r = rsync(
+            &format!("{}/", s.src().join(sub).display()),
+            &s.root.path().join("rsync-dst"),
+        )?;
+        let k = migrate_all(s, SrcKind::Posix, sub, CrawlOrder::default())?;
+        let _ = writeln!(
+            out,
+            "{head} local: directory → directory | {:.2} | {:.2} | {:.2}× |",
+            r.as_secs_f64(),
+            k.as_secs_f64(),
+            k.as_secs_f64() / r.as_secs_f64()
+        );
+        println!("{}", out.lines().last().unwrap_or_default());
+    }
+    let _ = writeln!(
+        out,
+        "\nkaiso: {} crawler threads, 10 MiB units, from start (connect) to the last stub gone. \
+         rsync: a fresh destination each time. Source trees are in the page cache for every row. \
+         Delayed rows: {}.\n",
+        s.workers,
+        s.delay_note()
+    );
+    println!("{out}");
+    Ok(out)
+}
+
+/// 4. Replayed accesses (open → read 1 byte → close) at 0/25/50/75 % of each strategy's
+/// own full crawl time, each checkpoint from a fresh cutover.
+fn bench_response(
+    s: &Setup,
+    sc: &Shape,
+    sub: &str,
+    g: &dataset::Generated,
+    n: usize,
+) -> Result<String> {
+    let kind = if s.ganesha.is_some() {
+        SrcKind::Nfs
+    } else {
+        SrcKind::Posix
+    };
+    let mut rng = Rng::new(4242);
+    let sample: Vec<&PathBuf> = (0..n.min(g.file_paths.len()))
+        .map(|_| &g.file_paths[rng.below(g.file_paths.len())])
+        .collect();
+    let mut out = format!(
+        "## 4. Response time of replayed accesses during migration ({} files, {} dirs, {:.0} MiB, shaped like (b); {} accesses, open → read 1 byte → close)\n\n\
+         | strategy | progress | objects done | mean (ms) | p50 | p90 | p99 | max (ms) |\n|---|---|---|---|---|---|---|---|\n",
+        g.files,
+        g.dirs,
+        g.bytes as f64 / (1 << 20) as f64,
+        sample.len()
+    );
+    let total_objects = (g.files + g.dirs) as f64;
+    for (order, phasing) in [
+        ("dfs", "bulk"),
+        ("bfs", "bulk"),
+        ("dfs", "metadata-first"),
+        ("bfs", "metadata-first"),
+    ] {
+        let co = CrawlOrder::parse(order, phasing).map_err(|e| anyhow!("{e}"))?;
+        let full = migrate_all(s, kind, sub, co)?;
+        for pct in [0u32, 25, 50, 75] {
+            let dest = fresh_dest(s)?;
+            let mut cfg = MigrationConfig::new("bench");
+            cfg.order = co;
+            cfg.crawl_workers = s.workers;
+            let m = dest.attach(s.source(kind, sub)?, cfg)?;
+            if pct > 0 {
+                let crawler = Crawler::start(dest.store.clone(), m.clone());
+                std::thread::sleep(full.mul_f64(f64::from(pct) / 100.0));
+                crawler.stop();
+            }
+            let c = &m.counters;
+            let done = c.files_completed.load(std::sync::atomic::Ordering::Relaxed)
+                + c.dirs_listed.load(std::sync::atomic::Ordering::Relaxed);
+            let mut lat = Vec::with_capacity(sample.len());
+            for rel in &sample {
+                let t = Instant::now();
+                open_read(&dest.store, rel, 1)?;
+                lat.push(t.elapsed());
+            }
+            lat.sort();
+            let pick = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];
+            let mean = lat.iter().sum::<Duration>() / lat.len().max(1) as u32;
+            let _ = writeln!(
+                out,
+                "| {order} + {phasing} | {pct} % | {:.0} % | {} | {} | {} | {} | {} |",
+                100.0 * done as f64 / total_objects,
+                ms(mean),
+                ms(pick(0.5)),
+                ms(pick(0.9)),
+                ms(pick(0.99)),
+                ms(*lat.last().unwrap_or(&Duration::ZERO))
+            );
+            println!("{}", out.lines().last().unwrap_or_default());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nProgress = elapsed share of that strategy's own full crawl time (the thesis used object \
+         counts for BFS vs DFS and time for the data order); \"objects done\" = directories listed + \
+         files complete when the crawl was stopped. Source: {}; {}. Mean file size {} KiB (sizes \
+         of (b) scaled down so the 16 runs fit).\n",
+        kind.label(),
+        s.delay_note(),
+        sc.mean_size >> 10
+    );
+    println!("{out}");
+    Ok(out)
 }

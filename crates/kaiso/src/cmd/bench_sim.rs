@@ -1,10 +1,11 @@
 //! `kaiso bench sim`: our cache policies vs libCacheSim (PyPI `libcachesim`) on the same
-//! generated traces (oracleGeneral files) at several cache sizes: miss ratios side by side
-//! (must agree within 0.5 percentage points) and replay speed of both, measured in this run.
+//! oracleGeneral traces (generated ones, plus any real trace given with `--trace`) at several
+//! cache sizes in bytes: miss ratios side by side (must agree within 0.5 percentage points)
+//! and replay speed of both, measured in this run (how: `kaiso_sim::validate::compare`).
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use kaiso_sim::validate::{self, Comparison, SHARED_POLICIES, TOLERANCE};
+use kaiso_sim::validate::{self, Comparison, SHARED_POLICIES};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -12,7 +13,7 @@ pub struct Args {
     /// Requests per generated trace.
     #[arg(long, default_value_t = 2_000_000)]
     pub requests: u64,
-    /// Cache sizes as fractions of each trace's footprint (objects).
+    /// Cache sizes as fractions of each trace's footprint (bytes of its distinct objects).
     #[arg(long, default_value = "0.001,0.01,0.1")]
     pub sizes: String,
     /// Policies (those libCacheSim also has).
@@ -21,9 +22,15 @@ pub struct Args {
         default_value = "fifo,lru,clock,arc,twoq,lirs,s3fifo,sieve,belady"
     )]
     pub policies: String,
-    /// Runs per point; the fastest is reported for both simulators.
+    /// Runs per point; the fastest (by thread CPU time) is reported for both simulators.
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
+    /// A real trace to compare on too (uncompressed oracleGeneral; repeat the flag for more).
+    #[arg(long = "trace")]
+    pub traces: Vec<PathBuf>,
+    /// Skip the generated traces (compare on the --trace files only).
+    #[arg(long)]
+    pub no_generated: bool,
     /// Python interpreter that has (or can pip-install) libcachesim.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -69,7 +76,20 @@ pub fn run(a: Args) -> Result<()> {
         a.requests,
         dir.display()
     );
-    let traces = validate::write_traces(&dir, a.requests, a.seed)?;
+    let mut traces = if a.no_generated {
+        Vec::new()
+    } else {
+        validate::write_traces(&dir, a.requests, a.seed)?
+    };
+    for path in &a.traces {
+        traces.push(
+            validate::ValidationTrace::from_file(path)
+                .with_context(|| format!("reading {}", path.display()))?,
+        );
+    }
+    if traces.is_empty() {
+        bail!("no traces: give --trace FILE or drop --no-generated");
+    }
     let pb = ProgressBar::new((traces.len() * policies.len() * fractions.len()) as u64);
     pb.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
@@ -77,11 +97,8 @@ pub fn run(a: Args) -> Result<()> {
     );
     let mut all: Vec<Comparison> = Vec::new();
     for t in &traces {
-        let objects: Vec<u64> = fractions
-            .iter()
-            .map(|f| ((t.footprint as f64 * f) as u64).max(1))
-            .collect();
-        let res = validate::compare(&a.python, t, &policies, &objects, a.repeat, |m| {
+        let sizes: Vec<u64> = fractions.iter().map(|f| t.cache_bytes(*f)).collect();
+        let res = validate::compare(&a.python, t, &policies, &sizes, a.repeat, |m| {
             pb.set_message(m.to_string());
             if m.contains(" @ ") {
                 pb.inc(1);
@@ -90,55 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         all.extend(res);
     }
     pb.finish_and_clear();
-    println!(
-        "{:<10} {:<7} {:>9} {:>9} {:>9} {:>7} {:>10} {:>10} {:>6}",
-        "trace", "policy", "objects", "ours", "libCS", "Δ pp", "ours Mr/s", "libCS Mr/s", "speed"
-    );
-    for c in &all {
-        println!(
-            "{:<10} {:<7} {:>9} {:>9.4} {:>9.4} {:>7.3} {:>10.2} {:>10.2} {:>5.2}×{}",
-            c.trace,
-            c.policy,
-            c.objects,
-            c.ours,
-            c.peer,
-            c.diff() * 100.0,
-            c.ours_mreq_s,
-            c.peer_mreq_s,
-            c.ours_mreq_s / c.peer_mreq_s.max(1e-9),
-            match (c.excluded, c.diff() <= TOLERANCE) {
-                (Some(_), _) => "  (excluded: libCacheSim limitation, see below)",
-                (None, true) => "",
-                (None, false) => "  DISAGREES",
-            }
-        );
-    }
-    println!("\nreplay speed by policy (geometric mean over traces and sizes, Mreq/s):");
-    for p in &policies {
-        let rows: Vec<&Comparison> = all.iter().filter(|c| c.policy == *p).collect();
-        if rows.is_empty() {
-            continue;
-        }
-        let g = |f: &dyn Fn(&Comparison) -> f64| {
-            (rows.iter().map(|c| f(c).max(1e-9).ln()).sum::<f64>() / rows.len() as f64).exp()
-        };
-        let (o, l) = (g(&|c| c.ours_mreq_s), g(&|c| c.peer_mreq_s));
-        println!(
-            "  {p:<7} ours {o:6.2}  libCacheSim {l:6.2}  ratio {:.2}×",
-            o / l
-        );
-    }
-    let bad = all.iter().filter(|c| !c.agrees()).count();
-    let excluded = all.iter().filter(|c| c.excluded.is_some()).count();
-    println!(
-        "\n{} of {} points agree within {:.1} pp; {excluded} excluded",
-        all.len() - bad - excluded,
-        all.len() - excluded,
-        TOLERANCE * 100.0
-    );
-    if excluded > 0 {
-        println!("excluded: {}", validate::LIRS_SMALL_CACHE);
-    }
+    print!("{}", validate::report(&traces, &policies, &all));
     if a.out.is_some() {
         kaiso_sim::report::write_json(&dir.join("comparison.json"), &all)?;
     } else {

@@ -1,14 +1,359 @@
-//! `kaiso migrate …`: post-copy migration of a live file server.
+//! `kaiso migrate start|status|pause|resume|throttle|finish`: post-copy migration of a live
+//! file server into a store (docs/migration.md).
 //!
-//! The migration engine lives in `kaiso_store::migrate` and the sources in `kaiso-source`;
-//! this command is not wired to them yet (see docs/migration.md, "State").
+//! `start` is the daemon: it opens the store, binds each share's source, serves the
+//! store at once (FUSE mount and/or the embedded NFSv3 server; the share roots are dummy
+//! directories, so this takes well under a second whatever the tree size) and crawls in
+//! the background. The other commands talk to it over the store's control socket
+//! (`Request::Migrate`); `start` against a running daemon adds a share to it (N-to-1).
+//! The engine itself is `kaiso_store::migrate`; the sources are `kaiso-source`.
+
+mod daemon;
+mod progress;
+mod protocol;
+
+use anyhow::{Context, bail};
+use kaiso_store::control::{Client, NOT_MIGRATING, Request};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use protocol::{Call, ShareSpec, StatusReply};
 
 #[derive(clap::Subcommand)]
 pub enum MigrateCommand {
-    /// Start migrating a source into a store.
-    Start {},
+    /// Serve a store at once and migrate SOURCE into it (on demand + background crawl).
+    Start(StartArgs),
+    /// Progress of the running migration: files/bytes done, remaining stubs, rates, ETA.
+    Status(StatusArgs),
+    /// Pause the background crawl (client accesses are still fetched on demand).
+    Pause(ShareArgs),
+    /// Resume (or restart) the background crawl.
+    Resume(ShareArgs),
+    /// Limit the crawl's bandwidth, e.g. `50MiB` (per second) or `off`.
+    Throttle(ThrottleArgs),
+    /// Verify against the source, remove all migration state and detach the source.
+    Finish(FinishArgs),
 }
 
-pub fn run(_c: MigrateCommand) -> anyhow::Result<()> {
-    anyhow::bail!("`kaiso migrate` is not wired to the migration engine yet: see docs/migration.md")
+#[derive(clap::Args, Clone)]
+pub struct StartArgs {
+    /// The old server: /PATH, posix:/PATH, nfs://HOST[:PORT]/EXPORT?…, smb://USER@HOST/SHARE
+    pub source: String,
+    /// Store configuration (TOML).
+    pub config: PathBuf,
+    /// Name of this share's migration (default: the last component of --into, or "main").
+    #[arg(long)]
+    pub share: Option<String>,
+    /// Store directory the share appears in (relative to the store root; default: the root).
+    #[arg(long, default_value = "", value_name = "SUBDIR")]
+    pub into: String,
+    /// Present the store through a FUSE mount here.
+    #[arg(long, value_name = "MOUNTPOINT")]
+    pub mount: Option<PathBuf>,
+    /// Serve the store over NFSv3 on this address (e.g. 0.0.0.0:2049).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub nfs: Option<String>,
+    /// NFS clients allowed to connect (comma-separated CIDR blocks).
+    #[arg(long, default_value = "127.0.0.0/8,::1", value_name = "CIDRS")]
+    pub allow: String,
+    /// NFS: answer NFS3ERR_JUKEBOX when an operation takes longer than this (0: never).
+    #[arg(long, default_value = "500ms", value_name = "DUR")]
+    pub jukebox_after: String,
+    /// NFS export path.
+    #[arg(long, default_value = "/export")]
+    pub export: String,
+    /// Crawl order: bfs (breadth-first) or dfs (depth-first).
+    #[arg(long, default_value = "bfs")]
+    pub order: String,
+    /// metadata-first (two passes) or bulk (metadata and data together).
+    #[arg(long, default_value = "metadata-first")]
+    pub mode: String,
+    /// Crawler threads.
+    #[arg(long, default_value_t = 2)]
+    pub parallel: usize,
+    /// Fetch unit (on demand and crawl).
+    #[arg(long, default_value = "10MiB")]
+    pub chunk: String,
+    /// Crawl bandwidth limit per second, e.g. 50MiB (demand fetches are never limited).
+    #[arg(long, value_name = "LIMIT")]
+    pub rate: Option<String>,
+    /// Serve, but do not crawl until `kaiso migrate resume`.
+    #[arg(long)]
+    pub paused: bool,
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+}
+
+#[derive(clap::Args)]
+pub struct ShareArgs {
+    /// Store configuration (TOML).
+    pub config: PathBuf,
+    /// Only this share (default: every share of the store).
+    #[arg(long)]
+    pub share: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub target: ShareArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Show a live progress bar until the crawl ends (Ctrl-C to leave).
+    #[arg(long)]
+    pub watch: bool,
+    /// Refresh interval of --watch.
+    #[arg(long, default_value = "1s")]
+    pub interval: String,
+}
+
+#[derive(clap::Args)]
+pub struct ThrottleArgs {
+    #[command(flatten)]
+    pub target: ShareArgs,
+    /// Bytes per second (e.g. 50MiB) or `off`.
+    pub rate: String,
+}
+
+#[derive(clap::Args)]
+pub struct FinishArgs {
+    #[command(flatten)]
+    pub target: ShareArgs,
+    /// Wait up to this long for the crawl to complete first (e.g. 10m); default: do not wait.
+    #[arg(long, value_name = "DUR")]
+    pub wait: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(c: MigrateCommand) -> anyhow::Result<()> {
+    match c {
+        MigrateCommand::Start(a) => daemon::start(a),
+        MigrateCommand::Status(a) => status(a),
+        MigrateCommand::Pause(a) => simple(&a, |share| Call::Pause { share }, "paused"),
+        MigrateCommand::Resume(a) => simple(&a, |share| Call::Resume { share }, "resumed"),
+        MigrateCommand::Throttle(a) => {
+            let bytes_per_sec = parse_rate(&a.rate)?;
+            simple(
+                &a.target,
+                move |share| Call::Throttle {
+                    share,
+                    bytes_per_sec,
+                },
+                "throttled",
+            )
+        }
+        MigrateCommand::Finish(a) => finish(a),
+    }
+}
+
+/// `50MiB` → Some(52428800) bytes per second; `off`/`0`/`none` → None.
+pub(crate) fn parse_rate(s: &str) -> anyhow::Result<Option<u64>> {
+    let t = s.trim().trim_end_matches("/s");
+    if matches!(t, "off" | "none" | "0" | "unlimited") {
+        return Ok(None);
+    }
+    let n = kaiso_store::config::parse_size_str(t)
+        .map_err(|e| anyhow::anyhow!("bad rate {s:?}: {e} (e.g. 50MiB or off)"))?;
+    Ok((n > 0).then_some(n))
+}
+
+/// The state directory of the store a configuration names.
+fn state_dir(config: &Path) -> anyhow::Result<PathBuf> {
+    Ok(super::mount::load_config(config)?.state_dir)
+}
+
+/// Connects to the running migration daemon of a store, if any.
+pub(crate) fn connect(state_dir: &Path) -> Option<Client> {
+    Client::connect(state_dir).ok()
+}
+
+/// One migrate call to the daemon; "not migrating" becomes the store-busy error.
+pub(crate) fn call(client: &mut Client, c: &Call) -> anyhow::Result<serde_json::Value> {
+    let args = serde_json::to_value(c)?;
+    client
+        .call(&Request::Migrate { args })
+        .map_err(|e| match e.to_string() {
+            m if m == NOT_MIGRATING => anyhow::anyhow!("store busy: {m}; stop it first"),
+            m => anyhow::anyhow!("{m}"),
+        })
+}
+
+fn daemon_for(config: &Path) -> anyhow::Result<Client> {
+    let dir = state_dir(config)?;
+    connect(&dir).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no migration is running for {} (start one with `kaiso migrate start SOURCE {}`)",
+            config.display(),
+            config.display()
+        )
+    })
+}
+
+fn simple(a: &ShareArgs, make: impl Fn(Option<String>) -> Call, what: &str) -> anyhow::Result<()> {
+    let mut c = daemon_for(&a.config)?;
+    let v = call(&mut c, &make(a.share.clone()))?;
+    let names: Vec<String> = serde_json::from_value(v.get("shares").cloned().unwrap_or_default())
+        .unwrap_or_default();
+    println!("kaiso: {what} {}", names.join(", "));
+    Ok(())
+}
+
+fn fetch_status(a: &ShareArgs) -> anyhow::Result<StatusReply> {
+    let dir = state_dir(&a.config)?;
+    match connect(&dir) {
+        Some(mut c) => {
+            let v = call(
+                &mut c,
+                &Call::Status {
+                    share: a.share.clone(),
+                },
+            )?;
+            Ok(serde_json::from_value(v).context("status reply")?)
+        }
+        // No daemon: what the state databases say (e.g. after a crash, before a restart).
+        None => progress::offline_status(&dir, a.share.as_deref()),
+    }
+}
+
+fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let interval = kaiso_nfs::parse_duration(&a.interval)
+        .map_err(|e| anyhow::anyhow!("--interval: {e}"))?
+        .max(Duration::from_millis(100));
+    if !a.watch {
+        let s = fetch_status(&a.target)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&s)?);
+        } else {
+            print!("{}", progress::render(&s));
+        }
+        return Ok(());
+    }
+    progress::watch(|| fetch_status(&a.target), interval, a.json)
+}
+
+fn finish(a: FinishArgs) -> anyhow::Result<()> {
+    let dir = state_dir(&a.target.config)?;
+    if let Some(limit) = &a.wait {
+        let limit =
+            kaiso_nfs::parse_duration(limit).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+        wait_crawled(&a.target, limit)?;
+    }
+    let report = match connect(&dir) {
+        Some(mut c) => call(
+            &mut c,
+            &Call::Finish {
+                share: a.target.share.clone(),
+            },
+        )?,
+        None => daemon::finish_offline(&a.target.config, a.target.share.as_deref())?,
+    };
+    let reports: Vec<protocol::FinishSummary> =
+        serde_json::from_value(report.get("finished").cloned().unwrap_or_default())
+            .context("finish reply")?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(());
+    }
+    for r in &reports {
+        println!(
+            "kaiso: share {} finished: verified {} files ({} bytes) against {}; {} modified and {} deleted by clients; {} skipped",
+            r.share,
+            r.verified_files,
+            r.verified_bytes,
+            r.source,
+            r.modified_by_clients,
+            r.deleted_by_clients,
+            r.skipped.len()
+        );
+        for s in &r.skipped {
+            println!("  skipped {} [{}] {}", s.path, s.kind, s.reason);
+        }
+        println!("  report: {}", r.report);
+    }
+    Ok(())
+}
+
+/// Polls status until every selected share's crawl is done (remaining 0), bounded.
+fn wait_crawled(a: &ShareArgs, limit: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let s = fetch_status(a)?;
+        if s.shares.iter().all(|sh| sh.remaining_stubs == 0) {
+            return Ok(());
+        }
+        if let Some(stuck) = s.shares.iter().find(|sh| sh.state == "stuck") {
+            bail!(
+                "share {}: the crawl is stuck with {} stubs left (source unreachable?); see kaiso migrate status",
+                stuck.name,
+                stuck.remaining_stubs
+            );
+        }
+        if start.elapsed() >= limit {
+            bail!(
+                "the crawl did not complete within {limit:?} ({} stubs left)",
+                s.shares.iter().map(|sh| sh.remaining_stubs).sum::<u64>()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The spec a start command describes (validated).
+pub(crate) fn spec_of(a: &StartArgs) -> anyhow::Result<ShareSpec> {
+    kaiso_source::SourceUrl::parse(&a.source).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let into = a.into.trim_matches('/').to_string();
+    if Path::new(&into)
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        bail!("--into {:?}: give a relative path without . or ..", a.into);
+    }
+    let name = match &a.share {
+        Some(n) => n.clone(),
+        None => Path::new(&into)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "main".into()),
+    };
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+        bail!("--share {name:?}: a share name is a plain file name");
+    }
+    kaiso_policy::crawl::CrawlOrder::parse(&a.order, &a.mode)
+        .map_err(|e| anyhow::anyhow!("--order/--mode: {e}"))?;
+    if a.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    let chunk = kaiso_store::config::parse_size_str(&a.chunk)
+        .map_err(|e| anyhow::anyhow!("--chunk: {e}"))?;
+    if chunk < 4096 {
+        bail!("--chunk {}: at least 4KiB", a.chunk);
+    }
+    Ok(ShareSpec {
+        name,
+        url: a.source.clone(),
+        into,
+        order: a.order.clone(),
+        mode: a.mode.clone(),
+        parallel: a.parallel,
+        chunk,
+        rate: a.rate.as_deref().map(parse_rate).transpose()?.flatten(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse() {
+        assert_eq!(parse_rate("off").unwrap(), None);
+        assert_eq!(parse_rate("0").unwrap(), None);
+        assert_eq!(parse_rate("50MiB").unwrap(), Some(50 << 20));
+        assert_eq!(parse_rate("1GiB/s").unwrap(), Some(1 << 30));
+        assert!(parse_rate("fast").is_err());
+    }
 }

@@ -18,8 +18,10 @@ pub struct MountArgs {
     /// Never use kernel passthrough, even when the configuration allows it.
     #[arg(long)]
     pub no_passthrough: bool,
-    /// Attribute/entry cache time in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    /// How long the kernel caches attributes and names, in milliseconds (negative entries:
+    /// at most 1 s). kaiso is the only writer of its tiers, so this can be long; changes
+    /// made directly in a tier directory while mounted show after at most this long.
+    #[arg(long, default_value_t = kaiso_fuse::DEFAULT_TTL.as_millis() as u64)]
     pub ttl_ms: u64,
 }
 

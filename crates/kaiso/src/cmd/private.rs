@@ -42,6 +42,10 @@ pub struct NewPoolArgs {
     /// Persistence: auto (detected), pmem (cache-line flush + fence), volatile, msync.
     #[arg(long, default_value = "auto")]
     persist: String,
+    /// Fault new pool memory in 2 MiB ahead of the allocator with one madvise each, instead
+    /// of one page fault per page (a system call in the data path; no gain measured on tmpfs).
+    #[arg(long)]
+    prefault: bool,
 }
 
 #[derive(clap::Subcommand)]
@@ -94,6 +98,7 @@ impl NewPoolArgs {
             block_size: self.block_size,
             inode_count: self.inodes,
             persist,
+            prefault: self.prefault,
         })
     }
 }
@@ -225,6 +230,9 @@ pub fn run_program(a: RunArgs) -> anyhow::Result<()> {
     }
     if a.new_pool.persist != "auto" {
         cmd.env("KAISO_PERSIST", &a.new_pool.persist);
+    }
+    if opts.prefault {
+        cmd.env("KAISO_PREFAULT", "1");
     }
     let err = cmd.exec();
     bail!("cannot run {}: {err}", a.command[0].to_string_lossy())

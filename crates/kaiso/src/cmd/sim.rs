@@ -30,6 +30,46 @@ pub enum SimCommand {
     Generate(GenerateArgs),
     /// Run the reproduction experiments (002 Tables 4, 7, 8; ch.3) and print their tables.
     Repro(ReproArgs),
+    /// The default policy against every baseline over the workloads, winner per workload.
+    Suite(SuiteArgs),
+}
+
+#[derive(Args)]
+pub struct SuiteArgs {
+    /// Built-in workloads, comma-separated: usr1, web2, proj2, proj4, tpcxv, files (or "none").
+    #[arg(long, default_value = "usr1,web2,proj2,proj4,tpcxv,files")]
+    pub workloads: String,
+    /// Policies, comma-separated (default: all): hdd-only, fifo, lru, clock, arc, twoq, lirs,
+    /// s3fifo, sieve, smq, belady, spike-002, spike-002-persistent, prefetch-la-adaptive,
+    /// prefetch-la-fixed, prefetch-lba-fixed, kaiso.
+    #[arg(long)]
+    pub policies: Option<String>,
+    /// Run length: full (the documented figures), quick (minutes), tiny (a smoke test).
+    #[arg(long, default_value = "full")]
+    pub scale: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also replay these trace files (repeatable), open loop over the 002 drive models.
+    #[arg(long)]
+    pub trace: Vec<PathBuf>,
+    /// Format of the --trace files (default: from each file name).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Replay speed-up of the --trace files.
+    #[arg(long, default_value_t = 1.0)]
+    pub speed: f64,
+    /// Fast tier size for --trace files, as a share of the trace's footprint.
+    #[arg(long, default_value_t = 0.1)]
+    pub fast_fraction: f64,
+    /// The default policy's configuration as a JSON file (docs/policy-default.md keys).
+    #[arg(long)]
+    pub kaiso_config: Option<PathBuf>,
+    /// Overrides of the default policy's keys: key=value,... (numbers or true/false).
+    #[arg(long)]
+    pub kaiso: Option<String>,
+    /// Write suite.json, suite.csv, suite.md and one SVG per workload here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -186,6 +226,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         SimCommand::Tier(t) => tier(t),
         SimCommand::Generate(g) => generate(g),
         SimCommand::Repro(r) => repro(r),
+        SimCommand::Suite(s) => suite(s),
     }
 }
 
@@ -386,6 +427,7 @@ fn tier(a: TierArgs) -> Result<()> {
             Placement::WriteBackCache {
                 cache: c.as_mut(),
                 block,
+                future: None,
             },
             workload,
             |_| {},
@@ -573,6 +615,181 @@ fn repro(a: ReproArgs) -> Result<()> {
     spinner.finish_and_clear();
     for t in tables {
         println!("{}", t.markdown());
+    }
+    Ok(())
+}
+
+fn kaiso_config(a: &SuiteArgs) -> Result<kaiso_policy::default_policy::KaisoConfig> {
+    let mut value = match &a.kaiso_config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_json::from_str::<serde_json::Value>(&text)
+                .with_context(|| format!("{}: not JSON", p.display()))?
+        }
+        None => serde_json::json!({}),
+    };
+    if let Some(over) = &a.kaiso {
+        let map = value
+            .as_object_mut()
+            .context("the kaiso configuration must be a JSON object")?;
+        for kv in over.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--kaiso: expected key=value, got {kv:?}"))?;
+            let v = v.trim();
+            let v = match v {
+                "true" => serde_json::Value::Bool(true),
+                "false" => serde_json::Value::Bool(false),
+                n => serde_json::Value::from(
+                    n.parse::<f64>()
+                        .with_context(|| format!("--kaiso {k}: {n:?} is not a number"))?,
+                ),
+            };
+            map.insert(k.trim().to_string(), v);
+        }
+    }
+    // Integer keys given as 3.0 still parse: serde_json reads 3.0 as a float.
+    if let Some(map) = value.as_object_mut() {
+        for v in map.values_mut() {
+            if let Some(f) = v.as_f64()
+                && f.fract() == 0.0
+                && f >= 0.0
+                && f < 9.0e15
+            {
+                *v = serde_json::Value::from(f as u64);
+            }
+        }
+    }
+    let cfg: kaiso_policy::default_policy::KaisoConfig =
+        serde_json::from_value(value).context("default policy configuration")?;
+    cfg.validate().map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    Ok(cfg)
+}
+
+fn suite(a: SuiteArgs) -> Result<()> {
+    use kaiso_sim::suite::{POLICIES, SuiteScale, SuiteSpec, TraceWorkload, markdown, run_suite};
+    let scale = match a.scale.as_str() {
+        "full" => SuiteScale::FULL,
+        "quick" => SuiteScale::QUICK,
+        "tiny" => SuiteScale::TINY,
+        s => bail!("--scale must be full, quick or tiny, got {s:?}"),
+    };
+    let list = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty() && x != "none")
+            .collect()
+    };
+    let mut spec = SuiteSpec::new(scale, a.seed);
+    spec.workloads = list(&a.workloads);
+    if let Some(p) = &a.policies {
+        spec.policies = list(p);
+    } else {
+        spec.policies = POLICIES.iter().map(|s| s.to_string()).collect();
+    }
+    spec.kaiso = kaiso_config(&a)?;
+    for path in &a.trace {
+        let format = match &a.format {
+            Some(f) => TraceFormat::parse(f).with_context(|| {
+                format!(
+                    "unknown trace format {f:?}; known: {}",
+                    TraceFormat::NAMES.join(", ")
+                )
+            })?,
+            None => TraceFormat::from_path(path).with_context(|| {
+                format!(
+                    "cannot tell the format of {} from its name; pass --format",
+                    path.display()
+                )
+            })?,
+        };
+        spec.traces.push(TraceWorkload {
+            name: path
+                .file_name()
+                .map_or("trace".into(), |n| n.to_string_lossy().into_owned()),
+            path: path.clone(),
+            format,
+            speed: a.speed,
+            fast_fraction: a.fast_fraction,
+        });
+    }
+    spec.validate().map_err(anyhow::Error::msg)?;
+    let pb = bar(spec.runs() as u64);
+    let results = run_suite(&spec, &mut |done, _, msg| {
+        pb.set_position(done as u64);
+        pb.set_message(msg.to_string());
+    })
+    .map_err(anyhow::Error::msg)?;
+    pb.finish_and_clear();
+    let md = markdown(&results);
+    println!("{md}");
+    if let Some(dir) = &a.out {
+        write_suite_outputs(dir, &results, &md)?;
+        eprintln!(
+            "wrote {}/suite.json, suite.csv, suite.md and one SVG per workload",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn write_suite_outputs(
+    dir: &Path,
+    results: &[kaiso_sim::suite::SuiteWorkloadResult],
+    md: &str,
+) -> Result<()> {
+    use kaiso_sim::report::BarChart;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_json(&dir.join("suite.json"), &results)?;
+    std::fs::write(dir.join("suite.md"), md)?;
+    let mut rows = Vec::new();
+    for w in results {
+        for r in &w.rows {
+            rows.push(vec![
+                r.workload.clone(),
+                r.policy.clone(),
+                r.skipped.clone().unwrap_or_default(),
+                format!("{:.3}", r.throughput),
+                r.throughput_unit.to_string(),
+                format!("{:.5}", r.hit_ratio),
+                format!("{:.4}", r.mean_ms),
+                format!("{:.4}", r.p99_ms),
+                r.bytes_moved.to_string(),
+                format!("{:.4}", r.slow_util),
+                (Some(&r.policy) == w.winner.as_ref()).to_string(),
+            ]);
+        }
+    }
+    write_csv(
+        &dir.join("suite.csv"),
+        &[
+            "workload",
+            "policy",
+            "skipped",
+            "throughput",
+            "unit",
+            "hit_ratio",
+            "mean_ms",
+            "p99_ms",
+            "bytes_moved",
+            "hdd_util",
+            "winner",
+        ],
+        &rows,
+    )?;
+    for w in results {
+        let unit = w.rows.first().map_or("iops", |r| r.throughput_unit);
+        let mut chart = BarChart::new(&format!("{}: {unit} by policy", w.workload), unit);
+        for r in w.rows.iter().filter(|r| r.skipped.is_none()) {
+            chart.add(&r.policy, r.throughput, Some(&r.policy) == w.winner.as_ref());
+        }
+        let safe: String = w
+            .workload
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect();
+        chart.write(&dir.join(format!("suite_{safe}.svg")))?;
     }
     Ok(())
 }

@@ -8,31 +8,39 @@
 //! paper's REPLACE; on a plain miss it is case IV (trim B1 when T1+B1 would exceed C, or
 //! trim B2 when all four lists reach 2C, then REPLACE).
 
-use super::hash::FxHashMap;
-use super::list::{List, Slab};
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Where {
-    T1,
-    T2,
-    B1,
-    B2,
-}
+/// Queue numbers in the [`QueueSet`]: the cached lists T1, T2 and their ghosts B1, B2.
+const T1: usize = 0;
+const T2: usize = 1;
+const B1: usize = 2;
+const B2: usize = 3;
 
 #[derive(Clone, Copy, Debug)]
 struct Obj {
     id: u64,
     charge: u64,
-    at: Where,
+    at: u32,
+}
+
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+    fn queue(&self) -> usize {
+        self.at as usize
+    }
+    fn set_queue(&mut self, q: usize) {
+        self.at = q as u32;
+    }
 }
 
 pub struct Arc {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    lists: [List; 4],
-    sizes: [u64; 4],
+    q: QueueSet<Obj, 4>,
     p: f64,
     /// Set when the current request hit a ghost (libCacheSim keeps these flags across
     /// requests and re-checks them; we mirror that to reproduce its choices exactly).
@@ -41,23 +49,10 @@ pub struct Arc {
     ghost_hit_now: bool,
 }
 
-fn slot(w: Where) -> usize {
-    match w {
-        Where::T1 => 0,
-        Where::T2 => 1,
-        Where::B1 => 2,
-        Where::B2 => 3,
-    }
-}
-
 impl Arc {
     pub fn new(capacity: Capacity) -> Self {
         Arc {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
-            lists: [List::new(); 4],
-            sizes: [0; 4],
+            q: QueueSet::new(capacity, 2),
             p: 0.0,
             in_b1: false,
             in_b2: false,
@@ -70,49 +65,27 @@ impl Arc {
         Ok(Self::new(capacity))
     }
 
-    fn size(&self, w: Where) -> u64 {
-        self.sizes[slot(w)]
-    }
-
-    fn unlink(&mut self, i: u32) -> Obj {
-        let obj = *self.slab.get(i);
-        self.lists[slot(obj.at)].unlink(&mut self.slab, i);
-        self.sizes[slot(obj.at)] -= obj.charge;
-        obj
-    }
-
-    fn link_head(&mut self, i: u32, to: Where) {
-        let charge = {
-            let o = self.slab.get_mut(i);
-            o.at = to;
-            o.charge
-        };
-        self.lists[slot(to)].push_head(&mut self.slab, i);
-        self.sizes[slot(to)] += charge;
-    }
-
-    fn forget(&mut self, i: u32) {
-        let obj = self.unlink(i);
-        self.map.remove(&obj.id);
-        self.slab.free(i);
+    #[inline]
+    fn size(&self, q: usize) -> u64 {
+        self.q.used[q]
     }
 
     /// Moves the tail of T1 (or T2) into B1 (or B2): an eviction from the cache.
-    fn demote_tail(&mut self, from: Where, to: Where) {
-        let t = self.lists[slot(from)].tail;
-        let obj = self.unlink(t);
-        self.link_head(t, to);
-        self.meter.evicted(obj.id, obj.charge);
+    fn demote_tail(&mut self, from: usize, to: usize) {
+        let t = self.q.victim(from, "ARC");
+        self.q.move_to_head(t, to);
+        let obj = *self.q.get(t);
+        self.q.meter.evicted(obj.id, obj.charge);
     }
 
     fn replace(&mut self) {
-        let t1 = self.size(Where::T1) as f64;
-        let cond = (t1 > 0.0 && (t1 > self.p || (t1 == self.p && self.in_b2)))
-            || self.size(Where::T2) == 0;
+        let t1 = self.size(T1) as f64;
+        let cond =
+            (t1 > 0.0 && (t1 > self.p || (t1 == self.p && self.in_b2))) || self.size(T2) == 0;
         if cond {
-            self.demote_tail(Where::T1, Where::B1);
+            self.demote_tail(T1, B1);
         } else {
-            self.demote_tail(Where::T2, Where::B2);
+            self.demote_tail(T2, B2);
         }
     }
 
@@ -121,22 +94,20 @@ impl Arc {
             self.replace();
             return;
         }
-        let c = self.meter.capacity().limit;
-        if self.size(Where::T1) + self.size(Where::B1) + incoming > c {
-            if self.size(Where::B1) > 0 {
-                let t = self.lists[slot(Where::B1)].tail;
-                self.forget(t);
+        let c = self.q.meter.capacity().limit;
+        if self.size(T1) + self.size(B1) + incoming > c {
+            if self.size(B1) > 0 {
+                let t = self.q.victim(B1, "ARC");
+                self.q.drop_at(t);
                 self.replace();
             } else {
-                let t = self.lists[slot(Where::T1)].tail;
-                let obj = *self.slab.get(t);
-                self.forget(t);
-                self.meter.evicted(obj.id, obj.charge);
+                let t = self.q.victim(T1, "ARC");
+                self.q.evict_at(t);
             }
         } else {
-            if self.sizes.iter().sum::<u64>() >= 2 * c && self.size(Where::B2) > 0 {
-                let t = self.lists[slot(Where::B2)].tail;
-                self.forget(t);
+            if self.q.used.iter().sum::<u64>() >= 2 * c && self.size(B2) > 0 {
+                let t = self.q.victim(B2, "ARC");
+                self.q.drop_at(t);
             }
             self.replace();
         }
@@ -154,91 +125,82 @@ impl CachePolicy for Arc {
             return false;
         }
         self.ghost_hit_now = false;
-        if let Some(&i) = self.map.get(&req.id) {
+        if let Some(i) = self.q.slot(req.id) {
             self.in_b1 = false;
             self.in_b2 = false;
-            match self.slab.get(i).at {
-                Where::T1 => {
-                    self.unlink(i);
-                    self.link_head(i, Where::T2);
+            match self.q.get(i).queue() {
+                T1 | T2 => {
+                    self.q.move_to_head(i, T2);
                     return true;
                 }
-                Where::T2 => {
-                    self.lists[1].move_to_head(&mut self.slab, i);
-                    return true;
-                }
-                Where::B1 => {
+                B1 => {
                     self.in_b1 = true;
-                    let (b1, b2) = (self.size(Where::B1) as f64, self.size(Where::B2) as f64);
+                    let (b1, b2) = (self.size(B1) as f64, self.size(B2) as f64);
                     let delta = (b2 / b1).max(1.0);
-                    self.p = (self.p + delta).min(self.meter.capacity().limit as f64);
+                    self.p = (self.p + delta).min(self.q.meter.capacity().limit as f64);
                 }
-                Where::B2 => {
+                _ => {
                     self.in_b2 = true;
-                    let (b1, b2) = (self.size(Where::B1) as f64, self.size(Where::B2) as f64);
+                    let (b1, b2) = (self.size(B1) as f64, self.size(B2) as f64);
                     let delta = (b1 / b2).max(1.0);
                     self.p = (self.p - delta).max(0.0);
                 }
             }
-            self.forget(i);
+            self.q.drop_at(i);
             self.ghost_hit_now = true;
         }
-        let charge = self.meter.charge(req);
-        if !self.meter.fits(charge) {
+        let charge = self.q.meter.charge(req);
+        if !self.q.meter.fits(charge) {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict(charge);
         }
         let to = if self.ghost_hit_now && (self.in_b1 || self.in_b2) {
             self.in_b1 = false;
             self.in_b2 = false;
-            Where::T2
+            T2
         } else {
-            Where::T1
+            T1
         };
-        let i = self.slab.alloc(Obj {
-            id: req.id,
-            charge,
-            at: to,
-        });
-        self.link_head(i, to);
-        self.map.insert(req.id, i);
-        self.meter.add(charge);
+        self.q.admit(
+            to,
+            Obj {
+                id: req.id,
+                charge,
+                at: to as u32,
+            },
+        );
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map
-            .get(&id)
-            .is_some_and(|&i| matches!(self.slab.get(i).at, Where::T1 | Where::T2))
+        self.q.slot(id).is_some_and(|i| self.q.get(i).queue() <= T2)
     }
 
     fn len(&self) -> usize {
-        self.lists[0].len + self.lists[1].len
+        self.q.count(T1) + self.q.count(T2)
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(&i) = self.map.get(&id) else {
+        let Some(i) = self.q.slot(id) else {
             return false;
         };
-        let at = self.slab.get(i).at;
-        let charge = self.slab.get(i).charge;
-        self.forget(i);
-        if matches!(at, Where::T1 | Where::T2) {
-            self.meter.sub(charge);
+        if self.q.get(i).queue() <= T2 {
+            self.q.remove_at(i);
             true
         } else {
+            self.q.drop_at(i);
             false
         }
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 

@@ -6,8 +6,7 @@
 //! goes back to the head; the first zero-counter object is evicted. Rotating the list is the
 //! same as moving a hand around a ring, and keeps every step O(1).
 
-use super::hash::FxHashMap;
-use super::list::{List, Slab};
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
 #[derive(Clone, Copy, Debug)]
@@ -17,11 +16,17 @@ struct Obj {
     freq: u32,
 }
 
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+}
+
 pub struct Clock {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    queue: List,
+    q: QueueSet<Obj>,
     max_freq: u32,
     init_freq: u32,
     name: String,
@@ -37,10 +42,7 @@ impl Clock {
             format!("Clock-{n_bits}-{init_freq}")
         };
         Clock {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(capacity.reserve_hint()),
-            queue: List::new(),
+            q: QueueSet::new(capacity, 1),
             max_freq,
             init_freq: init_freq.min(max_freq),
             name,
@@ -58,17 +60,13 @@ impl Clock {
 
     fn evict(&mut self) {
         loop {
-            let t = self.queue.tail;
-            let obj = self.slab.get_mut(t);
+            let t = self.q.victim(0, "Clock");
+            let obj = self.q.get_mut(t);
             if obj.freq >= 1 {
                 obj.freq -= 1;
-                self.queue.move_to_head(&mut self.slab, t);
+                self.q.move_to_head(t, 0);
             } else {
-                let obj = *obj;
-                self.queue.unlink(&mut self.slab, t);
-                self.slab.free(t);
-                self.map.remove(&obj.id);
-                self.meter.evicted(obj.id, obj.charge);
+                self.q.evict_at(t);
                 return;
             }
         }
@@ -85,55 +83,49 @@ impl CachePolicy for Clock {
             self.remove(req.id);
             return false;
         }
-        if let Some(&i) = self.map.get(&req.id) {
-            let obj = self.slab.get_mut(i);
+        if let Some(i) = self.q.slot(req.id) {
+            let obj = self.q.get_mut(i);
             if obj.freq < self.max_freq {
                 obj.freq += 1;
             }
             return true;
         }
-        let charge = self.meter.charge(req);
-        if !self.meter.fits(charge) {
+        let charge = self.q.meter.charge(req);
+        if !self.q.meter.fits(charge) {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        let i = self.slab.alloc(Obj {
-            id: req.id,
-            charge,
-            freq: self.init_freq,
-        });
-        self.queue.push_head(&mut self.slab, i);
-        self.map.insert(req.id, i);
-        self.meter.add(charge);
+        self.q.admit(
+            0,
+            Obj {
+                id: req.id,
+                charge,
+                freq: self.init_freq,
+            },
+        );
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map.contains_key(&id)
+        self.q.map.contains_key(id)
     }
 
     fn len(&self) -> usize {
-        self.map.len()
+        self.q.map.len()
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(i) = self.map.remove(&id) else {
-            return false;
-        };
-        self.queue.unlink(&mut self.slab, i);
-        self.meter.sub(self.slab.get(i).charge);
-        self.slab.free(i);
-        true
+        self.q.slot(id).map(|i| self.q.remove_at(i)).is_some()
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 

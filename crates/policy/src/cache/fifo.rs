@@ -25,7 +25,7 @@ pub struct Fifo {
 impl Fifo {
     pub fn new(capacity: Capacity) -> Self {
         Fifo {
-            q: QueueSet::new(capacity),
+            q: QueueSet::new(capacity, 1),
         }
     }
 
@@ -35,7 +35,7 @@ impl Fifo {
     }
 
     fn evict(&mut self) {
-        let i = self.q.tail("FIFO");
+        let i = self.q.victim(0, "FIFO");
         self.q.evict_at(i);
     }
 }
@@ -50,7 +50,7 @@ impl CachePolicy for Fifo {
             self.remove(req.id);
             return false;
         }
-        if self.q.map.contains_key(&req.id) {
+        if self.q.map.contains_key(req.id) {
             return true;
         }
         let charge = self.q.meter.charge(req);
@@ -60,12 +60,12 @@ impl CachePolicy for Fifo {
         while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        self.q.push_head(Obj { id: req.id, charge });
+        self.q.admit(0, Obj { id: req.id, charge });
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.q.map.contains_key(&id)
+        self.q.map.contains_key(id)
     }
 
     fn len(&self) -> usize {
@@ -73,7 +73,7 @@ impl CachePolicy for Fifo {
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        self.q.remove(id).is_some()
+        self.q.slot(id).map(|i| self.q.remove_at(i)).is_some()
     }
 
     fn meter(&self) -> &Meter {

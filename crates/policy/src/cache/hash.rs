@@ -48,9 +48,11 @@ impl Hasher for FxHasher {
 
     #[inline]
     fn finish(&self) -> u64 {
-        // hashbrown takes its control bits from the top 7 bits; fold the well-mixed high
-        // half down so low bits (the bucket index) are mixed too.
-        self.hash ^ (self.hash >> 32)
+        // hashbrown takes the bucket from the low bits and its control byte from the top 7.
+        // The multiply alone leaves the low bits of `id << k` zero (block ids are
+        // `object << 44 | block`), so mix the high half down and the result back up.
+        let h = (self.hash ^ (self.hash >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
     }
 }
 
@@ -66,6 +68,22 @@ pub fn map_with_capacity<K, V>(n: usize) -> FxHashMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn high_bit_ids_spread_over_low_bits() {
+        // Ids that differ only above bit 44 (`object << 44`) must not share low bits.
+        let mut low = FxHashSet::default();
+        for id in 0u64..1024 {
+            let mut h = FxHasher::default();
+            h.write_u64(id << 44);
+            low.insert(h.finish() & 1023);
+        }
+        assert!(
+            low.len() > 500,
+            "only {} distinct low-bit buckets",
+            low.len()
+        );
+    }
 
     #[test]
     fn sequential_ids_spread_over_buckets() {

@@ -25,7 +25,7 @@
 //! Each of S, Q, NH is an LRU with its own index, like libCacheSim's three internal LRU
 //! caches.
 
-use super::hash::FxHashMap;
+use super::id_map::IdMap;
 use super::list::{List, Slab};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
@@ -73,14 +73,14 @@ impl Chunks {
 #[derive(Default)]
 struct Lru {
     slab: Slab<Entry>,
-    map: FxHashMap<u64, u32>,
+    map: IdMap,
     list: List,
     used: u64,
 }
 
 impl Lru {
     fn find(&self, id: u64) -> Option<u32> {
-        self.map.get(&id).copied()
+        self.map.get(id)
     }
 
     fn touch(&mut self, i: u32) {
@@ -106,7 +106,7 @@ impl Lru {
         chunks.release(e.chunk);
         self.list.unlink(&mut self.slab, i);
         self.slab.free(i);
-        self.map.remove(&e.id);
+        self.map.remove(e.id);
         self.used -= e.charge;
         e
     }

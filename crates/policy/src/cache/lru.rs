@@ -25,7 +25,7 @@ pub struct Lru {
 impl Lru {
     pub fn new(capacity: Capacity) -> Self {
         Lru {
-            q: QueueSet::new(capacity),
+            q: QueueSet::new(capacity, 1),
         }
     }
 
@@ -35,7 +35,7 @@ impl Lru {
     }
 
     fn evict(&mut self) {
-        let i = self.q.tail("LRU");
+        let i = self.q.victim(0, "LRU");
         self.q.evict_at(i);
     }
 }
@@ -51,7 +51,7 @@ impl CachePolicy for Lru {
             return false;
         }
         if let Some(i) = self.q.slot(req.id) {
-            self.q.queue.move_to_head(&mut self.q.slab, i);
+            self.q.move_to_head(i, 0);
             return true;
         }
         let charge = self.q.meter.charge(req);
@@ -61,12 +61,12 @@ impl CachePolicy for Lru {
         while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        self.q.push_head(Obj { id: req.id, charge });
+        self.q.admit(0, Obj { id: req.id, charge });
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.q.map.contains_key(&id)
+        self.q.map.contains_key(id)
     }
 
     fn len(&self) -> usize {
@@ -74,7 +74,7 @@ impl CachePolicy for Lru {
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        self.q.remove(id).is_some()
+        self.q.slot(id).map(|i| self.q.remove_at(i)).is_some()
     }
 
     fn meter(&self) -> &Meter {

@@ -9,11 +9,15 @@
 //! make room, then promotions — within the byte budget and the tiers' hard capacities.
 //! Moves that do not fit stay queued for the next plan. New objects are created on tier 1
 //! and earn tier 0 through the cache, like a write-allocate cache filling on first access.
+//!
+//! [`placement_by_name`] builds one from a policy name for `kaiso sim tier --policy
+//! cache:<name>`; an offline policy (Belady) is given the future with
+//! [`CachePlacement::set_future`], since an access carries no next-access index.
 
 use std::collections::VecDeque;
 
 use super::hash::{FxHashMap, FxHashSet};
-use super::{CachePolicy, Eviction, Request};
+use super::{CachePolicy, Capacity, Error, Eviction, NEVER, Request, by_name};
 use crate::engine::{Access, Move, MoveReason, ObjectId, Op, PlacementPolicy, TierId, TierState};
 use crate::time::Nanos;
 
@@ -33,6 +37,31 @@ pub struct CachePlacement {
     queue: VecDeque<ObjectId>,
     queued: FxHashSet<ObjectId>,
     evicted: Vec<Eviction>,
+    /// Next-access index of each `record` call, in call order (offline policies).
+    future: Option<Vec<u64>>,
+    recorded: usize,
+}
+
+/// Builds a cache policy as a two-tier placement: `spec` is a [`by_name`] policy name with
+/// optional parameters after a colon (`lru`, `s3fifo:small-size-ratio=0.2`), the cache
+/// holding `fast_tier_bytes` (object sizes counted). Belady needs `future` (see
+/// [`CachePlacement::set_future`]) and is refused without it; other policies ignore it.
+pub fn placement_by_name(
+    spec: &str,
+    fast_tier_bytes: u64,
+    future: Option<Vec<u64>>,
+) -> Result<CachePlacement, Error> {
+    let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+    let cache = by_name(name, Capacity::bytes(fast_tier_bytes), params)?;
+    let offline = cache.name().starts_with("Belady");
+    if offline && future.is_none() {
+        return Err(Error::NeedsFuture(name.to_string()));
+    }
+    let mut p = as_placement(cache);
+    if let Some(f) = future {
+        p.set_future(f);
+    }
+    Ok(p)
 }
 
 /// Wraps a cache as a two-tier placement policy (tier 0 = cache, tier 1 = backing store).
@@ -48,10 +77,22 @@ pub fn as_placement(cache: Box<dyn CachePolicy>) -> CachePlacement {
         queue: VecDeque::new(),
         queued: FxHashSet::default(),
         evicted: Vec::new(),
+        future: None,
+        recorded: 0,
     }
 }
 
 impl CachePlacement {
+    /// Gives an offline policy (Belady) the future: `next[i]` is the index of the next
+    /// `record` call for the same object as the `i`-th one ([`NEVER`] if none), counting
+    /// only `record` calls that are not deletes (fill it with
+    /// [`annotate_next_access`](super::annotate_next_access) over the accessed object ids).
+    /// Calls past the end of `next` are treated as "never again".
+    pub fn set_future(&mut self, next: Vec<u64>) {
+        self.future = Some(next);
+        self.recorded = 0;
+    }
+
     /// The wrapped cache (hit statistics, occupancy).
     pub fn cache(&self) -> &dyn CachePolicy {
         self.cache.as_ref()
@@ -87,7 +128,11 @@ impl PlacementPolicy for CachePlacement {
             Some(p) => p.size,
             None => access.len.max(1),
         };
-        let req = Request::new(access.at, access.object, size);
+        let mut req = Request::new(access.at, access.object, size);
+        if let Some(f) = &self.future {
+            req.next_access = f.get(self.recorded).copied().unwrap_or(NEVER);
+            self.recorded += 1;
+        }
         let hit = self.cache.access(&req);
         let mut evicted = std::mem::take(&mut self.evicted);
         self.cache.drain_evictions(&mut evicted);
@@ -273,6 +318,49 @@ mod tests {
             ]
         );
         assert!(p.explain(3, 5).contains("cached"));
+    }
+
+    #[test]
+    fn placement_by_name_builds_every_baseline() {
+        for name in super::super::POLICY_NAMES {
+            let p = placement_by_name(name, 1 << 20, None);
+            if *name == "belady" {
+                let e = p.err().expect("belady without a future is refused");
+                assert!(matches!(e, Error::NeedsFuture(_)), "{e}");
+                assert!(e.to_string().contains("offline"));
+                continue;
+            }
+            let p = p.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(p.name().starts_with("cache:"), "{}", p.name());
+            assert_eq!(p.cache().capacity(), Capacity::bytes(1 << 20));
+        }
+        let p = placement_by_name("s3fifo:small-size-ratio=0.2", 1000, None).unwrap();
+        assert_eq!(p.name(), "cache:S3FIFO-0.2000-2");
+        assert!(placement_by_name("nope", 1000, None).is_err());
+        assert!(placement_by_name("lru:x=1", 1000, None).is_err());
+        assert!(placement_by_name("lru", 0, None).is_err());
+    }
+
+    #[test]
+    fn belady_placement_uses_the_future_it_is_given() {
+        // Cache of 2 objects; accesses 1 2 3 1 2: with the future, Belady keeps 1 and 2
+        // (3 is never used again) so the 4th and 5th accesses hit.
+        let ids = [1u64, 2, 3, 1, 2];
+        let mut reqs: Vec<Request> = ids.iter().map(|&id| Request::new(0, id, 10)).collect();
+        super::super::annotate_next_access(&mut reqs);
+        let future: Vec<u64> = reqs.iter().map(|r| r.next_access).collect();
+        let mut p = placement_by_name("belady", 20, Some(future)).unwrap();
+        for &id in &ids {
+            p.placed(id, 10, 1);
+        }
+        for (t, &id) in ids.iter().enumerate() {
+            p.record(&read(t as Nanos, id));
+        }
+        assert!(p.cache().contains(1) && p.cache().contains(2) && !p.cache().contains(3));
+        let moves = p.plan(9, &tiers(0, 20), u64::MAX);
+        let mut promoted: Vec<ObjectId> = moves.iter().map(|m| m.object).collect();
+        promoted.sort_unstable();
+        assert_eq!(promoted, vec![1, 2]);
     }
 
     #[test]

@@ -13,38 +13,42 @@
 //!   libCacheSim's default) moves it to main's head; else it is evicted and its id enters
 //!   the ghost.
 
-use super::hash::FxHashMap;
-use super::list::{List, Slab};
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Where {
-    Small,
-    Main,
-    Ghost,
-}
+/// Queue numbers in the [`QueueSet`].
+const SMALL: usize = 0;
+const MAIN: usize = 1;
+const GHOST: usize = 2;
 
 #[derive(Clone, Copy, Debug)]
 struct Obj {
     id: u64,
     charge: u64,
     freq: u32,
-    at: Where,
+    at: u32,
+}
+
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+    fn queue(&self) -> usize {
+        self.at as usize
+    }
+    fn set_queue(&mut self, q: usize) {
+        self.at = q as u32;
+    }
 }
 
 pub struct S3Fifo {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    small: List,
-    main: List,
-    ghost: List,
+    q: QueueSet<Obj, 3>,
     small_cap: u64,
     main_cap: u64,
     ghost_cap: u64,
-    small_used: u64,
-    main_used: u64,
-    ghost_used: u64,
     threshold: u32,
     /// Until the first eviction, new objects overflow from a full small queue into main
     /// (libcachesim 0.3.5 behaviour, confirmed by hit-for-hit comparison).
@@ -57,18 +61,10 @@ impl S3Fifo {
         let c = capacity.limit;
         let small_cap = (c as f64 * small_ratio) as u64;
         S3Fifo {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
-            small: List::new(),
-            main: List::new(),
-            ghost: List::new(),
+            q: QueueSet::new(capacity, 2),
             small_cap,
             main_cap: c - small_cap,
             ghost_cap: (c as f64 * ghost_ratio) as u64,
-            small_used: 0,
-            main_used: 0,
-            ghost_used: 0,
             threshold,
             has_evicted: false,
             name: format!("S3FIFO-{small_ratio:.4}-{threshold}"),
@@ -102,100 +98,42 @@ impl S3Fifo {
         Ok(Self::new(capacity, small, ghost, thr as u32))
     }
 
-    fn list(&mut self, at: Where) -> &mut List {
-        match at {
-            Where::Small => &mut self.small,
-            Where::Main => &mut self.main,
-            Where::Ghost => &mut self.ghost,
-        }
-    }
-
-    fn used_mut(&mut self, at: Where) -> &mut u64 {
-        match at {
-            Where::Small => &mut self.small_used,
-            Where::Main => &mut self.main_used,
-            Where::Ghost => &mut self.ghost_used,
-        }
-    }
-
-    /// Unlinks node `i` from its queue and drops it entirely (map and slab).
-    fn drop_node(&mut self, i: u32) -> Obj {
-        let obj = *self.slab.get(i);
-        let mut list = *self.list(obj.at);
-        list.unlink(&mut self.slab, i);
-        *self.list(obj.at) = list;
-        *self.used_mut(obj.at) -= obj.charge;
-        self.slab.free(i);
-        self.map.remove(&obj.id);
-        obj
-    }
-
-    /// Links a node for `id` at the head of `at`.
-    fn push(&mut self, id: u64, charge: u64, freq: u32, at: Where) -> u32 {
-        let i = self.slab.alloc(Obj {
-            id,
-            charge,
-            freq,
-            at,
-        });
-        let mut list = *self.list(at);
-        list.push_head(&mut self.slab, i);
-        *self.list(at) = list;
-        *self.used_mut(at) += charge;
-        self.map.insert(id, i);
-        i
-    }
-
-    /// Moves node `i` (in small or main) to main's head with counter `freq`.
-    fn move_to_main_head(&mut self, i: u32, freq: u32) {
-        let obj = *self.slab.get(i);
-        let mut list = *self.list(obj.at);
-        list.unlink(&mut self.slab, i);
-        *self.list(obj.at) = list;
-        *self.used_mut(obj.at) -= obj.charge;
-        self.main.push_head(&mut self.slab, i);
-        self.main_used += obj.charge;
-        let o = self.slab.get_mut(i);
-        o.at = Where::Main;
-        o.freq = freq;
-    }
-
-    /// Records `id` in the ghost FIFO (a FIFO cache of ids with its own capacity).
-    fn ghost_insert(&mut self, id: u64, charge: u64) {
-        if charge > self.ghost_cap {
+    /// Records `obj`'s id in the ghost FIFO (a FIFO cache of ids with its own capacity).
+    fn ghost_insert(&mut self, obj: Obj) {
+        if obj.charge > self.ghost_cap {
             return;
         }
-        while self.ghost_used + charge > self.ghost_cap {
-            let t = self.ghost.tail;
-            self.drop_node(t);
+        while self.q.used[GHOST] + obj.charge > self.ghost_cap {
+            let t = self.q.victim(GHOST, "S3FIFO ghost");
+            self.q.drop_at(t);
         }
-        self.push(id, charge, 0, Where::Ghost);
+        self.q.push_head(GHOST, Obj { freq: 0, ..obj });
     }
 
     fn evict_main(&mut self) {
-        while self.main_used > 0 {
-            let t = self.main.tail;
-            let freq = self.slab.get(t).freq;
-            if freq >= 1 {
-                self.move_to_main_head(t, freq.min(3) - 1);
+        while self.q.used[MAIN] > 0 {
+            let t = self.q.tail(MAIN);
+            let obj = self.q.get_mut(t);
+            if obj.freq >= 1 {
+                obj.freq = obj.freq.min(3) - 1;
+                self.q.move_to_head(t, MAIN);
             } else {
-                let obj = self.drop_node(t);
-                self.meter.evicted(obj.id, obj.charge);
+                self.q.evict_at(t);
                 return;
             }
         }
     }
 
     fn evict_small(&mut self) {
-        while self.small_used > 0 {
-            let t = self.small.tail;
-            let obj = *self.slab.get(t);
+        while self.q.used[SMALL] > 0 {
+            let t = self.q.tail(SMALL);
+            let obj = self.q.get_mut(t);
             if obj.freq >= self.threshold {
-                self.move_to_main_head(t, 0);
+                obj.freq = 0;
+                self.q.move_to_head(t, MAIN);
             } else {
-                self.drop_node(t);
-                self.meter.evicted(obj.id, obj.charge);
-                self.ghost_insert(obj.id, obj.charge);
+                let obj = self.q.evict_at(t);
+                self.ghost_insert(obj);
                 return;
             }
         }
@@ -203,7 +141,7 @@ impl S3Fifo {
 
     fn evict(&mut self) {
         self.has_evicted = true;
-        if self.main_used > self.main_cap || self.small_used == 0 {
+        if self.q.used[MAIN] > self.main_cap || self.q.used[SMALL] == 0 {
             self.evict_main();
         } else {
             self.evict_small();
@@ -229,63 +167,71 @@ impl CachePolicy for S3Fifo {
             return false;
         }
         let mut ghost_hit = false;
-        if let Some(&i) = self.map.get(&req.id) {
-            let obj = self.slab.get_mut(i);
-            if obj.at != Where::Ghost {
+        if let Some(i) = self.q.slot(req.id) {
+            let obj = self.q.get_mut(i);
+            if obj.at != GHOST as u32 {
                 obj.freq += 1;
                 return true;
             }
-            self.drop_node(i);
+            self.q.drop_at(i);
             ghost_hit = true;
         }
-        let charge = self.meter.charge(req);
+        let charge = self.q.meter.charge(req);
         if charge > self.small_cap {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        if ghost_hit {
-            self.push(req.id, charge, 0, Where::Main);
+        let to = if ghost_hit {
+            MAIN
         } else if charge >= self.small_cap {
             return false;
-        } else if !self.has_evicted && self.small_used >= self.small_cap {
-            self.push(req.id, charge, 0, Where::Main);
+        } else if !self.has_evicted && self.q.used[SMALL] >= self.small_cap {
+            MAIN
         } else {
-            self.push(req.id, charge, 0, Where::Small);
-        }
-        self.meter.add(charge);
+            SMALL
+        };
+        self.q.admit(
+            to,
+            Obj {
+                id: req.id,
+                charge,
+                freq: 0,
+                at: to as u32,
+            },
+        );
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map
-            .get(&id)
-            .is_some_and(|&i| self.slab.get(i).at != Where::Ghost)
+        self.q
+            .slot(id)
+            .is_some_and(|i| self.q.get(i).queue() != GHOST)
     }
 
     fn len(&self) -> usize {
-        self.map.len() - self.ghost.len
+        self.q.count(SMALL) + self.q.count(MAIN)
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(&i) = self.map.get(&id) else {
+        let Some(i) = self.q.slot(id) else {
             return false;
         };
-        let obj = self.drop_node(i);
-        if obj.at == Where::Ghost {
+        if self.q.get(i).queue() == GHOST {
+            self.q.drop_at(i);
             return false;
         }
-        self.meter.sub(obj.charge);
+        self.q.remove_at(i);
         true
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 
@@ -310,11 +256,11 @@ mod tests {
             c.access(&Request::new(0, id, 1));
         }
         assert!(!c.contains(1));
-        assert_eq!((c.small_used, c.main_used), (2, 18));
+        assert_eq!((c.q.used[SMALL], c.q.used[MAIN]), (2, 18));
         // 1 is in the ghost now: a miss that lands in main (2 leaves small to make room).
         assert!(!c.access(&Request::new(0, 1, 1)));
         assert!(c.contains(1) && !c.contains(2));
-        assert_eq!(c.main_used, 19);
+        assert_eq!(c.q.used[MAIN], 19);
     }
 
     #[test]

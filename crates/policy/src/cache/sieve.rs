@@ -34,7 +34,7 @@ pub struct Sieve {
 impl Sieve {
     pub fn new(capacity: Capacity) -> Self {
         Sieve {
-            q: QueueSet::new(capacity),
+            q: QueueSet::new(capacity, 1),
             hand: NIL,
         }
     }
@@ -46,14 +46,14 @@ impl Sieve {
 
     fn evict(&mut self) {
         let mut i = if self.hand == NIL {
-            self.q.tail("Sieve")
+            self.q.victim(0, "Sieve")
         } else {
             self.hand
         };
         while self.q.slab.get(i).visited {
             self.q.slab.get_mut(i).visited = false;
             let p = self.q.slab.prev(i);
-            i = if p == NIL { self.q.queue.tail } else { p };
+            i = if p == NIL { self.q.tail(0) } else { p };
         }
         self.hand = self.q.slab.prev(i);
         self.q.evict_at(i);
@@ -81,16 +81,19 @@ impl CachePolicy for Sieve {
         while self.q.meter.needs_room(charge) {
             self.evict();
         }
-        self.q.push_head(Obj {
-            id: req.id,
-            charge,
-            visited: false,
-        });
+        self.q.admit(
+            0,
+            Obj {
+                id: req.id,
+                charge,
+                visited: false,
+            },
+        );
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.q.map.contains_key(&id)
+        self.q.map.contains_key(id)
     }
 
     fn len(&self) -> usize {
@@ -104,7 +107,7 @@ impl CachePolicy for Sieve {
         if self.hand == i {
             self.hand = self.q.slab.prev(i);
         }
-        self.q.remove(id);
+        self.q.remove_at(i);
         true
     }
 

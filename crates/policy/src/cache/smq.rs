@@ -25,7 +25,7 @@
 //! regions sampled with the seeded generator (`seed`, default 1): that sampling is the
 //! "stochastic" part, O(1) and deterministic under the seed.
 
-use super::hash::FxHashMap;
+use super::id_map::IdMap;
 use super::list::{List, Slab};
 use super::rng::SplitMix64;
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
@@ -49,11 +49,11 @@ const MAX_COUNT: u8 = 15;
 pub struct Smq {
     meter: Meter,
     slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
+    map: IdMap,
     levels: Vec<List>,
     // Hotspot table: dense vector + index for O(1) random sampling.
     regions: Vec<Region>,
-    region_index: FxHashMap<u64, u32>,
+    region_index: IdMap,
     shift: u32,
     threshold: u8,
     epoch: u32,
@@ -69,10 +69,10 @@ impl Smq {
         Smq {
             meter: Meter::new(capacity),
             slab: Slab::with_capacity(capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(capacity.reserve_hint()),
+            map: IdMap::with_capacity(capacity.reserve_hint()),
             levels: vec![List::new(); levels.max(1)],
             regions: Vec::new(),
-            region_index: FxHashMap::default(),
+            region_index: IdMap::with_capacity(4 * capacity.reserve_hint() + 64),
             shift,
             threshold,
             epoch: 0,
@@ -120,7 +120,7 @@ impl Smq {
             self.epoch = self.epoch.wrapping_add(1);
         }
         self.window_lookups += 1;
-        let count = if let Some(&k) = self.region_index.get(&key) {
+        let count = if let Some(k) = self.region_index.get(key) {
             self.window_found += 1;
             let r = self.regions[k as usize];
             let c = self.decayed(&r).saturating_add(self.jump).min(MAX_COUNT);
@@ -166,7 +166,7 @@ impl Smq {
             b
         };
         let key = self.regions[victim].key;
-        self.region_index.remove(&key);
+        self.region_index.remove(key);
         self.regions.swap_remove(victim);
         if victim < self.regions.len() {
             let moved = self.regions[victim].key;
@@ -189,7 +189,7 @@ impl Smq {
             .expect("non-empty level");
         let obj = *self.slab.get(t);
         self.slab.free(t);
-        self.map.remove(&obj.id);
+        self.map.remove(obj.id);
         self.meter.evicted(obj.id, obj.charge);
     }
 
@@ -226,7 +226,7 @@ impl CachePolicy for Smq {
             return false;
         }
         let count = self.touch_region(req.id);
-        if let Some(&i) = self.map.get(&req.id) {
+        if let Some(i) = self.map.get(req.id) {
             self.hit(i);
             return true;
         }
@@ -252,7 +252,7 @@ impl CachePolicy for Smq {
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map.contains_key(&id)
+        self.map.contains_key(id)
     }
 
     fn len(&self) -> usize {
@@ -260,7 +260,7 @@ impl CachePolicy for Smq {
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(i) = self.map.remove(&id) else {
+        let Some(i) = self.map.remove(id) else {
             return false;
         };
         let obj = *self.slab.get(i);
@@ -304,7 +304,7 @@ mod tests {
         let scan: Vec<u64> = (100..200).collect();
         assert_eq!(run_ids(&mut c, &scan), "m".repeat(100));
         assert!(c.contains(1) && c.contains(2));
-        assert_eq!(c.slab.get(c.map[&1]).level, 2);
+        assert_eq!(c.slab.get(c.map.get(1).unwrap()).level, 2);
     }
 
     #[test]

@@ -8,37 +8,41 @@
 //! evicted. As in libCacheSim, Am also enforces its own share when a ghost hit enters it,
 //! and objects larger than A1in are never admitted.
 
-use super::hash::FxHashMap;
-use super::list::{List, Slab};
+use super::queue_set::{Entry, QueueSet};
 use super::{CachePolicy, Capacity, Error, Meter, Op, Params, Request};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Where {
-    In,
-    Out,
-    Main,
-}
+/// Queue numbers in the [`QueueSet`].
+const IN: usize = 0;
+const OUT: usize = 1;
+const MAIN: usize = 2;
 
 #[derive(Clone, Copy, Debug)]
 struct Obj {
     id: u64,
     charge: u64,
-    at: Where,
+    at: u8,
+}
+
+impl Entry for Obj {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn charge(&self) -> u64 {
+        self.charge
+    }
+    fn queue(&self) -> usize {
+        self.at as usize
+    }
+    fn set_queue(&mut self, q: usize) {
+        self.at = q as u8;
+    }
 }
 
 pub struct TwoQ {
-    meter: Meter,
-    slab: Slab<Obj>,
-    map: FxHashMap<u64, u32>,
-    a_in: List,
-    a_out: List,
-    a_m: List,
+    q: QueueSet<Obj, 3>,
     in_cap: u64,
     out_cap: u64,
     m_cap: u64,
-    in_used: u64,
-    out_used: u64,
-    m_used: u64,
 }
 
 impl TwoQ {
@@ -46,18 +50,10 @@ impl TwoQ {
         let c = capacity.limit;
         let in_cap = (c as f64 * in_ratio) as u64;
         TwoQ {
-            meter: Meter::new(capacity),
-            slab: Slab::with_capacity(2 * capacity.reserve_hint()),
-            map: super::hash::map_with_capacity(2 * capacity.reserve_hint()),
-            a_in: List::new(),
-            a_out: List::new(),
-            a_m: List::new(),
+            q: QueueSet::new(capacity, 2),
             in_cap,
             out_cap: (c as f64 * out_ratio) as u64,
             m_cap: c - in_cap,
-            in_used: 0,
-            out_used: 0,
-            m_used: 0,
         }
     }
 
@@ -69,53 +65,22 @@ impl TwoQ {
         Ok(Self::new(capacity, a_in, a_out))
     }
 
-    fn parts(&mut self, at: Where) -> (&mut List, &mut u64) {
-        match at {
-            Where::In => (&mut self.a_in, &mut self.in_used),
-            Where::Out => (&mut self.a_out, &mut self.out_used),
-            Where::Main => (&mut self.a_m, &mut self.m_used),
-        }
-    }
-
-    fn drop_node(&mut self, i: u32) -> Obj {
-        let obj = *self.slab.get(i);
-        let mut l = *self.parts(obj.at).0;
-        l.unlink(&mut self.slab, i);
-        let (list, used) = self.parts(obj.at);
-        *list = l;
-        *used -= obj.charge;
-        self.map.remove(&obj.id);
-        self.slab.free(i);
-        obj
-    }
-
-    fn push(&mut self, id: u64, charge: u64, at: Where) {
-        let i = self.slab.alloc(Obj { id, charge, at });
-        let mut l = *self.parts(at).0;
-        l.push_head(&mut self.slab, i);
-        *self.parts(at).0 = l;
-        *self.parts(at).1 += charge;
-        self.map.insert(id, i);
-    }
-
     fn evict_main_tail(&mut self) {
-        let t = self.a_m.tail;
-        let obj = self.drop_node(t);
-        self.meter.evicted(obj.id, obj.charge);
+        let t = self.q.victim(MAIN, "TwoQ Am");
+        self.q.evict_at(t);
     }
 
     fn evict(&mut self) {
-        if self.in_used > self.in_cap || self.a_m.is_empty() {
-            let t = self.a_in.tail;
-            let obj = self.drop_node(t);
-            self.meter.evicted(obj.id, obj.charge);
+        if self.q.used[IN] > self.in_cap || self.q.count(MAIN) == 0 {
+            let t = self.q.victim(IN, "TwoQ A1in");
+            let obj = self.q.evict_at(t);
             // The id enters A1out (a FIFO with its own capacity).
             if obj.charge <= self.out_cap {
-                while self.out_used + obj.charge > self.out_cap {
-                    let g = self.a_out.tail;
-                    self.drop_node(g);
+                while self.q.used[OUT] + obj.charge > self.out_cap {
+                    let g = self.q.victim(OUT, "TwoQ A1out");
+                    self.q.drop_at(g);
                 }
-                self.push(obj.id, obj.charge, Where::Out);
+                self.q.push_head(OUT, obj);
             }
         } else {
             self.evict_main_tail();
@@ -134,67 +99,71 @@ impl CachePolicy for TwoQ {
             return false;
         }
         let mut ghost_hit = false;
-        if let Some(&i) = self.map.get(&req.id) {
-            match self.slab.get(i).at {
-                Where::In => return true,
-                Where::Main => {
-                    self.a_m.move_to_head(&mut self.slab, i);
+        if let Some(i) = self.q.slot(req.id) {
+            match self.q.get(i).queue() {
+                IN => return true,
+                MAIN => {
+                    self.q.move_to_head(i, MAIN);
                     return true;
                 }
-                Where::Out => {
-                    self.drop_node(i);
+                _ => {
+                    self.q.drop_at(i);
                     ghost_hit = true;
                 }
             }
         }
-        let charge = self.meter.charge(req);
+        let charge = self.q.meter.charge(req);
         if charge > self.in_cap {
             return false;
         }
-        while self.meter.needs_room(charge) {
+        while self.q.meter.needs_room(charge) {
             self.evict();
         }
+        let obj = Obj {
+            id: req.id,
+            charge,
+            at: IN as u8,
+        };
         if ghost_hit {
             // Am admits through its own LRU: it makes room within its share first.
-            while self.m_used + charge > self.m_cap {
+            while self.q.used[MAIN] + charge > self.m_cap {
                 self.evict_main_tail();
             }
-            self.push(req.id, charge, Where::Main);
+            self.q.admit(MAIN, obj);
         } else {
-            self.push(req.id, charge, Where::In);
+            self.q.admit(IN, obj);
         }
-        self.meter.add(charge);
         false
     }
 
     fn contains(&self, id: u64) -> bool {
-        self.map
-            .get(&id)
-            .is_some_and(|&i| self.slab.get(i).at != Where::Out)
+        self.q
+            .slot(id)
+            .is_some_and(|i| self.q.get(i).queue() != OUT)
     }
 
     fn len(&self) -> usize {
-        self.a_in.len + self.a_m.len
+        self.q.count(IN) + self.q.count(MAIN)
     }
 
     fn remove(&mut self, id: u64) -> bool {
-        let Some(&i) = self.map.get(&id) else {
+        let Some(i) = self.q.slot(id) else {
             return false;
         };
-        let obj = self.drop_node(i);
-        if obj.at == Where::Out {
+        if self.q.get(i).queue() == OUT {
+            self.q.drop_at(i);
             return false;
         }
-        self.meter.sub(obj.charge);
+        self.q.remove_at(i);
         true
     }
 
     fn meter(&self) -> &Meter {
-        &self.meter
+        &self.q.meter
     }
 
     fn meter_mut(&mut self) -> &mut Meter {
-        &mut self.meter
+        &mut self.q.meter
     }
 }
 
@@ -211,7 +180,7 @@ mod tests {
         // 1 goes to A1out. 1 again: ghost hit -> Am (evicting 2 to A1out first).
         assert_eq!(run_ids(&mut c, &[1, 2, 3, 4, 5, 1]), "mmmmmm");
         assert!(c.contains(1) && !c.contains(2));
-        assert_eq!(c.m_used, 1);
+        assert_eq!(c.q.used[MAIN], 1);
         // 1 hits in Am; 3 hits in A1in without moving.
         assert_eq!(run_ids(&mut c, &[1, 3]), "hh");
     }

@@ -61,6 +61,10 @@ pub enum Placement<'a> {
     WriteBackCache {
         cache: &'a mut dyn CachePolicy,
         block: u64,
+        /// For an offline cache (Belady): the next-access index of every block access, in
+        /// the order the replay makes them ([`block_future`]). None: every access is "never
+        /// again", which only offline policies care about.
+        future: Option<&'a [u64]>,
     },
 }
 
@@ -104,6 +108,44 @@ pub struct TierConfig {
     /// Regions that exist from the start (placed on the home tier before the first
     /// request), so a policy can move regions never accessed yet (prefetch units).
     pub initial_regions: Vec<ObjectId>,
+    /// Byte size of every trace object (file workloads): objects are then laid out one
+    /// after another on the devices (object `i` starts at the sum of the sizes before it)
+    /// and an object's last region is only as large as what is left of it. None: block
+    /// volumes, where the trace offset is the device offset.
+    pub object_bytes: Option<std::sync::Arc<ObjectLayout>>,
+}
+
+/// Trace objects (files) laid out back to back on a volume.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectLayout {
+    sizes: Vec<u64>,
+    starts: Vec<u64>,
+}
+
+impl ObjectLayout {
+    pub fn new(sizes: Vec<u64>) -> Self {
+        let mut starts = Vec::with_capacity(sizes.len());
+        let mut at = 0u64;
+        for &s in &sizes {
+            starts.push(at);
+            // Keep objects 4 KiB aligned, as a file system allocates.
+            at += s.div_ceil(4096) * 4096;
+        }
+        ObjectLayout { sizes, starts }
+    }
+    /// Bytes all objects take on the device.
+    pub fn total_bytes(&self) -> u64 {
+        match (self.starts.last(), self.sizes.last()) {
+            (Some(a), Some(s)) => a + s,
+            _ => 0,
+        }
+    }
+    pub fn size(&self, object: u64) -> Option<u64> {
+        self.sizes.get(object as usize).copied()
+    }
+    fn start(&self, object: u64) -> u64 {
+        self.starts.get(object as usize).copied().unwrap_or(0)
+    }
 }
 
 impl TierConfig {
@@ -116,8 +158,12 @@ impl TierConfig {
             copy_chunk: 1 << 20,
             max_plan_bytes: u64::MAX,
             horizon: None,
-            max_outstanding: None,
+            // A replay tool's bounded queue (btreplay's default depth is in this range):
+            // with an unbounded open loop an overloaded FIFO disk's queue grows without
+            // end and a move's reads wait behind all of it, so the mover starves.
+            max_outstanding: Some(32),
             initial_regions: Vec::new(),
+            object_bytes: None,
         }
     }
     fn home(&self) -> TierId {
@@ -226,6 +272,8 @@ struct Engine<'a, 'b> {
     /// Finish times of outstanding open-loop user requests (for `max_outstanding`).
     outstanding: BinaryHeap<Reverse<Nanos>>,
     evicted: Vec<Eviction>,
+    /// Block accesses made so far (index into the write-back cache's `future`).
+    block_seq: u64,
     events: BinaryHeap<Reverse<(Nanos, u64, Event)>>,
     seq: u64,
     tokens: Vec<Option<Token>>,
@@ -263,13 +311,35 @@ impl<'a, 'b> Engine<'a, 'b> {
         self.tier_of.get(&id).copied().unwrap_or(self.cfg.home())
     }
 
+    /// Bytes of region `id`: the region size, or what is left of a smaller object.
+    fn region_size(&self, id: ObjectId) -> u64 {
+        let rb = self.cfg.region_bytes;
+        match &self.cfg.object_bytes {
+            Some(l) => {
+                let start = (id & ((1 << 40) - 1)) * rb;
+                l.size(id >> 40)
+                    .map_or(rb, |s| s.saturating_sub(start).clamp(1, rb))
+            }
+            None => rb,
+        }
+    }
+
+    /// Where byte `off` of trace object `object` lives on a device.
+    fn device_offset(&self, object: u64, off: u64) -> u64 {
+        match &self.cfg.object_bytes {
+            Some(l) => l.start(object) + off,
+            None => off,
+        }
+    }
+
     fn ensure_known(&mut self, id: ObjectId) {
         if !self.size_of.contains_key(&id) {
             let home = self.cfg.home();
-            self.size_of.insert(id, self.cfg.region_bytes);
-            self.used[home as usize] += self.cfg.region_bytes;
+            let size = self.region_size(id);
+            self.size_of.insert(id, size);
+            self.used[home as usize] += size;
             if let Placement::Policy(p) = &mut self.placement {
-                p.placed(id, self.cfg.region_bytes, home);
+                p.placed(id, size, home);
             }
         }
     }
@@ -364,7 +434,8 @@ impl<'a, 'b> Engine<'a, 'b> {
         self.i_parts += 1;
         match &mut self.placement {
             Placement::HomeOnly => {
-                let c = self.devices[home].service(now, r.offset, r.len, op);
+                let at = self.device_offset(r.object, r.offset);
+                let c = self.devices[home].service(now, at, r.len, op);
                 self.part_done(tok, c.finish);
             }
             Placement::WriteBackCache { .. } => self.cache_part(now, tok, r, op),
@@ -395,14 +466,21 @@ impl<'a, 'b> Engine<'a, 'b> {
                 if op == IoOp::Write && t != home {
                     self.dirty_regions.insert(id);
                 }
-                let c = self.devices[t].service(now, r.offset, r.len, op);
+                let at = self.device_offset(r.object, r.offset);
+                let c = self.devices[t].service(now, at, r.len, op);
                 self.part_done(tok, c.finish);
             }
         }
     }
 
     fn cache_part(&mut self, now: Nanos, tok: usize, r: IoRecord, op: IoOp) {
-        let Placement::WriteBackCache { cache, block } = &mut self.placement else {
+        let object_base = self.device_offset(r.object, 0);
+        let Placement::WriteBackCache {
+            cache,
+            block,
+            future,
+        } = &mut self.placement
+        else {
             return;
         };
         let bs = *block;
@@ -413,16 +491,20 @@ impl<'a, 'b> Engine<'a, 'b> {
         let mut all_hit = true;
         for b in first..=last {
             let id = (r.object << 44) ^ b;
+            let next_access = future
+                .and_then(|f| f.get(self.block_seq as usize).copied())
+                .unwrap_or(u64::MAX);
+            self.block_seq += 1;
             let req = Request {
                 time: now,
                 id,
                 size: bs,
                 op: r.op,
-                next_access: u64::MAX,
+                next_access,
             };
             let hit = cache.access(&req);
             cache.drain_evictions(&mut self.evicted);
-            let boff = b * bs;
+            let boff = object_base + b * bs;
             if op == IoOp::Write {
                 if cache.contains(id) {
                     self.dirty.insert(id);
@@ -441,14 +523,17 @@ impl<'a, 'b> Engine<'a, 'b> {
                 all_hit = false;
                 finish = finish.max(self.devices[home].service(now, boff, bs, IoOp::Read).finish);
                 if cache.contains(id) {
-                    // Fill: written to the cache in the background.
+                    // Fill: written to the cache in the background (a flash write, so it
+                    // counts as bytes moved between tiers).
                     self.devices[0].service(now, boff, bs, IoOp::Write);
+                    self.bytes_moved += bs;
+                    self.i_moved += bs;
                 }
             }
         }
         for e in std::mem::take(&mut self.evicted) {
             if self.dirty.remove(&e.id) {
-                let boff = (e.id & ((1 << 44) - 1)) * bs;
+                let boff = self.device_offset(e.id >> 44, (e.id & ((1 << 44) - 1)) * bs);
                 self.devices[0].service(now, boff, bs, IoOp::Read);
                 self.devices[home].service(now, boff, bs, IoOp::Write);
                 self.bytes_moved += bs;
@@ -529,7 +614,7 @@ impl<'a, 'b> Engine<'a, 'b> {
     }
 
     fn region_base(&self, id: ObjectId) -> u64 {
-        (id & ((1 << 40) - 1)) * self.cfg.region_bytes
+        self.device_offset(id >> 40, (id & ((1 << 40) - 1)) * self.cfg.region_bytes)
     }
 
     fn move_read(&mut self, now: Nanos) {
@@ -558,7 +643,8 @@ impl<'a, 'b> Engine<'a, 'b> {
             return;
         };
         let to = a.mv.to as usize;
-        let base = (a.mv.object & ((1 << 40) - 1)) * rb;
+        let id = a.mv.object;
+        let base = self.device_offset(id >> 40, (id & ((1 << 40) - 1)) * rb);
         let c = self.devices[to].service(now, base + off, len, IoOp::Write);
         if let Some(a) = &mut self.active {
             a.last_write_finish = a.last_write_finish.max(c.finish);
@@ -601,7 +687,8 @@ impl<'a, 'b> Engine<'a, 'b> {
                 self.fast_parts += 1;
                 self.i_fast += 1;
             }
-            let c = self.devices[t].service(now, r.offset, r.len, op);
+            let at = self.device_offset(r.object, r.offset);
+            let c = self.devices[t].service(now, at, r.len, op);
             self.part_done(tok, c.finish);
         }
         self.start_move(now);
@@ -666,6 +753,36 @@ impl<'a, 'b> Engine<'a, 'b> {
     }
 }
 
+/// The next-access index of every block access a write-back cache replay of `records`
+/// makes (requests split at `region_bytes` boundaries, then into `block`-sized blocks, in
+/// record order), for an offline policy (Belady). Valid for open-loop replays, whose
+/// access order does not depend on the policy; a closed loop's does.
+pub fn block_future(records: &[IoRecord], region_bytes: u64, block: u64) -> Vec<u64> {
+    let rb = region_bytes.max(4096);
+    let bs = block.max(1);
+    let mut ids = Vec::new();
+    for r in records {
+        let len = r.len.max(1);
+        let mut off = r.offset;
+        let end = r.offset + len;
+        while off < end {
+            let piece = ((off / rb + 1) * rb).min(end) - off;
+            for b in off / bs..=(off + piece - 1) / bs {
+                ids.push((r.object << 44) ^ b);
+            }
+            off += piece;
+        }
+    }
+    let mut next = vec![u64::MAX; ids.len()];
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    for (i, id) in ids.iter().enumerate().rev() {
+        if let Some(j) = seen.insert(*id, i as u64) {
+            next[i] = j;
+        }
+    }
+    next
+}
+
 /// Run one replay. `on_sample` sees every time-series point as it closes (for feedback to
 /// policies that need application figures, e.g. the ch.3 rate controller's TPS).
 pub fn run_tiering(
@@ -707,6 +824,7 @@ pub fn run_tiering(
         dirty_regions: HashSet::new(),
         outstanding: BinaryHeap::new(),
         evicted: Vec::new(),
+        block_seq: 0,
         events: BinaryHeap::new(),
         seq: 0,
         tokens: Vec::new(),

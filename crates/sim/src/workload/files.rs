@@ -52,6 +52,11 @@ impl FileWorkloadSpec {
             .collect()
     }
 
+    /// The size of every file of the workload generated with `seed` (index = file id).
+    pub fn file_sizes(&self, seed: u64) -> Vec<u64> {
+        self.sizes(&mut Rng::new(seed))
+    }
+
     /// The requests, in time order; object = file id, offset/len inside the file.
     pub fn generate(&self, seed: u64) -> impl Iterator<Item = IoRecord> + Send + use<> {
         let mut rng = Rng::new(seed);

@@ -26,9 +26,9 @@ pub fn have(programs: &[&str]) -> bool {
             // CI installs scripts/deps/*.list first, so there a missing program is a failure.
             assert!(
                 std::env::var_os("CI").is_none(),
-                "{p} is not installed (scripts/deps/migrate.list)"
+                "{p} is not installed (scripts/deps/source.list)"
             );
-            eprintln!("SKIP: {p} is not installed (scripts/deps/migrate.list)");
+            eprintln!("SKIP: {p} is not installed (scripts/deps/source.list)");
             return false;
         }
     }
@@ -69,6 +69,35 @@ pub fn wait_for_port(port: u16, limit: Duration, child: &mut Child, log: &Path) 
     }
     panic!(
         "server did not listen on 127.0.0.1:{port} within {limit:?}; log:\n{}",
+        tail(log)
+    );
+}
+
+/// Waits until libnfs's `nfs-ls` (an independent client) can mount and list `url`.
+fn wait_for_nfs_ls(url: &str, limit: Duration, child: &mut Child, log: &Path) {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < limit {
+        let out = Command::new("timeout")
+            .args(["10", "nfs-ls", url])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run nfs-ls");
+        if out.status.success() {
+            return;
+        }
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("ganesha exited with {status}; log:\n{}", tail(log));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!(
+        "nfs-ls {url} did not succeed within {limit:?}: {last}; log:\n{}",
         tail(log)
     );
 }
@@ -168,6 +197,9 @@ impl Ganesha {
     Bind_addr = 127.0.0.1;
     Enable_NLM = false;
     Enable_RQUOTA = false;
+    # NFSv3 MOUNT looks exports up by Path unless this is set; without it a MOUNT of
+    # the Pseudo path is answered with MNT3ERR_ACCES.
+    Mount_Path_Pseudo = true;
 }}
 NFSV4 {{ Graceless = true; }}
 NFS_KRB5 {{ Active_krb5 = false; }}
@@ -180,6 +212,9 @@ EXPORT {{
     Protocols = 3;
     Transports = TCP;
     SecType = sys;
+    # The tests change files behind ganesha's back (a source that should be read-only
+    # but is not): no attribute caching, so replies show the change (e.g. nlink 0).
+    Attr_Expiration_Time = 0;
     FSAL {{ Name = VFS; }}
 }}
 "#,
@@ -205,6 +240,9 @@ EXPORT {{
             .expect("start ganesha.nfsd");
         wait_for_port(nfs_port, Duration::from_secs(30), &mut child, &log);
         wait_for_port(mount_port, Duration::from_secs(30), &mut child, &log);
+        let url =
+            format!("nfs://127.0.0.1{pseudo}?nfsport={nfs_port}&mountport={mount_port}&version=3");
+        wait_for_nfs_ls(&url, Duration::from_secs(30), &mut child, &log);
         Ganesha {
             child,
             nfs_port,
@@ -257,8 +295,11 @@ impl Samba {
             fs::create_dir_all(d.join(sub)).expect("samba dirs");
         }
         let port = free_port();
+        // Debugging aid: KAISO_TEST_SMB_LOG_LEVEL=10 makes smbd log every packet.
+        let log_level = std::env::var("KAISO_TEST_SMB_LOG_LEVEL").unwrap_or_else(|_| "1".into());
         let conf = format!(
             r#"[global]
+  log level = {log_level}
   smb ports = {port}
   interfaces = 127.0.0.1
   bind interfaces only = yes
@@ -311,7 +352,9 @@ impl Samba {
         );
         let log = d.join("log/log.smbd");
         let mut child = Command::new("smbd")
-            .args(["--foreground", "--no-process-group", "-s"])
+            // Its own process group: smbd's SIGTERM handler signals its whole process
+            // group, which with --no-process-group is the test harness itself.
+            .args(["--foreground", "-s"])
             .arg(&conf_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

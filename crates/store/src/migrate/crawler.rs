@@ -51,6 +51,8 @@ impl CrawlState {
 
 struct Shared {
     part: Mutex<CrawlPartition<Ino>>,
+    /// Leaves claimed because a client moved them (fetched before the next listing).
+    rescued: Mutex<Vec<(Ino, Pass)>>,
     wake: Condvar,
     state: Mutex<CrawlState>,
     rounds: Mutex<u32>,
@@ -74,7 +76,34 @@ impl Crawler {
             wake: Condvar::new(),
             state: Mutex::new(CrawlState::Running),
             rounds: Mutex::new(0),
+            rescued: Mutex::new(Vec::new()),
         });
+        // Client renames reach the partition, so an object moved from a part of the tree
+        // not crawled yet into one already crawled is still visited in this pass.
+        let weak = Arc::downgrade(&shared);
+        *migration
+            .rename_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(move |ino: Ino, is_dir: bool| {
+            let Some(sh) = weak.upgrade() else { return };
+            let kind = if is_dir {
+                ChildKind::Directory
+            } else {
+                ChildKind::Leaf
+            };
+            let work = sh
+                .part
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_rename(&ino, kind);
+            if let Some(CrawlWork::Fetch(leaf, pass)) = work {
+                sh.rescued
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((leaf, pass));
+            }
+            sh.wake.notify_all();
+        }));
         let workers = (0..migration.cfg.crawl_workers)
             .map(|i| {
                 let (store, m, sh) = (store.clone(), migration.clone(), shared.clone());
@@ -148,6 +177,11 @@ impl Crawler {
     }
 
     fn halt(&mut self) {
+        *self
+            .migration
+            .rename_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
         self.migration.stop.store(true, Ordering::Release);
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
@@ -186,6 +220,13 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
     loop {
         if !wait_while_paused(m) {
             return;
+        }
+        let rescued = sh.rescued.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        if let Some((leaf, pass)) = rescued {
+            if !fetch_leaf(store, m, leaf, pass) {
+                return;
+            }
+            continue;
         }
         let next = {
             let mut part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
@@ -302,7 +343,21 @@ fn list(store: &Store, dir: Ino) -> crate::FsResult<Vec<(Ino, ChildKind)>> {
 }
 
 /// Fetches one leaf for `pass`; returns false when the crawler must stop.
+///
+/// The file is held open for the whole visit, so a client deleting it meanwhile cannot
+/// let the store hand its inode number to a new object that this visit would then
+/// treat with the old row (copying the old file's metadata or completing the new
+/// file's row without data). The row is read only once the file is open.
 fn fetch_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass) -> bool {
+    let Ok(opened) = store.open_file(ino, libc::O_RDONLY, false) else {
+        return !should_stop(m); // gone, or not a regular file
+    };
+    let go_on = visit_leaf(store, m, ino, pass, opened.fh);
+    let _ = store.release(opened.fh);
+    go_on
+}
+
+fn visit_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass, fh: u64) -> bool {
     let Ok(Some(row)) = m.db.get(ino) else {
         return !should_stop(m);
     };
@@ -327,18 +382,11 @@ fn fetch_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass) -> bool {
             return true;
         };
         // Through the store's fill path so the per-file fill lock orders us with clients.
-        match store.open_file(ino, libc::O_RDONLY, false) {
-            Ok(opened) => {
-                let unit = m.cfg.unit_size.min(u32::MAX as u64) as u32;
-                let aligned = start / m.cfg.unit_size * m.cfg.unit_size;
-                let r = store.read(opened.fh, aligned, unit);
-                let _ = store.release(opened.fh);
-                if let Err(e) = r {
-                    tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
-                    return !should_stop(m);
-                }
-            }
-            Err(_) => return true,
+        let unit = m.cfg.unit_size.min(u32::MAX as u64) as u32;
+        let aligned = start / m.cfg.unit_size * m.cfg.unit_size;
+        if let Err(e) = store.read(fh, aligned, unit) {
+            tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
+            return !should_stop(m);
         }
     }
 }

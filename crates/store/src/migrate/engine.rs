@@ -29,7 +29,7 @@ use super::source::{
 use super::state::{MigrationDb, StubKind, StubRow};
 use crate::Store;
 use crate::error::{FsError, FsResult};
-use crate::stub::{StubEntry, StubFiller, StubState};
+use crate::stub::{DirFillGate, StubEntry, StubFiller, StubState};
 use crate::types::{Caller, FileKind, Ino, ROOT_INO, SetAttr, TimeSet};
 use kaiso_policy::crawl::CrawlOrder;
 
@@ -104,7 +104,11 @@ pub struct Migration {
     pub(crate) stop: AtomicBool,
     pub(crate) paused: AtomicBool,
     throttle_limit: AtomicU64,
+    /// Set by a running crawler: tells it about client renames.
+    pub(crate) rename_hook: Mutex<Option<RenameHook>>,
 }
+
+pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
 
 fn io(e: std::io::Error) -> FsError {
     tracing::error!("migration state: {e}");
@@ -164,6 +168,7 @@ impl Migration {
             throttle: Mutex::new((Instant::now(), 0)),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
+            rename_hook: Mutex::new(None),
         });
         let e = |e: std::io::Error| e.to_string();
         match m.db.meta("source").map_err(e)? {
@@ -182,7 +187,9 @@ impl Migration {
                     src_path: SourcePath::root(),
                     src_ino: attr.ino,
                     minsize: 0,
-                }])
+                    listed_size: attr.size,
+                    listed_mtime_ns: ns_of(attr.mtime),
+                }], &[])
                 .map_err(e)?;
                 store
                     .stub_mark(
@@ -207,7 +214,7 @@ impl Migration {
         }
         if m.db.meta("clean").map_err(e)?.as_deref() != Some("1") {
             let n = m
-                .reconcile(store)
+                .reconcile_inner(store, true)
                 .map_err(|er| format!("recount after unclean stop: {er:?}"))?;
             tracing::warn!(migration = %m.cfg.name, remaining = n, "unclean stop: stub counter recomputed");
         }
@@ -240,6 +247,18 @@ impl Migration {
         self.db.remaining().unwrap_or(u64::MAX)
     }
 
+    /// Bytes of stub files still to be fetched (for status, ETA and tests).
+    pub fn missing_bytes(&self, store: &Store) -> u64 {
+        self.db
+            .all()
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.kind != StubKind::DummyDir)
+            .flat_map(|r| store.stub_state(r.ino).missing)
+            .map(|(s, e)| e - s)
+            .sum()
+    }
+
     pub fn skipped(&self) -> Vec<super::state::Skipped> {
         self.db.skipped().unwrap_or_default()
     }
@@ -263,17 +282,15 @@ impl Migration {
 
     fn reconcile_inner(&self, store: &Store, after_crash: bool) -> FsResult<u64> {
         for row in self.db.all().map_err(io)? {
-            let exists = store.getattr(row.ino, None).is_ok();
+            // An object with no name left is gone, even if a handle still holds it.
+            let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0);
             let state = store.stub_state(row.ino);
             if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
-                // Crashed in the middle of expanding it: expand again (idempotent).
-                store.stub_mark(
-                    row.ino,
-                    StubState {
-                        unlisted_dir: true,
-                        missing: Vec::new(),
-                    },
-                )?;
+                // Crashed after its entries were all created and it was marked listed,
+                // before its row went: clients may have used the entries since, so it is
+                // not listed again; only the tail (times, metadata, row) is redone. (A
+                // crash before that point leaves it unlisted: listed again, idempotently.)
+                self.finish_dir(store, row.ino, &row)?;
                 continue;
             }
             let done = match row.kind {
@@ -282,12 +299,43 @@ impl Migration {
                 StubKind::PartialFile => state.missing.is_empty(),
             };
             if !exists {
-                self.db.remove(row.ino).map_err(io)?;
+                self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
             } else if done {
-                self.complete(store, &row)?;
+                self.complete(&row)?;
             }
         }
         self.db.recount().map_err(io)
+    }
+
+    /// A client removed a name of `ino`: once it has no name left its stub row goes and
+    /// the counter drops, even while a handle keeps it open (the store cannot fetch into
+    /// a file without a name, and its inode number may be reused once it is closed).
+    pub(crate) fn forget_if_gone(&self, store: &Store, ino: Ino) -> FsResult<()> {
+        // Which object this is, read before looking at the store: once it is gone the
+        // store may hand its inode number to a new object at any moment.
+        let src = match self.db.get(ino).map_err(io)? {
+            Some(row) => row.src_path,
+            None => match self.db.done_path(ino).map_err(io)? {
+                Some(p) => p,
+                None => return Ok(()),
+            },
+        };
+        let gone = store.getattr(ino, None).map(|a| a.nlink == 0).unwrap_or(true);
+        if gone {
+            self.db.forget_object(ino, &src).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    fn notify_crawler_of_rename(&self, ino: Ino, is_dir: bool) {
+        let hook = self
+            .rename_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(hook) = hook {
+            hook(ino, is_dir);
+        }
     }
 
     fn owned_row(&self, ino: Ino) -> FsResult<Option<StubRow>> {
@@ -300,40 +348,47 @@ impl Migration {
             Ok(e) => e,
             Err(e) => return self.give_up_or_retry(store, ino, &e, true),
         };
-        // Two passes because the store's mkdir/link on an unlisted parent would call the
-        // filler again (re-entering its directory-fill lock): first everything created
-        // without that path (files, symlinks, special files) while the directory is still
-        // unlisted, then directories and hard links after it is marked listed. Rows are
-        // stored before each step, and this directory's own row is removed last, so a
-        // crash anywhere in between re-expands it idempotently at the next start.
-        let (first, second): (Vec<_>, Vec<_>) = entries.iter().partition(|e| {
-            let link = e.attr.kind == SrcKind::Regular && e.attr.nlink >= 2;
-            e.attr.kind != SrcKind::Directory && !link
-        });
-        let create_all = |list: &[&super::source::SourceEntry]| -> FsResult<()> {
-            let mut rows = Vec::new();
-            for entry in list {
-                let name = OsStr::from_bytes(&entry.name);
-                let Ok(child_src) = row.src_path.join(&entry.name) else {
+        // Every entry is created while the directory is still unlisted, so a concurrent
+        // lookup waits (per-directory fill gate) instead of seeing a half-listed directory;
+        // the store's own fill path re-entered from here (a hard link into this directory)
+        // is recognised by the gate and passes. Rows are stored after each entry's
+        // creation and this directory's own row is removed last, so a crash anywhere in
+        // between re-expands it idempotently at the next start.
+        let mut rows = Vec::new();
+        let mut anchors = Vec::new();
+        for entry in &entries {
+            let name = OsStr::from_bytes(&entry.name);
+            let child_src = match row.src_path.join(&entry.name) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = self.db.skip(&row.src_path, e.kind, &e.message);
                     continue;
-                };
-                match self.create_entry(store, ino, name, &child_src, &entry.attr) {
-                    Ok(Some(r)) => rows.push(r),
-                    Ok(None) => {}
-                    Err(e) => {
-                        let _ = self.db.skip(
-                            &child_src,
-                            SourceErrorKind::Io,
-                            &format!("could not create on the destination: errno {}", e.errno()),
-                        );
-                    }
+                }
+            };
+            match self.create_entry(store, ino, name, &child_src, &entry.attr, &mut anchors) {
+                Ok(Some(r)) => rows.push(r),
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = self.db.skip(
+                        &child_src,
+                        SourceErrorKind::Io,
+                        &format!("could not create on the destination: errno {}", e.errno()),
+                    );
                 }
             }
-            self.db.insert(&rows).map_err(io)
-        };
-        create_all(&first)?;
+            if rows.len() >= 256 {
+                self.db.insert(&rows, &anchors).map_err(io)?;
+                rows.clear();
+                anchors.clear();
+            }
+        }
+        self.db.insert(&rows, &anchors).map_err(io)?;
         store.stub_dir_listed(ino)?;
-        create_all(&second)?;
+        self.finish_dir(store, ino, row)
+    }
+
+    /// The tail of a listing: the directory's own times and metadata, then its row goes.
+    fn finish_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
         // Creating the entries touched the directory: give it the source's times back.
         if let Ok(attr) = self.source.stat(&row.src_path) {
             let set = SetAttr {
@@ -357,14 +412,25 @@ impl Migration {
         name: &OsStr,
         src: &SourcePath,
         a: &SourceAttr,
+        new_anchors: &mut Vec<(u64, Ino)>,
     ) -> FsResult<Option<StubRow>> {
+        let known_anchor = || -> FsResult<Option<Ino>> {
+            if let Some(&(_, ino)) = new_anchors.iter().find(|(s, _)| *s == a.ino) {
+                return Ok(Some(ino));
+            }
+            self.db.anchor(a.ino).map_err(io)
+        };
         if a.kind == SrcKind::Regular
             && a.nlink >= 2
-            && let Some(anchor) = self.db.anchor(a.ino).map_err(io)?
+            && let Some(anchor) = known_anchor()?
             && store.getattr(anchor, None).is_ok()
         {
             return match store.link(anchor, parent, name) {
-                Ok(_) | Err(FsError::EXIST) => Ok(None),
+                Ok(a) => {
+                    store.forget(a.ino, 1);
+                    Ok(None)
+                }
+                Err(FsError::EXIST) => Ok(None),
                 Err(e) => Err(e),
             };
         }
@@ -396,6 +462,33 @@ impl Migration {
             unlisted: a.kind == SrcKind::Directory,
         };
         let ino = store.stub_create(parent, name, &entry)?;
+        if matches!(a.kind, SrcKind::Regular | SrcKind::Directory)
+            && self.db.get(ino).map_err(io)?.is_none()
+        {
+            // The entry exists without a stub row: created just before a crash that came
+            // before its row was stored (the rows of a listing are stored in batches).
+            // Its parent is still unlisted, so nobody can have used it: make sure it is a
+            // full stub again, not an empty directory or a file of zeros.
+            let state = store.stub_state(ino);
+            let size = store.getattr(ino, None).map(|x| x.size).unwrap_or(0);
+            if a.kind == SrcKind::Directory && !state.unlisted_dir {
+                store.stub_mark(
+                    ino,
+                    StubState {
+                        unlisted_dir: true,
+                        missing: Vec::new(),
+                    },
+                )?;
+            } else if a.kind == SrcKind::Regular && state.missing.is_empty() && size > 0 {
+                store.stub_mark(
+                    ino,
+                    StubState {
+                        unlisted_dir: false,
+                        missing: vec![(0, size)],
+                    },
+                )?;
+            }
+        }
         Ok(match a.kind {
             SrcKind::Directory => Some(StubRow {
                 ino,
@@ -403,10 +496,13 @@ impl Migration {
                 src_path: src.clone(),
                 src_ino: a.ino,
                 minsize: 0,
+                listed_size: a.size,
+                listed_mtime_ns: ns_of(a.mtime),
             }),
             SrcKind::Regular => {
                 if a.nlink >= 2 {
-                    self.db.set_anchor(a.ino, ino).map_err(io)?;
+                    // Stored with the rows (same transaction), never before them.
+                    new_anchors.push((a.ino, ino));
                 }
                 Some(StubRow {
                     ino,
@@ -414,6 +510,8 @@ impl Migration {
                     src_path: src.clone(),
                     src_ino: a.ino,
                     minsize: a.size,
+                    listed_size: a.size,
+                    listed_mtime_ns: ns_of(a.mtime),
                 })
             }
             _ => {
@@ -532,29 +630,60 @@ impl Migration {
             .set_kind(row.ino, StubKind::PartialFile)
             .map_err(io)?;
         if store.stub_state(row.ino).missing.is_empty() {
-            self.complete(store, row)?;
+            self.complete(row)?;
         }
         Ok(())
     }
 
-    fn complete(&self, store: &Store, row: &StubRow) -> FsResult<()> {
+    /// The file's copy is complete: its row goes and the counter drops. It is recorded for
+    /// `finish` with the size and mtime the source listed, so `finish` verifies it only
+    /// if the destination still looks like that (a client that wrote or truncated it
+    /// changed the mtime: counted as modified, not compared).
+    fn complete(&self, row: &StubRow) -> FsResult<()> {
         let ino = row.ino;
-        if let Ok(a) = store.getattr(ino, None) {
-            let mtime_ns = a
-                .mtime
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as i64)
-                .unwrap_or(0);
-            self.db
-                .record_done(ino, &row.src_path, a.size, mtime_ns)
-                .map_err(io)?;
+        match self.db.get(ino).map_err(io)? {
+            Some(cur) if cur.src_path == row.src_path => {}
+            // Completed or given up by someone else already, or (different source path)
+            // a new object that got the inode number of a deleted one: not ours.
+            _ => return Ok(()),
         }
-        if self.db.remove(ino).map_err(io)? {
+        match self.source_changed(row) {
+            // Not recorded as done, so `finish` reports it instead of failing on it.
+            Some(why) => self
+                .db
+                .skip(&row.src_path, SourceErrorKind::Changed, &why)
+                .map_err(io)?,
+            None => self
+                .db
+                .record_done(ino, &row.src_path, row.listed_size, row.listed_mtime_ns)
+                .map_err(io)?,
+        }
+        if self.db.remove_if(ino, &row.src_path).map_err(io)? {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Whether the source file no longer matches its listing (it should be read-only):
+    /// a description for the skip report, or `None`. A file that cannot be stat'ed now is
+    /// also reported (it vanished or became unreadable after its data was read).
+    fn source_changed(&self, row: &StubRow) -> Option<String> {
+        if row.kind == StubKind::DummyDir {
+            return None;
+        }
+        match self.source.stat(&row.src_path) {
+            Ok(a) if a.size == row.listed_size && ns_of(a.mtime) == row.listed_mtime_ns => None,
+            Ok(a) => Some(format!(
+                "source changed during migration although it should be read-only: size {} -> {}, mtime {} -> {} ns; the copy may mix old and new contents",
+                row.listed_size,
+                a.size,
+                row.listed_mtime_ns,
+                ns_of(a.mtime)
+            )),
+            Err(e) => Some(format!("source file changed during migration: {e}")),
+        }
     }
 
     /// What to do when the source refused: permanent problems are reported and the stub
@@ -577,7 +706,20 @@ impl Migration {
                 if is_dir {
                     store.stub_dir_listed(ino)?;
                 } else {
+                    // Left empty rather than full of zeros that look like content; the
+                    // skip report says why. Client-written bytes are kept.
+                    let missing = store.stub_state(ino).missing;
                     store.stub_mark(ino, StubState::default())?;
+                    let untouched = store
+                        .getattr(ino, None)
+                        .is_ok_and(|a| missing == [(0, a.size)]);
+                    if untouched {
+                        let set = SetAttr {
+                            size: Some(0),
+                            ..SetAttr::default()
+                        };
+                        let _ = store.setattr(ino, &set, Caller::ROOT);
+                    }
                 }
                 self.db.remove(ino).map_err(io)?;
                 Ok(())
@@ -612,7 +754,7 @@ impl Migration {
             at += unit;
         }
         if store.stub_state(row.ino).missing.is_empty() {
-            self.complete(store, row)?;
+            self.complete(row)?;
         }
         Ok(())
     }
@@ -709,6 +851,10 @@ impl Migration {
     }
 }
 
+fn ns_of(t: Timestamp) -> i64 {
+    t.secs.saturating_mul(1_000_000_000) + i64::from(t.nanos)
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -756,6 +902,8 @@ fn ensure_target(store: &Store, target: &Path) -> Result<Ino, String> {
 #[derive(Default)]
 pub struct Migrations {
     list: Mutex<Vec<Arc<Migration>>>,
+    /// One listing per directory at a time; the filler's own re-entry passes.
+    dir_gate: DirFillGate,
 }
 
 impl Migrations {
@@ -784,6 +932,14 @@ impl Migrations {
 
 impl StubFiller for Migrations {
     fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
+        let Some(_listing) = self.dir_gate.enter(ino) else {
+            // Re-entered from this thread's own listing of `ino`: go on.
+            return Ok(());
+        };
+        if !store.stub_state(ino).unlisted_dir {
+            // Another caller listed it while we waited.
+            return Ok(());
+        }
         match self.owner(ino)? {
             Some((m, row)) if row.kind == StubKind::DummyDir => m.expand_dir(store, ino, &row),
             // Not ours (or already done): nothing to list.
@@ -805,6 +961,20 @@ impl StubFiller for Migrations {
                 tracing::error!(ino, "missing range of an inode no migration knows");
                 Err(FsError::IO)
             }
+        }
+    }
+
+    fn removed(&self, store: &Store, ino: Ino) {
+        for m in self.all() {
+            if let Err(e) = m.forget_if_gone(store, ino) {
+                tracing::warn!(ino, errno = e.errno(), "stub removal not recorded");
+            }
+        }
+    }
+
+    fn renamed(&self, _store: &Store, ino: Ino, is_dir: bool) {
+        for m in self.all() {
+            m.notify_crawler_of_rename(ino, is_dir);
         }
     }
 }

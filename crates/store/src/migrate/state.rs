@@ -64,6 +64,10 @@ pub struct StubRow {
     /// The smallest size this file had since migration started: source bytes at or past
     /// it are never fetched (the thesis's truncate rule).
     pub minsize: u64,
+    /// Size and mtime (ns) the source listing reported: a file whose source no longer
+    /// matches them when its copy completes changed under us (reported, not verified).
+    pub listed_size: u64,
+    pub listed_mtime_ns: i64,
 }
 
 /// One entry of the skip report.
@@ -91,13 +95,26 @@ impl MigrationDb {
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous=FULL;
-             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0);
              CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
              CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);",
         )
         .map_err(sql_err)?;
+        // Databases of the first version lack the listed size/mtime columns.
+        for col in ["listed_size", "listed_mtime"] {
+            let has: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('stubs') WHERE name=?1")
+                .and_then(|mut st| st.exists([col]))
+                .map_err(sql_err)?;
+            if !has {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE stubs ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+                ))
+                .map_err(sql_err)?;
+            }
+        }
         Ok(Self {
             conn: Mutex::new(conn),
         })
@@ -146,18 +163,43 @@ impl MigrationDb {
         Ok(n as u64)
     }
 
-    /// Inserts stub rows and adds them to the counter in one transaction.
-    pub fn insert(&self, rows: &[StubRow]) -> std::io::Result<()> {
+    /// Inserts stub rows and hard-link anchors (source inode, store inode) and adds the
+    /// rows to the counter, in one transaction.
+    pub fn insert(&self, rows: &[StubRow], anchors: &[(u64, u64)]) -> std::io::Result<()> {
         let mut c = self.conn();
         let tx = c.transaction().map_err(sql_err)?;
         let mut added = 0i64;
         for r in rows {
-            added += tx
-                .execute(
-                    "INSERT OR IGNORE INTO stubs(ino,kind,src_path,src_ino,minsize) VALUES(?1,?2,?3,?4,?5)",
-                    params![r.ino as i64, r.kind.code(), r.src_path.as_bytes(), r.src_ino as i64, r.minsize as i64],
+            let existing: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT src_path FROM stubs WHERE ino=?1",
+                    [r.ino as i64],
+                    |x| x.get(0),
                 )
-                .map_err(sql_err)? as i64;
+                .optional()
+                .map_err(sql_err)?;
+            match existing {
+                // Listed again after a crash: the row is already there.
+                Some(p) if p == r.src_path.as_bytes() => continue,
+                // A stale row of a dead object whose inode number the store reused.
+                Some(_) => {
+                    tx.execute("DELETE FROM done WHERE ino=?1", [r.ino as i64])
+                        .map_err(sql_err)?;
+                }
+                None => added += 1,
+            }
+            tx.execute(
+                "INSERT OR REPLACE INTO stubs(ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime) VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                params![r.ino as i64, r.kind.code(), r.src_path.as_bytes(), r.src_ino as i64, r.minsize as i64, r.listed_size as i64, r.listed_mtime_ns],
+            )
+            .map_err(sql_err)?;
+        }
+        for (src_ino, ino) in anchors {
+            tx.execute(
+                "INSERT OR REPLACE INTO anchors(src_ino,ino) VALUES(?1,?2)",
+                params![*src_ino as i64, *ino as i64],
+            )
+            .map_err(sql_err)?;
         }
         bump(&tx, added)?;
         tx.commit().map_err(sql_err)
@@ -166,7 +208,7 @@ impl MigrationDb {
     pub fn get(&self, ino: u64) -> std::io::Result<Option<StubRow>> {
         self.conn()
             .query_row(
-                "SELECT ino,kind,src_path,src_ino,minsize FROM stubs WHERE ino=?1",
+                "SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime FROM stubs WHERE ino=?1",
                 [ino as i64],
                 row,
             )
@@ -204,6 +246,64 @@ impl MigrationDb {
         bump(&tx, -n)?;
         tx.commit().map_err(sql_err)?;
         Ok(n > 0)
+    }
+
+    /// A client deleted the object that was copied from `src`: its row (counter drops),
+    /// its completion record and any hard-link anchor pointing at it go, so a later
+    /// object that gets the same inode number inherits nothing. Rows of another source
+    /// path are left alone: a new object may have got the inode number already.
+    pub fn forget_object(&self, ino: u64, src: &SourcePath) -> std::io::Result<bool> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(sql_err)?;
+        let n = tx
+            .execute(
+                "DELETE FROM stubs WHERE ino=?1 AND src_path=?2",
+                params![ino as i64, src.as_bytes()],
+            )
+            .map_err(sql_err)? as i64;
+        tx.execute(
+            "DELETE FROM done WHERE ino=?1 AND src_path=?2",
+            params![ino as i64, src.as_bytes()],
+        )
+        .map_err(sql_err)?;
+        let other: bool = tx
+            .prepare("SELECT 1 FROM stubs WHERE ino=?1")
+            .and_then(|mut st| st.exists([ino as i64]))
+            .map_err(sql_err)?;
+        if !other {
+            tx.execute("DELETE FROM anchors WHERE ino=?1", [ino as i64])
+                .map_err(sql_err)?;
+        }
+        bump(&tx, -n)?;
+        tx.commit().map_err(sql_err)?;
+        Ok(n > 0)
+    }
+
+    /// Like [`MigrationDb::remove`], only if the row is still the one for `src`.
+    pub fn remove_if(&self, ino: u64, src: &SourcePath) -> std::io::Result<bool> {
+        let mut c = self.conn();
+        let tx = c.transaction().map_err(sql_err)?;
+        let n = tx
+            .execute(
+                "DELETE FROM stubs WHERE ino=?1 AND src_path=?2",
+                params![ino as i64, src.as_bytes()],
+            )
+            .map_err(sql_err)? as i64;
+        bump(&tx, -n)?;
+        tx.commit().map_err(sql_err)?;
+        Ok(n > 0)
+    }
+
+    /// The source path `ino` was copied from, if its copy completed.
+    pub fn done_path(&self, ino: u64) -> std::io::Result<Option<SourcePath>> {
+        let p: Option<Vec<u8>> = self
+            .conn()
+            .query_row("SELECT src_path FROM done WHERE ino=?1", [ino as i64], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(sql_err)?;
+        Ok(p.map(|p| SourcePath::parse(&p).unwrap_or_default()))
     }
 
     /// Remembers a file that became normal, with its destination size and mtime at that
@@ -250,7 +350,7 @@ impl MigrationDb {
     pub fn all(&self) -> std::io::Result<Vec<StubRow>> {
         let c = self.conn();
         let mut st = c
-            .prepare("SELECT ino,kind,src_path,src_ino,minsize FROM stubs ORDER BY ino")
+            .prepare("SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime FROM stubs ORDER BY ino")
             .map_err(sql_err)?;
         let rows = st
             .query_map([], row)
@@ -352,6 +452,8 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StubRow> {
         src_path: SourcePath::parse(&p).unwrap_or_default(),
         src_ino: r.get::<_, i64>(3)? as u64,
         minsize: r.get::<_, i64>(4)? as u64,
+        listed_size: r.get::<_, i64>(5)? as u64,
+        listed_mtime_ns: r.get(6)?,
     })
 }
 
@@ -370,18 +472,25 @@ mod tests {
             src_path: SourcePath::parse(b"a/\xff").unwrap(),
             src_ino: ino * 10,
             minsize: 5,
+            listed_size: 5,
+            listed_mtime_ns: 1_000_000_007,
         };
-        db.insert(&[
-            r(1, StubKind::DummyDir),
-            r(2, StubKind::DummyFile),
-            r(2, StubKind::DummyFile),
-        ])
+        db.insert(
+            &[
+                r(1, StubKind::DummyDir),
+                r(2, StubKind::DummyFile),
+                r(2, StubKind::DummyFile),
+            ],
+            &[(88, 2)],
+        )
         .unwrap();
+        assert_eq!(db.anchor(88).unwrap(), Some(2));
         assert_eq!(db.remaining().unwrap(), 2, "duplicate insert not counted");
         db.set_kind(2, StubKind::PartialFile).unwrap();
         db.lower_minsize(2, 3).unwrap();
         db.lower_minsize(2, 9).unwrap();
         let got = db.get(2).unwrap().unwrap();
+        assert_eq!((got.listed_size, got.listed_mtime_ns), (5, 1_000_000_007));
         assert_eq!(
             (got.kind, got.minsize, got.src_path.as_bytes()),
             (StubKind::PartialFile, 3, &b"a/\xff"[..])

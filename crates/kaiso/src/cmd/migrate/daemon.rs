@@ -1,0 +1,678 @@
+//! The migration daemon (`kaiso migrate start`): one per store, serving the store through
+//! its faces while the shares' crawlers run, answering the other `kaiso migrate`
+//! commands through the store's control socket.
+
+use super::progress::{apply_counts, db_counts, status_skeleton};
+use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
+use super::{StartArgs, call, connect, spec_of};
+use crate::cmd::mount::{catch_signals, load_config};
+use anyhow::{Context, bail};
+use kaiso_nfs::{AllowList, NfsServer, ServeOptions};
+use kaiso_policy::crawl::CrawlOrder;
+use kaiso_store::Store;
+use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Rates are measured over this window.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// One share in the daemon.
+struct Share {
+    spec: ShareSpec,
+    m: Arc<Migration>,
+    /// None: not crawling (started --paused, or finished).
+    crawler: Option<Crawler>,
+    paused: bool,
+    started: Instant,
+    finished: Option<FinishSummary>,
+    /// (when, bytes fetched, files completed) once a second, for rates.
+    samples: VecDeque<(Instant, u64, u64)>,
+}
+
+struct Daemon {
+    store: Arc<Store>,
+    migrations: Arc<Migrations>,
+    shares: Mutex<Vec<Share>>,
+}
+
+fn spec_path(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("migrate").join(name).join("share.json")
+}
+
+/// Every share recorded under `<state_dir>/migrate/*/share.json` (unfinished ones).
+pub fn saved_specs(state_dir: &Path) -> anyhow::Result<Vec<ShareSpec>> {
+    let dir = state_dir.join("migrate");
+    let mut out = Vec::new();
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| dir.display().to_string()),
+    };
+    for e in rd.flatten() {
+        let p = e.path().join("share.json");
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let spec: ShareSpec =
+            serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
+        out.push(spec);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn save_spec(state_dir: &Path, spec: &ShareSpec) -> std::io::Result<()> {
+    let p = spec_path(state_dir, &spec.name);
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(spec)?)?;
+    std::fs::rename(&tmp, &p)
+}
+
+fn overlaps(a: &str, b: &str) -> bool {
+    let (a, b) = (Path::new(a), Path::new(b));
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// Opens the source and the migration state of one share (fresh or resumed).
+fn open_share(store: &Store, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
+    let source = kaiso_source::open_source(&spec.url).map_err(|e| format!("source {}: {e}", spec.url))?;
+    let order = CrawlOrder::parse(&spec.order, &spec.mode)?;
+    let mut cfg = MigrationConfig::new(spec.name.clone());
+    cfg.target = PathBuf::from(&spec.into);
+    cfg.unit_size = spec.chunk;
+    cfg.order = order;
+    cfg.crawl_workers = spec.parallel;
+    cfg.throttle_bytes_per_sec = spec.rate;
+    Migration::open(store, source, cfg)
+}
+
+impl Daemon {
+    fn state_dir(&self) -> PathBuf {
+        self.store.config().state_dir.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Share>> {
+        self.shares.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a share: binds its source, opens (or resumes) its state, starts its crawl.
+    fn add(&self, spec: ShareSpec, paused: bool) -> Result<(), String> {
+        let check = |shares: &[Share]| -> Result<(), String> {
+            for s in shares.iter().filter(|s| s.finished.is_none()) {
+                if s.spec.name == spec.name {
+                    return Err(format!("share {} is already being migrated", spec.name));
+                }
+                if overlaps(&s.spec.into, &spec.into) {
+                    return Err(format!(
+                        "--into /{} overlaps share {} (/{}): give each share its own directory",
+                        spec.into, s.spec.name, s.spec.into
+                    ));
+                }
+            }
+            Ok(())
+        };
+        check(&self.lock())?;
+        let m = open_share(&self.store, &spec)?;
+        let mut shares = self.lock();
+        check(&shares)?;
+        save_spec(&self.state_dir(), &spec)
+            .map_err(|e| format!("save share {}: {e}", spec.name))?;
+        self.migrations.add(m.clone());
+        let crawler = (!paused).then(|| Crawler::start(self.store.clone(), m.clone()));
+        shares.retain(|s| s.spec.name != spec.name);
+        shares.push(Share {
+            spec,
+            m,
+            crawler,
+            paused,
+            started: Instant::now(),
+            finished: None,
+            samples: VecDeque::new(),
+        });
+        Ok(())
+    }
+
+    fn handle(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
+        let call: Call = serde_json::from_value(args).map_err(|e| format!("bad migrate request: {e}"))?;
+        match call {
+            Call::Status { share } => {
+                let shares = self.lock();
+                let list = select(&shares, share.as_deref(), true)?;
+                let reply = StatusReply {
+                    daemon: true,
+                    shares: list.into_iter().map(|i| self.status_of(&shares[i])).collect(),
+                };
+                serde_json::to_value(reply).map_err(|e| e.to_string())
+            }
+            Call::Pause { share } => self.each(share.as_deref(), |s| {
+                s.paused = true;
+                if let Some(c) = &s.crawler {
+                    c.pause();
+                }
+            }),
+            Call::Resume { share } => {
+                let store = self.store.clone();
+                self.each(share.as_deref(), move |s| {
+                    s.paused = false;
+                    let ended = s.crawler.as_ref().is_none_or(|c| {
+                        matches!(c.state(), CrawlState::Stuck | CrawlState::Stopped)
+                    });
+                    if ended {
+                        // Stop the old one (joins its workers) before a new round starts.
+                        drop(s.crawler.take());
+                        s.crawler = Some(Crawler::start(store.clone(), s.m.clone()));
+                    }
+                    if let Some(c) = &s.crawler {
+                        c.resume();
+                    }
+                })
+            }
+            Call::Throttle {
+                share,
+                bytes_per_sec,
+            } => {
+                let dir = self.state_dir();
+                self.each(share.as_deref(), move |s| {
+                    s.m.set_throttle(bytes_per_sec);
+                    s.spec.rate = bytes_per_sec;
+                    let _ = save_spec(&dir, &s.spec);
+                })
+            }
+            Call::Finish { share } => self.finish(share.as_deref()),
+            Call::Add { spec, paused } => {
+                self.add(spec.clone(), paused)?;
+                Ok(serde_json::json!({ "shares": [spec.name] }))
+            }
+        }
+    }
+
+    /// Applies `f` to the selected unfinished shares; replies with their names.
+    fn each(
+        &self,
+        share: Option<&str>,
+        mut f: impl FnMut(&mut Share),
+    ) -> Result<serde_json::Value, String> {
+        let mut shares = self.lock();
+        let list = select(&shares, share, false)?;
+        let mut names = Vec::new();
+        for i in list {
+            f(&mut shares[i]);
+            names.push(shares[i].spec.name.clone());
+        }
+        Ok(serde_json::json!({ "shares": names }))
+    }
+
+    fn finish(&self, share: Option<&str>) -> Result<serde_json::Value, String> {
+        let picked: Vec<(String, Arc<Migration>, Option<Crawler>, bool)> = {
+            let mut shares = self.lock();
+            let list = select(&shares, share, false)?;
+            list.into_iter()
+                .map(|i| {
+                    let s = &mut shares[i];
+                    (s.spec.name.clone(), s.m.clone(), s.crawler.take(), s.paused)
+                })
+                .collect()
+        };
+        let mut done = Vec::new();
+        let mut first_err = None;
+        for (name, m, crawler, paused) in picked {
+            let was_crawling = crawler.is_some();
+            if let Some(c) = crawler {
+                c.stop();
+            }
+            match finish_one(&self.store, &name, &m) {
+                Ok(summary) => {
+                    if let Some(s) = self.lock().iter_mut().find(|s| s.spec.name == name) {
+                        s.finished = Some(summary.clone());
+                    }
+                    done.push(summary);
+                }
+                Err(e) => {
+                    // Not finished: keep crawling as before.
+                    if was_crawling
+                        && let Some(s) = self.lock().iter_mut().find(|s| s.spec.name == name)
+                    {
+                        let c = Crawler::start(self.store.clone(), m.clone());
+                        if paused {
+                            c.pause();
+                        }
+                        s.crawler = Some(c);
+                    }
+                    first_err.get_or_insert(format!("share {name}: {e}"));
+                }
+            }
+        }
+        match first_err {
+            Some(e) if done.is_empty() => Err(e),
+            Some(e) => Err(format!(
+                "{e} (finished meanwhile: {})",
+                done.iter().map(|d| d.share.clone()).collect::<Vec<_>>().join(", ")
+            )),
+            None => Ok(serde_json::json!({ "finished": done })),
+        }
+    }
+
+    fn status_of(&self, s: &Share) -> ShareStatus {
+        let mut st = status_skeleton(&s.spec);
+        st.elapsed_secs = s.started.elapsed().as_secs_f64();
+        if let Some(f) = &s.finished {
+            st.state = "finished".into();
+            st.files_done = f.verified_files;
+            st.files_known = f.verified_files;
+            st.bytes_done = f.verified_bytes;
+            st.bytes_known = f.verified_bytes;
+            st.skipped = f.skipped.clone();
+            return st;
+        }
+        st.state = match &s.crawler {
+            None if s.paused => "paused".into(),
+            None => "stopped".into(),
+            Some(c) => c.state().as_str().into(),
+        };
+        if let Some(c) = &s.crawler {
+            st.pass = c.pass().map(|p| format!("{p:?}").to_lowercase());
+            st.rounds = c.rounds();
+        }
+        let k = &s.m.counters;
+        st.bytes_fetched = k.bytes_fetched.load(Ordering::Relaxed);
+        st.demand_fetches = k.demand_fetches.load(Ordering::Relaxed);
+        st.crawl_fetches = k.crawl_fetches.load(Ordering::Relaxed);
+        st.dirs_listed = k.dirs_listed.load(Ordering::Relaxed);
+        match db_counts(&s.m.state_dir().join("migrate.db"), Some(&self.store)) {
+            Ok(c) => apply_counts(&mut st, c),
+            Err(e) => {
+                st.remaining_stubs = s.m.remaining();
+                st.skipped = vec![SkippedEntry {
+                    path: String::new(),
+                    kind: "status".into(),
+                    reason: format!("cannot read the state database: {e}"),
+                }];
+            }
+        }
+        if let (Some(first), Some(last)) = (s.samples.front(), s.samples.back()) {
+            let dt = last.0.duration_since(first.0).as_secs_f64();
+            if dt > 0.0 {
+                st.bytes_per_sec = last.1.saturating_sub(first.1) as f64 / dt;
+                st.files_per_sec = last.2.saturating_sub(first.2) as f64 / dt;
+            }
+        }
+        st.eta_secs = eta(&st);
+        st
+    }
+
+    fn sample(&self) {
+        let now = Instant::now();
+        for s in self.lock().iter_mut() {
+            let k = &s.m.counters;
+            s.samples.push_back((
+                now,
+                k.bytes_fetched.load(Ordering::Relaxed),
+                k.files_completed.load(Ordering::Relaxed),
+            ));
+            while s
+                .samples
+                .front()
+                .is_some_and(|f| now.duration_since(f.0) > RATE_WINDOW)
+            {
+                s.samples.pop_front();
+            }
+        }
+    }
+
+    /// Stops every crawl (within one unit) and marks each migration cleanly stopped.
+    fn stop_all(&self) {
+        let crawlers: Vec<(Crawler, Arc<Migration>)> = self
+            .lock()
+            .iter_mut()
+            .filter_map(|s| s.crawler.take().map(|c| (c, s.m.clone())))
+            .collect();
+        for (c, _) in crawlers {
+            c.stop();
+        }
+        for s in self.lock().iter().filter(|s| s.finished.is_none()) {
+            s.m.close();
+        }
+    }
+}
+
+/// Seconds left at the current rates: the slower of bytes and files (None: no rate yet).
+fn eta(s: &ShareStatus) -> Option<f64> {
+    if s.remaining_stubs == 0 {
+        return Some(0.0);
+    }
+    let by_bytes = (s.bytes_per_sec > 0.0)
+        .then(|| s.bytes_known.saturating_sub(s.bytes_done) as f64 / s.bytes_per_sec);
+    let by_files = (s.files_per_sec > 0.0)
+        .then(|| s.files_known.saturating_sub(s.files_done) as f64 / s.files_per_sec);
+    match (by_bytes, by_files) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Indices of the shares a command names (`None`: all; finished ones only for status).
+fn select(shares: &[Share], name: Option<&str>, with_finished: bool) -> Result<Vec<usize>, String> {
+    let list: Vec<usize> = shares
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| with_finished || s.finished.is_none())
+        .filter(|(_, s)| name.is_none_or(|n| s.spec.name == n))
+        .map(|(i, _)| i)
+        .collect();
+    match name {
+        Some(n) if list.is_empty() => Err(format!("no share {n:?} is being migrated here")),
+        _ => Ok(list),
+    }
+}
+
+fn skipped_entries(m: &Migration) -> Vec<SkippedEntry> {
+    m.skipped()
+        .into_iter()
+        .map(|k| SkippedEntry {
+            path: format!("/{}", String::from_utf8_lossy(k.src_path.as_bytes())),
+            kind: k.kind,
+            reason: k.reason,
+        })
+        .collect()
+}
+
+/// Verifies and detaches one share (the engine removes its whole state directory).
+fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary, String> {
+    let skipped = skipped_entries(m);
+    let report_path = m.state_dir().with_extension("finished.txt");
+    let r = kaiso_store::migrate::finish(store, m)?;
+    Ok(FinishSummary {
+        share: name.to_string(),
+        source: m.source().describe(),
+        verified_files: r.verified_files,
+        verified_bytes: r.verified_bytes,
+        modified_by_clients: r.modified_by_clients,
+        deleted_by_clients: r.deleted_by_clients,
+        skipped,
+        report: report_path.display().to_string(),
+    })
+}
+
+/// `finish` without a running daemon: opens the store and the shares' sources itself.
+pub fn finish_offline(config: &Path, share: Option<&str>) -> anyhow::Result<serde_json::Value> {
+    let cfg = load_config(config)?;
+    let specs: Vec<ShareSpec> = saved_specs(&cfg.state_dir)?
+        .into_iter()
+        .filter(|s| share.is_none_or(|n| n == s.name))
+        .collect();
+    if specs.is_empty() {
+        match share {
+            Some(n) => bail!("no share {n:?} is being migrated into {}", config.display()),
+            None => bail!("nothing is being migrated into {}", config.display()),
+        }
+    }
+    unsafe { libc::umask(0) };
+    let store = Store::open(cfg)?;
+    let migrations = Migrations::new();
+    store.set_stub_filler(migrations.clone());
+    let mut done = Vec::new();
+    let mut result = Ok(());
+    for spec in &specs {
+        let m = match open_share(&store, spec) {
+            Ok(m) => m,
+            Err(e) => {
+                result = Err(anyhow::anyhow!("share {}: {e}", spec.name));
+                break;
+            }
+        };
+        migrations.add(m.clone());
+        match finish_one(&store, &spec.name, &m) {
+            Ok(s) => done.push(s),
+            Err(e) => {
+                m.close();
+                result = Err(anyhow::anyhow!("share {}: {e}", spec.name));
+                break;
+            }
+        }
+    }
+    store.shutdown();
+    result?;
+    Ok(serde_json::json!({ "finished": done }))
+}
+
+/// `kaiso migrate start`.
+pub fn start(a: StartArgs) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let spec = spec_of(&a)?;
+    let cfg = load_config(&a.config)?;
+    if let Some(mut c) = connect(&cfg.state_dir) {
+        // A daemon serves this store already: add the share to it (N-to-1).
+        if a.mount.is_some() || a.nfs.is_some() {
+            bail!(
+                "store busy: a kaiso process already serves {}; to add a share to its migration, run start without --mount/--nfs",
+                a.config.display()
+            );
+        }
+        call(
+            &mut c,
+            &Call::Add {
+                spec: spec.clone(),
+                paused: a.paused,
+            },
+        )?;
+        println!(
+            "kaiso: share {} ({}) added to the running migration into {} at /{}",
+            spec.name,
+            spec.url,
+            a.config.display(),
+            spec.into
+        );
+        return Ok(());
+    }
+    // Check every option before touching anything.
+    let nfs = match &a.nfs {
+        Some(addr) => {
+            let listen: SocketAddr = addr.parse().map_err(|_| {
+                anyhow::anyhow!("bad --nfs {addr:?}: expected ADDR:PORT, e.g. 0.0.0.0:2049")
+            })?;
+            let allow: AllowList = a
+                .allow
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
+            let after = kaiso_nfs::parse_duration(&a.jukebox_after)
+                .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
+            Some(ServeOptions {
+                listen,
+                allow,
+                jukebox_after: (!after.is_zero()).then_some(after),
+                export: a.export.clone(),
+                ..ServeOptions::loopback(0)
+            })
+        }
+        None => None,
+    };
+    if let Some(mp) = &a.mount {
+        kaiso_fuse::preflight(mp)?;
+    }
+    let state_dir = cfg.state_dir.clone();
+    // kaiso sets every mode explicitly; the process umask must not interfere.
+    unsafe { libc::umask(0) };
+    let store = Store::open(cfg)?;
+    let migrations = Migrations::new();
+    store.set_stub_filler(migrations.clone());
+    let daemon = Arc::new(Daemon {
+        store: store.clone(),
+        migrations,
+        shares: Mutex::new(Vec::new()),
+    });
+    let stop_store = |store: &Arc<Store>, d: &Daemon| {
+        d.stop_all();
+        store.shutdown();
+    };
+    // Every other unfinished share of this store is resumed too: its stubs need a source.
+    for saved in saved_specs(&state_dir)? {
+        if saved.name != spec.name
+            && let Err(e) = daemon.add(saved.clone(), false)
+        {
+            stop_store(&store, &daemon);
+            bail!("cannot resume share {}: {e}", saved.name);
+        }
+    }
+    if let Err(e) = daemon.add(spec.clone(), a.paused) {
+        stop_store(&store, &daemon);
+        bail!("{e}");
+    }
+    let background = store.start_background();
+    let sock = match kaiso_store::control::serve(store.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            stop_store(&store, &daemon);
+            return Err(e).context("cannot start the control socket");
+        }
+    };
+    let handler_daemon = Arc::downgrade(&daemon);
+    kaiso_store::control::set_migrate_handler(
+        &state_dir,
+        Some(Arc::new(move |args| match handler_daemon.upgrade() {
+            Some(d) => d.handle(args),
+            None => Err("the migration daemon is stopping".into()),
+        })),
+    );
+    let signalled = catch_signals();
+    let cleanup = |d: &Daemon| {
+        kaiso_store::control::set_migrate_handler(&state_dir, None);
+        d.stop_all();
+        store.shutdown();
+        let _ = std::fs::remove_file(&sock);
+    };
+    let mounted = match &a.mount {
+        Some(mp) => {
+            let opts = kaiso_fuse::MountOptions {
+                allow_other: store.config().allow_other,
+                threads: a.threads,
+                passthrough: false,
+                ttl: Duration::from_secs(1),
+            };
+            match kaiso_fuse::mount(store.clone(), mp, &opts) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    drop(background);
+                    cleanup(&daemon);
+                    return Err(e.into());
+                }
+            }
+        }
+        None => None,
+    };
+    let server = match nfs {
+        Some(opts) => match NfsServer::start(store.clone(), opts) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if let Some(m) = mounted {
+                    let _ = m.unmount();
+                }
+                drop(background);
+                cleanup(&daemon);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    let mut faces = Vec::new();
+    if let Some(mp) = &a.mount {
+        faces.push(format!("FUSE {}", mp.display()));
+    }
+    if let Some(s) = &server {
+        let b = s.local_addr();
+        faces.push(format!(
+            "NFSv3 {b} export /{}",
+            a.export.trim_matches('/')
+        ));
+    }
+    if faces.is_empty() {
+        faces.push("no face (crawl only)".into());
+    }
+    println!(
+        "kaiso: serving after {} ms: share {} from {} at /{} via {}; crawl {}",
+        t0.elapsed().as_millis(),
+        spec.name,
+        spec.url,
+        spec.into,
+        faces.join(" and "),
+        if a.paused {
+            "paused".to_string()
+        } else {
+            format!("{} {} with {} workers", spec.order, spec.mode, spec.parallel)
+        }
+    );
+    if let Some(s) = &server {
+        println!("kaiso: nfs listening on {}", s.local_addr());
+    }
+    spawn_sampler(Arc::downgrade(&daemon), store.clone());
+    loop {
+        if signalled.load(Ordering::SeqCst) || mounted.as_ref().is_some_and(|m| m.finished()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Faces first (no new client requests), then crawls, then the store.
+    if let Some(s) = server {
+        s.stop();
+    }
+    let unmounted = mounted.map(|m| m.unmount());
+    drop(background);
+    cleanup(&daemon);
+    if let Some(r) = unmounted {
+        r.context("unmount")?;
+    }
+    eprintln!("kaiso: migration daemon stopped");
+    Ok(())
+}
+
+fn spawn_sampler(d: Weak<Daemon>, store: Arc<Store>) {
+    let _ = std::thread::Builder::new()
+        .name("kaiso-migrate-rates".into())
+        .spawn(move || {
+            while !store.stopping() {
+                match d.upgrade() {
+                    Some(d) => d.sample(),
+                    None => return,
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_overlap_by_component() {
+        assert!(overlaps("", "a"));
+        assert!(overlaps("a", "a/b"));
+        assert!(!overlaps("a", "ab"));
+        assert!(!overlaps("x/a", "x/b"));
+    }
+
+    #[test]
+    fn eta_is_the_slower_of_bytes_and_files() {
+        let mut s = ShareStatus {
+            remaining_stubs: 5,
+            bytes_known: 100,
+            bytes_done: 50,
+            bytes_per_sec: 10.0,
+            files_known: 10,
+            files_done: 0,
+            files_per_sec: 1.0,
+            ..ShareStatus::default()
+        };
+        assert_eq!(eta(&s), Some(10.0));
+        s.files_per_sec = 0.0;
+        assert_eq!(eta(&s), Some(5.0));
+        s.bytes_per_sec = 0.0;
+        assert_eq!(eta(&s), None);
+        s.remaining_stubs = 0;
+        assert_eq!(eta(&s), Some(0.0));
+    }
+}

@@ -1,0 +1,316 @@
+//! Progress figures of a share (from its state database and the store's missing ranges),
+//! their text rendering and the `--watch` progress bars.
+
+use super::protocol::{ShareSpec, ShareStatus, SkippedEntry, StatusReply};
+use indicatif::{HumanBytes, HumanDuration, MultiProgress, ProgressBar, ProgressStyle};
+use kaiso_store::Store;
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+use std::time::Duration;
+
+/// Counts read from one share's `migrate.db` (read-only; the engine writes it).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct DbCounts {
+    pub files_done: u64,
+    pub bytes_done: u64,
+    pub bytes_known: u64,
+    pub file_stubs: u64,
+    pub dirs_pending: u64,
+    pub remaining: u64,
+    pub skipped: Vec<SkippedEntry>,
+}
+
+/// Reads the counts; with `store`, bytes still missing in partial files are exact,
+/// without it every file stub counts as wholly missing.
+pub fn db_counts(db: &Path, store: Option<&Store>) -> anyhow::Result<DbCounts> {
+    let c = Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    c.busy_timeout(Duration::from_secs(2))?;
+    let mut out = DbCounts::default();
+    let (n, sum): (i64, Option<i64>) =
+        c.query_row("SELECT COUNT(*), SUM(size) FROM done", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    out.files_done = n as u64;
+    out.bytes_done = sum.unwrap_or(0) as u64;
+    out.bytes_known = out.bytes_done;
+    // Stub kinds as the engine stores them: 0 dummy directory, 1 dummy file, 2 partial file.
+    let mut st = c.prepare("SELECT ino, kind, minsize FROM stubs")?;
+    let rows = st.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)? as u64,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)? as u64,
+        ))
+    })?;
+    for row in rows {
+        let (ino, kind, minsize) = row?;
+        out.remaining += 1;
+        if kind == 0 {
+            out.dirs_pending += 1;
+            continue;
+        }
+        out.file_stubs += 1;
+        out.bytes_known += minsize;
+        let missing = match store {
+            Some(s) => s
+                .stub_state(ino)
+                .missing
+                .iter()
+                .map(|&(a, b)| b.min(minsize).saturating_sub(a.min(minsize)))
+                .sum(),
+            None => minsize,
+        };
+        out.bytes_done += minsize.saturating_sub(missing);
+    }
+    let mut st = c.prepare("SELECT src_path, kind, reason FROM skipped ORDER BY src_path")?;
+    let rows = st.query_map([], |r| {
+        let p: Vec<u8> = r.get(0)?;
+        Ok(SkippedEntry {
+            path: format!("/{}", String::from_utf8_lossy(&p)),
+            kind: r.get(1)?,
+            reason: r.get(2)?,
+        })
+    })?;
+    for r in rows {
+        out.skipped.push(r?);
+    }
+    Ok(out)
+}
+
+/// Fills the database-derived fields of a status.
+pub fn apply_counts(s: &mut ShareStatus, c: DbCounts) {
+    s.remaining_stubs = c.remaining;
+    s.dirs_pending = c.dirs_pending;
+    s.files_done = c.files_done;
+    s.files_known = c.files_done + c.file_stubs;
+    s.bytes_done = c.bytes_done;
+    s.bytes_known = c.bytes_known;
+    s.skipped = c.skipped;
+}
+
+/// Status without a daemon: the state databases of `<state_dir>/migrate/*`.
+pub fn offline_status(state_dir: &Path, only: Option<&str>) -> anyhow::Result<StatusReply> {
+    let mut reply = StatusReply::default();
+    for spec in super::daemon::saved_specs(state_dir)? {
+        if only.is_some_and(|n| n != spec.name) {
+            continue;
+        }
+        let mut s = status_skeleton(&spec);
+        s.state = "not running".into();
+        let db = state_dir.join("migrate").join(&spec.name).join("migrate.db");
+        apply_counts(&mut s, db_counts(&db, None)?);
+        reply.shares.push(s);
+    }
+    if let Some(n) = only
+        && reply.shares.is_empty()
+    {
+        anyhow::bail!("no share {n:?} is being migrated into this store");
+    }
+    Ok(reply)
+}
+
+pub fn status_skeleton(spec: &ShareSpec) -> ShareStatus {
+    ShareStatus {
+        name: spec.name.clone(),
+        source: spec.url.clone(),
+        into: format!("/{}", spec.into),
+        throttle_bytes_per_sec: spec.rate,
+        ..ShareStatus::default()
+    }
+}
+
+fn pct(done: u64, total: u64) -> f64 {
+    if total == 0 {
+        100.0
+    } else {
+        done as f64 * 100.0 / total as f64
+    }
+}
+
+fn eta_text(s: &ShareStatus) -> String {
+    match s.eta_secs {
+        _ if s.remaining_stubs == 0 => "done".into(),
+        Some(e) => HumanDuration(Duration::from_secs_f64(e.max(0.0))).to_string(),
+        None => "unknown".into(),
+    }
+}
+
+/// One-line summary used by the progress bar.
+fn bar_message(s: &ShareStatus) -> String {
+    format!(
+        "{} | files {}/{} | stubs {} | {}/s {:.0} files/s | ETA {}",
+        s.state,
+        s.files_done,
+        s.files_known,
+        s.remaining_stubs,
+        HumanBytes(s.bytes_per_sec as u64),
+        s.files_per_sec,
+        eta_text(s)
+    )
+}
+
+/// The text form of `kaiso migrate status`.
+pub fn render(r: &StatusReply) -> String {
+    let mut out = String::new();
+    if !r.daemon {
+        out.push_str("no migration daemon is running for this store (figures from its state)\n");
+    }
+    if r.shares.is_empty() {
+        out.push_str("no share is being migrated into this store\n");
+    }
+    for s in &r.shares {
+        let pass = s.pass.as_deref().map(|p| format!(", pass {p}")).unwrap_or_default();
+        out.push_str(&format!(
+            "share {}: {} -> {}  [{}{pass}, round {}]\n",
+            s.name, s.source, s.into, s.state, s.rounds
+        ));
+        out.push_str(&format!(
+            "  files      {} of {} known done ({:.1}%)\n",
+            s.files_done,
+            s.files_known,
+            pct(s.files_done, s.files_known)
+        ));
+        out.push_str(&format!(
+            "  bytes      {} of {} known done ({:.1}%)\n",
+            HumanBytes(s.bytes_done),
+            HumanBytes(s.bytes_known),
+            pct(s.bytes_done, s.bytes_known)
+        ));
+        out.push_str(&format!(
+            "  stubs      {} remaining ({} directories not listed yet)\n",
+            s.remaining_stubs, s.dirs_pending
+        ));
+        if r.daemon {
+            out.push_str(&format!(
+                "  rate       {}/s, {:.1} files/s   ETA {}\n",
+                HumanBytes(s.bytes_per_sec as u64),
+                s.files_per_sec,
+                eta_text(s)
+            ));
+            out.push_str(&format!(
+                "  fetched    {} this run ({} on-demand and {} crawl units, {} directories listed)\n",
+                HumanBytes(s.bytes_fetched),
+                s.demand_fetches,
+                s.crawl_fetches,
+                s.dirs_listed
+            ));
+            out.push_str(&format!(
+                "  throttle   {}\n",
+                s.throttle_bytes_per_sec
+                    .map(|b| format!("{}/s", HumanBytes(b)))
+                    .unwrap_or_else(|| "off".into())
+            ));
+        }
+        if s.skipped.is_empty() {
+            out.push_str("  skipped    none\n");
+        } else {
+            out.push_str(&format!("  skipped    {}:\n", s.skipped.len()));
+            for k in &s.skipped {
+                out.push_str(&format!("    {} [{}] {}\n", k.path, k.kind, k.reason));
+            }
+        }
+    }
+    out
+}
+
+fn settled(r: &StatusReply) -> bool {
+    r.shares.iter().all(|s| {
+        s.remaining_stubs == 0 || matches!(s.state.as_str(), "stuck" | "finished" | "not running")
+    })
+}
+
+/// `--watch`: one progress bar per share until every crawl ends (or JSON lines).
+pub fn watch(
+    mut fetch: impl FnMut() -> anyhow::Result<StatusReply>,
+    interval: Duration,
+    json: bool,
+) -> anyhow::Result<()> {
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template(
+        "{prefix:>10} [{bar:30.cyan/blue}] {bytes}/{total_bytes} {msg}",
+    )
+    .map_err(|e| anyhow::anyhow!("progress style: {e}"))?
+    .progress_chars("=> ");
+    let mut bars: Vec<(String, ProgressBar)> = Vec::new();
+    loop {
+        let r = fetch()?;
+        if json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            for s in &r.shares {
+                let bar = match bars.iter().find(|(n, _)| *n == s.name) {
+                    Some((_, b)) => b.clone(),
+                    None => {
+                        let b = multi.add(ProgressBar::new(s.bytes_known));
+                        b.set_style(style.clone());
+                        b.set_prefix(s.name.clone());
+                        bars.push((s.name.clone(), b.clone()));
+                        b
+                    }
+                };
+                bar.set_length(s.bytes_known.max(1));
+                bar.set_position(s.bytes_done);
+                bar.set_message(bar_message(s));
+            }
+        }
+        if settled(&r) {
+            for (_, b) in &bars {
+                b.finish();
+            }
+            if !json {
+                print!("{}", render(&r));
+            }
+            return Ok(());
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_names_every_figure_and_skip() {
+        let r = StatusReply {
+            daemon: true,
+            shares: vec![ShareStatus {
+                name: "docs".into(),
+                source: "/srv/old".into(),
+                into: "/docs".into(),
+                state: "running".into(),
+                pass: Some("data".into()),
+                rounds: 1,
+                remaining_stubs: 7,
+                dirs_pending: 2,
+                files_done: 3,
+                files_known: 8,
+                bytes_done: 1 << 20,
+                bytes_known: 4 << 20,
+                bytes_per_sec: (1 << 20) as f64,
+                eta_secs: Some(3.0),
+                skipped: vec![SkippedEntry {
+                    path: "/a/secret".into(),
+                    kind: "permission-denied".into(),
+                    reason: "EACCES".into(),
+                }],
+                ..ShareStatus::default()
+            }],
+        };
+        let t = render(&r);
+        for want in [
+            "share docs: /srv/old -> /docs",
+            "3 of 8 known",
+            "25.0%",
+            "7 remaining (2 directories",
+            "ETA 3 seconds",
+            "/a/secret [permission-denied] EACCES",
+        ] {
+            assert!(t.contains(want), "{want:?} missing in\n{t}");
+        }
+        assert!(!settled(&r));
+    }
+}

@@ -1,0 +1,114 @@
+//! What `kaiso migrate` commands and the daemon exchange over the store's control socket
+//! (inside `Request::Migrate { args }`), and the share spec persisted per share.
+
+use serde::{Deserialize, Serialize};
+
+/// One share being migrated, as `start` describes it; persisted as
+/// `<state_dir>/migrate/<name>/share.json` so a restarted daemon resumes every share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShareSpec {
+    pub name: String,
+    /// Source URL (never a password: SMB reads `$KAISO_SMB_PASSWORD`).
+    pub url: String,
+    /// Store-relative target directory ("" = the store root).
+    pub into: String,
+    pub order: String,
+    pub mode: String,
+    pub parallel: usize,
+    /// Fetch unit in bytes.
+    pub chunk: u64,
+    /// Crawl bandwidth limit, bytes per second.
+    pub rate: Option<u64>,
+}
+
+/// A migrate request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Call {
+    Status {
+        share: Option<String>,
+    },
+    Pause {
+        share: Option<String>,
+    },
+    Resume {
+        share: Option<String>,
+    },
+    Throttle {
+        share: Option<String>,
+        bytes_per_sec: Option<u64>,
+    },
+    Finish {
+        share: Option<String>,
+    },
+    /// Add a share to the running daemon (N-to-1).
+    Add {
+        spec: ShareSpec,
+        paused: bool,
+    },
+}
+
+/// One entry of the skip report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkippedEntry {
+    /// Source path (lossy UTF-8 for display).
+    pub path: String,
+    pub kind: String,
+    pub reason: String,
+}
+
+/// Progress of one share.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShareStatus {
+    pub name: String,
+    pub source: String,
+    pub into: String,
+    /// running, paused, done, stopped, stuck, finished, or "not running" (no daemon).
+    pub state: String,
+    /// metadata, data or bulk while running.
+    pub pass: Option<String>,
+    pub rounds: u32,
+    /// Remaining-stub counter (0: everything is migrated).
+    pub remaining_stubs: u64,
+    /// Directories not listed yet (their contents are not known yet).
+    pub dirs_pending: u64,
+    pub files_done: u64,
+    /// Files known so far (done + file stubs); grows while directories are listed.
+    pub files_known: u64,
+    pub bytes_done: u64,
+    pub bytes_known: u64,
+    /// Fetched from the source by this daemon since it started.
+    pub bytes_fetched: u64,
+    pub demand_fetches: u64,
+    pub crawl_fetches: u64,
+    pub dirs_listed: u64,
+    /// Over the last ~10 s.
+    pub bytes_per_sec: f64,
+    pub files_per_sec: f64,
+    /// Estimated seconds to completion at the current rate (None: unknown).
+    pub eta_secs: Option<f64>,
+    pub throttle_bytes_per_sec: Option<u64>,
+    pub elapsed_secs: f64,
+    pub skipped: Vec<SkippedEntry>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReply {
+    /// false when no daemon runs (figures come from the state databases).
+    pub daemon: bool,
+    pub shares: Vec<ShareStatus>,
+}
+
+/// What `finish` verified for one share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FinishSummary {
+    pub share: String,
+    pub source: String,
+    pub verified_files: u64,
+    pub verified_bytes: u64,
+    pub modified_by_clients: u64,
+    pub deleted_by_clients: u64,
+    pub skipped: Vec<SkippedEntry>,
+    /// The report file left next to where the state was.
+    pub report: String,
+}
