@@ -259,6 +259,16 @@ const BAD_CONFIGS: &[(&str, &str, &[&str])] = &[
         "[store]\nstate_dir = \"{STATE}\"\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n[tier.device]\nkind = \"floppy\"\n",
         &["floppy", "device"],
     ),
+    (
+        "policy value out of range",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[policy]\nheat_half_life_secs = 600\npromote_burst_fraction = 2.5\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n",
+        &["policy.promote_burst_fraction", "line 6", "0..=1"],
+    ),
+    (
+        "unknown policy key",
+        "[store]\nstate_dir = \"{STATE}\"\n\n[policy]\nheat_halflife = 600\n\n[[tier]]\nname = \"a\"\npath = \"{T0}\"\ncapacity = 1000000\n",
+        &["policy.heat_halflife", "line 5", "unknown field"],
+    ),
 ];
 
 #[test]

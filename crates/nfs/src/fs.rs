@@ -148,18 +148,31 @@ impl NfsReadFileSystem for KaisoNfs {
         .await
     }
 
+    /// MOUNT of the export or a subdirectory. MOUNT v3 has no JUKEBOX status (the crate
+    /// turns any error into MNT3ERR_NOENT), so this waits for the store, however long
+    /// resolving takes (e.g. listing dummy directories from a migration source).
     async fn lookup_by_path(&self, path: &str) -> Res<FileHandleU64> {
         let rel = PathBuf::from(path.trim_start_matches('/'));
-        self.call(
-            Key::new("resolve", 0).extra(path.as_bytes()),
-            move |s, _| {
-                if rel.as_os_str().is_empty() {
-                    return Ok(FileHandleU64::new(ROOT_INO));
-                }
-                st(s.resolve(&rel)).map(FileHandleU64::new)
-            },
-        )
-        .await
+        if rel.as_os_str().is_empty() {
+            return Ok(FileHandleU64::new(ROOT_INO));
+        }
+        let store = self.store.clone();
+        // Name by name through `lookup`, which lists dummy directories on the way.
+        let walk = move || -> Res<FileHandleU64> {
+            let mut ino = ROOT_INO;
+            for c in rel.components() {
+                let std::path::Component::Normal(name) = c else {
+                    return Err(nfsstat3::NFS3ERR_NOENT);
+                };
+                let a = st(store.lookup(ino, name))?;
+                store.forget(a.ino, 1);
+                ino = a.ino;
+            }
+            Ok(FileHandleU64::new(ino))
+        };
+        tokio::task::spawn_blocking(walk)
+            .await
+            .unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT))
     }
 
     async fn getattr(&self, id: &FileHandleU64) -> Res<fattr3> {

@@ -64,7 +64,9 @@ pub fn placement_with(name: &str, ctx: &PolicyContext) -> Result<Box<dyn Placeme
             };
             let layout = match mode {
                 UnitMode::LayoutAware => Some(ctx.layout.clone().ok_or_else(|| {
-                    format!("{name} needs a file layout (only generated tpcxv/files workloads have one)")
+                    format!(
+                        "{name} needs a file layout (only generated tpcxv/files workloads have one)"
+                    )
                 })?),
                 UnitMode::Lba => None,
             };

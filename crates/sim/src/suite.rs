@@ -24,13 +24,12 @@
 use crate::experiments::{Ch3, paper_002_devices};
 use crate::policies::Shared;
 use crate::replay::tier::{
-    ObjectLayout, Placement, TierConfig, TierResult, TierSpec, Workload, block_future,
-    run_tiering,
+    ObjectLayout, Placement, TierConfig, TierResult, TierSpec, Workload, block_future, run_tiering,
 };
 use crate::trace::{IoRecord, TraceFormat};
 use crate::workload::files::FileWorkloadSpec;
-use crate::workload::tpcxv::TpcxvSpec;
 use crate::workload::speed_up;
+use crate::workload::tpcxv::TpcxvSpec;
 use crate::workload::volume::VolumeSpec;
 use kaiso_device::{DeviceSpec, HddParams, ParallelParams};
 use kaiso_policy::cache::{Capacity, by_name};
@@ -176,7 +175,9 @@ impl SuiteSpec {
                 return Err(format!("{}: fast fraction must be within (0, 1]", t.name));
             }
         }
-        KaisoPolicy::new(self.kaiso.clone()).map(|_| ()).map_err(|e| e.0)
+        KaisoPolicy::new(self.kaiso.clone())
+            .map(|_| ())
+            .map_err(|e| e.0)
     }
 
     /// Number of runs (for a progress bar).
@@ -399,8 +400,8 @@ fn files_env(scale: &SuiteScale, seed: u64) -> Env {
 }
 
 fn trace_env(t: &TraceWorkload) -> Result<Env, String> {
-    let stream = crate::trace::open(&t.path, t.format)
-        .map_err(|e| format!("{}: {e}", t.path.display()))?;
+    let stream =
+        crate::trace::open(&t.path, t.format).map_err(|e| format!("{}: {e}", t.path.display()))?;
     let mut records = Vec::new();
     for r in stream {
         records.push(r.map_err(|e| format!("{}: {e}", t.path.display()))?);
@@ -417,7 +418,10 @@ fn trace_env(t: &TraceWorkload) -> Result<Env, String> {
     let footprint = blocks.len() as u64 * BLOCK;
     let fast_capacity = ((footprint as f64 * t.fast_fraction) as u64).max(BLOCK);
     // Regions small enough that the fast tier holds several of them.
-    let region = (fast_capacity / 8).clamp(BLOCK * 16, 64 * MIB).next_power_of_two() / 2;
+    let region = (fast_capacity / 8)
+        .clamp(BLOCK * 16, 64 * MIB)
+        .next_power_of_two()
+        / 2;
     let spike_region = GB.min((fast_capacity / 4).max(region));
     let (hdd, ssd) = paper_002_devices(end.max(GB));
     Ok(Env {
@@ -501,7 +505,9 @@ impl Env {
         if CACHES.contains(&policy) {
             let cfg = self.config(self.region);
             let future = match (&self.input, policy) {
-                (Input::Open(records), "belady") => Some(block_future(records, cfg.region_bytes, BLOCK)),
+                (Input::Open(records), "belady") => {
+                    Some(block_future(records, cfg.region_bytes, BLOCK))
+                }
                 (Input::Closed(_), "belady") => {
                     return Err("offline bound needs the future, which a closed loop's own latencies decide".into());
                 }
@@ -611,10 +617,7 @@ fn row(workload: &str, policy: &str, closed: bool, r: &TierResult) -> SuiteRow {
         mean_ms: r.latency.mean_ms,
         p99_ms: r.latency.p99_ms,
         bytes_moved: r.bytes_moved,
-        slow_util: r
-            .devices
-            .last()
-            .map_or(0.0, |d| d.util),
+        slow_util: r.devices.last().map_or(0.0, |d| d.util),
         simulated_s: r.simulated_s,
     }
 }

@@ -50,7 +50,12 @@ fn every_policy_runs_on_every_workload_kind() {
                 r.policy,
                 r.hit_ratio
             );
-            assert!(r.throughput > 0.0, "{} {} did no work", w.workload, r.policy);
+            assert!(
+                r.throughput > 0.0,
+                "{} {} did no work",
+                w.workload,
+                r.policy
+            );
             assert!(r.p99_ms + 1e-9 >= 0.0 && r.mean_ms >= 0.0);
         }
         // Nothing on the fast tier without a policy that puts it there.
@@ -84,11 +89,7 @@ fn every_policy_runs_on_every_workload_kind() {
             "fifo", "lru", "clock", "arc", "twoq", "lirs", "s3fifo", "sieve", "smq",
         ] {
             let h = w.row(c).unwrap().hit_ratio;
-            assert!(
-                b + 0.02 >= h,
-                "{}: belady {b} below {c} {h}",
-                w.workload
-            );
+            assert!(b + 0.02 >= h, "{}: belady {b} below {c} {h}", w.workload);
         }
     }
     let md = markdown(&results);
@@ -113,10 +114,18 @@ fn same_seed_same_results_other_seed_other_workload() {
 fn bad_names_are_errors_not_panics() {
     let mut spec = SuiteSpec::new(SuiteScale::TINY, 1);
     spec.workloads = vec!["tape".into()];
-    assert!(run_suite(&spec, &mut |_, _, _| {}).unwrap_err().contains("tape"));
+    assert!(
+        run_suite(&spec, &mut |_, _, _| {})
+            .unwrap_err()
+            .contains("tape")
+    );
     spec.workloads = vec![];
     spec.policies = vec!["mru".into()];
-    assert!(run_suite(&spec, &mut |_, _, _| {}).unwrap_err().contains("mru"));
+    assert!(
+        run_suite(&spec, &mut |_, _, _| {})
+            .unwrap_err()
+            .contains("mru")
+    );
     spec.policies = vec!["lru".into()];
     spec.traces.push(TraceWorkload {
         name: "bad".into(),

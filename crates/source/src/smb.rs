@@ -31,6 +31,12 @@ use smb::{
     FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
 };
 
+/// The bytes one SMB2 credit pays for. A larger READ costs several credits, and the `smb`
+/// crate (0.12) waits for them without asking the server for more: before Samba has
+/// granted that many (it grants them gradually), a 1 MiB READ (16 credits) waits forever.
+/// One-credit READs always progress, so READs are capped here and kept in flight instead.
+pub const SMB_CREDIT_BYTES: usize = 64 << 10;
+
 /// Where and how to reach an SMB share.
 #[derive(Clone, Debug)]
 pub struct SmbConfig {
@@ -44,7 +50,7 @@ pub struct SmbConfig {
     /// uid/gid given to every object (SMB has no Unix owners; see the module docs).
     pub uid: u32,
     pub gid: u32,
-    /// Size of one READ request.
+    /// Size of one READ request, at most [`SMB_CREDIT_BYTES`] (see there).
     pub read_size: usize,
     /// READ requests kept in flight for one `read` call.
     pub parallel_reads: usize,
@@ -65,8 +71,8 @@ impl SmbConfig {
             password: password.into(),
             uid: 0,
             gid: 0,
-            read_size: 1 << 20,
-            parallel_reads: 4,
+            read_size: SMB_CREDIT_BYTES,
+            parallel_reads: 16,
         }
     }
 }
@@ -476,7 +482,7 @@ impl SmbSource {
                 ));
             }
         };
-        let piece = self.config.read_size;
+        let piece = self.config.read_size.min(SMB_CREDIT_BYTES);
         let mut buf = vec![0u8; len];
         let result = std::thread::scope(|s| -> SourceResult<usize> {
             let mut chunks: Vec<(u64, &mut [u8])> = buf

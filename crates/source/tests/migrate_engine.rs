@@ -333,7 +333,6 @@ fn crash_during_migration_then_restart_finishes_without_loss() {
 }
 
 #[test]
-#[ignore = "known broken: depends on the NFS mount issue (see report)"]
 fn nfs_migration_from_ganesha() {
     if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls"]) {
         return;
@@ -365,7 +364,6 @@ fn nfs_migration_from_ganesha() {
 }
 
 #[test]
-#[ignore = "known broken: depends on the SMB connect issue (see report)"]
 fn smb_migration_from_samba() {
     if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
         return;
@@ -520,7 +518,10 @@ fn concurrent_lookups_wait_for_one_listing_and_hard_links_in_one_directory_do_no
         s3.mkdir(h2, OsStr::new("new"), 0o755, 0, Caller::ROOT)
             .unwrap()
     });
-    assert_eq!(read_all(&store, ino_of(&store, b"h2/old")), common::content(3, 10));
+    assert_eq!(
+        read_all(&store, ino_of(&store, b"h2/old")),
+        common::content(3, 10)
+    );
     let crawler = Crawler::start(store.clone(), m.clone());
     assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
     drop(crawler);
@@ -596,7 +597,13 @@ fn client_unlink_rename_and_rmdir_keep_the_counter_right() {
         .unwrap();
     assert_eq!(
         store
-            .rename(ROOT_INO, OsStr::new("client-empty"), deep, OsStr::new("x"), 0)
+            .rename(
+                ROOT_INO,
+                OsStr::new("client-empty"),
+                deep,
+                OsStr::new("x"),
+                0
+            )
             .unwrap_err(),
         kaiso_store::FsError::NOTEMPTY,
         "d/deep/x has an entry on the source"
@@ -658,25 +665,22 @@ fn parallel_crawl_with_concurrent_renames_and_deletes_misses_nothing() {
         } else {
             (p1, ROOT_INO, "p0")
         };
-        if std::env::var("NO_MOVE").is_err() {
         store
             .rename(from, OsStr::new(name), to, OsStr::new(name), 0)
             .unwrap();
-        }
         let q = ino_of(&store, format!("p2/q{}", round % 4).as_bytes());
         let f = format!("f{}", round % 6);
-        if std::env::var("NO_DEL").is_ok() {
-        } else if round < 4 {
-            let a = store.lookup(q, OsStr::new(&f)).unwrap();
-            store.forget(a.ino, 1);
-            eprintln!("deleting p2/q{}/{f} ino {}", round % 4, a.ino);
+        if round < 4 {
             store.unlink(q, OsStr::new(&f)).unwrap();
             deleted.push(format!("p2/q{}/{f}", round % 4));
         } else {
             store
                 .rename(q, OsStr::new(&f), q, OsStr::new("renamed"), 0)
                 .unwrap();
-            renamed.push((format!("p2/q{}/{f}", round % 4), format!("p2/q{}/renamed", round % 4)));
+            renamed.push((
+                format!("p2/q{}/{f}", round % 4),
+                format!("p2/q{}/renamed", round % 4),
+            ));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -696,30 +700,14 @@ fn parallel_crawl_with_concurrent_renames_and_deletes_misses_nothing() {
             .map(|(_, b)| b.clone())
             .unwrap_or_else(|| name.clone());
         let got = fs::read(tier.join(&here)).unwrap();
+        // Not assert_eq!: a diff of two byte vectors says nothing; where the bytes came
+        // from does (zeros: a lost stub; another file's bytes: a reused inode number).
         if got != *data {
-            let from = files
-                .iter()
-                .map(|(n, d)| {
-                    let same = d.iter().zip(got.iter()).filter(|(a, b)| a == b).count();
-                    (same, n.clone())
-                })
-                .max();
-            let probe = &got[..16.min(got.len())];
-            let shifted: Vec<(String, usize)> = files
-                .iter()
-                .filter_map(|(n, d)| {
-                    d.windows(probe.len())
-                        .position(|w| w == probe)
-                        .map(|at| (n.clone(), at))
-                })
-                .collect();
-            eprintln!("first 16 bytes found in {shifted:?}; got starts {:?}", &got[..16]);
-            let vino = resolve(&store, here.as_bytes());
-            eprintln!("victim ino {vino} state {:?}", store.stub_state(vino));
+            let zeros = got.iter().filter(|b| **b == 0).count();
+            let from = files.iter().find(|(_, d)| *d == got).map(|(n, _)| n);
             panic!(
-                "{here}: {} bytes, want {}; most like {from:?}; deleted {deleted:?}; skipped {:?}",
+                "{here}: wrong content ({zeros} of {} bytes zero, equal to {from:?}); deleted {deleted:?}; skipped {:?}",
                 got.len(),
-                data.len(),
                 m.skipped()
             );
         }
@@ -844,7 +832,10 @@ fn bad_input_is_reported_never_silently_zero_filled() {
     drop(crawler);
     assert_eq!(m.remaining(), 0, "bad entries do not block completion");
     let tier = dest.tier();
-    assert_eq!(fs::read(tier.join("ok.txt")).unwrap(), common::content(1, 5000));
+    assert_eq!(
+        fs::read(tier.join("ok.txt")).unwrap(),
+        common::content(1, 5000)
+    );
     assert_eq!(
         fs::read(tier.join(OsStr::from_bytes(common::NON_UTF8_NAME))).unwrap(),
         b"latin-1 name",
@@ -1015,8 +1006,10 @@ fn kill_9_at_random_moments_then_restart_loses_nothing() {
     let n = compare_trees(src.path(), &tier, &[], true);
     assert!(n > 60);
     // Nothing duplicated: the destination has no entry the source lacks.
-    let src_names: std::collections::HashSet<Vec<u8>> =
-        common::walk(src.path()).into_iter().map(|(p, _)| p).collect();
+    let src_names: std::collections::HashSet<Vec<u8>> = common::walk(src.path())
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
     for (p, _) in common::walk(&tier) {
         assert!(
             src_names.contains(&p),
@@ -1050,6 +1043,9 @@ fn kill_9_at_random_moments_then_restart_loses_nothing() {
         );
     }
     let report = kaiso_store::migrate::finish(&store, &m).expect("finish");
-    assert!(report.mismatches.is_empty() && report.verified_files > 40, "{report:?}");
+    assert!(
+        report.mismatches.is_empty() && report.verified_files > 40,
+        "{report:?}"
+    );
     store.shutdown();
 }

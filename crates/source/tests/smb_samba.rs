@@ -36,9 +36,7 @@ fn smb_source_against_samba() {
     // in its DOS attribute xattr; Unix mode 0444 alone does not set it).
     server.smbclient("setmode ro.txt +r");
 
-    let t0 = std::time::Instant::now();
     let source = SmbSource::connect(server.config()).expect("connect to samba");
-    eprintln!("T connect {:?}", t0.elapsed());
     let root = share.path();
 
     // Every entry with a valid UTF-8 name is listed; Samba hides the latin-1 name.
@@ -71,7 +69,6 @@ fn smb_source_against_samba() {
             continue;
         }
         let entry = entry.unwrap_or_else(|| panic!("{sp} not listed"));
-        eprintln!("T {sp} {:?}", t0.elapsed());
         let attr = source
             .stat(&sp)
             .unwrap_or_else(|e| panic!("stat {sp}: {e}"));
@@ -95,7 +92,11 @@ fn smb_source_against_samba() {
             assert!(a.dos_attributes.is_some());
         }
         // Samba reports NumberOfLinks 1 for every directory (Windows semantics).
-        let want_nlink = if kind == FileKind::Directory { 1 } else { m.nlink() };
+        let want_nlink = if kind == FileKind::Directory {
+            1
+        } else {
+            m.nlink()
+        };
         assert_eq!(attr.nlink as u64, want_nlink, "nlink of {sp} (stat)");
         assert_eq!(entry.attr.ino, attr.ino, "file id of {sp}: listing vs stat");
         if kind == FileKind::Regular {
@@ -161,7 +162,6 @@ fn smb_source_against_samba() {
         payload[1000..1010]
     );
 
-    eprintln!("T before large {:?}", t0.elapsed());
     // Large read in parallel pieces, concurrent callers.
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..4)
@@ -179,7 +179,6 @@ fn smb_source_against_samba() {
         }
     });
 
-    eprintln!("T after large {:?}", t0.elapsed());
     // Clear errors.
     assert_eq!(
         source
@@ -199,7 +198,6 @@ fn smb_source_against_samba() {
         SmbSource::connect(wrong).err().expect("bad password").kind,
         SourceErrorKind::PermissionDenied
     );
-    eprintln!("T bad pw {:?}", t0.elapsed());
     drop(server);
     let mut dead = kaiso_source::SmbConfig::new("127.0.0.1", "src", "root", "x");
     dead.port = common::free_port();

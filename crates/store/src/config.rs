@@ -605,7 +605,6 @@ fn parse_policy(
     Ok((cfg, table))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,13 +698,25 @@ kind = "hdd"
         };
         // [policy] starts at line 4 of GOOD with the table inserted.
         let e = with("swap_ratio = 2.0\nheat_half_life_secs = -1");
-        assert!(e.contains("line 6") && e.contains("policy.heat_half_life_secs"), "{e}");
+        assert!(
+            e.contains("line 6") && e.contains("policy.heat_half_life_secs"),
+            "{e}"
+        );
         let e = with("promote_burst_fraction = 1.5");
-        assert!(e.contains("line 5") && e.contains("policy.promote_burst_fraction"), "{e}");
+        assert!(
+            e.contains("line 5") && e.contains("policy.promote_burst_fraction"),
+            "{e}"
+        );
         let e = with("heat_half_life = 60");
-        assert!(e.contains("line 5") && e.contains("policy.heat_half_life"), "{e}");
+        assert!(
+            e.contains("line 5") && e.contains("policy.heat_half_life"),
+            "{e}"
+        );
         let e = with("pace_floor = \"lots\"");
-        assert!(e.contains("line 5") && e.contains("policy.pace_floor"), "{e}");
+        assert!(
+            e.contains("line 5") && e.contains("policy.pace_floor"),
+            "{e}"
+        );
         let e = with("pace_busy_start = 0.99");
         assert!(e.contains("line 5") && e.contains("pace_busy_stop"), "{e}");
     }

@@ -128,6 +128,14 @@ enum Pace {
     Unpaced,
 }
 
+/// What one copy pass wrote: the source size it saw, the crc32c of the bytes copied and
+/// the extents they came from.
+struct Copied {
+    size: u64,
+    crc: u32,
+    extents: Vec<(u64, u64)>,
+}
+
 /// Room held on the destination tier for a move; given back unless kept.
 struct Reservation<'a> {
     tier: &'a Tier,
@@ -236,7 +244,7 @@ impl Store {
         src: &File,
         dst: &File,
         pace: Pace,
-    ) -> Result<(u64, u32, Vec<(u64, u64)>), MoveError> {
+    ) -> Result<Copied, MoveError> {
         let size = util::fstat(src)?.st_size as u64;
         dst.set_len(0)?;
         dst.set_len(size)?;
@@ -273,7 +281,11 @@ impl Store {
                 copied.push((s, pos));
             }
         }
-        Ok((size, crc, copied))
+        Ok(Copied {
+            size,
+            crc,
+            extents: copied,
+        })
     }
 
     /// Background moves pause while foreground I/O keeps either tier busy (bounded wait).
@@ -374,7 +386,7 @@ impl Store {
         pace: Pace,
         first: bool,
     ) -> Result<u64, MoveError> {
-        let (size, crc, extents) = self.copy_data(ino, from, to, src, dst, pace)?;
+        let Copied { size, crc, extents } = self.copy_data(ino, from, to, src, dst, pace)?;
         if first {
             self.fail_at(FailPoint::AfterCopy)?;
         }
@@ -443,9 +455,10 @@ impl Store {
         let names = self.link_group(from, bino, names);
         let (ft, tt) = (&self.tiers[from as usize], &self.tiers[to as usize]);
         // Reserve room on the destination first: its hard capacity is never passed.
-        let reserved = Reservation::take(tt, state.size.load(Ordering::Acquire)).ok_or_else(
-            || MoveError::new(FsError::NOSPC, format!("tier {} has no room", tt.cfg.name)),
-        )?;
+        let reserved =
+            Reservation::take(tt, state.size.load(Ordering::Acquire)).ok_or_else(|| {
+                MoveError::new(FsError::NOSPC, format!("tier {} has no room", tt.cfg.name))
+            })?;
         // 2. Journal.
         let tmp = PathBuf::from(format!("{TEMP_PREFIX}{ino}-{}", util::now_nanos()));
         let row = JournalRow {

@@ -96,13 +96,22 @@ impl Namespace {
     }
 
     /// The number of the file with backing inode `bino` on tier `tier`.
+    ///
+    /// The natural number is not used when a node already holds it for another backing
+    /// file: backing inode numbers are reused once a file is deleted, while kaiso keeps
+    /// the node of an unlinked file as long as the kernel still refers to it (lookups,
+    /// open handles), or the file lives on another tier now.
     pub fn file_ino(&mut self, tier: u8, bino: u64) -> Assigned {
         let slot = self.slots[tier as usize];
         if let Some(&i) = self.remap.get(&(slot, bino)) {
             return Assigned::Known(i);
         }
         let natural = ((slot as u64) << SLOT_SHIFT) | bino;
-        if bino <= BINO_MASK && !self.taken.contains(&natural) {
+        let held_by_other = self
+            .files
+            .get(&natural)
+            .is_some_and(|f| f.tier != tier || f.bino != bino || f.names.is_empty());
+        if bino <= BINO_MASK && !self.taken.contains(&natural) && !held_by_other {
             return Assigned::Known(natural);
         }
         let i = self.alloc_ino();

@@ -440,7 +440,10 @@ fn moves_race_with_writes_truncates_renames_and_links() {
             while !stop.load(Ordering::Relaxed) {
                 k += 1;
                 let name = format!("{}{}", if k % 3 == 0 { "b" } else { "a" }, k % FILES);
-                if t.s().move_now(name.as_ref(), if k % 2 == 0 { "t1" } else { "t0" }).is_ok() {
+                if t.s()
+                    .move_now(name.as_ref(), if k % 2 == 0 { "t1" } else { "t0" })
+                    .is_ok()
+                {
                     moves.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -453,7 +456,9 @@ fn moves_race_with_writes_truncates_renames_and_links() {
                     let mut model = pattern(64 * 1024, i as u8);
                     let mut seed = 0x9e37_79b9_u64.wrapping_mul(i as u64 + 1);
                     let mut rnd = move |n: u64| {
-                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        seed = seed
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         (seed >> 33) % n.max(1)
                     };
                     let ino = t.lookup_path(&a).unwrap().ino;
@@ -500,7 +505,10 @@ fn moves_race_with_writes_truncates_renames_and_links() {
                             _ => {}
                         }
                         let got = s.read(h, 0, 200 * 1024).unwrap();
-                        assert!(got == model, "file {i} op {ops}: read differs from the model");
+                        assert!(
+                            got == model,
+                            "file {i} op {ops}: read differs from the model"
+                        );
                     }
                     s.release(h).unwrap();
                     let name = if named_a { a } else { b };
@@ -523,5 +531,9 @@ fn moves_race_with_writes_truncates_renames_and_links() {
             );
         }
     });
-    assert!(moves.load(Ordering::Relaxed) > 3, "only {} moves", moves.load(Ordering::Relaxed));
+    assert!(
+        moves.load(Ordering::Relaxed) > 3,
+        "only {} moves",
+        moves.load(Ordering::Relaxed)
+    );
 }

@@ -782,12 +782,22 @@ fn write_suite_outputs(
         let unit = w.rows.first().map_or("iops", |r| r.throughput_unit);
         let mut chart = BarChart::new(&format!("{}: {unit} by policy", w.workload), unit);
         for r in w.rows.iter().filter(|r| r.skipped.is_none()) {
-            chart.add(&r.policy, r.throughput, Some(&r.policy) == w.winner.as_ref());
+            chart.add(
+                &r.policy,
+                r.throughput,
+                Some(&r.policy) == w.winner.as_ref(),
+            );
         }
         let safe: String = w
             .workload
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         chart.write(&dir.join(format!("suite_{safe}.svg")))?;
     }

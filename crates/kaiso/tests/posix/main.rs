@@ -66,17 +66,16 @@ posix_case!(symlinks, NONE);
 posix_case!(mknod_and_fifo, NONE);
 posix_case!(xattrs, &[(2, "slow", b"on the slowest tier")]);
 posix_case!(posix_acls, NONE);
-posix_case!(
-    #[ignore = "kaiso bug: a file created in a directory with a default ACL gets the umask \
-                applied (mask::r-- instead of mask::rw-)"]
-    default_acl_inheritance,
-    NONE
-);
+posix_case!(default_acl_inheritance, NONE);
 posix_case!(chmod_chown_utimens, NONE);
 posix_case!(truncate, &[(2, "slow", b"0123456789abcdef")]);
 posix_case!(fallocate_and_punch_hole, NONE);
 posix_case!(fsync_family, NONE);
 posix_case!(o_append_shared, NONE);
+posix_case!(
+    writer_joins_open_readers,
+    &[(1, "seeded", b"seeded on tier one")]
+);
 posix_case!(readdir_while_changing, NONE);
 posix_case!(
     mmap_read_write,
@@ -983,6 +982,56 @@ mod cases {
             .replace('\n', "|"),
             "exit 0 user::rw-|user:65534:rw-|group::r-x\t#effective:r--|mask::rw-|other::r--",
         );
+    }
+
+    /// A writer opens a file that readers hold open (on a mount with kernel passthrough
+    /// the readers are served by passthrough, and the kernel refuses any other kind of
+    /// open of that inode): the open succeeds and every descriptor sees the writes.
+    pub fn writer_joins_open_readers(e: &mut Env, r: &mut Rec) {
+        write_file(&e.p("f"), b"0123456789");
+        for name in ["f", "seeded"] {
+            let reader = open(&e.p(name), libc::O_RDONLY, 0).unwrap();
+            let before = pread(&reader, 64, 0).unwrap();
+            let writer = open(&e.p(name), libc::O_WRONLY, 0);
+            r.want(
+                &format!("{name}: open for writing"),
+                writer
+                    .as_ref()
+                    .map(|_| "OK".to_string())
+                    .unwrap_or_else(|e| e.clone()),
+                "OK",
+            );
+            let Ok(writer) = writer else { continue };
+            r.want(&format!("{name}: pwrite"), pwrite(&writer, b"XY", 2), "2");
+            r.want(
+                &format!("{name}: append"),
+                pwrite(&writer, b"!", before.len() as i64),
+                "1",
+            );
+            let rw = open(&e.p(name), libc::O_RDWR, 0).unwrap();
+            let mut want = before.clone();
+            want[2..4].copy_from_slice(b"XY");
+            want.push(b'!');
+            let show = |v: Vec<u8>| String::from_utf8_lossy(&v).into_owned();
+            let want = show(want);
+            r.want(
+                &format!("{name}: reader sees it"),
+                show(pread(&reader, 64, 0).unwrap()),
+                &want,
+            );
+            r.want(
+                &format!("{name}: new reader sees it"),
+                show(read_all(&e.p(name)).unwrap()),
+                &want,
+            );
+            r.want(&format!("{name}: size"), fstat(&rw).st_size, want.len());
+            drop((reader, writer, rw));
+            r.want(
+                &format!("{name}: after close"),
+                content(&e.p(name)),
+                format!("{want:?}"),
+            );
+        }
     }
 
     fn times(p: &Path) -> String {

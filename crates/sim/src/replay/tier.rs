@@ -489,6 +489,17 @@ impl<'a, 'b> Engine<'a, 'b> {
         let last = (r.offset + r.len - 1) / bs;
         let mut finish = now;
         let mut all_hit = true;
+        // Contiguous blocks going to the same device the same way become one request, as
+        // a block cache passes a missed bio to the origin whole: (device, op, start, len).
+        let mut run: Option<(usize, IoOp, u64, u64)> = None;
+        let mut fill: Option<(u64, u64)> = None;
+        let devices = &mut self.devices;
+        let mut flush = |run: Option<(usize, IoOp, u64, u64)>, finish: &mut Nanos| {
+            if let Some((d, op, at, len)) = run {
+                *finish = (*finish).max(devices[d].service(now, at, len, op).finish);
+            }
+        };
+        let mut fills = Vec::new();
         for b in first..=last {
             let id = (r.object << 44) ^ b;
             let next_access = future
@@ -505,31 +516,47 @@ impl<'a, 'b> Engine<'a, 'b> {
             let hit = cache.access(&req);
             cache.drain_evictions(&mut self.evicted);
             let boff = object_base + b * bs;
-            if op == IoOp::Write {
+            let target = if op == IoOp::Write {
                 if cache.contains(id) {
                     self.dirty.insert(id);
-                    finish = finish.max(self.devices[0].service(now, boff, bs, IoOp::Write).finish);
+                    (0, IoOp::Write)
                 } else {
                     all_hit = false;
-                    finish = finish.max(
-                        self.devices[home]
-                            .service(now, boff, bs, IoOp::Write)
-                            .finish,
-                    );
+                    (home, IoOp::Write)
                 }
             } else if hit {
-                finish = finish.max(self.devices[0].service(now, boff, bs, IoOp::Read).finish);
+                (0, IoOp::Read)
             } else {
                 all_hit = false;
-                finish = finish.max(self.devices[home].service(now, boff, bs, IoOp::Read).finish);
                 if cache.contains(id) {
                     // Fill: written to the cache in the background (a flash write, so it
                     // counts as bytes moved between tiers).
-                    self.devices[0].service(now, boff, bs, IoOp::Write);
                     self.bytes_moved += bs;
                     self.i_moved += bs;
+                    match &mut fill {
+                        Some((at, len)) if *at + *len == boff => *len += bs,
+                        _ => {
+                            if let Some(f) = fill.take() {
+                                fills.push(f);
+                            }
+                            fill = Some((boff, bs));
+                        }
+                    }
+                }
+                (home, IoOp::Read)
+            };
+            match &mut run {
+                Some((d, o, at, len)) if (*d, *o) == target && *at + *len == boff => *len += bs,
+                _ => {
+                    flush(run.take(), &mut finish);
+                    run = Some((target.0, target.1, boff, bs));
                 }
             }
+        }
+        flush(run, &mut finish);
+        fills.extend(fill);
+        for (at, len) in fills {
+            self.devices[0].service(now, at, len, IoOp::Write);
         }
         for e in std::mem::take(&mut self.evicted) {
             if self.dirty.remove(&e.id) {

@@ -181,15 +181,18 @@ impl Migration {
                 if attr.kind != SrcKind::Directory {
                     return Err(format!("source {described}: root is not a directory"));
                 }
-                m.db.insert(&[StubRow {
-                    ino: root_ino,
-                    kind: StubKind::DummyDir,
-                    src_path: SourcePath::root(),
-                    src_ino: attr.ino,
-                    minsize: 0,
-                    listed_size: attr.size,
-                    listed_mtime_ns: ns_of(attr.mtime),
-                }], &[])
+                m.db.insert(
+                    &[StubRow {
+                        ino: root_ino,
+                        kind: StubKind::DummyDir,
+                        src_path: SourcePath::root(),
+                        src_ino: attr.ino,
+                        minsize: 0,
+                        listed_size: attr.size,
+                        listed_mtime_ns: ns_of(attr.mtime),
+                    }],
+                    &[],
+                )
                 .map_err(e)?;
                 store
                     .stub_mark(
@@ -320,7 +323,10 @@ impl Migration {
                 None => return Ok(()),
             },
         };
-        let gone = store.getattr(ino, None).map(|a| a.nlink == 0).unwrap_or(true);
+        let gone = store
+            .getattr(ino, None)
+            .map(|a| a.nlink == 0)
+            .unwrap_or(true);
         if gone {
             self.db.forget_object(ino, &src).map_err(io)?;
         }

@@ -298,9 +298,11 @@ impl MigrationDb {
     pub fn done_path(&self, ino: u64) -> std::io::Result<Option<SourcePath>> {
         let p: Option<Vec<u8>> = self
             .conn()
-            .query_row("SELECT src_path FROM done WHERE ino=?1", [ino as i64], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT src_path FROM done WHERE ino=?1",
+                [ino as i64],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(sql_err)?;
         Ok(p.map(|p| SourcePath::parse(&p).unwrap_or_default()))

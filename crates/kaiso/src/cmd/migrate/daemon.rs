@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use kaiso_nfs::{AllowList, NfsServer, ServeOptions};
 use kaiso_policy::crawl::CrawlOrder;
 use kaiso_store::Store;
-use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
+use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
