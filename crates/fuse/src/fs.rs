@@ -571,12 +571,20 @@ impl fuser::Filesystem for KaisoFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let stored = self.store.getxattr(ino.0, name);
-        xattr_reply(reply, size, offline_dosattrib(&self.store, ino.0, name, stored));
+        xattr_reply(
+            reply,
+            size,
+            offline_dosattrib(&self.store, ino.0, name, stored),
+        );
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let names = self.store.listxattr(ino.0);
-        xattr_reply(reply, size, names.map(|l| list_dosattrib(&self.store, ino.0, l)));
+        xattr_reply(
+            reply,
+            size,
+            names.map(|l| list_dosattrib(&self.store, ino.0, l)),
+        );
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {

@@ -56,6 +56,9 @@ fn main() {
             if let Some(p) = arg("--policies") {
                 spec.policies = list(p);
             }
+            if let Some(r) = arg("--volume-region").and_then(|r| r.parse::<u64>().ok()) {
+                spec.volume_region = r << 20;
+            }
             if let Some(k) = arg("--kaiso") {
                 let mut v = serde_json::Map::new();
                 for kv in k.split(',') {

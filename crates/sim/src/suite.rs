@@ -135,6 +135,8 @@ pub struct SuiteSpec {
     /// The default policy's configuration (the suite sets only `time_scale`, from each
     /// workload's time compression, unless the caller's value differs from 1).
     pub kaiso: KaisoConfig,
+    /// Region size of kaiso on block volumes (default 64 MiB).
+    pub volume_region: u64,
 }
 
 impl SuiteSpec {
@@ -146,6 +148,7 @@ impl SuiteSpec {
             scale,
             seed,
             kaiso: KaisoConfig::default(),
+            volume_region: 64 * MIB,
         }
     }
 
@@ -277,7 +280,7 @@ enum Input {
     Closed(Box<Ch3>),
 }
 
-fn volume_env(name: &str, scale: &SuiteScale, seed: u64) -> Env {
+fn volume_env(name: &str, scale: &SuiteScale, seed: u64, region: u64) -> Env {
     let (speed, ssd_gb) = match name {
         "usr1" => (8.0, 6),
         "web2" => (8.0, 27),
@@ -300,7 +303,7 @@ fn volume_env(name: &str, scale: &SuiteScale, seed: u64) -> Env {
         fast_capacity: ssd_gb * GB,
         slow: hdd,
         slow_capacity: v.capacity * 2,
-        region: 64 * MIB,
+        region: region.max(BLOCK),
         spike_region: GB,
         plan_interval: 5 * SECOND,
         sample_interval: 60 * SECOND,
@@ -657,7 +660,7 @@ pub fn run_suite(
             None => match name.as_str() {
                 "tpcxv" => tpcxv_env(&spec.scale, spec.seed),
                 "files" => files_env(&spec.scale, spec.seed),
-                v => volume_env(v, &spec.scale, spec.seed),
+                v => volume_env(v, &spec.scale, spec.seed, spec.volume_region),
             },
         };
         let mut result = SuiteWorkloadResult {

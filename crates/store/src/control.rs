@@ -79,7 +79,8 @@ fn migrate_handler(state_dir: &Path) -> Option<MigrateHandler> {
 }
 
 /// The error a store served by a process that is not migrating answers migrate requests with.
-pub const NOT_MIGRATING: &str = "this store is served by a kaiso process that is not migrating (kaiso mount or kaiso serve)";
+pub const NOT_MIGRATING: &str =
+    "this store is served by a kaiso process that is not migrating (kaiso mount or kaiso serve)";
 
 /// The socket path of a store.
 pub fn socket_path(state_dir: &Path) -> PathBuf {

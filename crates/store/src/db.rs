@@ -4,6 +4,19 @@
 //! (`remap`) and directory inode numbers (`dirs`), the move/rename journal, pins, heat
 //! checkpoints, placement reasons, stub state, and per-tier usage at clean shutdown. The
 //! tiers themselves stay the truth for the tree and the data.
+//!
+//! Durability rule. The database runs in WAL mode with `synchronous=NORMAL`: every commit
+//! is in the WAL (the OS page cache) before the call returns, so it survives a crash of the
+//! kaiso process (kill -9) without any fsync; only an OS crash or power loss can drop the
+//! last commits. The rows whose loss would lose data are written with `synchronous=FULL`
+//! (fsynced before the call returns): a move's journal row before the copy it guards, its
+//! `copied` state before the rename, and the switch (journal state + inode remap) before the
+//! source is deleted. Everything else is re-derivable: after an OS crash, a directory or
+//! colliding file whose number row was lost gets a number again at the next scan (possibly
+//! a new one), and heat restarts from the last checkpoint.
+//! Creating or unlinking an ordinary file writes nothing here at all (its inode number is
+//! derived from its backing inode, see `namespace`), so the metadata path needs no group
+//! commit.
 
 use rusqlite::{Connection, OptionalExtension, params};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

@@ -300,3 +300,45 @@ impl Namespace {
         Some(cur)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(tier: u8, bino: u64, ino: Ino) -> FileNode {
+        FileNode {
+            kind: FileKind::File,
+            tier,
+            bino,
+            names: Vec::new(),
+            state: FileState::new(ino, tier, 0),
+            lookups: 1,
+        }
+    }
+
+    /// A backing inode number reused after an unlink must not hand the new file the number
+    /// of the unlinked one while the kernel still refers to it, nor the number of a file
+    /// that has moved to another tier.
+    #[test]
+    fn reused_backing_inodes_get_their_own_number() {
+        let mut ns = Namespace::new(vec![1, 2], 2);
+        let Assigned::Known(x) = ns.file_ino(0, 42) else {
+            panic!("a fresh backing inode gets its natural number")
+        };
+        ns.add_file_name(x, ROOT_INO, OsStr::new("old"), || node(0, 42, x));
+        assert!(matches!(ns.file_ino(0, 42), Assigned::Known(i) if i == x));
+        // Unlinked, still looked up: backing inode 42 now belongs to a new file.
+        ns.remove_name(ROOT_INO, OsStr::new("old"));
+        let Assigned::NewRemap(y, 1, 42) = ns.file_ino(0, 42) else {
+            panic!("the number of a referenced unlinked file was reused")
+        };
+        assert_ne!(x, y);
+        // A file whose node moved to tier 1 keeps its number; its old backing inode on
+        // tier 0 is another file's now.
+        let Assigned::Known(z) = ns.file_ino(0, 77) else {
+            panic!()
+        };
+        ns.add_file_name(z, ROOT_INO, OsStr::new("moved"), || node(1, 5, z));
+        assert!(matches!(ns.file_ino(0, 77), Assigned::NewRemap(..)));
+    }
+}

@@ -325,6 +325,24 @@ impl Store {
         for (p, i) in &db_dirs {
             fresh.dir_ids.insert(p.clone(), *i);
         }
+        // Keep nodes of files that are unlinked but still open or known to the kernel,
+        // first, so the walk gives their numbers to no other file (backing inode numbers
+        // are reused once a file is gone).
+        for (ino, f) in ns.files.iter() {
+            if f.names.is_empty() && (f.lookups > 0 || f.state.has_open_handles()) {
+                fresh.files.insert(
+                    *ino,
+                    FileNode {
+                        kind: f.kind,
+                        tier: f.tier,
+                        bino: f.bino,
+                        names: Vec::new(),
+                        state: f.state.clone(),
+                        lookups: f.lookups,
+                    },
+                );
+            }
+        }
         let mut used = vec![0u64; self.tiers.len()];
         let mut seen_remaps: HashSet<Ino> = HashSet::new();
         let mut new_dirs: Vec<(PathBuf, Ino)> = Vec::new();
@@ -435,22 +453,6 @@ impl Store {
                         }
                     }
                 }
-            }
-        }
-        // Keep nodes of files that are unlinked but still open.
-        for (ino, f) in ns.files.iter() {
-            if !fresh.files.contains_key(ino) && f.state.has_open_handles() {
-                fresh.files.insert(
-                    *ino,
-                    FileNode {
-                        kind: f.kind,
-                        tier: f.tier,
-                        bino: f.bino,
-                        names: Vec::new(),
-                        state: f.state.clone(),
-                        lookups: f.lookups,
-                    },
-                );
             }
         }
         // Keep lookup counts and stub marks of directories that survived.

@@ -439,9 +439,13 @@ fn moves_race_with_writes_truncates_renames_and_links() {
             let mut k = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 k += 1;
-                let name = format!("{}{}", if k % 3 == 0 { "b" } else { "a" }, k % FILES);
+                let name = format!(
+                    "{}{}",
+                    if k.is_multiple_of(3) { "b" } else { "a" },
+                    k % FILES
+                );
                 if t.s()
-                    .move_now(name.as_ref(), if k % 2 == 0 { "t1" } else { "t0" })
+                    .move_now(name.as_ref(), if k.is_multiple_of(2) { "t1" } else { "t0" })
                     .is_ok()
                 {
                     moves.fetch_add(1, Ordering::Relaxed);

@@ -265,13 +265,14 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     // The response-time dataset: shaped like (b) (the thesis used (b)), sizes / 16.
-    let mut resp = None;
-    if want("response") {
+    let resp = if want("response") {
         let sc = TABLE_2_2[1].scaled((count_div / 4).max(1), size_div * 16);
         let sub = "response_b".to_string();
         let g = dataset::generate(&s.src().join(&sub), &sc, 200)?;
-        resp = Some((sc, sub, g));
-    }
+        Some((sc, sub, g))
+    } else {
+        None
+    };
     println!(
         "generated the source trees in {:.1} s under {}",
         t.elapsed().as_secs_f64(),
@@ -483,16 +484,22 @@ fn bench_total(
         "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
          | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|\n"
     );
-    let daemon = RsyncDaemon::start(&s.src())?;
-    let up = SocketAddr::from(([127, 0, 0, 1], daemon.port));
-    let rproxy = DelayProxy::start(up, s.delay, s.rate)?;
+    // The delayed baseline: rsync's own daemon behind the same kind of proxy.
+    let delayed = if s.ganesha.is_some() {
+        let daemon = RsyncDaemon::start(&s.src())?;
+        let up = SocketAddr::from(([127, 0, 0, 1], daemon.port));
+        let proxy = DelayProxy::start(up, s.delay, s.rate)?;
+        Some((daemon, proxy))
+    } else {
+        None
+    };
     for (sc, sub, g) in datasets {
         let gib = g.bytes as f64 / (1u64 << 30) as f64;
         let head = format!(
             "| ({}) | {} | {} | {gib:.2} | {:.1} |",
             sc.name, g.dirs, g.files, g.mean_depth
         );
-        if s.ganesha.is_some() {
+        if let Some((_, rproxy)) = &delayed {
             let r = rsync(
                 &format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port),
                 &s.root.path().join("rsync-dst"),

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use protocol::{Call, ShareSpec, StatusReply};
 
+// Parsed once per process: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(clap::Subcommand)]
 pub enum MigrateCommand {
     /// Serve a store at once and migrate SOURCE into it (on demand + background crawl).
@@ -196,8 +198,8 @@ fn daemon_for(config: &Path) -> anyhow::Result<Client> {
 fn simple(a: &ShareArgs, make: impl Fn(Option<String>) -> Call, what: &str) -> anyhow::Result<()> {
     let mut c = daemon_for(&a.config)?;
     let v = call(&mut c, &make(a.share.clone()))?;
-    let names: Vec<String> = serde_json::from_value(v.get("shares").cloned().unwrap_or_default())
-        .unwrap_or_default();
+    let names: Vec<String> =
+        serde_json::from_value(v.get("shares").cloned().unwrap_or_default()).unwrap_or_default();
     println!("kaiso: {what} {}", names.join(", "));
     Ok(())
 }
@@ -238,8 +240,7 @@ fn status(a: StatusArgs) -> anyhow::Result<()> {
 fn finish(a: FinishArgs) -> anyhow::Result<()> {
     let dir = state_dir(&a.target.config)?;
     if let Some(limit) = &a.wait {
-        let limit =
-            kaiso_nfs::parse_duration(limit).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
+        let limit = kaiso_nfs::parse_duration(limit).map_err(|e| anyhow::anyhow!("--wait: {e}"))?;
         wait_crawled(&a.target, limit)?;
     }
     let report = match connect(&dir) {

@@ -108,6 +108,13 @@ pub struct KaisoConfig {
     /// Share of a plan's byte budget that prefetch may use. 0.25 keeps prefetch from
     /// crowding out promotions of objects that are hot themselves.
     pub prefetch_share: f64,
+    /// Copy cost of a move in touches: an object must have at least `size / this` heat to be
+    /// promoted, and a short-term rate of at least `size / this` to be a spike candidate
+    /// (besides `promote_min_heat` and `spike_min_rate`). A move reads the object from the
+    /// slower device; 1 MiB is about what an HDD streams in the time of one random IO, so a
+    /// 64 MiB region must have had ~64 touches before its copy is likely to pay back. Small
+    /// objects are unaffected; 0 turns the rule off.
+    pub copy_bytes_per_touch: u64,
 }
 
 impl Default for KaisoConfig {
@@ -141,6 +148,7 @@ impl Default for KaisoConfig {
             prefetch_unit_regions: 3,
             unit_heat_weight: 0.5,
             prefetch_share: 0.25,
+            copy_bytes_per_touch: 1 << 20,
         }
     }
 }

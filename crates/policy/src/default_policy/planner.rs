@@ -55,6 +55,16 @@ fn policy_spend_tokens(policy: &mut KaisoPolicy, spent: u64) {
     policy.move_tokens = (policy.move_tokens - spent as f64).max(0.0);
 }
 
+/// Touches an object of `size` bytes needs before its copy is likely to pay back
+/// (`copy_bytes_per_touch`; 0 = no such requirement).
+fn copy_touches(cfg: &super::KaisoConfig, size: u64) -> f64 {
+    if cfg.copy_bytes_per_touch == 0 {
+        0.0
+    } else {
+        size as f64 / cfg.copy_bytes_per_touch as f64
+    }
+}
+
 /// Residents an exchange looks past (not cold enough) before giving up.
 const EXCHANGE_SCAN: usize = 32;
 
@@ -332,7 +342,9 @@ impl<'a> Planner<'a> {
             let mut hot: Vec<usize> = (0..self.cands.len())
                 .filter(|&i| {
                     let c = &self.cands[i];
-                    usize::from(c.tier) == s && !c.moved && c.rate >= cfg.spike_min_rate
+                    usize::from(c.tier) == s
+                        && !c.moved
+                        && c.rate >= cfg.spike_min_rate.max(copy_touches(&cfg, c.size))
                 })
                 .collect();
             hot.sort_by(|&a, &b| {
@@ -378,7 +390,9 @@ impl<'a> Planner<'a> {
             let mut hot: Vec<usize> = (0..self.cands.len())
                 .filter(|&i| {
                     let c = &self.cands[i];
-                    usize::from(c.tier) > t && !c.moved && c.score >= min_heat
+                    usize::from(c.tier) > t
+                        && !c.moved
+                        && c.score >= min_heat.max(copy_touches(&self.policy.cfg, c.size))
                 })
                 .collect();
             hot.sort_by(|&a, &b| self.cands[b].density().total_cmp(&self.cands[a].density()));

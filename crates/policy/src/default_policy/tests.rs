@@ -701,3 +701,36 @@ fn a_hot_small_file_beats_a_warmer_huge_one_per_byte() {
 fn per_object_state_stays_compact() {
     assert_eq!(std::mem::size_of::<object::ObjectState>(), 40);
 }
+
+#[test]
+fn a_big_region_needs_touches_that_pay_for_its_copy() {
+    // Two 64 MiB regions touched 5 times each (random offsets, seconds apart): enough for
+    // promote_min_heat, not for a 64 MiB copy at 1 MiB per touch. A 1 MiB object with the
+    // same touches is promoted; with the rule off both regions are.
+    let run = |copy_bytes_per_touch: u64| {
+        let mut p = KaisoPolicy::new(KaisoConfig {
+            copy_bytes_per_touch,
+            ..KaisoConfig::default()
+        })
+        .unwrap();
+        let sizes = [64 * MIB, 64 * MIB, MIB];
+        let mut w = World::new(&mut p, &[1 << 30, 1 << 40], &sizes, 1);
+        for k in 0..5u64 {
+            for o in 0..3u64 {
+                p.record(&read(k * 10 * SECOND, o, (k * 7 + 1) * 65536));
+            }
+        }
+        let now = 60 * SECOND;
+        let moves = p.plan(now, &w.tiers, u64::MAX);
+        w.apply(&mut p, &moves);
+        let mut promoted: Vec<u64> = moves
+            .iter()
+            .filter(|m| m.to == 0)
+            .map(|m| m.object)
+            .collect();
+        promoted.sort_unstable();
+        promoted
+    };
+    assert_eq!(run(1 << 20), vec![2]);
+    assert_eq!(run(0), vec![0, 1, 2]);
+}

@@ -349,7 +349,16 @@ fn list(store: &Store, dir: Ino) -> crate::FsResult<Vec<(Ino, ChildKind)>> {
 /// treat with the old row (copying the old file's metadata or completing the new
 /// file's row without data). The row is read only once the file is open.
 fn fetch_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass) -> bool {
-    let Ok(opened) = store.open_file(ino, libc::O_RDONLY, false) else {
+    // Only regular files have stub rows; never open anything else (opening a FIFO
+    // would block).
+    let is_stub_file = matches!(m.db.get(ino), Ok(Some(_)))
+        && store
+            .getattr(ino, None)
+            .is_ok_and(|a| a.kind == FileKind::File);
+    if !is_stub_file {
+        return !should_stop(m);
+    }
+    let Ok(opened) = store.open_file(ino, libc::O_RDONLY | libc::O_NONBLOCK, false) else {
         return !should_stop(m); // gone, or not a regular file
     };
     let go_on = visit_leaf(store, m, ino, pass, opened.fh);
@@ -384,9 +393,17 @@ fn visit_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass, fh: u64) -> bo
         // Through the store's fill path so the per-file fill lock orders us with clients.
         let unit = m.cfg.unit_size.min(u32::MAX as u64) as u32;
         let aligned = start / m.cfg.unit_size * m.cfg.unit_size;
-        if let Err(e) = store.read(fh, aligned, unit) {
-            tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
-            return !should_stop(m);
+        match store.read(fh, aligned, unit) {
+            Ok(_) => {}
+            // Paused or stopped while throttled: the loop waits, then retries the unit.
+            Err(crate::FsError::BUSY) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
+                return !should_stop(m);
+            }
         }
     }
 }

@@ -777,7 +777,11 @@ impl Migration {
         let crawler = on_crawler_thread();
         if crawler {
             self.wait_for_demand();
-            self.throttle_wait(self.cfg.unit_size);
+            if !self.throttle_wait(self.cfg.unit_size) {
+                // Paused or stopped while waiting for bandwidth: this unit is not
+                // fetched now (the crawler retries it after a resume).
+                return Err(FsError::BUSY);
+            }
         } else {
             self.counters
                 .demand_in_flight
@@ -839,10 +843,12 @@ impl Migration {
         }
     }
 
-    fn throttle_wait(&self, bytes: u64) {
+    /// Waits for the crawler's bandwidth budget; false if paused or stopped meanwhile.
+    fn throttle_wait(&self, bytes: u64) -> bool {
+        let halted = || self.stop.load(Ordering::Acquire) || self.paused.load(Ordering::Acquire);
         let limit = self.throttle_limit.load(Ordering::Relaxed);
         if limit == 0 {
-            return;
+            return !halted();
         }
         let sleep = {
             let mut t = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
@@ -853,7 +859,12 @@ impl Migration {
             let allowed = Duration::from_secs_f64(t.1 as f64 / limit as f64);
             allowed.saturating_sub(t.0.elapsed())
         };
-        std::thread::sleep(sleep.min(Duration::from_secs(10)));
+        // In slices, so a pause or stop request is not held up by the throttle.
+        let until = Instant::now() + sleep.min(Duration::from_secs(10));
+        while Instant::now() < until && !halted() {
+            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+        }
+        !halted()
     }
 }
 

@@ -80,7 +80,8 @@ fn overlaps(a: &str, b: &str) -> bool {
 
 /// Opens the source and the migration state of one share (fresh or resumed).
 fn open_share(store: &Store, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
-    let source = kaiso_source::open_source(&spec.url).map_err(|e| format!("source {}: {e}", spec.url))?;
+    let source =
+        kaiso_source::open_source(&spec.url).map_err(|e| format!("source {}: {e}", spec.url))?;
     let order = CrawlOrder::parse(&spec.order, &spec.mode)?;
     let mut cfg = MigrationConfig::new(spec.name.clone());
     cfg.target = PathBuf::from(&spec.into);
@@ -138,14 +139,18 @@ impl Daemon {
     }
 
     fn handle(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
-        let call: Call = serde_json::from_value(args).map_err(|e| format!("bad migrate request: {e}"))?;
+        let call: Call =
+            serde_json::from_value(args).map_err(|e| format!("bad migrate request: {e}"))?;
         match call {
             Call::Status { share } => {
                 let shares = self.lock();
                 let list = select(&shares, share.as_deref(), true)?;
                 let reply = StatusReply {
                     daemon: true,
-                    shares: list.into_iter().map(|i| self.status_of(&shares[i])).collect(),
+                    shares: list
+                        .into_iter()
+                        .map(|i| self.status_of(&shares[i]))
+                        .collect(),
                 };
                 serde_json::to_value(reply).map_err(|e| e.to_string())
             }
@@ -251,7 +256,10 @@ impl Daemon {
             Some(e) if done.is_empty() => Err(e),
             Some(e) => Err(format!(
                 "{e} (finished meanwhile: {})",
-                done.iter().map(|d| d.share.clone()).collect::<Vec<_>>().join(", ")
+                done.iter()
+                    .map(|d| d.share.clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             None => Ok(serde_json::json!({ "finished": done })),
         }
@@ -584,10 +592,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     }
     if let Some(s) = &server {
         let b = s.local_addr();
-        faces.push(format!(
-            "NFSv3 {b} export /{}",
-            a.export.trim_matches('/')
-        ));
+        faces.push(format!("NFSv3 {b} export /{}", a.export.trim_matches('/')));
     }
     if faces.is_empty() {
         faces.push("no face (crawl only)".into());
@@ -602,7 +607,10 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         if a.paused {
             "paused".to_string()
         } else {
-            format!("{} {} with {} workers", spec.order, spec.mode, spec.parallel)
+            format!(
+                "{} {} with {} workers",
+                spec.order, spec.mode, spec.parallel
+            )
         }
     );
     if let Some(s) = &server {

@@ -100,7 +100,10 @@ pub fn offline_status(state_dir: &Path, only: Option<&str>) -> anyhow::Result<St
         }
         let mut s = status_skeleton(&spec);
         s.state = "not running".into();
-        let db = state_dir.join("migrate").join(&spec.name).join("migrate.db");
+        let db = state_dir
+            .join("migrate")
+            .join(&spec.name)
+            .join("migrate.db");
         apply_counts(&mut s, db_counts(&db, None)?);
         reply.shares.push(s);
     }
@@ -162,7 +165,11 @@ pub fn render(r: &StatusReply) -> String {
         out.push_str("no share is being migrated into this store\n");
     }
     for s in &r.shares {
-        let pass = s.pass.as_deref().map(|p| format!(", pass {p}")).unwrap_or_default();
+        let pass = s
+            .pass
+            .as_deref()
+            .map(|p| format!(", pass {p}"))
+            .unwrap_or_default();
         out.push_str(&format!(
             "share {}: {} -> {}  [{}{pass}, round {}]\n",
             s.name, s.source, s.into, s.state, s.rounds
