@@ -243,7 +243,7 @@ unsafe extern "C" {
 /// A memfd holding a copy of a private file, for the kernel to execute. Scripts keep the
 /// descriptor across exec (the interpreter opens the script through /dev/fd/N); binaries get
 /// a close-on-exec one. Checks execute permission as the kernel would.
-pub(crate) fn private_image(fs: &Fs, f: &kaiso_libfs::OpenFile) -> Result<c_int, c_int> {
+pub(crate) fn private_image(f: &kaiso_libfs::OpenFile) -> Result<c_int, c_int> {
     let stat = f.stat();
     if stat.mode & libc::S_IFMT != libc::S_IFREG {
         return Err(libc::EACCES);
@@ -251,7 +251,6 @@ pub(crate) fn private_image(fs: &Fs, f: &kaiso_libfs::OpenFile) -> Result<c_int,
     if stat.mode & 0o111 == 0 {
         return Err(libc::EACCES);
     }
-    let _ = fs;
     let mut head = [0u8; 2];
     let script = f.pread(&mut head, 0).unwrap_or(0) == 2 && &head == b"#!";
     let flags = if script { 0 } else { libc::MFD_CLOEXEC };
@@ -295,7 +294,7 @@ fn private_image_at(st: &State, abs: &[u8]) -> Result<c_int, c_int> {
         kaiso_libfs::FsError::Errno(x) => x,
         kaiso_libfs::FsError::Outside(_) => libc::ENOENT,
     })?;
-    private_image(fs, &f)
+    private_image(&f)
 }
 
 /// execveat(fd, "", …, AT_EMPTY_PATH): runs the memfd image.
@@ -442,12 +441,9 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const P, envp: *const P) -> c
         return real::fexecve()(fd, argv, envp);
     };
     if let Some(f) = st.file(fd) {
-        let image = match st.fs() {
-            Ok(fs) => {
-                let _g = Guard::enter();
-                private_image(fs, &f)
-            }
-            Err(e) => Err(e),
+        let image = {
+            let _g = Guard::enter();
+            private_image(&f)
         };
         let img = match image {
             Ok(i) => i,

@@ -262,7 +262,7 @@ unsafe fn spawn(
                                 kaiso_libfs::FsError::Errno(x) => x,
                                 kaiso_libfs::FsError::Outside(_) => libc::ENOENT,
                             })
-                            .and_then(|f| private_image(fs, &f))
+                            .and_then(|f| private_image(&f))
                     }
                     Err(e) => Err(e),
                 };

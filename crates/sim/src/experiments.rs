@@ -643,34 +643,53 @@ pub fn ch3(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Vec<Table
 /// within its run; our 6 GiB is warmed within ours.
 pub fn ch3_data_scale(scale: Scale, seed: u64, progress: &mut dyn FnMut(&str)) -> Table {
     let mut t = Table::new(
-        "ch.3 data-set scale: gain over a non-prefetching cache (cache 13.3 %, adaptive LA, 3 MiB units)",
+        "ch.3 data-set scale and skew: gain over a non-prefetching cache (cache 13.3 %, adaptive LA, 3 MiB units)",
         &[
             "data",
+            "hot-window Zipf",
+            "HDD-only TPS",
+            "adaptive LA fast-tier share of IOs",
             "FlashCache-like TPS",
             "fills + write-backs / cache size",
             "adaptive LA TPS",
             "vs no prefetch (paper 3.15×)",
         ],
     );
-    for file_mib in [128u64, 1024] {
+    for (file_mib, zipf) in [(128u64, 1.0), (1024, 1.0), (128, 1.4)] {
         let exp = Ch3::with_spec(
             TpcxvSpec {
                 phase_s: scale.phase_s,
                 file_bytes: file_mib << 20,
+                zipf,
                 ..TpcxvSpec::default()
             },
             seed,
         );
         let data = exp.workload.disk_bytes();
         let cache = data * 133 / 1000;
-        progress(&format!("ch3 scale: {file_mib} MiB files FlashCache-like"));
+        progress(&format!(
+            "ch3 scale: {file_mib} MiB files, zipf {zipf}, HDD only"
+        ));
+        let hdd = run_tiering(
+            &exp.config(cache),
+            Placement::HomeOnly,
+            exp.workload_closed(seed),
+            |_| {},
+        );
+        progress(&format!(
+            "ch3 scale: {file_mib} MiB files, zipf {zipf}, FlashCache-like"
+        ));
         let fc = exp.flashcache(cache, seed);
-        progress(&format!("ch3 scale: {file_mib} MiB files adaptive LA"));
-        let la = exp
-            .prefetch(cache, 3, UnitMode::LayoutAware, RateMode::Adaptive, seed)
-            .tps;
+        progress(&format!(
+            "ch3 scale: {file_mib} MiB files, zipf {zipf}, adaptive LA"
+        ));
+        let la_run = exp.prefetch(cache, 3, UnitMode::LayoutAware, RateMode::Adaptive, seed);
+        let la = la_run.tps;
         t.rows.push(vec![
             format!("{:.0} GiB", data as f64 / (1u64 << 30) as f64),
+            format!("{zipf}"),
+            format!("{:.1}", hdd.tps),
+            format!("{:.2}", la_run.hit_ratio),
             format!("{:.1}", fc.tps),
             format!("{:.0}%", fc.bytes_moved as f64 / cache as f64 * 100.0),
             format!("{la:.1}"),

@@ -333,7 +333,6 @@ fn crash_during_migration_then_restart_finishes_without_loss() {
 }
 
 #[test]
-#[ignore = "known broken: the crawler opens the FIFO on the tier with open_file and blocks forever (store crawler.rs fetch_leaf; see sources report)"]
 fn nfs_migration_from_ganesha() {
     if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls"]) {
         return;
@@ -365,7 +364,6 @@ fn nfs_migration_from_ganesha() {
 }
 
 #[test]
-#[ignore = "known broken: SMB listings carry no link count, so the engine never anchors hard links (see sources report)"]
 fn smb_migration_from_samba() {
     if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
         return;
@@ -886,7 +884,10 @@ fn crash_cfg(throttled: bool) -> MigrationConfig {
 #[test]
 #[ignore = "child process of kill_9_at_random_moments_then_restart_loses_nothing"]
 fn crash_child_process() {
-    let spec = std::env::var(CRASH_CHILD_ENV).expect("run by the kill -9 test only");
+    let Ok(spec) = std::env::var(CRASH_CHILD_ENV) else {
+        eprintln!("crash_child_process only runs as the child of the kill -9 test");
+        return;
+    };
     let (src, dst) = spec.split_once('\n').unwrap();
     let src = PathBuf::from(src);
     let dest = Dest::at(Path::new(dst));

@@ -473,7 +473,13 @@ impl Store {
             tmp: tmp.clone(),
             state: "copying".into(),
         };
-        let id = self.db().journal_add(&row)?;
+        let id = match self.db().journal_add(&row) {
+            Ok(id) => id,
+            Err(e) => {
+                reserved.release();
+                return Err(e.into());
+            }
+        };
         self.fail_at(FailPoint::AfterJournal)?;
         let tmp_path = tt.path(&tmp);
         // Undo everything before the switch (not for injected failures: they stand for a
@@ -533,7 +539,9 @@ impl Store {
         // The accounted size is the copy's size now that no write is in flight.
         let size = state.size.load(Ordering::Acquire);
         if size != copied {
+            // The copy is the truth (e.g. a passthrough writer's growth not yet counted).
             tracing::warn!(ino, size, copied, "accounted size differs from the copy");
+            state.size.store(copied, Ordering::Release);
         }
         if !reserved.resize(copied) {
             drop(gate);

@@ -158,6 +158,24 @@ impl crate::Store {
             .clone()
     }
 
+    /// Unregisters `filler` if it is the registered one (a migration daemon whose last
+    /// share finished); true if it was. Another registered filler is left alone.
+    pub fn unset_stub_filler(&self, filler: &dyn StubFiller) -> bool {
+        let mut slot = self.filler.write().unwrap_or_else(|e| e.into_inner());
+        let same = slot.as_ref().is_some_and(|f| {
+            std::ptr::addr_eq(std::sync::Arc::as_ptr(f), filler as *const dyn StubFiller)
+        });
+        if same {
+            *slot = None;
+        }
+        same
+    }
+
+    /// Whether a stub filler is registered.
+    pub fn has_stub_filler(&self) -> bool {
+        self.stub_filler().is_some()
+    }
+
     /// A client removed a name of `ino`: tell the filler (its counter may drop).
     pub(crate) fn stub_notify_removed(&self, ino: Ino) {
         if let Some(f) = self.stub_filler() {

@@ -6,9 +6,12 @@
 //! - fio sequential 1 MiB write and read, random 4 KiB read (`fio` from Debian) on
 //!   (a) the backing directory, (b) a kaiso mount over it, (c) mergerfs over the same tiers;
 //! - a metadata test (create, stat, unlink N small files) on the same three;
+//! - each target on a fresh ext4 of its own (loop device), the targets taking turns over
+//!   several rounds, medians reported;
 //! - tiering: Zipf-skewed reads over 2 tiers (fast; emulated HDD whose service times come
 //!   from kaiso-device), the fast tier holding 10% of the data; after a warm-up, mean read
-//!   latency against the same data all on the fast tier and all on the emulated HDD.
+//!   latency against the same data all on the fast tier and all on the emulated HDD, next
+//!   to the best mean any whole-file placement could reach and the skew 1.5x would need.
 //!
 //! Every mount it makes is unmounted, and every file removed, on exit and on Ctrl-C.
 //! `--zipf-on DIR` runs only the skewed read workload on an existing tree (used by
@@ -467,7 +470,10 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let rounds = args.rounds.unwrap_or(3).max(1);
     let mut shared = args.shared_fs;
     if !shared && unsafe { libc::geteuid() } != 0 {
-        println!("not root: all targets share the file system of {}", args.dir.display());
+        println!(
+            "not root: all targets share the file system of {}",
+            args.dir.display()
+        );
         shared = true;
     }
     let args_eff = Args {
@@ -1231,6 +1237,41 @@ mod tests {
         let top10: u32 = counts[..10].iter().sum();
         assert!(top10 > 50_000, "top 10% of ranks got {top10} of 100000");
         assert!(counts[0] > counts[50]);
+    }
+
+    #[test]
+    fn best_placement_analysis() {
+        let a = Analysis {
+            fast_mean: 100.0,
+            slow_mean: 10_100.0,
+            n: 160,
+            fit: 16,
+            zipf: 1.1,
+        };
+        // Within 1.5x needs all but 0.5% of the reads on the fast tier.
+        assert!((a.share_needed(1.5) - 0.995).abs() < 1e-9);
+        let share = a.best_share(1.1);
+        assert!(
+            share > 0.6 && share < 0.7,
+            "top 10% share at s=1.1: {share}"
+        );
+        assert!((a.mean_with_share(1.0) - 100.0).abs() < 1e-9);
+        let s = a.skew_needed(1.5).expect("reachable for some skew");
+        assert!(a.best_share(s) >= a.share_needed(1.5));
+        assert!(a.best_share(s - 0.01) < a.share_needed(1.5));
+        // Ranks' masses sum to one.
+        let z = Zipf::new(160, 1.1);
+        let total: f64 = (0..160).map(|r| z.mass(r)).sum();
+        assert!((total - 1.0).abs() < 1e-9);
+        assert_eq!(z.mass(160), 0.0);
+    }
+
+    #[test]
+    fn median_of_rounds() {
+        let f = |x: f64| Figures::from_values([x; 6]);
+        assert_eq!(Figures::median(&[f(3.0), f(1.0), f(2.0)]).create_per_s, 2.0);
+        assert_eq!(Figures::median(&[f(1.0), f(4.0)]).stat_per_s, 2.5);
+        assert_eq!(Figures::median(&[]).unlink_per_s, 0.0);
     }
 
     #[test]

@@ -110,9 +110,9 @@ pub fn run(a: Args) -> Result<()> {
     print!("{}", validate::report(&traces, &policies, &all));
     if a.out.is_some() {
         kaiso_sim::report::write_json(&dir.join("comparison.json"), &all)?;
-    } else {
-        let _ = std::fs::remove_dir_all(&tmp);
     }
+    // Unused when --out is given; holds the generated traces otherwise.
+    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }
 

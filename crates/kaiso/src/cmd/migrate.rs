@@ -163,6 +163,34 @@ pub(crate) fn parse_rate(s: &str) -> anyhow::Result<Option<u64>> {
     Ok((n > 0).then_some(n))
 }
 
+/// Names of the shares still being migrated into the store at `state_dir`.
+pub(crate) fn unfinished_shares(state_dir: &Path) -> anyhow::Result<Vec<String>> {
+    Ok(daemon::saved_specs(state_dir)?
+        .into_iter()
+        .map(|s| s.name)
+        .collect())
+}
+
+/// Refuses to open a store that is still being migrated outside the migration daemon:
+/// its stubs need their source, which only the daemon has. `face` is the daemon flag
+/// that serves the same way (`--mount MOUNTPOINT`, `--nfs ADDR`).
+pub(crate) fn refuse_if_migrating(
+    state_dir: &Path,
+    config: &Path,
+    face: &str,
+) -> anyhow::Result<()> {
+    let unfinished = unfinished_shares(state_dir)?;
+    if !unfinished.is_empty() {
+        bail!(
+            "{} is being migrated (share {}): serve it with `kaiso migrate start SOURCE {} {face}` until `kaiso migrate finish`",
+            config.display(),
+            unfinished.join(", "),
+            config.display(),
+        );
+    }
+    Ok(())
+}
+
 /// The state directory of the store a configuration names.
 fn state_dir(config: &Path) -> anyhow::Result<PathBuf> {
     Ok(super::mount::load_config(config)?.state_dir)

@@ -78,6 +78,11 @@ pub(crate) fn load_config(p: &Path) -> anyhow::Result<StoreConfig> {
 
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     let cfg = load_config(&a.config)?;
+    super::migrate::refuse_if_migrating(
+        &cfg.state_dir,
+        &a.config,
+        &format!("--mount {}", a.mountpoint.display()),
+    )?;
     kaiso_fuse::preflight(&a.mountpoint)?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };

@@ -335,6 +335,9 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
             }
             std::fs::create_dir_all(&dest)?;
             let mut n = 0u64;
+            // Hard links stay hard links: later names of an inode link to its first copy.
+            let mut first_name: std::collections::HashMap<u64, PathBuf> =
+                std::collections::HashMap::new();
             walk(&fs, b"/", &mut |p, st| {
                 let out = dest.join(Path::new(std::ffi::OsStr::from_bytes(&p[1..])));
                 match st.mode & libc::S_IFMT {
@@ -344,7 +347,15 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
                         std::os::unix::fs::symlink(OsString::from_vec(t), &out)?;
                         return Ok(());
                     }
+                    _ if st.nlink > 1 && first_name.contains_key(&st.ino) => {
+                        std::fs::hard_link(&first_name[&st.ino], &out)
+                            .with_context(|| format!("link {}", out.display()))?;
+                        return Ok(());
+                    }
                     _ => {
+                        if st.nlink > 1 {
+                            first_name.insert(st.ino, out.clone());
+                        }
                         let f = fs.open(p, libc::O_RDONLY, 0).map_err(|e| errno_err(e, p))?;
                         let mut w = std::fs::File::create(&out)
                             .with_context(|| format!("create {}", out.display()))?;
@@ -390,14 +401,22 @@ pub fn run(c: PrivateCommand) -> anyhow::Result<()> {
             let (fs, _) = Fs::open_pool(&pool, &opts, b"/")
                 .with_context(|| format!("open pool {}", pool.display()))?;
             let mut n = 0u64;
-            import_dir(&fs, &src, b"/", &mut n)?;
+            import_dir(&fs, &src, b"/", &mut n, &mut Default::default())?;
             println!("imported {n} files into {}", pool.display());
             Ok(())
         }
     }
 }
 
-fn import_dir(fs: &Fs, src: &Path, at: &[u8], n: &mut u64) -> anyhow::Result<()> {
+/// Copies the tree at `src` into the pool at `at`; `links` maps a (device, inode) with several
+/// names to the pool path of its first copy, so hard links are imported as hard links.
+fn import_dir(
+    fs: &Fs,
+    src: &Path,
+    at: &[u8],
+    n: &mut u64,
+    links: &mut std::collections::HashMap<(u64, u64), Vec<u8>>,
+) -> anyhow::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(src)
         .with_context(|| format!("read {}", src.display()))?
         .collect::<Result<_, _>>()?;
@@ -411,13 +430,20 @@ fn import_dir(fs: &Fs, src: &Path, at: &[u8], n: &mut u64) -> anyhow::Result<()>
                 Ok(()) | Err(FsError::Errno(libc::EEXIST)) => {}
                 Err(err) => return Err(errno_err(err, &p)),
             }
-            import_dir(fs, &e.path(), &p, n)?;
+            import_dir(fs, &e.path(), &p, n, links)?;
         } else if ft.is_symlink() {
             let t = std::fs::read_link(e.path())?;
             fs.symlink(t.as_os_str().as_bytes(), &p)
                 .map_err(|err| errno_err(err, &p))?;
             continue;
+        } else if ft.is_file() && md.nlink() > 1 && links.contains_key(&(md.dev(), md.ino())) {
+            fs.link(&links[&(md.dev(), md.ino())], &p, false)
+                .map_err(|err| errno_err(err, &p))?;
+            continue;
         } else if ft.is_file() {
+            if md.nlink() > 1 {
+                links.insert((md.dev(), md.ino()), p.clone());
+            }
             let f = fs
                 .open(
                     &p,

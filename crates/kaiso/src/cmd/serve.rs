@@ -45,6 +45,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let after = kaiso_nfs::parse_duration(&a.jukebox_after)
         .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
     let cfg = load_config(&config)?;
+    super::migrate::refuse_if_migrating(&cfg.state_dir, &config, &format!("--nfs {}", a.listen))?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
     let store = Store::open(cfg)?;

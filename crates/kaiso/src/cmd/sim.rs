@@ -67,6 +67,9 @@ pub struct SuiteArgs {
     /// Overrides of the default policy's keys: key=value,... (numbers or true/false).
     #[arg(long)]
     pub kaiso: Option<String>,
+    /// Region size (MiB) the default policy places on the block volumes.
+    #[arg(long, default_value_t = 64)]
+    pub volume_region: u64,
     /// Write suite.json, suite.csv, suite.md and one SVG per workload here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -195,6 +198,10 @@ pub struct TierArgs {
     /// Simulated seconds to run (default: until the trace ends).
     #[arg(long)]
     pub horizon: Option<f64>,
+    /// Open loop: user requests outstanding at most (a replay tool's queue); 0 = unbounded
+    /// (an overloaded disk's backlog then grows without end and starves the mover).
+    #[arg(long, default_value_t = 32)]
+    pub queue_depth: usize,
     /// Seconds between policy plans.
     #[arg(long, default_value_t = 1.0)]
     pub plan_interval: f64,
@@ -394,6 +401,7 @@ fn tier(a: TierArgs) -> Result<()> {
     cfg.plan_interval = (a.plan_interval.max(0.001) * 1e9) as u64;
     cfg.sample_interval = (a.sample_interval.max(0.001) * 1e9) as u64;
     cfg.horizon = a.horizon.map(|h| (h * 1e9) as u64);
+    cfg.max_outstanding = (a.queue_depth > 0).then_some(a.queue_depth);
     let records = source.records()?;
     // A malformed record stops the replay with its error, reported after the run.
     let failure = std::sync::Mutex::new(None);
@@ -654,8 +662,7 @@ fn kaiso_config(a: &SuiteArgs) -> Result<kaiso_policy::default_policy::KaisoConf
         for v in map.values_mut() {
             if let Some(f) = v.as_f64()
                 && f.fract() == 0.0
-                && f >= 0.0
-                && f < 9.0e15
+                && (0.0..9.0e15).contains(&f)
             {
                 *v = serde_json::Value::from(f as u64);
             }
@@ -689,6 +696,10 @@ fn suite(a: SuiteArgs) -> Result<()> {
         spec.policies = POLICIES.iter().map(|s| s.to_string()).collect();
     }
     spec.kaiso = kaiso_config(&a)?;
+    if a.volume_region == 0 || a.volume_region > 1 << 20 {
+        bail!("--volume-region must be 1..=1048576 MiB");
+    }
+    spec.volume_region = a.volume_region << 20;
     for path in &a.trace {
         let format = match &a.format {
             Some(f) => TraceFormat::parse(f).with_context(|| {

@@ -550,6 +550,9 @@ fn the_mover_rate_is_a_token_bucket_and_an_idle_mover_takes_a_big_object() {
         move_bytes_per_sec: 100 * MIB,
         max_plan_gap_secs: 20.0,
         promote_dwpd: 1000.0,
+        // This test is about the mover's pace: the copy-cost rule (which would hold back
+        // 1 GiB objects with 3 touches) is tested on its own.
+        copy_bytes_per_touch: 0,
         ..KaisoConfig::default()
     };
     let mut p = KaisoPolicy::new(cfg).unwrap();
@@ -671,6 +674,8 @@ fn odd_inputs_do_not_panic() {
 fn a_hot_small_file_beats_a_warmer_huge_one_per_byte() {
     let mut p = KaisoPolicy::new(KaisoConfig {
         promote_dwpd: 100.0,
+        // The ranking by heat per byte, without the copy-cost rule (tested on its own).
+        copy_bytes_per_touch: 0,
         ..KaisoConfig::default()
     })
     .unwrap();

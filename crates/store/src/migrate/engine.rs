@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::source::{
     FileKind as SrcKind, Source, SourceAttr, SourceError, SourceErrorKind, SourcePath, Timestamp,
 };
-use super::state::{MigrationDb, StubKind, StubRow};
+use super::state::{MigrationDb, Progress, StubKind, StubRow};
 use crate::Store;
 use crate::error::{FsError, FsResult};
 use crate::stub::{DirFillGate, StubEntry, StubFiller, StubState};
@@ -106,6 +106,8 @@ pub struct Migration {
     throttle_limit: AtomicU64,
     /// Set by a running crawler: tells it about client renames.
     pub(crate) rename_hook: Mutex<Option<RenameHook>>,
+    /// The last stop was unclean: the counter was recomputed at open.
+    recounted: AtomicBool,
 }
 
 pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
@@ -152,9 +154,9 @@ impl Migration {
         if cfg.name.is_empty() || cfg.name.contains(['/', '\0']) || cfg.name.starts_with('.') {
             return Err(format!("bad migration name {:?}", cfg.name));
         }
-        let dir = store.config().state_dir.join("migrate").join(&cfg.name);
-        let db = MigrationDb::open(&dir.join("migrate.db"))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = share_dir(&store.config().state_dir, &cfg.name);
+        let db =
+            MigrationDb::open(&dir.join(DB_FILE)).map_err(|e| format!("{}: {e}", dir.display()))?;
         let described = source.describe();
         let root_ino = ensure_target(store, &cfg.target)?;
         let m = Arc::new(Self {
@@ -169,6 +171,7 @@ impl Migration {
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             rename_hook: Mutex::new(None),
+            recounted: AtomicBool::new(false),
         });
         let e = |e: std::io::Error| e.to_string();
         match m.db.meta("source").map_err(e)? {
@@ -220,6 +223,7 @@ impl Migration {
                 .reconcile_inner(store, true)
                 .map_err(|er| format!("recount after unclean stop: {er:?}"))?;
             tracing::warn!(migration = %m.cfg.name, remaining = n, "unclean stop: stub counter recomputed");
+            m.recounted.store(true, Ordering::Relaxed);
         }
         m.db.set_meta("clean", "0").map_err(e)?;
         Ok(m)
@@ -227,6 +231,33 @@ impl Migration {
 
     pub fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// Whether `open` found the previous run stopped uncleanly and recomputed the
+    /// counter (never for a brand-new migration).
+    pub fn recounted_at_open(&self) -> bool {
+        self.recounted.load(Ordering::Relaxed)
+    }
+
+    /// Progress of this share: done and known files and bytes (bytes still missing in
+    /// partial files exactly, from the store), stubs, pending directories, skip report.
+    /// Reads through its own read-only connection, so it never holds up fetches.
+    pub fn progress(&self, store: &Store) -> Result<Progress, String> {
+        let path = self.dir.join(DB_FILE);
+        let missing = |ino: Ino| store.stub_state(ino).missing;
+        MigrationDb::open_read_only(&path)
+            .and_then(|db| db.progress(Some(&missing)))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Progress of share `name` of the store whose state directory is `state_dir`, from
+    /// its saved state alone (no daemon, no store opened): partial files count as wholly
+    /// missing. Reads only; fails if the share has no state.
+    pub fn saved_progress(state_dir: &Path, name: &str) -> Result<Progress, String> {
+        let path = share_dir(state_dir, name).join(DB_FILE);
+        MigrationDb::open_read_only(&path)
+            .and_then(|db| db.progress(None))
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -427,7 +458,7 @@ impl Migration {
             self.db.anchor(a.ino).map_err(io)
         };
         if a.kind == SrcKind::Regular
-            && a.nlink >= 2
+            && self.may_be_hard_link(a)
             && let Some(anchor) = known_anchor()?
             && store.getattr(anchor, None).is_ok()
         {
@@ -506,7 +537,7 @@ impl Migration {
                 listed_mtime_ns: ns_of(a.mtime),
             }),
             SrcKind::Regular => {
-                if a.nlink >= 2 {
+                if self.may_be_hard_link(a) {
                     // Stored with the rows (same transaction), never before them.
                     new_anchors.push((a.ino, ino));
                 }
@@ -525,6 +556,15 @@ impl Migration {
                 None
             }
         })
+    }
+
+    /// Whether a regular file needs a hard-link anchor. Sources with Unix ids (POSIX,
+    /// NFS) list the link count; SMB listings do not (they say 1), so there every file is
+    /// anchored by its FileId and a second path with the same id still becomes a link.
+    fn may_be_hard_link(&self, a: &SourceAttr) -> bool {
+        a.kind == SrcKind::Regular
+            && a.ino != 0
+            && (a.nlink >= 2 || !self.source.features().unix_ids)
     }
 
     /// Copies xattrs, ACLs and alternate data streams; problems go to the skip report.
@@ -868,6 +908,14 @@ impl Migration {
     }
 }
 
+/// The state database's file name inside a share's state directory.
+const DB_FILE: &str = "migrate.db";
+
+/// `<state_dir>/migrate/<name>`: the state directory of one share.
+fn share_dir(state_dir: &Path, name: &str) -> PathBuf {
+    state_dir.join("migrate").join(name)
+}
+
 fn ns_of(t: Timestamp) -> i64 {
     t.secs.saturating_mul(1_000_000_000) + i64::from(t.nanos)
 }
@@ -935,6 +983,21 @@ impl Migrations {
 
     pub fn all(&self) -> Vec<Arc<Migration>> {
         self.list.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Detaches migration `name` (after `finish`): the filler no longer dispatches to it,
+    /// and once the caller drops the returned handle (and any crawler of it is stopped)
+    /// its source and its database connection are closed. When no migration is left,
+    /// `self` is unregistered from `store` (nothing is a stub any more); a later
+    /// migration registers it again with `Store::set_stub_filler`.
+    pub fn remove(&self, store: &Store, name: &str) -> Option<Arc<Migration>> {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        let at = list.iter().position(|m| m.name() == name)?;
+        let m = list.remove(at);
+        if list.is_empty() {
+            store.unset_stub_filler(self);
+        }
+        Some(m)
     }
 
     fn owner(&self, ino: Ino) -> FsResult<Option<(Arc<Migration>, StubRow)>> {

@@ -19,4 +19,4 @@ pub use source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
-pub use state::Skipped;
+pub use state::{Progress, Skipped};

@@ -22,7 +22,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::source::{SourceErrorKind, SourcePath};
 
@@ -78,6 +78,26 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// Progress of one share (for `kaiso migrate status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Files whose copy completed, and their bytes plus the bytes fetched of file stubs.
+    pub files_done: u64,
+    pub bytes_done: u64,
+    /// Bytes known so far: completed files plus every file stub (grows with listings).
+    pub bytes_known: u64,
+    /// Bytes of file stubs still to be fetched.
+    pub missing_bytes: u64,
+    /// Files that are still stubs (dummy or partial).
+    pub file_stubs: u64,
+    /// Directories not listed yet.
+    pub dirs_pending: u64,
+    /// Stub rows (file stubs + pending directories): the remaining-stub counter.
+    pub remaining: u64,
+    /// The skip report.
+    pub skipped: Vec<Skipped>,
+}
+
 pub struct MigrationDb {
     conn: Mutex<Connection>,
 }
@@ -115,9 +135,89 @@ impl MigrationDb {
                 .map_err(sql_err)?;
             }
         }
+        // A brand-new database has nothing to recount: it starts cleanly stopped with a
+        // zero counter. (Every open by the engine sets `clean` afterwards, so a missing
+        // key means the database was created just now.)
+        conn.execute_batch(
+            "INSERT OR IGNORE INTO meta(key,value) SELECT 'clean','1' WHERE NOT EXISTS (SELECT 1 FROM stubs);
+             INSERT OR IGNORE INTO meta(key,value) SELECT 'remaining','0' WHERE NOT EXISTS (SELECT 1 FROM stubs);",
+        )
+        .map_err(sql_err)?;
         Ok(Self {
             conn: Mutex::new(conn),
         })
+    }
+
+    /// Opens an existing database read-only (status without the engine; never creates or
+    /// changes anything, readers do not block the engine in WAL mode).
+    pub fn open_read_only(path: &Path) -> std::io::Result<Self> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(2))
+            .map_err(sql_err)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// Progress figures. `missing_of(ino)` gives the byte ranges the store still misses
+    /// of a partial file; without it (no store at hand) a partial file counts as wholly
+    /// missing. Dummy files have nothing fetched yet. Every figure is clamped to the
+    /// file's `minsize` (bytes past it are never fetched).
+    pub fn progress(
+        &self,
+        missing_of: Option<&dyn Fn(u64) -> Vec<(u64, u64)>>,
+    ) -> std::io::Result<Progress> {
+        let mut out = Progress::default();
+        let stubs: Vec<(u64, StubKind, u64)> = {
+            let c = self.conn();
+            let (n, sum): (i64, Option<i64>) = c
+                .query_row("SELECT COUNT(*), SUM(size) FROM done", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .map_err(sql_err)?;
+            out.files_done = n as u64;
+            out.bytes_done = sum.unwrap_or(0) as u64;
+            let mut st = c
+                .prepare("SELECT ino, kind, minsize FROM stubs")
+                .map_err(sql_err)?;
+            st.query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as u64,
+                    StubKind::from_code(r.get(1)?),
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?
+        };
+        // The store is asked with the connection released (it may be slow, and the
+        // engine must not wait for a status query).
+        out.bytes_known = out.bytes_done;
+        for (ino, kind, minsize) in stubs {
+            out.remaining += 1;
+            if kind == StubKind::DummyDir {
+                out.dirs_pending += 1;
+                continue;
+            }
+            out.file_stubs += 1;
+            out.bytes_known += minsize;
+            let missing = match missing_of {
+                Some(f) if kind == StubKind::PartialFile => f(ino)
+                    .iter()
+                    .map(|&(a, b)| b.min(minsize).saturating_sub(a.min(minsize)))
+                    .sum(),
+                _ => minsize,
+            };
+            out.missing_bytes += missing;
+            out.bytes_done += minsize.saturating_sub(missing);
+        }
+        out.skipped = self.skipped()?;
+        Ok(out)
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {

@@ -2,7 +2,7 @@
 //! its faces while the shares' crawlers run, answering the other `kaiso migrate`
 //! commands through the store's control socket.
 
-use super::progress::{apply_counts, db_counts, status_skeleton};
+use super::progress::{apply_progress, skipped_entries, status_skeleton};
 use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
 use super::{StartArgs, call, connect, spec_of};
 use crate::cmd::mount::{catch_signals, load_config};
@@ -21,23 +21,32 @@ use std::time::{Duration, Instant};
 /// Rates are measured over this window.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
-/// One share in the daemon.
+/// One share being migrated by the daemon.
 struct Share {
     spec: ShareSpec,
     m: Arc<Migration>,
-    /// None: not crawling (started --paused, or finished).
+    /// None: not crawling (started --paused).
     crawler: Option<Crawler>,
     paused: bool,
     started: Instant,
-    finished: Option<FinishSummary>,
     /// (when, bytes fetched, files completed) once a second, for rates.
     samples: VecDeque<(Instant, u64, u64)>,
+}
+
+/// A share whose `finish` succeeded: its source is detached, only the summary is kept
+/// (for status).
+struct Finished {
+    spec: ShareSpec,
+    started: Instant,
+    summary: FinishSummary,
 }
 
 struct Daemon {
     store: Arc<Store>,
     migrations: Arc<Migrations>,
+    /// Lock order: `shares` before `finished`.
     shares: Mutex<Vec<Share>>,
+    finished: Mutex<Vec<Finished>>,
 }
 
 fn spec_path(state_dir: &Path, name: &str) -> PathBuf {
@@ -101,10 +110,14 @@ impl Daemon {
         self.shares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn lock_finished(&self) -> std::sync::MutexGuard<'_, Vec<Finished>> {
+        self.finished.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Adds a share: binds its source, opens (or resumes) its state, starts its crawl.
     fn add(&self, spec: ShareSpec, paused: bool) -> Result<(), String> {
         let check = |shares: &[Share]| -> Result<(), String> {
-            for s in shares.iter().filter(|s| s.finished.is_none()) {
+            for s in shares {
                 if s.spec.name == spec.name {
                     return Err(format!("share {} is already being migrated", spec.name));
                 }
@@ -118,6 +131,8 @@ impl Daemon {
             Ok(())
         };
         check(&self.lock())?;
+        // Registered again if a finish unregistered it (the last share had finished).
+        self.store.set_stub_filler(self.migrations.clone());
         let m = open_share(&self.store, &spec)?;
         let mut shares = self.lock();
         check(&shares)?;
@@ -125,14 +140,13 @@ impl Daemon {
             .map_err(|e| format!("save share {}: {e}", spec.name))?;
         self.migrations.add(m.clone());
         let crawler = (!paused).then(|| Crawler::start(self.store.clone(), m.clone()));
-        shares.retain(|s| s.spec.name != spec.name);
+        self.lock_finished().retain(|f| f.spec.name != spec.name);
         shares.push(Share {
             spec,
             m,
             crawler,
             paused,
             started: Instant::now(),
-            finished: None,
             samples: VecDeque::new(),
         });
         Ok(())
@@ -143,14 +157,27 @@ impl Daemon {
             serde_json::from_value(args).map_err(|e| format!("bad migrate request: {e}"))?;
         match call {
             Call::Status { share } => {
+                let named = |n: &str| share.as_deref().is_none_or(|want| want == n);
                 let shares = self.lock();
-                let list = select(&shares, share.as_deref(), true)?;
+                let mut list: Vec<ShareStatus> = shares
+                    .iter()
+                    .filter(|s| named(&s.spec.name))
+                    .map(|s| self.status_of(s))
+                    .collect();
+                list.extend(
+                    self.lock_finished()
+                        .iter()
+                        .filter(|f| named(&f.spec.name))
+                        .map(finished_status),
+                );
+                if let Some(n) = &share
+                    && list.is_empty()
+                {
+                    return Err(format!("no share {n:?} is being migrated here"));
+                }
                 let reply = StatusReply {
                     daemon: true,
-                    shares: list
-                        .into_iter()
-                        .map(|i| self.status_of(&shares[i]))
-                        .collect(),
+                    shares: list,
                 };
                 serde_json::to_value(reply).map_err(|e| e.to_string())
             }
@@ -203,7 +230,7 @@ impl Daemon {
         mut f: impl FnMut(&mut Share),
     ) -> Result<serde_json::Value, String> {
         let mut shares = self.lock();
-        let list = select(&shares, share, false)?;
+        let list = select(&shares, share)?;
         let mut names = Vec::new();
         for i in list {
             f(&mut shares[i]);
@@ -215,7 +242,7 @@ impl Daemon {
     fn finish(&self, share: Option<&str>) -> Result<serde_json::Value, String> {
         let picked: Vec<(String, Arc<Migration>, Option<Crawler>, bool)> = {
             let mut shares = self.lock();
-            let list = select(&shares, share, false)?;
+            let list = select(&shares, share)?;
             list.into_iter()
                 .map(|i| {
                     let s = &mut shares[i];
@@ -232,9 +259,20 @@ impl Daemon {
             }
             match finish_one(&self.store, &name, &m) {
                 Ok(summary) => {
-                    if let Some(s) = self.lock().iter_mut().find(|s| s.spec.name == name) {
-                        s.finished = Some(summary.clone());
+                    // Detach: the filler forgets it and, with the last handle dropped
+                    // below, its source (connections) and its database close.
+                    self.migrations.remove(&self.store, &name);
+                    let mut shares = self.lock();
+                    if let Some(i) = shares.iter().position(|s| s.spec.name == name) {
+                        let s = shares.remove(i);
+                        self.lock_finished().push(Finished {
+                            spec: s.spec,
+                            started: s.started,
+                            summary: summary.clone(),
+                        });
                     }
+                    drop(shares);
+                    drop(m);
                     done.push(summary);
                 }
                 Err(e) => {
@@ -268,15 +306,6 @@ impl Daemon {
     fn status_of(&self, s: &Share) -> ShareStatus {
         let mut st = status_skeleton(&s.spec);
         st.elapsed_secs = s.started.elapsed().as_secs_f64();
-        if let Some(f) = &s.finished {
-            st.state = "finished".into();
-            st.files_done = f.verified_files;
-            st.files_known = f.verified_files;
-            st.bytes_done = f.verified_bytes;
-            st.bytes_known = f.verified_bytes;
-            st.skipped = f.skipped.clone();
-            return st;
-        }
         st.state = match &s.crawler {
             None if s.paused => "paused".into(),
             None => "stopped".into(),
@@ -291,8 +320,8 @@ impl Daemon {
         st.demand_fetches = k.demand_fetches.load(Ordering::Relaxed);
         st.crawl_fetches = k.crawl_fetches.load(Ordering::Relaxed);
         st.dirs_listed = k.dirs_listed.load(Ordering::Relaxed);
-        match db_counts(&s.m.state_dir().join("migrate.db"), Some(&self.store)) {
-            Ok(c) => apply_counts(&mut st, c),
+        match s.m.progress(&self.store) {
+            Ok(p) => apply_progress(&mut st, p),
             Err(e) => {
                 st.remaining_stubs = s.m.remaining();
                 st.skipped = vec![SkippedEntry {
@@ -342,7 +371,7 @@ impl Daemon {
         for (c, _) in crawlers {
             c.stop();
         }
-        for s in self.lock().iter().filter(|s| s.finished.is_none()) {
+        for s in self.lock().iter() {
             s.m.close();
         }
     }
@@ -363,12 +392,24 @@ fn eta(s: &ShareStatus) -> Option<f64> {
     }
 }
 
-/// Indices of the shares a command names (`None`: all; finished ones only for status).
-fn select(shares: &[Share], name: Option<&str>, with_finished: bool) -> Result<Vec<usize>, String> {
+/// Status of a finished share: what `finish` verified.
+fn finished_status(f: &Finished) -> ShareStatus {
+    let mut st = status_skeleton(&f.spec);
+    st.elapsed_secs = f.started.elapsed().as_secs_f64();
+    st.state = "finished".into();
+    st.files_done = f.summary.verified_files;
+    st.files_known = f.summary.verified_files;
+    st.bytes_done = f.summary.verified_bytes;
+    st.bytes_known = f.summary.verified_bytes;
+    st.skipped = f.summary.skipped.clone();
+    st
+}
+
+/// Indices of the (unfinished) shares a command names (`None`: all).
+fn select(shares: &[Share], name: Option<&str>) -> Result<Vec<usize>, String> {
     let list: Vec<usize> = shares
         .iter()
         .enumerate()
-        .filter(|(_, s)| with_finished || s.finished.is_none())
         .filter(|(_, s)| name.is_none_or(|n| s.spec.name == n))
         .map(|(i, _)| i)
         .collect();
@@ -378,20 +419,9 @@ fn select(shares: &[Share], name: Option<&str>, with_finished: bool) -> Result<V
     }
 }
 
-fn skipped_entries(m: &Migration) -> Vec<SkippedEntry> {
-    m.skipped()
-        .into_iter()
-        .map(|k| SkippedEntry {
-            path: format!("/{}", String::from_utf8_lossy(k.src_path.as_bytes())),
-            kind: k.kind,
-            reason: k.reason,
-        })
-        .collect()
-}
-
 /// Verifies and detaches one share (the engine removes its whole state directory).
 fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary, String> {
-    let skipped = skipped_entries(m);
+    let skipped = skipped_entries(m.skipped());
     let report_path = m.state_dir().with_extension("finished.txt");
     let r = kaiso_store::migrate::finish(store, m)?;
     Ok(FinishSummary {
@@ -506,12 +536,14 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
     let store = Store::open(cfg)?;
+    tracing::info!(ms = t0.elapsed().as_millis() as u64, "store opened");
     let migrations = Migrations::new();
     store.set_stub_filler(migrations.clone());
     let daemon = Arc::new(Daemon {
         store: store.clone(),
         migrations,
         shares: Mutex::new(Vec::new()),
+        finished: Mutex::new(Vec::new()),
     });
     let stop_store = |store: &Arc<Store>, d: &Daemon| {
         d.stop_all();
@@ -530,6 +562,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         stop_store(&store, &daemon);
         bail!("{e}");
     }
+    tracing::info!(ms = t0.elapsed().as_millis() as u64, "sources bound");
     let background = store.start_background();
     let sock = match kaiso_store::control::serve(store.clone()) {
         Ok(s) => s,
@@ -572,6 +605,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    tracing::info!(ms = t0.elapsed().as_millis() as u64, "FUSE mounted");
     let server = match nfs {
         Some(opts) => match NfsServer::start(store.clone(), opts) {
             Ok(s) => Some(s),

@@ -1,94 +1,33 @@
-//! Progress figures of a share (from its state database and the store's missing ranges),
-//! their text rendering and the `--watch` progress bars.
+//! Progress figures of a share (the engine's `Migration::progress`, or its saved state
+//! without a daemon), their text rendering and the `--watch` progress bars.
 
 use super::protocol::{ShareSpec, ShareStatus, SkippedEntry, StatusReply};
 use indicatif::{HumanBytes, HumanDuration, MultiProgress, ProgressBar, ProgressStyle};
-use kaiso_store::Store;
-use rusqlite::{Connection, OpenFlags};
+use kaiso_store::migrate::{Migration, Progress, Skipped};
 use std::path::Path;
 use std::time::Duration;
 
-/// Counts read from one share's `migrate.db` (read-only; the engine writes it).
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct DbCounts {
-    pub files_done: u64,
-    pub bytes_done: u64,
-    pub bytes_known: u64,
-    pub file_stubs: u64,
-    pub dirs_pending: u64,
-    pub remaining: u64,
-    pub skipped: Vec<SkippedEntry>,
-}
-
-/// Reads the counts; with `store`, bytes still missing in partial files are exact,
-/// without it every file stub counts as wholly missing.
-pub fn db_counts(db: &Path, store: Option<&Store>) -> anyhow::Result<DbCounts> {
-    let c = Connection::open_with_flags(
-        db,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    c.busy_timeout(Duration::from_secs(2))?;
-    let mut out = DbCounts::default();
-    let (n, sum): (i64, Option<i64>) =
-        c.query_row("SELECT COUNT(*), SUM(size) FROM done", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    out.files_done = n as u64;
-    out.bytes_done = sum.unwrap_or(0) as u64;
-    out.bytes_known = out.bytes_done;
-    // Stub kinds as the engine stores them: 0 dummy directory, 1 dummy file, 2 partial file.
-    let mut st = c.prepare("SELECT ino, kind, minsize FROM stubs")?;
-    let rows = st.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)? as u64,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)? as u64,
-        ))
-    })?;
-    for row in rows {
-        let (ino, kind, minsize) = row?;
-        out.remaining += 1;
-        if kind == 0 {
-            out.dirs_pending += 1;
-            continue;
-        }
-        out.file_stubs += 1;
-        out.bytes_known += minsize;
-        let missing = match store {
-            Some(s) => s
-                .stub_state(ino)
-                .missing
-                .iter()
-                .map(|&(a, b)| b.min(minsize).saturating_sub(a.min(minsize)))
-                .sum(),
-            None => minsize,
-        };
-        out.bytes_done += minsize.saturating_sub(missing);
-    }
-    let mut st = c.prepare("SELECT src_path, kind, reason FROM skipped ORDER BY src_path")?;
-    let rows = st.query_map([], |r| {
-        let p: Vec<u8> = r.get(0)?;
-        Ok(SkippedEntry {
-            path: format!("/{}", String::from_utf8_lossy(&p)),
-            kind: r.get(1)?,
-            reason: r.get(2)?,
+/// The skip report as the protocol carries it (source paths as lossy UTF-8).
+pub fn skipped_entries(skipped: Vec<Skipped>) -> Vec<SkippedEntry> {
+    skipped
+        .into_iter()
+        .map(|k| SkippedEntry {
+            path: format!("/{}", String::from_utf8_lossy(k.src_path.as_bytes())),
+            kind: k.kind,
+            reason: k.reason,
         })
-    })?;
-    for r in rows {
-        out.skipped.push(r?);
-    }
-    Ok(out)
+        .collect()
 }
 
-/// Fills the database-derived fields of a status.
-pub fn apply_counts(s: &mut ShareStatus, c: DbCounts) {
-    s.remaining_stubs = c.remaining;
-    s.dirs_pending = c.dirs_pending;
-    s.files_done = c.files_done;
-    s.files_known = c.files_done + c.file_stubs;
-    s.bytes_done = c.bytes_done;
-    s.bytes_known = c.bytes_known;
-    s.skipped = c.skipped;
+/// Fills the progress fields of a status.
+pub fn apply_progress(s: &mut ShareStatus, p: Progress) {
+    s.remaining_stubs = p.remaining;
+    s.dirs_pending = p.dirs_pending;
+    s.files_done = p.files_done;
+    s.files_known = p.files_done + p.file_stubs;
+    s.bytes_done = p.bytes_done;
+    s.bytes_known = p.bytes_known;
+    s.skipped = skipped_entries(p.skipped);
 }
 
 /// Status without a daemon: the state databases of `<state_dir>/migrate/*`.
@@ -100,11 +39,8 @@ pub fn offline_status(state_dir: &Path, only: Option<&str>) -> anyhow::Result<St
         }
         let mut s = status_skeleton(&spec);
         s.state = "not running".into();
-        let db = state_dir
-            .join("migrate")
-            .join(&spec.name)
-            .join("migrate.db");
-        apply_counts(&mut s, db_counts(&db, None)?);
+        let p = Migration::saved_progress(state_dir, &spec.name).map_err(anyhow::Error::msg)?;
+        apply_progress(&mut s, p);
         reply.shares.push(s);
     }
     if let Some(n) = only
