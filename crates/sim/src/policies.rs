@@ -83,7 +83,7 @@ pub fn placement_with(name: &str, ctx: &PolicyContext) -> Result<Box<dyn Placeme
 
 fn unknown(name: &str) -> String {
     format!(
-        "unknown tiering policy {name:?}; known: none, writeback:<cache policy>, {}",
+        "unknown tiering policy {name:?}; known: none, writeback:<cache policy>, cache:<cache policy>, {}",
         PLACEMENT_NAMES.join(", ")
     )
 }

@@ -1136,3 +1136,186 @@ fn crawl_pauses_throttles_stops_within_one_unit_and_yields_to_demand() {
     }
     store.shutdown();
 }
+
+/// A source that records when it is dropped (its connections closed).
+struct DropWatch(PosixSource, Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropWatch {
+    fn drop(&mut self) {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Source for DropWatch {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    fn features(&self) -> kaiso_store::migrate::SourceFeatures {
+        self.0.features()
+    }
+    fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
+        self.0.stat(p)
+    }
+    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.0.read_dir(p)
+    }
+    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.0.read(p, offset, len)
+    }
+    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.0.read_link(p)
+    }
+    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.0.xattrs(p)
+    }
+    fn acl(&self, p: &SourcePath) -> SourceResult<kaiso_store::migrate::SourceAcl> {
+        self.0.acl(p)
+    }
+    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<kaiso_store::migrate::SourceStream>> {
+        self.0.streams(p)
+    }
+    fn read_stream(
+        &self,
+        p: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.0.read_stream(p, stream, offset, len)
+    }
+}
+
+#[test]
+fn progress_query_follows_the_migration_and_finish_detaches_the_source() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let src = tempfile::tempdir().unwrap();
+    let a = common::content(7, 1 << 20);
+    let b = common::content(8, 300_000);
+    write_tree(src.path(), &[("a", a.clone()), ("d/b", b.clone())], &["d"]);
+    let dest = Dest::new();
+    let store = dest.open();
+    let state_dir = dest.root.join("state");
+    let unit = 256u64 << 10;
+    let mut cfg = MigrationConfig::new("watched");
+    cfg.unit_size = unit;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let source = DropWatch(PosixSource::open(src.path()).unwrap(), dropped.clone());
+    let m = Migration::open(&store, Box::new(source), cfg).unwrap();
+    assert!(
+        !m.recounted_at_open(),
+        "a brand-new migration is not a crash"
+    );
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all.clone());
+    assert!(store.has_stub_filler());
+
+    // Nothing listed yet: one pending directory (the share root), nothing known.
+    let p = m.progress(&store).unwrap();
+    assert_eq!((p.remaining, p.dirs_pending, p.file_stubs), (1, 1, 0));
+    assert_eq!((p.files_done, p.bytes_done, p.bytes_known), (0, 0, 0));
+    assert_eq!(
+        Migration::saved_progress(&state_dir, "watched").unwrap(),
+        p,
+        "same figures from the saved state"
+    );
+
+    // Reading 10 bytes of `a` lists the root and fetches exactly one unit of `a`.
+    let ia = ino_of(&store, b"a");
+    let o = store.open_file(ia, libc::O_RDONLY, false).unwrap();
+    assert_eq!(store.read(o.fh, 0, 10).unwrap(), a[..10]);
+    store.release(o.fh).unwrap();
+    let p = m.progress(&store).unwrap();
+    assert_eq!(p.remaining, 2, "a (partial) and d (not listed)");
+    assert_eq!((p.dirs_pending, p.file_stubs, p.files_done), (1, 1, 0));
+    assert_eq!(p.bytes_known, a.len() as u64);
+    assert_eq!(p.bytes_done, unit);
+    assert_eq!(p.missing_bytes, a.len() as u64 - unit);
+    assert_eq!(p.missing_bytes, m.missing_bytes(&store));
+    // Without the store a partial file counts as wholly missing.
+    let saved = Migration::saved_progress(&state_dir, "watched").unwrap();
+    assert_eq!((saved.bytes_done, saved.missing_bytes), (0, a.len() as u64));
+    assert!(Migration::saved_progress(&state_dir, "no-such-share").is_err());
+
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    let p = m.progress(&store).unwrap();
+    assert_eq!((p.remaining, p.dirs_pending, p.file_stubs), (0, 0, 0));
+    assert_eq!(p.files_done, 2);
+    assert_eq!(p.bytes_done, (a.len() + b.len()) as u64);
+    assert_eq!((p.bytes_known, p.missing_bytes), (p.bytes_done, 0));
+    assert!(p.skipped.is_empty());
+
+    kaiso_store::migrate::finish(&store, &m).expect("finish");
+    // Detach: the filler forgets the share, the last one, so it is unregistered; once
+    // the last handle goes, the source is closed.
+    let weak = Arc::downgrade(&m);
+    let removed = all.remove(&store, "watched").expect("was attached");
+    assert!(all.remove(&store, "watched").is_none());
+    assert!(all.all().is_empty());
+    assert!(
+        !store.has_stub_filler(),
+        "no share left: filler unregistered"
+    );
+    assert!(!dropped.load(SeqCst), "still held by the caller");
+    drop(removed);
+    drop(m);
+    assert!(weak.upgrade().is_none(), "nothing else holds the migration");
+    assert!(dropped.load(SeqCst), "source closed");
+    // The store serves the plain files without any source.
+    assert_eq!(read_all(&store, ino_of(&store, b"d/b")), b);
+    assert_eq!(read_all(&store, ia), a);
+
+    // A filler shared by two shares stays registered while one is left.
+    let two = Migrations::new();
+    for name in ["s1", "s2"] {
+        let mut cfg = MigrationConfig::new(name);
+        cfg.target = PathBuf::from(format!("new/{name}"));
+        let m = Migration::open(
+            &store,
+            Box::new(PosixSource::open(src.path()).unwrap()),
+            cfg,
+        )
+        .unwrap();
+        two.add(m);
+    }
+    store.set_stub_filler(two.clone());
+    assert!(two.remove(&store, "s1").is_some());
+    assert!(store.has_stub_filler(), "s2 still needs the filler");
+    // Another filler registered meanwhile is never unregistered by this one.
+    store.set_stub_filler(all.clone());
+    assert!(two.remove(&store, "s2").is_some());
+    assert!(store.has_stub_filler());
+    store.shutdown();
+}
+
+#[test]
+fn only_an_unclean_stop_recounts_at_open() {
+    let src = tempfile::tempdir().unwrap();
+    write_tree(src.path(), &[("f", b"x".to_vec())], &[]);
+    let dest = Dest::new();
+    let store = dest.open();
+    let open = || {
+        Migration::open(
+            &store,
+            Box::new(PosixSource::open(src.path()).unwrap()),
+            MigrationConfig::new("restarts"),
+        )
+        .unwrap()
+    };
+    let m = open();
+    assert!(!m.recounted_at_open(), "brand-new: marked cleanly stopped");
+    assert_eq!(m.remaining(), 1);
+    m.close();
+    drop(m);
+    let m = open();
+    assert!(!m.recounted_at_open(), "after a clean stop");
+    // Dropped without close: as after kill -9.
+    drop(m);
+    let m = open();
+    assert!(m.recounted_at_open(), "after an unclean stop");
+    assert_eq!(m.remaining(), 1);
+    m.close();
+    store.shutdown();
+}

@@ -198,6 +198,9 @@ fn smb_source_against_samba() {
         SmbSource::connect(wrong).err().expect("bad password").kind,
         SourceErrorKind::PermissionDenied
     );
+    // Close the session while the server is up: the smb crate's logoff against a dead
+    // server waits for its full timeout (about 2 minutes).
+    drop(source);
     drop(server);
     let mut dead = kaiso_source::SmbConfig::new("127.0.0.1", "src", "root", "x");
     dead.port = common::free_port();

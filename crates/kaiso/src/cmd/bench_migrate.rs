@@ -88,14 +88,18 @@ impl Setup {
     /// A fresh NFSv3 source through the delay proxy, rooted at `sub` of the export.
     fn nfs_source(&self, sub: &str) -> Result<Box<dyn Source>> {
         let (g, (mp, np)) = (
-            self.ganesha.as_ref().ok_or_else(|| anyhow!("no NFS server"))?,
+            self.ganesha
+                .as_ref()
+                .ok_or_else(|| anyhow!("no NFS server"))?,
             self.proxies.as_ref().ok_or_else(|| anyhow!("no proxy"))?,
         );
         let mut c = NfsConfig::new("127.0.0.1", g.pseudo.clone());
         c.mount_port = Some(mp.port);
         c.nfs_port = Some(np.port);
         let s = NfsSource::connect(c).map_err(|e| anyhow!("{e}"))?;
-        Ok(Box::new(Subtree::new(Box::new(s), sub).map_err(|e| anyhow!("{e}"))?))
+        Ok(Box::new(
+            Subtree::new(Box::new(s), sub).map_err(|e| anyhow!("{e}"))?,
+        ))
     }
 
     fn posix_source(&self, sub: &str) -> Result<Box<dyn Source>> {
@@ -239,12 +243,18 @@ pub fn run(args: Args) -> Result<()> {
         ganesha: None,
         proxies: None,
     };
-    let count_div = args.count_div.unwrap_or(if quick { 2000 } else { 400 }).max(1);
+    let count_div = args
+        .count_div
+        .unwrap_or(if quick { 2000 } else { 400 })
+        .max(1);
     let size_div = args.size_div.unwrap_or(if quick { 4 } else { 1 }).max(1);
     let replay_files = args.replay_files.unwrap_or(if quick { 200 } else { 1000 });
 
     // Generate every tree first (ganesha exports the whole directory).
-    println!("kaiso bench migrate ({})", if quick { "quick" } else { "full" });
+    println!(
+        "kaiso bench migrate ({})",
+        if quick { "quick" } else { "full" }
+    );
     let grid = grid_points(quick);
     let t = Instant::now();
     let mut grid_targets = Vec::new();
@@ -401,7 +411,7 @@ fn bench_grid(s: &Setup, grid: &[(usize, usize, String, PathBuf)]) -> Result<Str
     );
     for kind in kinds(s) {
         for (d, w, sub, target) in grid {
-            if kind == SrcKind::Posix && !(*d == 1 && *w == 10) && !(*d == 16) {
+            if kind == SrcKind::Posix && !(*d == 1 && *w == 10) && *d != 16 {
                 continue;
             }
             let dest = fresh_dest(s)?;
@@ -504,7 +514,9 @@ fn bench_total(
                 &format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port),
                 &s.root.path().join("rsync-dst"),
             )?;
+            let before = rproxy.bytes();
             let k = migrate_all(s, SrcKind::Nfs, sub, CrawlOrder::default())?;
+            tracing::debug!(rsync_bytes = before, "delayed rsync moved this many bytes");
             let _ = writeln!(
                 out,
                 "{head} delayed: rsync daemon / NFSv3 ganesha, same proxy | {:.2} | {:.2} | {:.2}× |",
@@ -539,8 +551,8 @@ fn bench_total(
     Ok(out)
 }
 
-/// 4. Replayed accesses (open → read 1 byte → close) at 0/25/50/75 % of each strategy's
-/// own full crawl time, each checkpoint from a fresh cutover.
+/// Part 4: replayed accesses (open → read 1 byte → close) at 0/25/50/75 % of each
+/// strategy's own full crawl time, each checkpoint from a fresh cutover.
 fn bench_response(
     s: &Setup,
     sc: &Shape,

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use kaiso_device::DeviceSpec;
 use kaiso_policy::cache::{Capacity, Unit, by_name};
-use kaiso_sim::replay::cache::{Granularity, parse_size, to_requests};
+use kaiso_sim::replay::cache::{Granularity, parse_size, tier_placement, to_requests};
 use kaiso_sim::replay::tier::{Placement, TierConfig, TierResult, TierSpec, Workload, run_tiering};
 use kaiso_sim::report::{LineChart, write_csv, write_json};
 use kaiso_sim::source::{Generator, Source};
@@ -174,7 +174,9 @@ pub struct CacheArgs {
 pub struct TierArgs {
     #[command(flatten)]
     pub input: InputArgs,
-    /// none (slow tier only), spike, spike-persistent, kaiso, or writeback:<cache policy>.
+    /// none (slow tier only), spike, spike-persistent, kaiso, prefetch-*, writeback:<cache
+    /// policy> (a write-back block cache), or cache:<cache policy> (the baseline deciding
+    /// which regions live on the fast tier, e.g. cache:lru, cache:s3fifo, cache:belady).
     #[arg(long, default_value = "spike")]
     pub policy: String,
     /// Fast tier device (hdd, ssd, nvm, link, with :key=value parameters).
@@ -412,8 +414,25 @@ fn tier(a: TierArgs) -> Result<()> {
             None
         }
     });
+    let mut records: Box<dyn Iterator<Item = IoRecord> + '_> = Box::new(records);
+    // A cache baseline used as a placement policy; Belady needs the future, so only then
+    // are the records collected first (memory proportional to the trace, for the bound).
+    let mut cache_placement = None;
+    if let Some(spec) = a.policy.strip_prefix("cache:") {
+        let name = spec.split(':').next().unwrap_or("").to_ascii_lowercase();
+        let fast = cfg.tiers[0].capacity;
+        let placement = if matches!(name.as_str(), "belady" | "opt") {
+            let all: Vec<IoRecord> = records.collect();
+            let p = tier_placement(spec, fast, Some(&all), cfg.region_bytes);
+            records = Box::new(all.into_iter());
+            p
+        } else {
+            tier_placement(spec, fast, None, cfg.region_bytes)
+        };
+        cache_placement = Some(placement.map_err(anyhow::Error::msg)?);
+    }
     let workload = Workload::Open {
-        records: Box::new(records),
+        records,
         speed: a.speed,
     };
     let spinner = ProgressBar::new_spinner();
@@ -425,6 +444,8 @@ fn tier(a: TierArgs) -> Result<()> {
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let result = if a.policy == "none" {
         run_tiering(&cfg, Placement::HomeOnly, workload, |_| {})
+    } else if let Some(p) = cache_placement.as_mut() {
+        run_tiering(&cfg, Placement::Policy(p), workload, |_| {})
     } else if let Some(cache) = a.policy.strip_prefix("writeback:") {
         let block = size_arg(&a.block, "--block")?;
         let (name, params) = kaiso_sim::sweep::split_policy(cache);

@@ -615,4 +615,51 @@ mod tests {
         .unwrap();
         assert_eq!(db.skipped().unwrap().len(), 1);
     }
+
+    #[test]
+    fn new_database_starts_clean_and_progress_reads_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        assert!(MigrationDb::open_read_only(&path).is_err(), "never creates");
+        let db = MigrationDb::open(&path).unwrap();
+        assert_eq!(db.meta("clean").unwrap().as_deref(), Some("1"));
+        assert_eq!(db.remaining().unwrap(), 0);
+        let r = |ino, kind, minsize| StubRow {
+            ino,
+            kind,
+            src_path: SourcePath::parse(format!("f{ino}").as_bytes()).unwrap(),
+            src_ino: ino,
+            minsize,
+            listed_size: minsize,
+            listed_mtime_ns: 0,
+        };
+        db.insert(
+            &[
+                r(1, StubKind::DummyDir, 0),
+                r(2, StubKind::DummyFile, 100),
+                r(3, StubKind::PartialFile, 50),
+            ],
+            &[],
+        )
+        .unwrap();
+        db.record_done(4, &SourcePath::parse(b"f4").unwrap(), 1000, 0)
+            .unwrap();
+        db.set_meta("clean", "0").unwrap();
+        drop(db);
+        // Reopened: an existing database keeps its unclean flag.
+        let db = MigrationDb::open(&path).unwrap();
+        assert_eq!(db.meta("clean").unwrap().as_deref(), Some("0"));
+        let ro = MigrationDb::open_read_only(&path).unwrap();
+        // 20 of the partial file's 50 bytes missing (a range past minsize is ignored).
+        let missing = |ino: u64| {
+            assert_eq!(ino, 3, "only partial files are asked");
+            vec![(10, 30), (60, 90)]
+        };
+        let p = ro.progress(Some(&missing)).unwrap();
+        assert_eq!((p.remaining, p.dirs_pending, p.file_stubs), (3, 1, 2));
+        assert_eq!((p.files_done, p.bytes_known), (1, 1150));
+        assert_eq!((p.missing_bytes, p.bytes_done), (120, 1030));
+        let p = ro.progress(None).unwrap();
+        assert_eq!((p.missing_bytes, p.bytes_done), (150, 1000));
+    }
 }

@@ -237,7 +237,11 @@ mod tests {
         assert_eq!(g.files, 300);
         assert!((g.dirs as i64 - 40).abs() <= 8, "{} dirs", g.dirs);
         assert!((g.bytes as i64 - 600_000).abs() < 1000, "{} bytes", g.bytes);
-        assert!((g.mean_depth - 5.0).abs() < 1.0, "mean depth {}", g.mean_depth);
+        assert!(
+            (g.mean_depth - 5.0).abs() < 1.0,
+            "mean depth {}",
+            g.mean_depth
+        );
         for p in &g.file_paths {
             assert!(d.path().join(p).is_file());
         }
@@ -249,7 +253,10 @@ mod tests {
         let t = grid_tree(d.path(), 3, 10, 100).unwrap();
         assert_eq!(t, PathBuf::from("next/next/target.bin"));
         assert_eq!(fs::read_dir(d.path()).unwrap().count(), 10);
-        assert_eq!(fs::read_dir(d.path().join("next/next")).unwrap().count(), 10);
+        assert_eq!(
+            fs::read_dir(d.path().join("next/next")).unwrap().count(),
+            10
+        );
         assert_eq!(fs::metadata(d.path().join(&t)).unwrap().len(), 100);
     }
 }

@@ -21,7 +21,7 @@ pub struct DelayProxy {
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     acceptor: Option<JoinHandle<()>>,
-    pub bytes: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
 }
 
 impl DelayProxy {
@@ -75,10 +75,22 @@ impl DelayProxy {
     }
 }
 
+impl DelayProxy {
+    /// Bytes forwarded so far, both directions.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
 impl Drop for DelayProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for c in self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        for c in self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
             let _ = c.shutdown(Shutdown::Both);
         }
         if let Some(a) = self.acceptor.take() {
@@ -87,8 +99,11 @@ impl Drop for DelayProxy {
     }
 }
 
+/// Chunks with the time they may be written, and whether the reader has seen EOF.
+type Pending = (VecDeque<(Instant, Vec<u8>)>, bool);
+
 struct Queue {
-    chunks: Mutex<(VecDeque<(Instant, Vec<u8>)>, bool)>,
+    chunks: Mutex<Pending>,
     ready: Condvar,
 }
 
@@ -155,16 +170,12 @@ fn spawn_pipe(
                 paced_until = Instant::now().max(paced_until) + cost;
             }
             if wr.write_all(&data).is_err() {
-                let _ = rd_shutdown(&wr);
+                let _ = wr.shutdown(Shutdown::Both);
                 return;
             }
             bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
     });
-}
-
-fn rd_shutdown(s: &TcpStream) -> std::io::Result<()> {
-    s.shutdown(Shutdown::Both)
 }
 
 #[cfg(test)]
@@ -205,5 +216,6 @@ mod tests {
         w.join().unwrap();
         assert!(back == data);
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(p.bytes() >= 2 * data.len() as u64);
     }
 }

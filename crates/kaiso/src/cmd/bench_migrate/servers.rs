@@ -87,7 +87,8 @@ impl Ganesha {
             rpcbind = Some(c);
         }
         let dir = tempfile::tempdir()?;
-        let (nfs_port, mount_port, nlm, rq) = (free_port()?, free_port()?, free_port()?, free_port()?);
+        let (nfs_port, mount_port, nlm, rq) =
+            (free_port()?, free_port()?, free_port()?, free_port()?);
         let pseudo = "/kaiso_bench".to_string();
         // Mount_Path_Pseudo: NFSv3 MOUNT of the Pseudo path (else MNT3ERR_ACCES).
         let conf = format!(
@@ -185,7 +186,10 @@ impl RsyncDaemon {
             .args(["--daemon", "--no-detach", "--address=127.0.0.1"])
             .arg(format!("--port={port}"))
             .arg(format!("--config={}", conf_path.display()))
-            .arg(format!("--log-file={}", dir.path().join("rsyncd.log").display()))
+            .arg(format!(
+                "--log-file={}",
+                dir.path().join("rsyncd.log").display()
+            ))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
