@@ -651,6 +651,17 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         text(&o)
     );
 
+    // … and so does a plain FUSE mount (checked before the mountpoint is touched).
+    let o = kaiso(
+        &[os("mount"), cfg.as_os_str(), mnt.as_os_str()],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is being migrated"),
+        "{}",
+        text(&o)
+    );
+
     // Restart (resume from the stubs), let it complete, finish.
     let mut d = Daemon::start(&start_args, store.root.join("daemon2.log"), Some(&mnt))
         .unwrap_or_else(|e| panic!("{e}"));
