@@ -289,6 +289,16 @@ fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
 
+/// Asserts the command failed and said `needle` on stderr.
+#[track_caller]
+fn assert_fails_with(o: &Output, needle: &str) {
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains(needle),
+        "{}",
+        text(o)
+    );
+}
+
 fn text(o: &Output) -> String {
     format!(
         "status {}\nstdout:\n{}\nstderr:\n{}",
@@ -645,22 +655,14 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         ],
         Duration::from_secs(30),
     );
-    assert!(
-        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is being migrated"),
-        "{}",
-        text(&o)
-    );
+    assert_fails_with(&o, "is being migrated");
 
     // … and so does a plain FUSE mount (checked before the mountpoint is touched).
     let o = kaiso(
         &[os("mount"), cfg.as_os_str(), mnt.as_os_str()],
         Duration::from_secs(30),
     );
-    assert!(
-        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is being migrated"),
-        "{}",
-        text(&o)
-    );
+    assert_fails_with(&o, "is being migrated");
 
     // Restart (resume from the stubs), let it complete, finish.
     let mut d = Daemon::start(&start_args, store.root.join("daemon2.log"), Some(&mnt))
@@ -789,22 +791,12 @@ fn migrate_errors_are_one_clear_line() {
         &[os("migrate"), os("pause"), cfg.as_os_str()],
         Duration::from_secs(30),
     );
-    assert!(
-        !o.status.success()
-            && String::from_utf8_lossy(&o.stderr).contains("no migration is running"),
-        "{}",
-        text(&o)
-    );
+    assert_fails_with(&o, "no migration is running");
     let o = kaiso(
         &[os("migrate"), os("finish"), cfg.as_os_str()],
         Duration::from_secs(30),
     );
-    assert!(
-        !o.status.success()
-            && String::from_utf8_lossy(&o.stderr).contains("nothing is being migrated"),
-        "{}",
-        text(&o)
-    );
+    assert_fails_with(&o, "nothing is being migrated");
 
     // Store busy: a plain `kaiso mount` serves the store.
     if common::fuse_unavailable().is_none() {
@@ -813,20 +805,12 @@ fn migrate_errors_are_one_clear_line() {
             &[os("migrate"), os("start"), os("/tmp"), cfg.as_os_str()],
             Duration::from_secs(30),
         );
-        assert!(
-            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("store busy"),
-            "{}",
-            text(&o)
-        );
+        assert_fails_with(&o, "store busy");
         let o = kaiso(
             &[os("migrate"), os("status"), cfg.as_os_str()],
             Duration::from_secs(30),
         );
-        assert!(
-            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("store busy"),
-            "{}",
-            text(&o)
-        );
+        assert_fails_with(&o, "store busy");
     }
 }
 
@@ -866,11 +850,7 @@ fn two_shares_into_one_store() {
         ],
         Duration::from_secs(30),
     );
-    assert!(
-        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("overlaps"),
-        "{}",
-        text(&o)
-    );
+    assert_fails_with(&o, "overlaps");
     let o = kaiso(
         &[
             os("migrate"),

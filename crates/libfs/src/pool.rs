@@ -251,7 +251,6 @@ impl Mapping {
     /// replaced by one). Best effort: on a kernel without MADV_POPULATE_WRITE (< 5.14) the
     /// pages are faulted on first touch as before.
     pub fn populate(&self, off: u64, len: u64) {
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
         let page = 4096u64;
         let start = off & !(page - 1);
         let end = (off + len).min(self.len as u64);
@@ -262,7 +261,7 @@ impl Mapping {
             libc::madvise(
                 self.base.add(start as usize) as *mut libc::c_void,
                 (end - start) as usize,
-                MADV_POPULATE_WRITE,
+                libc::MADV_POPULATE_WRITE,
             );
         }
     }

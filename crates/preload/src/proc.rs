@@ -166,6 +166,19 @@ fn prepare(st: &State) -> (Vec<CString>, Vec<c_int>) {
     (env, keep_open(&numbers))
 }
 
+/// Runs `exec` with the hand-over environment built from `envp` and the placeholders kept
+/// open; when it returns (exec failed) the placeholders are restored and errno is kept.
+unsafe fn with_handover(st: &State, envp: *const P, exec: impl FnOnce(*const P) -> c_int) -> c_int {
+    let (extra, kept) = prepare(st);
+    let mut hold = Vec::new();
+    let env = with_env(envp, &extra, &mut hold);
+    let r = exec(env.as_ptr());
+    let e = crate::state::errno();
+    undo(&kept);
+    set_errno(e);
+    r
+}
+
 pub(crate) fn undo(kept: &[c_int]) {
     for &fd in kept {
         unsafe { real::fcntl()(fd, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
@@ -287,7 +300,7 @@ pub(crate) fn private_image(f: &kaiso_libfs::OpenFile) -> Result<c_int, c_int> {
 }
 
 /// Opens the private program at `abs` and copies it into a memfd.
-fn private_image_at(st: &State, abs: &[u8]) -> Result<c_int, c_int> {
+pub(crate) fn private_image_at(st: &State, abs: &[u8]) -> Result<c_int, c_int> {
     let fs = st.fs()?;
     let _g = Guard::enter();
     let f = fs.open(abs, libc::O_RDONLY, 0).map_err(|e| match e {
@@ -316,24 +329,17 @@ unsafe fn exec_fd(fd: c_int, argv: *const P, env: *const P) -> c_int {
 /// execve with the hand-over: a private program runs from a memfd copy; a path relative to
 /// a private current directory that leads outside is resolved first.
 unsafe fn exec_path(st: &State, path: P, argv: *const P, envp: *const P) -> c_int {
-    let (extra, kept) = prepare(st);
-    let mut hold = Vec::new();
-    let env = with_env(envp, &extra, &mut hold);
-    let r = match route(st, libc::AT_FDCWD, path) {
+    with_handover(st, envp, |env| match route(st, libc::AT_FDCWD, path) {
         Route::Private(abs) => match private_image_at(st, &abs) {
-            Ok(fd) => exec_fd(fd, argv, env.as_ptr()),
+            Ok(fd) => exec_fd(fd, argv, env),
             Err(e) => {
                 set_errno(e);
                 -1
             }
         },
-        Route::KernelPath(p) => real::execve()(p.as_ptr(), argv, env.as_ptr()),
-        Route::Kernel => real::execve()(path, argv, env.as_ptr()),
-    };
-    let e = crate::state::errno();
-    undo(&kept);
-    set_errno(e);
-    r
+        Route::KernelPath(p) => real::execve()(p.as_ptr(), argv, env),
+        Route::Kernel => real::execve()(path, argv, env),
+    })
 }
 
 /// The directories of PATH (the default glibc uses when unset).
@@ -415,20 +421,13 @@ pub unsafe extern "C" fn execvpe(file: P, argv: *const P, envp: *const P) -> c_i
         set_errno(libc::ENOENT);
         return -1;
     }
-    if CStr::from_ptr(file).to_bytes().contains(&b'/') || path_has_private(st) {
-        if CStr::from_ptr(file).to_bytes().contains(&b'/') {
-            return exec_path(st, file, argv, envp);
-        }
+    if CStr::from_ptr(file).to_bytes().contains(&b'/') {
+        return exec_path(st, file, argv, envp);
+    }
+    if path_has_private(st) {
         return exec_search(st, file, argv, envp);
     }
-    let (extra, kept) = prepare(st);
-    let mut hold = Vec::new();
-    let env = with_env(envp, &extra, &mut hold);
-    let r = real::execvpe()(file, argv, env.as_ptr());
-    let e = crate::state::errno();
-    undo(&kept);
-    set_errno(e);
-    r
+    with_handover(st, envp, |env| real::execvpe()(file, argv, env))
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvp(file: P, argv: *const P) -> c_int {
@@ -452,23 +451,9 @@ pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const P, envp: *const P) -> c
                 return -1;
             }
         };
-        let (extra, kept) = prepare(st);
-        let mut hold = Vec::new();
-        let env = with_env(envp, &extra, &mut hold);
-        let r = exec_fd(img, argv, env.as_ptr());
-        let e = crate::state::errno();
-        undo(&kept);
-        set_errno(e);
-        return r;
+        return with_handover(st, envp, |env| exec_fd(img, argv, env));
     }
-    let (extra, kept) = prepare(st);
-    let mut hold = Vec::new();
-    let env = with_env(envp, &extra, &mut hold);
-    let r = real::fexecve()(fd, argv, env.as_ptr());
-    let e = crate::state::errno();
-    undo(&kept);
-    set_errno(e);
-    r
+    with_handover(st, envp, |env| real::fexecve()(fd, argv, env))
 }
 
 // ---- execl, execlp, execle ---------------------------------------------------------------------

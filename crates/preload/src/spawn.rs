@@ -9,7 +9,7 @@
 //! directory, cannot be carried out by the child's kernel and make posix_spawn fail with
 //! ENOTSUP (and one line on stderr) instead of starting a program on the wrong file.
 
-use crate::proc::{handover_env, keep_open, private_fds, private_image, undo, with_env};
+use crate::proc::{handover_env, keep_open, private_fds, private_image_at, undo, with_env};
 use crate::real::{self, Actions, Attr, Mode};
 use crate::state::{Guard, Route, State, route, state};
 use kaiso_libfs::SpinLock;
@@ -42,10 +42,24 @@ fn record(fa: Actions, act: Act) {
         .push(act);
 }
 
+/// Records the action `act` describes once the real call `r` succeeded (with the library on).
+fn recorded_after(fa: Actions, r: c_int, act: impl FnOnce(&State) -> Act) -> c_int {
+    if r == 0
+        && let Some(st) = state()
+    {
+        record(fa, act(st));
+    }
+    r
+}
+
 fn forget(fa: Actions) {
     if let Some(t) = ACTIONS.lock().as_mut() {
         t.remove(&(fa as usize));
     }
+}
+
+fn is_private(st: &State, path: P) -> bool {
+    matches!(route(st, libc::AT_FDCWD, path), Route::Private(_))
 }
 
 fn recorded(fa: *const c_void) -> Vec<Act> {
@@ -76,18 +90,12 @@ pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
     newfd: c_int,
 ) -> c_int {
     let r = real::posix_spawn_file_actions_adddup2()(fa, fd, newfd);
-    if r == 0 && state().is_some() {
-        record(fa, Act::Dup2(fd, newfd));
-    }
-    r
+    recorded_after(fa, r, |_| Act::Dup2(fd, newfd))
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addclose(fa: Actions, fd: c_int) -> c_int {
     let r = real::posix_spawn_file_actions_addclose()(fa, fd);
-    if r == 0 && state().is_some() {
-        record(fa, Act::Close(fd));
-    }
-    r
+    recorded_after(fa, r, |_| Act::Close(fd))
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
@@ -95,10 +103,7 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
     from: c_int,
 ) -> c_int {
     let r = real::posix_spawn_file_actions_addclosefrom_np()(fa, from);
-    if r == 0 && state().is_some() {
-        record(fa, Act::CloseFrom(from));
-    }
-    r
+    recorded_after(fa, r, |_| Act::CloseFrom(from))
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
@@ -109,55 +114,35 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
     mode: Mode,
 ) -> c_int {
     let r = real::posix_spawn_file_actions_addopen()(fa, fd, path, oflag, mode);
-    if r == 0
-        && let Some(st) = state()
-    {
-        let private = matches!(route(st, libc::AT_FDCWD, path), Route::Private(_));
-        record(
-            fa,
-            if private {
-                Act::Unsupported("posix_spawn_file_actions_addopen of a private path")
-            } else {
-                Act::Open(fd)
-            },
-        );
-    }
-    r
+    recorded_after(fa, r, |st| {
+        if is_private(st, path) {
+            Act::Unsupported("posix_spawn_file_actions_addopen of a private path")
+        } else {
+            Act::Open(fd)
+        }
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addchdir_np(fa: Actions, path: P) -> c_int {
     let r = real::posix_spawn_file_actions_addchdir_np()(fa, path);
-    if r == 0
-        && let Some(st) = state()
-    {
-        let private = matches!(route(st, libc::AT_FDCWD, path), Route::Private(_));
-        record(
-            fa,
-            if private {
-                Act::Unsupported("posix_spawn_file_actions_addchdir_np into the private directory")
-            } else {
-                Act::KernelChdir
-            },
-        );
-    }
-    r
+    recorded_after(fa, r, |st| {
+        if is_private(st, path) {
+            Act::Unsupported("posix_spawn_file_actions_addchdir_np into the private directory")
+        } else {
+            Act::KernelChdir
+        }
+    })
 }
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_spawn_file_actions_addfchdir_np(fa: Actions, fd: c_int) -> c_int {
     let r = real::posix_spawn_file_actions_addfchdir_np()(fa, fd);
-    if r == 0
-        && let Some(st) = state()
-    {
-        record(
-            fa,
-            if st.is_private_fd(fd) {
-                Act::Unsupported("posix_spawn_file_actions_addfchdir_np to a private directory")
-            } else {
-                Act::KernelChdir
-            },
-        );
-    }
-    r
+    recorded_after(fa, r, |st| {
+        if st.is_private_fd(fd) {
+            Act::Unsupported("posix_spawn_file_actions_addfchdir_np to a private directory")
+        } else {
+            Act::KernelChdir
+        }
+    })
 }
 
 /// The private descriptors the new program starts with, after the file actions: hand-over
@@ -253,27 +238,13 @@ unsafe fn spawn(
     };
     if !search || name.contains(&b'/') {
         match route(st, libc::AT_FDCWD, path) {
-            Route::Private(abs) => {
-                let img = match st.fs() {
-                    Ok(fs) => {
-                        let _g = Guard::enter();
-                        fs.open(&abs, libc::O_RDONLY, 0)
-                            .map_err(|e| match e {
-                                kaiso_libfs::FsError::Errno(x) => x,
-                                kaiso_libfs::FsError::Outside(_) => libc::ENOENT,
-                            })
-                            .and_then(|f| private_image(&f))
-                    }
-                    Err(e) => Err(e),
-                };
-                match img {
-                    Ok(fd) => {
-                        image = Some(fd);
-                        target = CString::new(format!("/proc/self/fd/{fd}")).ok();
-                    }
-                    Err(e) => return e,
+            Route::Private(abs) => match private_image_at(st, &abs) {
+                Ok(fd) => {
+                    image = Some(fd);
+                    target = CString::new(format!("/proc/self/fd/{fd}")).ok();
                 }
-            }
+                Err(e) => return e,
+            },
             Route::KernelPath(p) => target = Some(p),
             Route::Kernel => {}
         }

@@ -376,11 +376,7 @@ fn replay_records(cache: &mut dyn CachePolicy, trace: &[u8]) -> OurRun {
     };
     std::hint::black_box((bytes, byte_hits));
     OurRun {
-        miss_ratio: if n > 0 {
-            1.0 - hits as f64 / n as f64
-        } else {
-            0.0
-        },
+        miss_ratio: crate::replay::cache::miss_ratio(hits, n),
         seconds,
         cpu_seconds,
     }

@@ -62,6 +62,11 @@ fn attach(store: &Arc<Store>, source: Box<dyn Source>, cfg: MigrationConfig) -> 
     m
 }
 
+/// A POSIX source over `root`, boxed for [`attach`].
+fn posix(root: &Path) -> Box<dyn Source> {
+    Box::new(PosixSource::open(root).unwrap())
+}
+
 fn resolve(store: &Store, path: &[u8]) -> Ino {
     let mut ino = ROOT_INO;
     for c in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
@@ -164,11 +169,7 @@ fn posix_migration_with_concurrent_clients_then_finish() {
     let store = dest.open();
     let mut cfg = MigrationConfig::new("share1");
     cfg.unit_size = 1 << 20; // small units so big files take several fetches
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        cfg,
-    );
+    let m = attach(&store, posix(src.path()), cfg);
     assert_eq!(m.remaining(), 1, "only the root dummy at start");
 
     // First access: the ancestors are listed on the way, the data fetched on demand.
@@ -296,11 +297,7 @@ fn crash_during_migration_then_restart_finishes_without_loss() {
         let store = dest.open();
         let mut cfg = MigrationConfig::new("crashy");
         cfg.unit_size = 512 << 10;
-        let m = attach(
-            &store,
-            Box::new(PosixSource::open(src.path()).unwrap()),
-            cfg,
-        );
+        let m = attach(&store, posix(src.path()), cfg);
         let big = resolve(&store, b"a/b/c/big.bin");
         let o = store.open_file(big, libc::O_RDONLY, false).unwrap();
         store.read(o.fh, 0, 10).unwrap();
@@ -317,11 +314,7 @@ fn crash_during_migration_then_restart_finishes_without_loss() {
     let store = dest.open();
     let mut cfg = MigrationConfig::new("crashy");
     cfg.unit_size = 512 << 10;
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        cfg,
-    );
+    let m = attach(&store, posix(src.path()), cfg);
     let crawler = Crawler::start(store.clone(), m.clone());
     assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
     drop(crawler);
@@ -465,11 +458,7 @@ fn concurrent_lookups_wait_for_one_listing_and_hard_links_in_one_directory_do_no
     fs::hard_link(src.path().join("h/x"), src.path().join("h/y")).unwrap();
     let dest = Dest::new();
     let store = dest.open();
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        MigrationConfig::new("gate"),
-    );
+    let m = attach(&store, posix(src.path()), MigrationConfig::new("gate"));
     let s2 = store.clone();
     let results = within(Duration::from_secs(60), move || {
         let threads: Vec<_> = (0..8)
@@ -548,11 +537,7 @@ fn client_unlink_rename_and_rmdir_keep_the_counter_right() {
     let store = dest.open();
     let mut cfg = MigrationConfig::new("counter");
     cfg.unit_size = 1 << 20;
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        cfg,
-    );
+    let m = attach(&store, posix(src.path()), cfg);
     let d = ino_of(&store, b"d");
     let top = ino_of(&store, b"top");
     let _ = ino_of(&store, b"d/f1"); // lists d
@@ -649,11 +634,7 @@ fn parallel_crawl_with_concurrent_renames_and_deletes_misses_nothing() {
     let mut cfg = MigrationConfig::new("parallel");
     cfg.crawl_workers = 4;
     cfg.unit_size = 4096;
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        cfg,
-    );
+    let m = attach(&store, posix(src.path()), cfg);
     let crawler = Crawler::start(store.clone(), m.clone());
     // The client: moves p0 under p1 and back, renames and deletes files in p2.
     let mut deleted = Vec::new();
@@ -892,11 +873,7 @@ fn crash_child_process() {
     let src = PathBuf::from(src);
     let dest = Dest::at(Path::new(dst));
     let store = dest.open();
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(&src).unwrap()),
-        crash_cfg(true),
-    );
+    let m = attach(&store, posix(&src), crash_cfg(true));
     let crawler = Crawler::start(store.clone(), m.clone());
     let paths: Vec<Vec<u8>> = common::walk(&src)
         .into_iter()
@@ -979,11 +956,7 @@ fn kill_9_at_random_moments_then_restart_loses_nothing() {
     // Restart after the last kill: the counter is recomputed, the crawl resumes, and
     // nothing fetched before the kills is fetched again.
     let store = dest.open();
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        crash_cfg(false),
-    );
+    let m = attach(&store, posix(src.path()), crash_cfg(false));
     // List every directory first (metadata only, no data), so that every file the kills
     // left unfetched has a stub row to count.
     for (p, _) in common::walk(src.path()) {
@@ -1072,11 +1045,7 @@ fn crawl_pauses_throttles_stops_within_one_unit_and_yields_to_demand() {
     cfg.crawl_workers = 2;
     cfg.throttle_bytes_per_sec = Some(2 << 20);
     let workers = cfg.crawl_workers as u64;
-    let m = attach(
-        &store,
-        Box::new(PosixSource::open(src.path()).unwrap()),
-        cfg,
-    );
+    let m = attach(&store, posix(src.path()), cfg);
     let crawler = Crawler::start(store.clone(), m.clone());
     let fetched = || m.counters.bytes_fetched.load(SeqCst);
     // Throttle: the crawl stays under its budget (an upper bound, safe on a slow machine).
@@ -1272,12 +1241,7 @@ fn progress_query_follows_the_migration_and_finish_detaches_the_source() {
     for name in ["s1", "s2"] {
         let mut cfg = MigrationConfig::new(name);
         cfg.target = PathBuf::from(format!("new/{name}"));
-        let m = Migration::open(
-            &store,
-            Box::new(PosixSource::open(src.path()).unwrap()),
-            cfg,
-        )
-        .unwrap();
+        let m = Migration::open(&store, posix(src.path()), cfg).unwrap();
         two.add(m);
     }
     store.set_stub_filler(two.clone());
@@ -1296,14 +1260,8 @@ fn only_an_unclean_stop_recounts_at_open() {
     write_tree(src.path(), &[("f", b"x".to_vec())], &[]);
     let dest = Dest::new();
     let store = dest.open();
-    let open = || {
-        Migration::open(
-            &store,
-            Box::new(PosixSource::open(src.path()).unwrap()),
-            MigrationConfig::new("restarts"),
-        )
-        .unwrap()
-    };
+    let open =
+        || Migration::open(&store, posix(src.path()), MigrationConfig::new("restarts")).unwrap();
     let m = open();
     assert!(!m.recounted_at_open(), "brand-new: marked cleanly stopped");
     assert_eq!(m.remaining(), 1);

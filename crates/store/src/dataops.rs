@@ -273,12 +273,7 @@ impl Store {
         if end <= start || state.missing(start, end).is_empty() {
             return Ok(());
         }
-        let Some(filler) = self
-            .filler
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
+        let Some(filler) = self.stub_filler() else {
             return Err(FsError::IO);
         };
         let _g = state.fill.lock().unwrap_or_else(|e| e.into_inner());

@@ -132,12 +132,7 @@ impl Store {
                 _ => return Ok(()),
             }
         };
-        let Some(filler) = self
-            .filler
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        else {
+        let Some(filler) = self.stub_filler() else {
             return Ok(());
         };
         // No store-wide lock here: the filler serialises per directory and lets its own

@@ -16,6 +16,7 @@ pub fn render(store: &Store) -> String {
             o.push_str(&format!("{name}{labels} {v}\n"));
         }
     };
+    let unlabelled = |v: f64| vec![(String::new(), v)];
     let per_tier = |f: &dyn Fn(&crate::TierStatus) -> f64| -> Vec<(String, f64)> {
         s.tiers
             .iter()
@@ -50,43 +51,43 @@ pub fn render(store: &Store) -> String {
         "kaiso_mover_moved_files_total",
         "Files moved",
         "counter",
-        vec![(String::new(), s.mover.moved_files as f64)],
+        unlabelled(s.mover.moved_files as f64),
     );
     metric(
         "kaiso_mover_moved_bytes_total",
         "Bytes moved",
         "counter",
-        vec![(String::new(), s.mover.moved_bytes as f64)],
+        unlabelled(s.mover.moved_bytes as f64),
     );
     metric(
         "kaiso_mover_failed_total",
         "Planned moves not carried out",
         "counter",
-        vec![(String::new(), s.mover.failed_moves as f64)],
+        unlabelled(s.mover.failed_moves as f64),
     );
     metric(
         "kaiso_mover_queued_files",
         "Moves waiting in the current plan",
         "gauge",
-        vec![(String::new(), s.mover.queued_files as f64)],
+        unlabelled(s.mover.queued_files as f64),
     );
     metric(
         "kaiso_mover_rate_bytes",
         "Mover throughput over the last interval, bytes/s",
         "gauge",
-        vec![(String::new(), s.mover.rate)],
+        unlabelled(s.mover.rate),
     );
     metric(
         "kaiso_ops_total",
         "File operations served",
         "counter",
-        vec![(String::new(), store.ops.load(Ordering::Relaxed) as f64)],
+        unlabelled(store.ops.load(Ordering::Relaxed) as f64),
     );
     metric(
         "kaiso_files",
         "Files in the namespace",
         "gauge",
-        vec![(String::new(), s.files as f64)],
+        unlabelled(s.files as f64),
     );
     o
 }

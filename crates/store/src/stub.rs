@@ -151,7 +151,7 @@ impl StubState {
 /// The store's side of the filler hooks (called from the namespace operations with no
 /// store lock held).
 impl crate::Store {
-    fn stub_filler(&self) -> Option<std::sync::Arc<dyn StubFiller>> {
+    pub(crate) fn stub_filler(&self) -> Option<std::sync::Arc<dyn StubFiller>> {
         self.filler
             .read()
             .unwrap_or_else(|e| e.into_inner())

@@ -483,6 +483,12 @@ fn rsync(from: &str, to: &Path) -> Result<Duration> {
     Ok(took)
 }
 
+/// One row of the total-time table: rsync time `r`, kaiso time `k`, and their ratio.
+fn total_row(out: &mut String, head: &str, setup: &str, r: Duration, k: Duration) {
+    let (r, k) = (r.as_secs_f64(), k.as_secs_f64());
+    let _ = writeln!(out, "{head} {setup} | {r:.2} | {k:.2} | {:.2}× |", k / r);
+}
+
 /// 3. Total migration time vs rsync -aHAX, like for like.
 fn bench_total(
     s: &Setup,
@@ -517,12 +523,12 @@ fn bench_total(
             let before = rproxy.bytes();
             let k = migrate_all(s, SrcKind::Nfs, sub, CrawlOrder::default())?;
             tracing::debug!(rsync_bytes = before, "delayed rsync moved this many bytes");
-            let _ = writeln!(
-                out,
-                "{head} delayed: rsync daemon / NFSv3 ganesha, same proxy | {:.2} | {:.2} | {:.2}× |",
-                r.as_secs_f64(),
-                k.as_secs_f64(),
-                k.as_secs_f64() / r.as_secs_f64()
+            total_row(
+                &mut out,
+                &head,
+                "delayed: rsync daemon / NFSv3 ganesha, same proxy",
+                r,
+                k,
             );
         }
         let r = rsync(
@@ -530,13 +536,7 @@ fn bench_total(
             &s.root.path().join("rsync-dst"),
         )?;
         let k = migrate_all(s, SrcKind::Posix, sub, CrawlOrder::default())?;
-        let _ = writeln!(
-            out,
-            "{head} local: directory → directory | {:.2} | {:.2} | {:.2}× |",
-            r.as_secs_f64(),
-            k.as_secs_f64(),
-            k.as_secs_f64() / r.as_secs_f64()
-        );
+        total_row(&mut out, &head, "local: directory → directory", r, k);
         println!("{}", out.lines().last().unwrap_or_default());
     }
     let _ = writeln!(

@@ -68,8 +68,9 @@ pub fn run(a: Args) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     validate::ensure_peer(&a.python)?;
-    let tmp = tempfile_dir()?;
-    let dir = a.out.clone().unwrap_or_else(|| tmp.clone());
+    let dir = a.out.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("kaiso-bench-sim-{}", std::process::id()))
+    });
     std::fs::create_dir_all(&dir)?;
     eprintln!(
         "generating traces ({} requests each) in {} …",
@@ -110,14 +111,9 @@ pub fn run(a: Args) -> Result<()> {
     print!("{}", validate::report(&traces, &policies, &all));
     if a.out.is_some() {
         kaiso_sim::report::write_json(&dir.join("comparison.json"), &all)?;
+    } else {
+        // A temporary directory holding the generated traces only.
+        let _ = std::fs::remove_dir_all(&dir);
     }
-    // Unused when --out is given; holds the generated traces otherwise.
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
-}
-
-fn tempfile_dir() -> Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("kaiso-bench-sim-{}", std::process::id()));
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
 }

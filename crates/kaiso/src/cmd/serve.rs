@@ -28,6 +28,28 @@ pub struct ServeArgs {
     pub export: String,
 }
 
+/// NFS server options from the `--allow`, `--jukebox-after` and `--export` flags
+/// (shared by `kaiso serve --nfs` and `kaiso migrate start --nfs`).
+pub(crate) fn nfs_options(
+    listen: SocketAddr,
+    allow: &str,
+    jukebox_after: &str,
+    export: String,
+) -> anyhow::Result<ServeOptions> {
+    let allow: AllowList = allow
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
+    let after = kaiso_nfs::parse_duration(jukebox_after)
+        .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
+    Ok(ServeOptions {
+        listen,
+        allow,
+        jukebox_after: (!after.is_zero()).then_some(after),
+        export,
+        ..ServeOptions::loopback(0)
+    })
+}
+
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let Some(config) = a.nfs else {
         bail!("nothing to serve: give --nfs CONFIG");
@@ -38,12 +60,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             a.listen
         )
     })?;
-    let allow: AllowList = a
-        .allow
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
-    let after = kaiso_nfs::parse_duration(&a.jukebox_after)
-        .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
+    let opts = nfs_options(listen, &a.allow, &a.jukebox_after, a.export)?;
     let cfg = load_config(&config)?;
     super::migrate::refuse_if_migrating(&cfg.state_dir, &config, &format!("--nfs {}", a.listen))?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
@@ -57,13 +74,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         eprintln!("kaiso: metrics on http://{bound}/metrics");
     }
-    let opts = ServeOptions {
-        listen,
-        allow: allow.clone(),
-        jukebox_after: (!after.is_zero()).then_some(after),
-        export: a.export,
-        ..ServeOptions::loopback(0)
-    };
+    let allow = opts.allow.clone();
     let export = format!("/{}", opts.export.trim_matches('/'));
     let signalled = catch_signals();
     let server = match NfsServer::start(store.clone(), opts) {

@@ -106,32 +106,34 @@ pub struct InputArgs {
 impl InputArgs {
     pub fn source(&self) -> Result<Source> {
         match (&self.trace, &self.generate) {
-            (Some(path), _) => {
-                let format = match &self.format {
-                    Some(f) => TraceFormat::parse(f).with_context(|| {
-                        format!(
-                            "unknown trace format {f:?}; known: {}",
-                            TraceFormat::NAMES.join(", ")
-                        )
-                    })?,
-                    None => TraceFormat::from_path(path).with_context(|| {
-                        format!(
-                            "cannot tell the format of {} from its name; pass --format",
-                            path.display()
-                        )
-                    })?,
-                };
-                Ok(Source::File {
-                    path: path.clone(),
-                    format,
-                })
-            }
+            (Some(path), _) => Ok(Source::File {
+                path: path.clone(),
+                format: trace_format(self.format.as_deref(), path)?,
+            }),
             (None, Some(g)) => Ok(Source::Generated {
                 generator: Generator::parse(g).map_err(anyhow::Error::msg)?,
                 seed: self.seed,
             }),
             (None, None) => bail!("give --trace FILE or --generate NAME"),
         }
+    }
+}
+
+/// The format of trace `path`: `--format` if given, else guessed from the file name.
+fn trace_format(format: Option<&str>, path: &Path) -> Result<TraceFormat> {
+    match format {
+        Some(f) => TraceFormat::parse(f).with_context(|| {
+            format!(
+                "unknown trace format {f:?}; known: {}",
+                TraceFormat::NAMES.join(", ")
+            )
+        }),
+        None => TraceFormat::from_path(path).with_context(|| {
+            format!(
+                "cannot tell the format of {} from its name; pass --format",
+                path.display()
+            )
+        }),
     }
 }
 
@@ -722,20 +724,7 @@ fn suite(a: SuiteArgs) -> Result<()> {
     }
     spec.volume_region = a.volume_region << 20;
     for path in &a.trace {
-        let format = match &a.format {
-            Some(f) => TraceFormat::parse(f).with_context(|| {
-                format!(
-                    "unknown trace format {f:?}; known: {}",
-                    TraceFormat::NAMES.join(", ")
-                )
-            })?,
-            None => TraceFormat::from_path(path).with_context(|| {
-                format!(
-                    "cannot tell the format of {} from its name; pass --format",
-                    path.display()
-                )
-            })?,
-        };
+        let format = trace_format(a.format.as_deref(), path)?;
         spec.traces.push(TraceWorkload {
             name: path
                 .file_name()

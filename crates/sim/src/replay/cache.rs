@@ -154,6 +154,15 @@ pub struct CacheResult {
     pub series: Vec<f64>,
 }
 
+/// `1 - hits / total`, or 0 when there was nothing to count.
+pub(crate) fn miss_ratio(hits: u64, total: u64) -> f64 {
+    if total > 0 {
+        1.0 - hits as f64 / total as f64
+    } else {
+        0.0
+    }
+}
+
 /// Replay `requests` through `policy`. The first `warmup` requests warm the cache but are
 /// not counted. `window` > 0 records a miss-ratio time series.
 pub fn replay_cache(
@@ -200,18 +209,10 @@ pub fn replay_cache(
         },
         requests: n,
         hits,
-        miss_ratio: if n > 0 {
-            1.0 - hits as f64 / n as f64
-        } else {
-            0.0
-        },
+        miss_ratio: miss_ratio(hits, n),
         bytes,
         byte_hits,
-        byte_miss_ratio: if bytes > 0 {
-            1.0 - byte_hits as f64 / bytes as f64
-        } else {
-            0.0
-        },
+        byte_miss_ratio: miss_ratio(byte_hits, bytes),
         seconds,
         requests_per_sec: if seconds > 0.0 {
             seen as f64 / seconds

@@ -158,15 +158,6 @@ impl VolumeSpec {
         })
     }
 
-    pub const PRESETS: &'static [&'static str] = &[
-        "usr1",
-        "web2",
-        "proj2",
-        "proj4",
-        "proj4-spike",
-        "proj4-short",
-    ];
-
     /// The records, in time order.
     pub fn generate(&self, seed: u64) -> impl Iterator<Item = IoRecord> + Send + use<> {
         let mut root = Rng::new(seed);

@@ -338,11 +338,15 @@ impl MigrationDb {
 
     /// The object is normal now (or gone): drop its row and decrement the counter.
     pub fn remove(&self, ino: u64) -> std::io::Result<bool> {
+        self.delete_stubs("DELETE FROM stubs WHERE ino=?1", [ino as i64])
+    }
+
+    /// Runs one `DELETE FROM stubs ...` and the counter update in one transaction; true
+    /// if a row went.
+    fn delete_stubs(&self, sql: &str, p: impl rusqlite::Params) -> std::io::Result<bool> {
         let mut c = self.conn();
         let tx = c.transaction().map_err(sql_err)?;
-        let n = tx
-            .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])
-            .map_err(sql_err)? as i64;
+        let n = tx.execute(sql, p).map_err(sql_err)? as i64;
         bump(&tx, -n)?;
         tx.commit().map_err(sql_err)?;
         Ok(n > 0)
@@ -381,17 +385,10 @@ impl MigrationDb {
 
     /// Like [`MigrationDb::remove`], only if the row is still the one for `src`.
     pub fn remove_if(&self, ino: u64, src: &SourcePath) -> std::io::Result<bool> {
-        let mut c = self.conn();
-        let tx = c.transaction().map_err(sql_err)?;
-        let n = tx
-            .execute(
-                "DELETE FROM stubs WHERE ino=?1 AND src_path=?2",
-                params![ino as i64, src.as_bytes()],
-            )
-            .map_err(sql_err)? as i64;
-        bump(&tx, -n)?;
-        tx.commit().map_err(sql_err)?;
-        Ok(n > 0)
+        self.delete_stubs(
+            "DELETE FROM stubs WHERE ino=?1 AND src_path=?2",
+            params![ino as i64, src.as_bytes()],
+        )
     }
 
     /// The source path `ino` was copied from, if its copy completed.

@@ -7,7 +7,7 @@ use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry,
 use super::{StartArgs, call, connect, spec_of};
 use crate::cmd::mount::{catch_signals, load_config};
 use anyhow::{Context, bail};
-use kaiso_nfs::{AllowList, NfsServer, ServeOptions};
+use kaiso_nfs::NfsServer;
 use kaiso_policy::crawl::CrawlOrder;
 use kaiso_store::Store;
 use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
@@ -513,19 +513,12 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
             let listen: SocketAddr = addr.parse().map_err(|_| {
                 anyhow::anyhow!("bad --nfs {addr:?}: expected ADDR:PORT, e.g. 0.0.0.0:2049")
             })?;
-            let allow: AllowList = a
-                .allow
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!("--allow: {e}"))?;
-            let after = kaiso_nfs::parse_duration(&a.jukebox_after)
-                .map_err(|e| anyhow::anyhow!("--jukebox-after: {e}"))?;
-            Some(ServeOptions {
+            Some(crate::cmd::serve::nfs_options(
                 listen,
-                allow,
-                jukebox_after: (!after.is_zero()).then_some(after),
-                export: a.export.clone(),
-                ..ServeOptions::loopback(0)
-            })
+                &a.allow,
+                &a.jukebox_after,
+                a.export.clone(),
+            )?)
         }
         None => None,
     };
