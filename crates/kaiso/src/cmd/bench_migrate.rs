@@ -16,8 +16,10 @@
 
 mod dataset;
 mod proxy;
+mod response;
 mod servers;
 mod subtree;
+mod total;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -309,10 +311,10 @@ pub fn run(args: Args) -> Result<()> {
         report += &bench_grid(&s, &grid_targets)?;
     }
     if want("total") {
-        report += &bench_total(&s, &datasets, count_div, size_div)?;
+        report += &total::bench_total(&s, &datasets, count_div, size_div)?;
     }
     if let Some((sc, sub, g)) = &resp {
-        report += &bench_response(&s, sc, sub, g, replay_files)?;
+        report += &response::bench_response(&s, sc, sub, g, replay_files)?;
     }
     println!("\n{report}");
     Ok(())
@@ -442,196 +444,5 @@ fn bench_grid(s: &Setup, grid: &[(usize, usize, String, PathBuf)]) -> Result<Str
         }
     );
     println!("\n{out}");
-    Ok(out)
-}
-
-/// Runs a migration to the end with the crawler; returns the elapsed time.
-fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result<Duration> {
-    let t = Instant::now();
-    let dest = fresh_dest(s)?;
-    let mut cfg = MigrationConfig::new("bench");
-    cfg.order = order;
-    cfg.crawl_workers = s.workers;
-    let m = dest.attach(s.source(kind, sub)?, cfg)?;
-    let crawler = Crawler::start(dest.store.clone(), m.clone());
-    let st = crawler.wait(Duration::from_secs(6 * 3600));
-    drop(crawler);
-    if st != CrawlState::Done {
-        bail!("crawl of {sub} ended {}", st.as_str());
-    }
-    let took = t.elapsed();
-    let skipped = m.skipped();
-    if !skipped.is_empty() {
-        bail!("{} objects skipped, e.g. {:?}", skipped.len(), skipped[0]);
-    }
-    Ok(took)
-}
-
-fn rsync(from: &str, to: &Path) -> Result<Duration> {
-    fs::create_dir_all(to)?;
-    let t = Instant::now();
-    let st = Command::new("rsync")
-        .args(["-aHAX", from])
-        .arg(format!("{}/", to.display()))
-        .status()
-        .context("run rsync")?;
-    let took = t.elapsed();
-    if !st.success() {
-        bail!("rsync {from} failed: {st}");
-    }
-    let _ = fs::remove_dir_all(to);
-    Ok(took)
-}
-
-/// One row of the total-time table: rsync time `r`, kaiso time `k`, and their ratio.
-fn total_row(out: &mut String, head: &str, setup: &str, r: Duration, k: Duration) {
-    let (r, k) = (r.as_secs_f64(), k.as_secs_f64());
-    let _ = writeln!(out, "{head} {setup} | {r:.2} | {k:.2} | {:.2}× |", k / r);
-}
-
-/// 3. Total migration time vs rsync -aHAX, like for like.
-fn bench_total(
-    s: &Setup,
-    datasets: &[(Shape, String, dataset::Generated)],
-    count_div: u64,
-    size_div: u64,
-) -> Result<String> {
-    let mut out = format!(
-        "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
-         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|\n"
-    );
-    // The delayed baseline: rsync's own daemon behind the same kind of proxy.
-    let delayed = if s.ganesha.is_some() {
-        let daemon = RsyncDaemon::start(&s.src())?;
-        let up = SocketAddr::from(([127, 0, 0, 1], daemon.port));
-        let proxy = DelayProxy::start(up, s.delay, s.rate)?;
-        Some((daemon, proxy))
-    } else {
-        None
-    };
-    for (sc, sub, g) in datasets {
-        let gib = g.bytes as f64 / (1u64 << 30) as f64;
-        let head = format!(
-            "| ({}) | {} | {} | {gib:.2} | {:.1} |",
-            sc.name, g.dirs, g.files, g.mean_depth
-        );
-        if let Some((_, rproxy)) = &delayed {
-            let r = rsync(
-                &format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port),
-                &s.root.path().join("rsync-dst"),
-            )?;
-            let before = rproxy.bytes();
-            let k = migrate_all(s, SrcKind::Nfs, sub, CrawlOrder::default())?;
-            tracing::debug!(rsync_bytes = before, "delayed rsync moved this many bytes");
-            total_row(
-                &mut out,
-                &head,
-                "delayed: rsync daemon / NFSv3 ganesha, same proxy",
-                r,
-                k,
-            );
-        }
-        let r = rsync(
-            &format!("{}/", s.src().join(sub).display()),
-            &s.root.path().join("rsync-dst"),
-        )?;
-        let k = migrate_all(s, SrcKind::Posix, sub, CrawlOrder::default())?;
-        total_row(&mut out, &head, "local: directory → directory", r, k);
-        println!("{}", out.lines().last().unwrap_or_default());
-    }
-    let _ = writeln!(
-        out,
-        "\nkaiso: {} crawler threads, 10 MiB units, from start (connect) to the last stub gone. \
-         rsync: a fresh destination each time. Source trees are in the page cache for every row. \
-         Delayed rows: {}.\n",
-        s.workers,
-        s.delay_note()
-    );
-    println!("{out}");
-    Ok(out)
-}
-
-/// Part 4: replayed accesses (open → read 1 byte → close) at 0/25/50/75 % of each
-/// strategy's own full crawl time, each checkpoint from a fresh cutover.
-fn bench_response(
-    s: &Setup,
-    sc: &Shape,
-    sub: &str,
-    g: &dataset::Generated,
-    n: usize,
-) -> Result<String> {
-    let kind = if s.ganesha.is_some() {
-        SrcKind::Nfs
-    } else {
-        SrcKind::Posix
-    };
-    let mut rng = Rng::new(4242);
-    let sample: Vec<&PathBuf> = (0..n.min(g.file_paths.len()))
-        .map(|_| &g.file_paths[rng.below(g.file_paths.len())])
-        .collect();
-    let mut out = format!(
-        "## 4. Response time of replayed accesses during migration ({} files, {} dirs, {:.0} MiB, shaped like (b); {} accesses, open → read 1 byte → close)\n\n\
-         | strategy | progress | objects done | mean (ms) | p50 | p90 | p99 | max (ms) |\n|---|---|---|---|---|---|---|---|\n",
-        g.files,
-        g.dirs,
-        g.bytes as f64 / (1 << 20) as f64,
-        sample.len()
-    );
-    let total_objects = (g.files + g.dirs) as f64;
-    for (order, phasing) in [
-        ("dfs", "bulk"),
-        ("bfs", "bulk"),
-        ("dfs", "metadata-first"),
-        ("bfs", "metadata-first"),
-    ] {
-        let co = CrawlOrder::parse(order, phasing).map_err(|e| anyhow!("{e}"))?;
-        let full = migrate_all(s, kind, sub, co)?;
-        for pct in [0u32, 25, 50, 75] {
-            let dest = fresh_dest(s)?;
-            let mut cfg = MigrationConfig::new("bench");
-            cfg.order = co;
-            cfg.crawl_workers = s.workers;
-            let m = dest.attach(s.source(kind, sub)?, cfg)?;
-            if pct > 0 {
-                let crawler = Crawler::start(dest.store.clone(), m.clone());
-                std::thread::sleep(full.mul_f64(f64::from(pct) / 100.0));
-                crawler.stop();
-            }
-            let c = &m.counters;
-            let done = c.files_completed.load(std::sync::atomic::Ordering::Relaxed)
-                + c.dirs_listed.load(std::sync::atomic::Ordering::Relaxed);
-            let mut lat = Vec::with_capacity(sample.len());
-            for rel in &sample {
-                let t = Instant::now();
-                open_read(&dest.store, rel, 1)?;
-                lat.push(t.elapsed());
-            }
-            lat.sort();
-            let pick = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];
-            let mean = lat.iter().sum::<Duration>() / lat.len().max(1) as u32;
-            let _ = writeln!(
-                out,
-                "| {order} + {phasing} | {pct} % | {:.0} % | {} | {} | {} | {} | {} |",
-                100.0 * done as f64 / total_objects,
-                ms(mean),
-                ms(pick(0.5)),
-                ms(pick(0.9)),
-                ms(pick(0.99)),
-                ms(*lat.last().unwrap_or(&Duration::ZERO))
-            );
-            println!("{}", out.lines().last().unwrap_or_default());
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nProgress = elapsed share of that strategy's own full crawl time (the thesis used object \
-         counts for BFS vs DFS and time for the data order); \"objects done\" = directories listed + \
-         files complete when the crawl was stopped. Source: {}; {}. Mean file size {} KiB (sizes \
-         of (b) scaled down so the 16 runs fit).\n",
-        kind.label(),
-        s.delay_note(),
-        sc.mean_size >> 10
-    );
-    println!("{out}");
     Ok(out)
 }
