@@ -4,7 +4,12 @@
 use super::*;
 
 /// Runs a migration to the end with the crawler; returns the elapsed time.
-pub(super) fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result<Duration> {
+pub(super) fn migrate_all(
+    s: &Setup,
+    kind: SrcKind,
+    sub: &str,
+    order: CrawlOrder,
+) -> Result<Duration> {
     let t = Instant::now();
     let dest = fresh_dest(s)?;
     let mut cfg = MigrationConfig::new("bench");
