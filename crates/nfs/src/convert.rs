@@ -3,6 +3,7 @@
 use kaiso_store::{FileAttr, FileKind, FsError, SetAttr, TimeSet};
 use nfs3_server::nfs3_types::nfs3::{
     Nfs3Option, fattr3, ftype3, nfsstat3, nfstime3, sattr3, set_atime, set_mtime, specdata3,
+    wcc_attr,
 };
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -73,6 +74,15 @@ pub fn fattr(a: &FileAttr) -> fattr3 {
         fsid: 0x6b61_6973_6f00_0001,
         fileid: a.ino,
         atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+    }
+}
+
+/// The pre-operation attributes of weak cache consistency data (RFC 1813 §2.6).
+pub fn wcc_attr(a: &FileAttr) -> wcc_attr {
+    wcc_attr {
+        size: a.size,
         mtime: time(a.mtime),
         ctime: time(a.ctime),
     }

@@ -5,8 +5,13 @@
 //! calls, so accesses reach the policy exactly as through the mount. Every store call
 //! runs through the [`Jukebox`] so that slow ones (on-demand fetches during a migration)
 //! answer NFS3ERR_JUKEBOX instead of stalling the client.
+//!
+//! One `KaisoNfs` value serves one caller identity ([`Cred`]): the connection layer
+//! (`conn`) keeps one per AUTH_SYS credential, so new objects belong to the caller and
+//! every operation is checked against the caller's permissions (the store trusts faces).
 
 use crate::convert::{fattr, is_empty, set_attr, status};
+use crate::cred::{Cred, R, W, X};
 use crate::handles::OpenFiles;
 use crate::jukebox::{Jukebox, Key};
 use kaiso_store::{
@@ -32,13 +37,14 @@ const IO_MAX: u32 = 1 << 20;
 
 type Res<T> = Result<T, nfsstat3>;
 
-/// The NFSv3 face over one store.
+/// The NFSv3 face over one store, acting for one caller.
 pub struct KaisoNfs {
     store: Arc<Store>,
     pub(crate) jukebox: Arc<Jukebox>,
     pub(crate) files: Arc<OpenFiles>,
-    /// Owner of objects created through NFS: the server's own uid/gid (the crate does not
-    /// pass the caller's AUTH_UNIX credential to the file-system methods).
+    /// Who the calls come from (after squashing): owner of new objects, subject of the
+    /// permission checks.
+    cred: Arc<Cred>,
     caller: Caller,
 }
 
@@ -58,17 +64,39 @@ fn st<T>(r: FsResult<T>) -> Res<T> {
 }
 
 impl KaisoNfs {
-    pub fn new(store: Arc<Store>, jukebox: Arc<Jukebox>, files: Arc<OpenFiles>) -> KaisoNfs {
-        let caller = Caller {
-            uid: unsafe { libc::geteuid() },
-            gid: unsafe { libc::getegid() },
-            pid: std::process::id(),
-        };
+    pub fn new(
+        store: Arc<Store>,
+        jukebox: Arc<Jukebox>,
+        files: Arc<OpenFiles>,
+        cred: Cred,
+    ) -> KaisoNfs {
         KaisoNfs {
             store,
             jukebox,
             files,
-            caller,
+            caller: cred.caller(),
+            cred: Arc::new(cred),
+        }
+    }
+
+    /// The same face acting for another caller.
+    pub fn for_caller(&self, cred: Cred) -> KaisoNfs {
+        KaisoNfs::new(
+            self.store.clone(),
+            self.jukebox.clone(),
+            self.files.clone(),
+            cred,
+        )
+    }
+
+    /// A work key; callers other than root get their own (a permission decision is part
+    /// of the result, so one user must not collect another's).
+    fn key(&self, op: &'static str, ino: Ino) -> Key {
+        let k = Key::new(op, ino);
+        if self.cred.is_root() {
+            k
+        } else {
+            k.extra(&self.cred.tag())
         }
     }
 
@@ -82,17 +110,35 @@ impl KaisoNfs {
         self.jukebox.run(key, move || f(&store, &files)).await
     }
 
-    /// Apply the attributes a CREATE/SYMLINK asked for, after the fact.
-    fn apply(store: &Store, ino: Ino, set: SetAttr, caller: Caller) -> Res<FileAttr> {
+    /// Apply the attributes a CREATE/MKDIR/SYMLINK/MKNOD asked for, after the fact, as
+    /// far as the caller may set them.
+    fn apply(store: &Store, ino: Ino, mut set: SetAttr, cred: &Cred) -> Res<FileAttr> {
+        let a = st(store.getattr(ino, None))?;
         if is_empty(&set) {
-            st(store.getattr(ino, None))
-        } else {
-            st(store.setattr(ino, &set, caller))
+            return Ok(a);
         }
+        cred.check_setattr(&a, &mut set)?;
+        st(store.setattr(ino, &set, cred.caller()))
+    }
+
+    /// `want` (R|W|X) on `ino` for `cred`; returns the attributes it looked at.
+    fn check(store: &Store, cred: &Cred, ino: Ino, want: u32) -> Res<Option<FileAttr>> {
+        if cred.is_root() {
+            return Ok(None);
+        }
+        let a = st(store.getattr(ino, None))?;
+        cred.require(&a, want)?;
+        Ok(Some(a))
     }
 
     /// Read a batch of directory entries after `cookie` (opendir … releasedir: NFS is stateless).
-    fn list(store: &Store, dir: Ino, cookie: u64) -> Res<(Vec<(DirEntry, FileAttr)>, bool)> {
+    fn list(
+        store: &Store,
+        cred: &Cred,
+        dir: Ino,
+        cookie: u64,
+    ) -> Res<(Vec<(DirEntry, FileAttr)>, bool)> {
+        Self::check(store, cred, dir, R)?;
         let fh = st(store.opendir(dir))?;
         let mut out = Vec::new();
         let mut at = cookie;
@@ -114,6 +160,173 @@ impl KaisoNfs {
     }
 }
 
+/// The directory attributes around a change (weak cache consistency data), and its result.
+#[derive(Clone)]
+pub(crate) struct DirChange<T> {
+    pub before: Option<FileAttr>,
+    pub after: Option<FileAttr>,
+    pub result: Res<T>,
+}
+
+impl KaisoNfs {
+    /// RENAME permissions: write and search on both directories, the sticky-bit rule for
+    /// the moved entry and a replaced one, and write on a directory moved to a new parent
+    /// (its ".." changes), as rename(2) on Linux.
+    fn may_rename(
+        s: &Store,
+        cred: &Cred,
+        from: Ino,
+        name: &OsStr,
+        to: Ino,
+        newname: &OsStr,
+    ) -> Res<()> {
+        let src = st(s.lookup(from, name))?;
+        s.forget(src.ino, 1);
+        cred.may_delete(&st(s.getattr(from, None))?, &src)?;
+        let to_attr = st(s.getattr(to, None))?;
+        cred.require(&to_attr, W | X)?;
+        if let Ok(victim) = s.lookup(to, newname) {
+            s.forget(victim.ino, 1);
+            cred.may_delete(&to_attr, &victim)?;
+        }
+        if src.kind == FileKind::Dir && from != to {
+            cred.require(&src, W)?;
+        }
+        Ok(())
+    }
+
+    /// Run a change of directory `dir` on the store and record the directory's attributes
+    /// before and after it (for the reply's wcc_data).
+    async fn dir_change<T, F>(&self, key: Key, dir: Ino, f: F) -> Res<DirChange<T>>
+    where
+        T: Clone + Send + Sync + 'static,
+        F: FnOnce(&Store, &OpenFiles) -> Res<T> + Send + 'static,
+    {
+        self.call(key, move |s, files| {
+            let before = s.getattr(dir, None).ok();
+            let result = f(s, files);
+            let after = s.getattr(dir, None).ok();
+            Ok(DirChange {
+                before,
+                after,
+                result,
+            })
+        })
+        .await
+    }
+
+    /// MKDIR with the requested attributes (mode, default 0755; owner and times as far
+    /// as the caller may set them).
+    async fn mkdir_with(&self, dir: Ino, name: &filename3<'_>, set: SetAttr) -> Res<FileAttr> {
+        self.mkdir_change(dir, name, set).await?.result
+    }
+
+    pub(crate) async fn mkdir_change(
+        &self,
+        dir: Ino,
+        name: &filename3<'_>,
+        mut set: SetAttr,
+    ) -> Res<DirChange<FileAttr>> {
+        let name = name_of(name)?;
+        let mode = set.mode.take().unwrap_or(0o755);
+        set.size = None;
+        let cred = self.cred.clone();
+        let key = self.key("mkdir", dir).extra(name.as_bytes());
+        self.dir_change(key, dir, move |s, _| {
+            Self::check(s, &cred, dir, W | X)?;
+            let a = st(s.mkdir(
+                dir,
+                &name,
+                libc::S_IFDIR | (mode & 0o7777),
+                0,
+                cred.caller(),
+            ))?;
+            s.forget(a.ino, 1);
+            Self::apply(s, a.ino, set, &cred)
+        })
+        .await
+    }
+
+    /// MKNOD: a FIFO, socket or (root only) device node, owned by the caller.
+    pub(crate) async fn mknod(
+        &self,
+        dir: Ino,
+        name: &filename3<'_>,
+        kind: FileKind,
+        rdev: u64,
+        mut set: SetAttr,
+    ) -> Res<DirChange<FileAttr>> {
+        let name = name_of(name)?;
+        let fmt = match kind {
+            FileKind::Fifo => libc::S_IFIFO,
+            FileKind::Socket => libc::S_IFSOCK,
+            FileKind::CharDevice => libc::S_IFCHR,
+            FileKind::BlockDevice => libc::S_IFBLK,
+            _ => return Err(nfsstat3::NFS3ERR_BADTYPE),
+        };
+        let device = matches!(kind, FileKind::CharDevice | FileKind::BlockDevice);
+        if device && !self.cred.is_root() {
+            return Err(nfsstat3::NFS3ERR_PERM); // mknod(2) needs CAP_MKNOD for devices
+        }
+        let mode = set.mode.take().unwrap_or(0o644);
+        set.size = None;
+        let rdev = if device { rdev } else { 0 };
+        let cred = self.cred.clone();
+        let key = self.key("mknod", dir).extra(name.as_bytes());
+        self.dir_change(key, dir, move |s, _| {
+            Self::check(s, &cred, dir, W | X)?;
+            let a = st(s.mknod(dir, &name, fmt | (mode & 0o7777), 0, rdev, cred.caller()))?;
+            s.forget(a.ino, 1);
+            Self::apply(s, a.ino, set, &cred)
+        })
+        .await
+    }
+
+    /// LINK: a new name `name` in `dir` for file `ino`; returns the file's attributes.
+    pub(crate) async fn link(
+        &self,
+        ino: Ino,
+        dir: Ino,
+        name: &filename3<'_>,
+    ) -> Res<DirChange<FileAttr>> {
+        let name = name_of(name)?;
+        let cred = self.cred.clone();
+        let jukebox = self.jukebox.clone();
+        let key = self
+            .key("link", ino)
+            .extra(&dir.to_ne_bytes())
+            .extra(name.as_bytes());
+        let r = self
+            .dir_change(key, dir, move |s, _| {
+                if !cred.is_root() {
+                    Self::check(s, &cred, dir, W | X)?;
+                    cred.may_link(&st(s.getattr(ino, None))?)?;
+                }
+                let a = st(s.link(ino, dir, &name))?;
+                s.forget(a.ino, 1);
+                Ok(a)
+            })
+            .await;
+        // The link count and ctime changed: no cached result about the file is current.
+        jukebox.invalidate(ino);
+        r
+    }
+
+    /// ACCESS: the asked bits the caller has on `ino`, with its attributes.
+    pub(crate) async fn access(&self, ino: Ino, asked: u32) -> Res<(FileAttr, u32)> {
+        let cred = self.cred.clone();
+        self.call(
+            self.key("access", ino).range(asked as u64, 0),
+            move |s, _| {
+                let a = st(s.getattr(ino, None))?;
+                let bits = cred.access_bits(&a, asked);
+                Ok((a, bits))
+            },
+        )
+        .await
+    }
+}
+
 impl NfsReadFileSystem for KaisoNfs {
     type Handle = FileHandleU64;
 
@@ -124,8 +337,10 @@ impl NfsReadFileSystem for KaisoNfs {
     async fn lookup(&self, dirid: &FileHandleU64, filename: &filename3<'_>) -> Res<FileHandleU64> {
         let dir = dirid.as_u64();
         let raw = filename.as_ref().to_vec();
-        let key = Key::new("lookup", dir).extra(&raw);
+        let key = self.key("lookup", dir).extra(&raw);
+        let cred = self.cred.clone();
         self.call(key, move |s, _| {
+            Self::check(s, &cred, dir, X)?;
             match raw.as_slice() {
                 b"." => return Ok(FileHandleU64::new(dir)),
                 b".." => {
@@ -143,6 +358,8 @@ impl NfsReadFileSystem for KaisoNfs {
                 _ => {}
             }
             let a = st(s.lookup(dir, OsStr::from_bytes(&raw)))?;
+            // NFS holds no kernel-style lookup references.
+            s.forget(a.ino, 1);
             Ok(FileHandleU64::new(a.ino))
         })
         .await
@@ -186,9 +403,13 @@ impl NfsReadFileSystem for KaisoNfs {
     async fn read(&self, id: &FileHandleU64, offset: u64, count: u32) -> Res<(Vec<u8>, bool)> {
         let ino = id.as_u64();
         let count = count.min(IO_MAX);
+        let cred = self.cred.clone();
         self.call(
-            Key::new("read", ino).range(offset, count as u64),
+            self.key("read", ino).range(offset, count as u64),
             move |s, files| {
+                if !cred.is_root() {
+                    cred.may_read_data(&st(s.getattr(ino, None))?)?;
+                }
                 let f = st(files.get(ino, false))?;
                 let data = st(s.read(f.fh, offset, count))?;
                 let size = st(s.getattr(ino, Some(f.fh)))?.size;
@@ -258,6 +479,7 @@ impl KaisoNfs {
             store: self.store.clone(),
             jukebox: self.jukebox.clone(),
             files: self.files.clone(),
+            cred: self.cred.clone(),
             caller: self.caller,
         }
     }
@@ -275,10 +497,11 @@ struct DirIter {
 impl DirIter {
     async fn fill(&mut self) -> Res<()> {
         let (dir, cookie) = (self.dir, self.cookie);
+        let cred = self.fs.cred.clone();
         let (entries, eof) = self
             .fs
-            .call(Key::new("readdir", dir).range(cookie, 0), move |s, _| {
-                KaisoNfs::list(s, dir, cookie)
+            .call(self.fs.key("readdir", dir).range(cookie, 0), move |s, _| {
+                KaisoNfs::list(s, &cred, dir, cookie)
             })
             .await?;
         self.eof = eof;
@@ -315,11 +538,17 @@ impl NfsFileSystem for KaisoNfs {
     async fn setattr(&self, id: &FileHandleU64, setattr: sattr3) -> Res<fattr3> {
         let ino = id.as_u64();
         let set = set_attr(&setattr);
-        let caller = self.caller;
+        let cred = self.cred.clone();
         self.jukebox.invalidate(ino);
-        let key = Key::new("setattr", ino).extra(format!("{set:?}").as_bytes());
+        let key = self
+            .key("setattr", ino)
+            .extra(format!("{set:?}").as_bytes());
         self.call(key, move |s, _| {
-            st(s.setattr(ino, &set, caller)).map(|a| fattr(&a))
+            let mut set = set;
+            if !cred.is_root() {
+                cred.check_setattr(&st(s.getattr(ino, None))?, &mut set)?;
+            }
+            st(s.setattr(ino, &set, cred.caller())).map(|a| fattr(&a))
         })
         .await
     }
@@ -341,11 +570,16 @@ impl NfsFileSystem for KaisoNfs {
             data.hash(&mut h);
             h.finish()
         };
-        let key = Key::new("write", ino)
+        let key = self
+            .key("write", ino)
             .range(offset, data.len() as u64)
             .extra(&[stable as u8])
             .extra(&digest.to_ne_bytes());
+        let cred = self.cred.clone();
         self.call(key, move |s, files| {
+            if !cred.is_root() {
+                cred.may_write_data(&st(s.getattr(ino, None))?)?;
+            }
             let f = st(files.get(ino, true))?;
             let mut done = 0usize;
             while done < data.len() {
@@ -376,9 +610,11 @@ impl NfsFileSystem for KaisoNfs {
         let name = name_of(filename)?;
         let mut set = set_attr(&attr);
         let mode = set.mode.take().unwrap_or(0o644);
+        let cred = self.cred.clone();
         let caller = self.caller;
-        let key = Key::new("create", dir).extra(name.as_bytes());
+        let key = self.key("create", dir).extra(name.as_bytes());
         self.call(key, move |s, files| {
+            Self::check(s, &cred, dir, W | X)?;
             let ino = match s.create(
                 dir,
                 &name,
@@ -390,12 +626,14 @@ impl NfsFileSystem for KaisoNfs {
             ) {
                 Ok((a, opened)) => {
                     let _ = s.release(opened.fh);
+                    s.forget(a.ino, 1);
                     a.ino
                 }
                 // UNCHECKED: an existing file is opened (and truncated if asked); GUARDED
                 // was refused by the caller already when the name existed.
                 Err(e) if e == FsError::EXIST => {
                     let a = st(s.lookup(dir, &name))?;
+                    s.forget(a.ino, 1);
                     if a.kind != FileKind::File {
                         return Err(nfsstat3::NFS3ERR_EXIST);
                     }
@@ -404,7 +642,7 @@ impl NfsFileSystem for KaisoNfs {
                 Err(e) => return Err(status(e)),
             };
             files.forget(ino);
-            let a = Self::apply(s, ino, set, caller)?;
+            let a = Self::apply(s, ino, set, &cred)?;
             Ok((FileHandleU64::new(ino), fattr(&a)))
         })
         .await
@@ -418,12 +656,14 @@ impl NfsFileSystem for KaisoNfs {
     ) -> Res<FileHandleU64> {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
+        let cred = self.cred.clone();
         let caller = self.caller;
         // A retransmitted EXCLUSIVE create is caught by the RPC layer's replay tracker or
         // joins the in-flight call here; otherwise an existing name is EXIST.
         self.call(
-            Key::new("create_excl", dir).extra(name.as_bytes()),
+            self.key("create_excl", dir).extra(name.as_bytes()),
             move |s, _| {
+                Self::check(s, &cred, dir, W | X)?;
                 let (a, opened) = st(s.create(
                     dir,
                     &name,
@@ -434,6 +674,7 @@ impl NfsFileSystem for KaisoNfs {
                     false,
                 ))?;
                 let _ = s.release(opened.fh);
+                s.forget(a.ino, 1);
                 Ok(FileHandleU64::new(a.ino))
             },
         )
@@ -446,27 +687,24 @@ impl NfsFileSystem for KaisoNfs {
         dirname: &filename3<'_>,
     ) -> Res<(FileHandleU64, fattr3)> {
         let dir = dirid.as_u64();
-        let name = name_of(dirname)?;
-        let caller = self.caller;
-        self.call(
-            Key::new("mkdir", dir).extra(name.as_bytes()),
-            move |s, _| {
-                let a = st(s.mkdir(dir, &name, libc::S_IFDIR | 0o755, 0, caller))?;
-                Ok((FileHandleU64::new(a.ino), fattr(&a)))
-            },
-        )
-        .await
+        let a = self.mkdir_with(dir, dirname, SetAttr::default()).await?;
+        Ok((FileHandleU64::new(a.ino), fattr(&a)))
     }
 
     async fn remove(&self, dirid: &FileHandleU64, filename: &filename3<'_>) -> Res<()> {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
         let jukebox = self.jukebox.clone();
+        let cred = self.cred.clone();
         self.call(
-            Key::new("remove", dir).extra(name.as_bytes()),
+            self.key("remove", dir).extra(name.as_bytes()),
             move |s, files| {
                 // REMOVE and RMDIR both arrive here (the crate maps both to `remove`).
                 let a = st(s.lookup(dir, &name))?;
+                s.forget(a.ino, 1);
+                if !cred.is_root() {
+                    cred.may_delete(&st(s.getattr(dir, None))?, &a)?;
+                }
                 if a.kind == FileKind::Dir {
                     st(s.rmdir(dir, &name))?;
                 } else {
@@ -489,12 +727,20 @@ impl NfsFileSystem for KaisoNfs {
     ) -> Res<()> {
         let (from, to) = (from_dirid.as_u64(), to_dirid.as_u64());
         let (name, newname) = (name_of(from_filename)?, name_of(to_filename)?);
-        let key = Key::new("rename", from)
+        let key = self
+            .key("rename", from)
             .extra(name.as_bytes())
             .extra(&to.to_ne_bytes())
             .extra(newname.as_bytes());
+        let cred = self.cred.clone();
         self.call(key, move |s, files| {
+            if !cred.is_root() {
+                Self::may_rename(s, &cred, from, &name, to, &newname)?;
+            }
             let replaced = s.lookup(to, &newname).ok();
+            if let Some(r) = &replaced {
+                s.forget(r.ino, 1);
+            }
             st(s.rename(from, &name, to, &newname, 0))?;
             if let Some(r) = replaced {
                 files.forget(r.ino);
@@ -523,13 +769,16 @@ impl NfsFileSystem for KaisoNfs {
         let target = PathBuf::from(OsString::from_vec(symlink.as_ref().to_vec()));
         let mut set = set_attr(attr);
         set.mode = None; // symlink permissions are not settable on Linux
+        let cred = self.cred.clone();
         let caller = self.caller;
         self.call(
-            Key::new("symlink", dir).extra(name.as_bytes()),
+            self.key("symlink", dir).extra(name.as_bytes()),
             move |s, _| {
+                Self::check(s, &cred, dir, W | X)?;
                 let a = st(s.symlink(dir, &name, &target, caller))?;
+                s.forget(a.ino, 1);
                 let a = if set.uid.is_some() || set.gid.is_some() {
-                    Self::apply(s, a.ino, set, caller)?
+                    Self::apply(s, a.ino, set, &cred)?
                 } else {
                     a
                 };

@@ -3,17 +3,24 @@
 //! A thin adapter: NFS file handles carry kaiso inode numbers and every operation is a
 //! store method (the same ones the FUSE face calls). Slow operations answer
 //! NFS3ERR_JUKEBOX while the work continues ([`jukebox`]); clients outside the allow list
-//! are disconnected at accept ([`allow`]). Protocol handling is the `nfs3_server` crate.
-//! User documentation: docs/nfs.md.
+//! are disconnected at accept ([`allow`]). Each call acts as the user of its AUTH_SYS
+//! credential, squashed as configured ([`cred`]): kaiso reads the RPC records itself,
+//! answers LINK, MKNOD, MKDIR and ACCESS itself and hands the other calls to the
+//! `nfs3_server` crate on one lane per identity (`conn`). User documentation: docs/nfs.md.
 
 pub mod allow;
+mod conn;
 mod convert;
+pub mod cred;
 mod fs;
 mod handles;
 pub mod jukebox;
+mod procs;
+mod rpc;
 mod server;
 
 pub use allow::{AllowList, Cidr};
+pub use cred::{Identity, Squash};
 pub use server::{NfsServer, ServeOptions, ServerStats};
 
 /// Parse a duration like `500ms`, `2s`, `1.5s`, `0` (for `--jukebox-after`).

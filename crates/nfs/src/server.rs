@@ -1,13 +1,17 @@
-//! The listener: binds, refuses clients outside the allow list, hands the others to
-//! `nfs3_server` (NFSv3, MOUNT v3 and portmap on one port), and stops cleanly.
+//! The listener: binds, refuses clients outside the allow list, serves the others
+//! (`conn`: kaiso's own RPC layer in front of `nfs3_server`; NFSv3, MOUNT v3 and portmap
+//! on one port), and stops cleanly.
 
 use crate::allow::AllowList;
+use crate::conn::{self, Shared};
+use crate::cred::{Cred, Identity, Squash};
 use crate::fs::KaisoNfs;
 use crate::handles::OpenFiles;
 use crate::jukebox::Jukebox;
+use crate::procs::Handles;
 use anyhow::Context;
 use kaiso_store::Store;
-use nfs3_server::test_reexports::{RPCContext, process_socket};
+use nfs3_server::test_reexports::RPCContext;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,17 +31,39 @@ pub struct ServeOptions {
     pub export: String,
     /// Close an NFS-opened store handle after this long without use.
     pub handle_idle: Duration,
+    /// Which callers act as the anonymous user (exports(5) `root_squash`, …).
+    pub squash: Squash,
+    /// Clients whose root is not squashed by `Squash::Root` (default: loopback).
+    pub root_trusted: AllowList,
+    /// The anonymous user and group (AUTH_NULL and squashed callers); default 65534.
+    pub anon_uid: u32,
+    pub anon_gid: u32,
 }
 
 impl ServeOptions {
-    /// 127.0.0.1:<port>, loopback clients only, JUKEBOX after 500 ms, export `/export`.
+    /// 127.0.0.1:<port>, loopback clients only, JUKEBOX after 500 ms, export `/export`,
+    /// root squashed except for loopback clients, anonymous user 65534:65534.
     pub fn loopback(port: u16) -> ServeOptions {
+        let id = Identity::default();
         ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], port)),
             allow: AllowList::loopback(),
             jukebox_after: Some(Duration::from_millis(500)),
             export: "/export".into(),
             handle_idle: Duration::from_secs(10),
+            squash: id.squash,
+            root_trusted: id.root_trusted,
+            anon_uid: id.anon_uid,
+            anon_gid: id.anon_gid,
+        }
+    }
+
+    fn identity(&self) -> Identity {
+        Identity {
+            squash: self.squash,
+            root_trusted: self.root_trusted.clone(),
+            anon_uid: self.anon_uid,
+            anon_gid: self.anon_gid,
         }
     }
 }
@@ -78,7 +104,23 @@ impl NfsServer {
         let jukebox = Arc::new(Jukebox::new(opts.jukebox_after));
         let files = Arc::new(OpenFiles::new(store.clone(), opts.handle_idle, 4096));
         let stats = Arc::new(ServerStats::default());
-        let vfs = Arc::new(KaisoNfs::new(store, jukebox.clone(), files.clone()));
+        let fs = KaisoNfs::new(store, jukebox.clone(), files.clone(), Cred::ROOT);
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        if euid != 0 {
+            tracing::warn!(
+                uid = euid,
+                "NFS server not running as root: every client acts as this user"
+            );
+        }
+        let mut base = RPCContext::test_ctx(&export, Arc::new(fs.for_caller(Cred::ROOT)));
+        base.local_port = addr.port();
+        let shared = Arc::new(Shared {
+            handles: Handles::from_root(&base.root_dir()),
+            base,
+            fs,
+            identity: opts.identity(),
+            daemon: (euid != 0).then_some((euid, egid)),
+        });
         let (stop_tx, stop_rx) = oneshot::channel();
         let listener = {
             let _g = runtime.enter();
@@ -88,11 +130,11 @@ impl NfsServer {
         let thread = std::thread::Builder::new()
             .name("kaiso-nfs-accept".into())
             .spawn(move || {
-                runtime.block_on(accept_loop(listener, vfs, export, allow, st, fl, stop_rx));
+                runtime.block_on(accept_loop(listener, shared, allow, st, fl, stop_rx));
                 // In-flight store calls finish on their own; do not wait for them forever.
                 runtime.shutdown_timeout(Duration::from_secs(5));
             })?;
-        tracing::info!(%addr, allow = %opts.allow, "NFSv3 server listening");
+        tracing::info!(%addr, allow = %opts.allow, squash = %opts.squash, "NFSv3 server listening");
         Ok(NfsServer {
             addr,
             stop: Some(stop_tx),
@@ -151,15 +193,12 @@ impl Drop for NfsServer {
 
 async fn accept_loop(
     listener: tokio::net::TcpListener,
-    vfs: Arc<KaisoNfs>,
-    export: String,
+    shared: Arc<Shared>,
     allow: AllowList,
     stats: Arc<ServerStats>,
     files: Arc<OpenFiles>,
     mut stop: oneshot::Receiver<()>,
 ) {
-    let mut base = RPCContext::test_ctx(&export, vfs);
-    base.local_port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let mut conns = tokio::task::JoinSet::new();
     let mut sweep = tokio::time::interval(Duration::from_secs(2));
     loop {
@@ -184,11 +223,10 @@ async fn accept_loop(
                 }
                 stats.connections.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(%peer, "NFS client connected");
-                let mut ctx = base.clone();
-                ctx.client_addr = peer.to_string();
                 let _ = socket.set_nodelay(true);
+                let shared = shared.clone();
                 conns.spawn(async move {
-                    if let Err(e) = process_socket(socket, ctx).await {
+                    if let Err(e) = conn::serve(socket, peer, shared).await {
                         tracing::debug!(%peer, error = %e, "NFS connection closed");
                     }
                 });

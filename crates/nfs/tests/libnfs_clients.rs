@@ -188,3 +188,48 @@ fn subdirectories_and_recursive_listing() {
         pattern(1017, 17)
     );
 }
+
+#[test]
+fn files_written_by_a_user_belong_to_that_user() {
+    if !have_tools() {
+        return;
+    }
+    let s = Served::start(|_| {});
+    let work = tempfile::tempdir().unwrap();
+    for (name, mode) in [("home", 0o777), ("locked", 0o755)] {
+        s.store
+            .mkdir(
+                kaiso_store::ROOT_INO,
+                name.as_ref(),
+                libc::S_IFDIR | mode,
+                0,
+                kaiso_store::Caller::ROOT,
+            )
+            .unwrap();
+    }
+    let src = work.path().join("in.bin");
+    std::fs::write(&src, pattern(200_000, 5)).unwrap();
+    // libnfs sends AUTH_SYS with the uid/gid given in the URL.
+    let as_user = |path: &str| format!("{}&uid=1234&gid=5678", s.url(path));
+    ok(&["nfs-cp", src.to_str().unwrap(), &as_user("/home/f.bin")]);
+    let on_tier = ["t0", "t1"]
+        .iter()
+        .map(|t| s.dir.path().join(t).join("home/f.bin"))
+        .find(|p| p.exists())
+        .expect("file on a tier");
+    let m = std::fs::metadata(&on_tier).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((m.uid(), m.gid()), (1234, 5678));
+    assert_eq!(std::fs::read(&on_tier).unwrap(), pattern(200_000, 5));
+    assert_eq!(
+        ok(&["nfs-cat", &as_user("/home/f.bin")]),
+        pattern(200_000, 5)
+    );
+    // A directory only root may write into refuses the user.
+    let refused = run(&["nfs-cp", src.to_str().unwrap(), &as_user("/locked/f.bin")]);
+    assert!(
+        !refused.status.success(),
+        "write into a root-only directory"
+    );
+    assert!(s.store.resolve("locked/f.bin".as_ref()).is_err());
+}

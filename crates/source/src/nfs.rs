@@ -409,7 +409,7 @@ impl NfsSource {
         fh: &nfs_fh3,
         offset: u64,
         count: u32,
-    ) -> SourceResult<(Vec<u8>, bool)> {
+    ) -> SourceResult<(Vec<u8>, bool, Option<fattr3>)> {
         self.retry_jukebox(path, "READ", || {
             let fh = fh.clone();
             async move {
@@ -439,7 +439,11 @@ impl NfsSource {
                                 "READ: the file was removed on the source during migration",
                             ));
                         }
-                        Ok((ok.data.to_vec(), ok.eof))
+                        let attr = match ok.file_attributes {
+                            Nfs3Option::Some(a) => Some(a),
+                            Nfs3Option::None => None,
+                        };
+                        Ok((ok.data.to_vec(), ok.eof, attr))
                     }
                     Nfs3Result::Err((stat, _)) => Err(stat),
                 })
@@ -453,7 +457,7 @@ impl NfsSource {
         path: &SourcePath,
         offset: u64,
         len: usize,
-    ) -> SourceResult<Vec<u8>> {
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         let fh = self.resolve(path).await?;
         // Servers may serve READ to anyone (ganesha does for AUTH_UNIX): like the kernel
         // client at open, ask ACCESS for the configured identity, in parallel with the reads.
@@ -506,7 +510,7 @@ impl NfsSource {
         fh: &nfs_fh3,
         offset: u64,
         len: usize,
-    ) -> SourceResult<Vec<u8>> {
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         let fh = fh.clone();
         let piece = self.config.read_size as usize;
         let mut starts = Vec::new();
@@ -523,15 +527,35 @@ impl NfsSource {
         });
         let results = join_all(reads).await;
         let mut out = Vec::with_capacity(len);
+        // The post-op attributes of every reply; the newest (by ctime, then mtime) is the
+        // file as it was after the read, which tells whether it changed under us.
+        let mut newest: Option<fattr3> = None;
+        let mut seen = |a: Option<fattr3>| {
+            if let Some(a) = a {
+                let key = |x: &fattr3| {
+                    (
+                        x.ctime.seconds,
+                        x.ctime.nseconds,
+                        x.mtime.seconds,
+                        x.mtime.nseconds,
+                    )
+                };
+                if newest.as_ref().is_none_or(|n| key(&a) >= key(n)) {
+                    newest = Some(a);
+                }
+            }
+        };
         for (i, r) in results.into_iter().enumerate() {
-            let (mut data, eof) = r?;
+            let (mut data, eof, attr) = r?;
+            seen(attr);
             let want = piece.min(len - starts[i]);
             // A short piece that is not at EOF must be completed before the next one.
             while data.len() < want && !eof {
                 let more_off = offset + (starts[i] + data.len()) as u64;
-                let (more, more_eof) = self
+                let (more, more_eof, attr) = self
                     .read_piece(path, &fh, more_off, (want - data.len()) as u32)
                     .await?;
+                seen(attr);
                 if more.is_empty() {
                     break;
                 }
@@ -546,7 +570,7 @@ impl NfsSource {
                 break;
             }
         }
-        Ok(out)
+        Ok((out, newest.as_ref().map(attr_from_fattr)))
     }
 
     async fn read_link_async(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
@@ -745,6 +769,16 @@ impl Source for NfsSource {
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        block_on(&self.runtime, self.read_async(path, offset, len)).map(|(d, _)| d)
+    }
+
+    /// The newest post-op attributes of the READ replies come with the data: no GETATTR.
+    fn read_with_attr(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         block_on(&self.runtime, self.read_async(path, offset, len))
     }
 

@@ -6,12 +6,14 @@
 //! `openat(O_NOFOLLOW)` under the root, so a symlink inside the share cannot lead a read
 //! outside it.
 
+use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use kaiso_store::migrate::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
@@ -24,8 +26,13 @@ const ACL_DEFAULT: &[u8] = b"system.posix_acl_default";
 /// A POSIX directory tree read with plain system calls.
 pub struct PosixSource {
     root: PathBuf,
-    root_fd: OwnedFd,
+    root_fd: Arc<OwnedFd>,
+    /// Open directories by source path (bounded; see `open_dir_chain`).
+    dirs: Mutex<HashMap<SourcePath, Arc<OwnedFd>>>,
 }
+
+/// Directory descriptors kept open at most.
+const DIR_CACHE: usize = 256;
 
 impl PosixSource {
     /// Opens `root`, which must be a directory.
@@ -46,39 +53,83 @@ impl PosixSource {
             ));
         }
         // SAFETY: fd was just returned by open and is owned by nobody else.
-        let root_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Self { root, root_fd })
+        let root_fd = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+        Ok(Self {
+            root,
+            root_fd,
+            dirs: Mutex::new(HashMap::new()),
+        })
     }
 
-    /// Opens `path` below the root without following any symlink on the way.
+    /// Opens `path` below the root without following any symlink on the way. Directory
+    /// descriptors on the way are cached (like an NFS client's file handles), so a deep
+    /// path costs one `openat` once its parent was opened before, not one per component.
     fn open_path(&self, path: &SourcePath, flags: libc::c_int) -> SourceResult<OwnedFd> {
         let components: Vec<&[u8]> = path.components().collect();
-        // SAFETY: duplicating a descriptor we own.
-        let mut dir = unsafe { libc::fcntl(self.root_fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if dir < 0 {
-            return Err(errno_error(path, "dup root"));
+        let Some((last, parents)) = components.split_last() else {
+            // SAFETY: duplicating a descriptor we own.
+            let dir = unsafe { libc::fcntl(self.root_fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+            if dir < 0 {
+                return Err(errno_error(path, "dup root"));
+            }
+            // SAFETY: dir is a fresh descriptor we own.
+            return Ok(unsafe { OwnedFd::from_raw_fd(dir) });
+        };
+        let dir = self.open_dir_chain(path, parents)?;
+        let c = cstring(last, path)?;
+        // SAFETY: dir is open, c is NUL-terminated.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(errno_error(path, "open"));
         }
-        // SAFETY: dir is a fresh descriptor we own.
-        let mut dir_fd = unsafe { OwnedFd::from_raw_fd(dir) };
-        for (i, name) in components.iter().enumerate() {
-            let last = i + 1 == components.len();
-            let c = cstring(name, path)?;
-            let f = if last {
-                flags
-            } else {
-                libc::O_RDONLY | libc::O_DIRECTORY
-            };
+        // SAFETY: fd was just returned by openat.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// The directory `parents` (components below the root), opened component by component
+    /// with `O_NOFOLLOW` from its longest cached ancestor; every directory opened on the
+    /// way is cached.
+    fn open_dir_chain(&self, path: &SourcePath, parents: &[&[u8]]) -> SourceResult<Arc<OwnedFd>> {
+        let key = |n: usize| SourcePath::parse(&parents[..n].join(&b'/'));
+        let (mut dir, mut start) = (self.root_fd.clone(), 0);
+        {
+            let cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            for n in (1..=parents.len()).rev() {
+                if let Some(fd) = cache.get(&key(n)?) {
+                    (dir, start) = (fd.clone(), n);
+                    break;
+                }
+            }
+        }
+        for n in start + 1..=parents.len() {
+            let c = cstring(parents[n - 1], path)?;
             // SAFETY: dir is open, c is NUL-terminated.
-            let fd =
-                unsafe { libc::openat(dir, c.as_ptr(), f | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+            let fd = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
             if fd < 0 {
                 return Err(errno_error(path, "open"));
             }
             // SAFETY: fd was just returned by openat.
-            dir_fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            dir = dir_fd.as_raw_fd();
+            dir = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
+            let mut cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.len() >= DIR_CACHE {
+                // Crude but bounded: the next lookups re-open what they need.
+                cache.clear();
+            }
+            cache.insert(key(n)?, dir.clone());
         }
-        Ok(dir_fd)
+        Ok(dir)
     }
 
     /// `fstatat(parent, name, AT_SYMLINK_NOFOLLOW)`.
@@ -277,6 +328,16 @@ impl Source for PosixSource {
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.read_with_attr(path, offset, len).map(|(d, _)| d)
+    }
+
+    /// The attributes come from `fstat` of the descriptor just read (no path lookup).
+    fn read_with_attr(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         // O_NONBLOCK so that a FIFO never blocks the open; it is then refused as not regular.
         let fd = self.open_path(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
         let file = File::from(fd);
@@ -299,7 +360,14 @@ impl Source for PosixSource {
             }
         }
         buf.truncate(done);
-        Ok(buf)
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: file is open, st is large enough.
+        if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            return Err(errno_error(path, "fstat"));
+        }
+        // SAFETY: fstat succeeded and filled st.
+        let after = attr_from_stat(&unsafe { st.assume_init() });
+        Ok((buf, Some(after)))
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {

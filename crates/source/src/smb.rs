@@ -18,7 +18,11 @@
 //!   files and [`Source::stat`] (FileStandardInformation) gives the real count for files;
 //!   Samba reports 1 for every directory.
 
+use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use binrw::BinWrite;
 use kaiso_store::migrate::{
@@ -27,8 +31,9 @@ use kaiso_store::migrate::{
 };
 use smb::binrw_util::file_time::FileTime;
 use smb::{
-    AdditionalInfo, Client, ClientConfig, FileAccessMask, FileAllInformation, FileAttributes,
-    FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
+    AdditionalInfo, Client, ClientConfig, Connection, FileAccessMask, FileAllInformation,
+    FileAttributes, FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation,
+    Resource, UncPath,
 };
 
 /// The bytes one SMB2 credit pays for. A larger READ costs several credits, and the `smb`
@@ -36,6 +41,9 @@ use smb::{
 /// granted that many (it grants them gradually), a 1 MiB READ (16 credits) waits forever.
 /// One-credit READs always progress, so READs are capped here and kept in flight instead.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
+
+/// How long one SMB request may go unanswered by default before the call fails.
+pub const SMB_DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where and how to reach an SMB share.
 #[derive(Clone, Debug)]
@@ -54,6 +62,10 @@ pub struct SmbConfig {
     pub read_size: usize,
     /// READ requests kept in flight for one `read` call.
     pub parallel_reads: usize,
+    /// Bound on the TCP connect and on the wait for each SMB response. A call whose
+    /// request is not answered in time fails as unreachable (naming the server), the
+    /// connection is dropped, and the next call connects again.
+    pub timeout: Duration,
 }
 
 impl SmbConfig {
@@ -73,15 +85,180 @@ impl SmbConfig {
             gid: 0,
             read_size: SMB_CREDIT_BYTES,
             parallel_reads: 16,
+            timeout: SMB_DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// `host:port`, the name errors give for the server.
+    fn server(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
         }
     }
 }
 
-/// An SMB share read over one authenticated session.
+/// One authenticated session with the share over one TCP connection.
+struct Link {
+    client: Client,
+    connection: Arc<Connection>,
+    /// Set once a request failed for want of the server: the link is shut and replaced
+    /// on the next call.
+    broken: AtomicBool,
+}
+
+impl Link {
+    fn connect(config: &SmbConfig, share: &UncPath) -> Result<Self, smb::Error> {
+        let mut cc = ClientConfig::default();
+        cc.connection.port = Some(config.port);
+        cc.connection.timeout = Some(config.timeout);
+        // Samba (and every SMB 2+ server) answers the SMB2 negotiate directly: this saves
+        // the SMB1 round trip of the multi-protocol negotiation.
+        cc.connection.smb2_only_negotiate = true;
+        let client = Client::new(cc);
+        // Connect first, then switch Nagle off on the socket before the session setup:
+        // the crate writes each message as a 4-byte transport header and then the body,
+        // so with Nagle on, the body waits for the ACK of the header, which the server
+        // delays (40 ms on Linux): every request cost a delayed-ACK timeout.
+        let connection = client.connect(&config.host)?;
+        let addr = smb::transport::utils::TransportUtils::parse_socket_address(&config.host)?;
+        set_nodelay_on_sockets_to(SocketAddr::new(addr.ip(), config.port));
+        let link = Self {
+            client,
+            connection,
+            broken: AtomicBool::new(false),
+        };
+        if let Err(e) = link
+            .client
+            .share_connect(share, &config.user, config.password.clone())
+        {
+            link.shut();
+            return Err(e);
+        }
+        Ok(link)
+    }
+
+    /// Passes `r` through; an error that means the server is gone or silent shuts the
+    /// link at once, so the requests still to come on it (closes) fail without waiting.
+    fn check<T>(&self, r: smb::Result<T>) -> smb::Result<T> {
+        if let Err(e) = &r
+            && is_unreachable(e)
+        {
+            self.shut();
+        }
+        r
+    }
+
+    /// Stops the connection's worker threads (no request is sent), so pending and later
+    /// requests on this link fail immediately instead of each waiting for the timeout.
+    fn shut(&self) {
+        if self.broken.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // smb 0.12's threaded worker `stop` unwraps a channel send that fails if its
+        // sender thread already ended; that must not take the caller down.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = self.connection.close();
+        }));
+    }
+
+    /// Closes a handle; a failure is of no consequence to the call (but a silent server
+    /// still shuts the link).
+    fn close(&self, r: &Resource) {
+        let _ = self.check(r.close_quietly());
+    }
+
+    fn open(&self, share: &UncPath, p: &str, access: FileAccessMask) -> smb::Result<Resource> {
+        let target = share.clone().with_path(p);
+        self.check(
+            self.client
+                .create_file(&target, &FileCreateArgs::make_open_existing(access)),
+        )
+    }
+}
+
+/// Sets TCP_NODELAY on this process's TCP sockets connected to `peer`. The `smb` crate
+/// (0.12) does not set it and keeps its socket private; any other socket to the same SMB
+/// server wants it too.
+fn set_nodelay_on_sockets_to(peer: SocketAddr) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    let mut n = 0;
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if peer_of(fd) == Some(peer) {
+            let one: libc::c_int = 1;
+            // SAFETY: plain setsockopt on a descriptor number; a descriptor closed and
+            // reused meanwhile at worst gets TCP_NODELAY (or ENOTSOCK).
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The remote address of socket `fd`, if it is a connected TCP/IP socket.
+fn peer_of(fd: i32) -> Option<SocketAddr> {
+    // SAFETY: getpeername writes at most `len` bytes into the zeroed storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                a.sin6_addr.s6_addr,
+                u16::from_be(a.sin6_port),
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// An SMB share read over one authenticated session, reconnected after a failure.
 pub struct SmbSource {
     config: SmbConfig,
-    client: Client,
     share: UncPath,
+    /// The current session; `None` or broken means the next call connects again.
+    link: Mutex<Option<Arc<Link>>>,
 }
 
 // NTSTATUS values this source distinguishes.
@@ -110,22 +287,78 @@ impl SmbSource {
                 "read_size and parallel_reads must be > 0",
             ));
         }
-        let mut cc = ClientConfig::default();
-        cc.connection.port = Some(config.port);
-        cc.connection.timeout = Some(std::time::Duration::from_secs(60));
-        let client = Client::new(cc);
+        if config.timeout.is_zero() {
+            return Err(SourceError::new(
+                SourceErrorKind::Invalid,
+                &root,
+                "the SMB timeout must be > 0 (0 would wait forever)",
+            ));
+        }
         let share =
             UncPath::from_str(&format!(r"\\{}\{}", config.host, config.share)).map_err(|e| {
                 SourceError::new(SourceErrorKind::Invalid, &root, format!("share name: {e}"))
             })?;
-        client
-            .share_connect(&share, &config.user, config.password.clone())
-            .map_err(|e| smb_error(&root, &format!("connect {share} port {}", config.port), &e))?;
-        Ok(Self {
+        let source = Self {
             config,
-            client,
             share,
+            link: Mutex::new(None),
+        };
+        source.link(&root)?;
+        Ok(source)
+    }
+
+    /// The live session, connecting a new one if there is none or the last one broke.
+    fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
+        let mut slot = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = slot.as_ref()
+            && !l.broken.load(Ordering::SeqCst)
+        {
+            return Ok(l.clone());
+        }
+        if let Some(old) = slot.take() {
+            drop_in_background(old);
+        }
+        let l = Arc::new(
+            Link::connect(&self.config, &self.share)
+                .map_err(|e| self.error(path, &format!("connect to share {}", self.share), &e))?,
+        );
+        *slot = Some(l.clone());
+        Ok(l)
+    }
+
+    /// Runs one source call on the live session; errors name the server.
+    fn call<T>(
+        &self,
+        path: &SourcePath,
+        what: &str,
+        f: impl FnOnce(&Link) -> Result<T, (String, smb::Error)>,
+    ) -> SourceResult<T> {
+        let link = self.link(path)?;
+        f(&link).map_err(|(op, e)| {
+            let op = if op.is_empty() { what.to_string() } else { op };
+            self.error(path, &op, &e)
         })
+    }
+
+    fn error(&self, path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
+        let mut err = smb_error(path, what, e);
+        if err.kind == SourceErrorKind::Unreachable {
+            let why = match e {
+                smb::Error::OperationTimeout(..) => {
+                    format!("no answer within {:?}", self.config.timeout)
+                }
+                _ => e.to_string(),
+            };
+            err = SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                format!(
+                    "SMB server {} unreachable ({what}): {why}; the next call reconnects",
+                    self.config.server()
+                ),
+            );
+        }
+        err
     }
 
     /// The share-relative Windows path of `path`.
@@ -140,23 +373,9 @@ impl SmbSource {
         Ok(s.replace('/', "\\"))
     }
 
-    fn open(
-        &self,
-        path: &SourcePath,
-        suffix: &str,
-        access: FileAccessMask,
-    ) -> SourceResult<Resource> {
-        let p = format!("{}{suffix}", Self::win_path(path)?);
-        let target = self.share.clone().with_path(&p);
-        self.client
-            .create_file(&target, &FileCreateArgs::make_open_existing(access))
-            .map_err(|e| smb_error(path, "open", &e))
-    }
-
     fn read_access() -> FileAccessMask {
         FileAccessMask::new().with_generic_read(true)
     }
-
     fn attr_from_all(&self, info: &FileAllInformation) -> SourceAttr {
         let attrs = info.basic.file_attributes;
         let dir = bool::from(info.standard.directory) || attrs.directory();
@@ -228,6 +447,41 @@ fn status_of(e: &smb::Error) -> Option<u32> {
     }
 }
 
+/// Errors that mean the server is gone, silent, or the link to it was shut.
+fn is_unreachable(e: &smb::Error) -> bool {
+    matches!(
+        e,
+        smb::Error::IoError(_)
+            | smb::Error::ConnectionStopped
+            | smb::Error::TransportError(_)
+            | smb::Error::OperationTimeout(..)
+            | smb::Error::ChannelRecvError(_)
+            // What the crate returns once its worker threads are stopped.
+            | smb::Error::MessageProcessingError(_)
+    )
+}
+
+/// Drops a session on a thread of its own: a polite tree disconnect and logoff on a
+/// link that has not noticed its server died would wait for the timeout twice.
+fn drop_in_background(link: Arc<Link>) {
+    if link.broken.load(Ordering::SeqCst) {
+        drop(link);
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("smb-logoff".into())
+        .spawn(move || drop(link));
+}
+
+impl Drop for SmbSource {
+    fn drop(&mut self) {
+        let slot = self.link.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = slot.take() {
+            drop_in_background(l);
+        }
+    }
+}
+
 fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
     let kind = match status_of(e) {
         Some(STATUS_NO_SUCH_FILE | STATUS_OBJECT_NAME_NOT_FOUND | STATUS_OBJECT_PATH_NOT_FOUND) => {
@@ -238,13 +492,8 @@ fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
         Some(STATUS_NOT_SUPPORTED | STATUS_EAS_NOT_SUPPORTED) => SourceErrorKind::Unsupported,
         Some(STATUS_BAD_NETWORK_NAME) => SourceErrorKind::NotFound,
         Some(_) => SourceErrorKind::Io,
-        None => match e {
-            smb::Error::IoError(_)
-            | smb::Error::ConnectionStopped
-            | smb::Error::TransportError(_)
-            | smb::Error::OperationTimeout(..) => SourceErrorKind::Unreachable,
-            _ => SourceErrorKind::Io,
-        },
+        None if is_unreachable(e) => SourceErrorKind::Unreachable,
+        None => SourceErrorKind::Io,
     };
     let status = status_of(e)
         .map(|s| format!(" (NTSTATUS {s:#010x})"))
@@ -254,10 +503,7 @@ fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
 
 impl Source for SmbSource {
     fn describe(&self) -> String {
-        format!(
-            "smb://{}:{}/{}",
-            self.config.host, self.config.port, self.config.share
-        )
+        format!("smb://{}/{}", self.config.server(), self.config.share)
     }
 
     fn features(&self) -> SourceFeatures {
@@ -273,76 +519,80 @@ impl Source for SmbSource {
     }
 
     fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
-        let r = self.open(
-            path,
-            "",
-            FileAccessMask::new().with_file_read_attributes(true),
-        )?;
-        let info = r
-            .as_handle_query_all()
-            .map_err(|e| smb_error(path, "query info", &e));
-        let _ = r.close_quietly();
-        Ok(self.attr_from_all(&info?))
+        let p = Self::win_path(path)?;
+        let access = FileAccessMask::new().with_file_read_attributes(true);
+        let info = self.call(path, "stat", |l| {
+            let r = l
+                .open(&self.share, &p, access)
+                .map_err(|e| ("open".into(), e))?;
+            let info = l.check(r.as_handle_query_all());
+            l.close(&r);
+            info.map_err(|e| ("query info".into(), e))
+        })?;
+        Ok(self.attr_from_all(&info))
     }
 
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        let dir = match self.open(path, "", Self::read_access())? {
-            Resource::Directory(d) => d,
-            other => {
-                let _ = other.close_quietly();
-                return Err(SourceError::new(
-                    SourceErrorKind::WrongKind,
-                    path,
-                    "not a directory",
-                ));
-            }
-        };
-        let mut out = Vec::new();
-        let mut failure = None;
-        match dir.query::<FileIdBothDirectoryInformation>("*") {
-            Ok(iter) => {
-                for item in iter {
-                    match item {
-                        Ok(e) => {
-                            let name = e.file_name.to_string();
-                            if name == "." || name == ".." {
-                                continue;
+        let p = Self::win_path(path)?;
+        let listed = self.call(path, "list", |l| {
+            let dir = match l
+                .open(&self.share, &p, Self::read_access())
+                .map_err(|e| ("open".into(), e))?
+            {
+                Resource::Directory(d) => d,
+                other => {
+                    l.close(&other);
+                    return Ok(None);
+                }
+            };
+            let mut out = Vec::new();
+            let mut failure = None;
+            match l.check(dir.query::<FileIdBothDirectoryInformation>("*")) {
+                Ok(iter) => {
+                    for item in iter {
+                        match l.check(item) {
+                            Ok(e) => {
+                                let name = e.file_name.to_string();
+                                if name == "." || name == ".." {
+                                    continue;
+                                }
+                                let is_dir = e.file_attributes.directory();
+                                let attr = self.make_attr(
+                                    is_dir,
+                                    e.file_attributes,
+                                    e.end_of_file,
+                                    1,
+                                    e.file_id,
+                                    [
+                                        &e.last_access_time,
+                                        &e.last_write_time,
+                                        &e.change_time,
+                                        &e.creation_time,
+                                    ],
+                                );
+                                out.push(SourceEntry {
+                                    name: name.into_bytes(),
+                                    attr,
+                                });
                             }
-                            let is_dir = e.file_attributes.directory();
-                            let attr = self.make_attr(
-                                is_dir,
-                                e.file_attributes,
-                                e.end_of_file,
-                                1,
-                                e.file_id,
-                                [
-                                    &e.last_access_time,
-                                    &e.last_write_time,
-                                    &e.change_time,
-                                    &e.creation_time,
-                                ],
-                            );
-                            out.push(SourceEntry {
-                                name: name.into_bytes(),
-                                attr,
-                            });
-                        }
-                        Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
-                        Err(e) => {
-                            failure = Some(smb_error(path, "query directory", &e));
-                            break;
+                            Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
+                            Err(e) => {
+                                failure = Some(e);
+                                break;
+                            }
                         }
                     }
                 }
+                Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => {}
+                Err(e) => failure = Some(e),
             }
-            Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => {}
-            Err(e) => failure = Some(smb_error(path, "query directory", &e)),
-        }
-        let _ = dir.close();
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+            let _ = l.check(dir.close());
+            match failure {
+                Some(e) => Err(("query directory".into(), e)),
+                None => Ok(Some(out)),
+            }
+        })?;
+        listed.ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
@@ -358,43 +608,58 @@ impl Source for SmbSource {
     }
 
     fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let r = self.open(path, "", Self::read_access())?;
-        let res = r.as_handle_query_eas();
-        let _ = r.close_quietly();
-        match res {
-            Ok(eas) => {
-                let mut out: Vec<(Vec<u8>, Vec<u8>)> = eas
-                    .into_iter()
-                    .map(|(name, value)| {
-                        let mut n = b"user.".to_vec();
-                        n.extend_from_slice(&name);
-                        (n, value)
-                    })
-                    .collect();
-                out.sort();
-                Ok(out)
+        let p = Self::win_path(path)?;
+        let res = self.call(path, "query EAs", |l| {
+            let r = l
+                .open(&self.share, &p, Self::read_access())
+                .map_err(|e| ("open".into(), e))?;
+            let res = l.check(r.as_handle_query_eas());
+            l.close(&r);
+            match res {
+                Ok(eas) => Ok(eas),
+                Err(e)
+                    if matches!(
+                        status_of(&e),
+                        Some(
+                            STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED
+                        )
+                    ) =>
+                {
+                    Ok(Vec::new())
+                }
+                Err(e) => Err((String::new(), e)),
             }
-            Err(e)
-                if matches!(
-                    status_of(&e),
-                    Some(STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED)
-                ) =>
-            {
-                Ok(Vec::new())
-            }
-            Err(e) => Err(smb_error(path, "query EAs", &e)),
-        }
+        })?;
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = res
+            .into_iter()
+            .map(|(name, value)| {
+                let mut n = b"user.".to_vec();
+                n.extend_from_slice(&name);
+                (n, value)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
-        let r = self.open(path, "", FileAccessMask::new().with_read_control(true))?;
+        let p = Self::win_path(path)?;
         let info = AdditionalInfo::new()
             .with_owner_security_information(true)
             .with_group_security_information(true)
             .with_dacl_security_information(true);
-        let sd = r.as_handle_security(info);
-        let _ = r.close_quietly();
-        let sd = sd.map_err(|e| smb_error(path, "query security", &e))?;
+        let sd = self.call(path, "query security", |l| {
+            let r = l
+                .open(
+                    &self.share,
+                    &p,
+                    FileAccessMask::new().with_read_control(true),
+                )
+                .map_err(|e| ("open".into(), e))?;
+            let sd = l.check(r.as_handle_security(info));
+            l.close(&r);
+            sd.map_err(|e| (String::new(), e))
+        })?;
         let mut bytes = std::io::Cursor::new(Vec::new());
         sd.write_le(&mut bytes).map_err(|e| {
             SourceError::new(
@@ -412,20 +677,25 @@ impl Source for SmbSource {
     }
 
     fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        let r = self.open(path, "", Self::read_access())?;
-        if r.is_dir() {
-            let _ = r.close_quietly();
-            return Ok(Vec::new());
-        }
-        let info = r.as_handle_query_streams();
-        let _ = r.close_quietly();
-        let info = match info {
-            Ok(i) => i,
-            Err(e) if matches!(status_of(&e), Some(STATUS_NOT_SUPPORTED)) => return Ok(Vec::new()),
-            Err(e) => return Err(smb_error(path, "query streams", &e)),
-        };
+        let p = Self::win_path(path)?;
+        let info = self.call(path, "query streams", |l| {
+            let r = l
+                .open(&self.share, &p, Self::read_access())
+                .map_err(|e| ("open".into(), e))?;
+            if r.is_dir() {
+                l.close(&r);
+                return Ok(None);
+            }
+            let info = l.check(r.as_handle_query_streams());
+            l.close(&r);
+            match info {
+                Ok(i) => Ok(Some(i)),
+                Err(e) if matches!(status_of(&e), Some(STATUS_NOT_SUPPORTED)) => Ok(None),
+                Err(e) => Err((String::new(), e)),
+            }
+        })?;
         let mut out = Vec::new();
-        for s in info.iter() {
+        for s in info.iter().flat_map(|i| i.iter()) {
             let full = s.stream_name.to_string();
             // ":name:$DATA"; the unnamed main stream is "::$DATA".
             let name = full
@@ -471,77 +741,120 @@ impl SmbSource {
         offset: u64,
         len: usize,
     ) -> SourceResult<Vec<u8>> {
-        let file = match self.open(path, suffix, Self::read_access())? {
-            Resource::File(f) => f,
-            other => {
-                let _ = other.close_quietly();
-                return Err(SourceError::new(
-                    SourceErrorKind::WrongKind,
-                    path,
-                    "read of a directory",
-                ));
-            }
-        };
+        let p = format!("{}{suffix}", Self::win_path(path)?);
         let piece = self.config.read_size.min(SMB_CREDIT_BYTES);
+        let parallel = self.config.parallel_reads;
         let mut buf = vec![0u8; len];
-        let result = std::thread::scope(|s| -> SourceResult<usize> {
-            let mut chunks: Vec<(u64, &mut [u8])> = buf
-                .chunks_mut(piece)
-                .enumerate()
-                .map(|(i, c)| (offset + (i * piece) as u64, c))
-                .collect();
-            let mut total = 0usize;
-            // Waves of `parallel_reads` concurrent READs; stop at the first short piece (EOF).
-            while !chunks.is_empty() {
-                let take = chunks.len().min(self.config.parallel_reads);
-                let wave: Vec<(u64, &mut [u8])> = chunks.drain(..take).collect();
-                let handles: Vec<_> = wave
-                    .into_iter()
-                    .map(|(off, chunk)| {
-                        let file = &file;
-                        s.spawn(move || -> Result<(usize, usize), smb::Error> {
-                            let want = chunk.len();
-                            let mut got = 0;
-                            while got < want {
-                                let n = file.read_block(
-                                    &mut chunk[got..],
-                                    off + got as u64,
-                                    None,
-                                    false,
-                                )?;
-                                if n == 0 {
-                                    break;
-                                }
-                                got += n;
-                            }
-                            Ok((got, want))
-                        })
-                    })
-                    .collect();
-                let mut short = false;
-                for h in handles {
-                    let (got, want) = h
-                        .join()
-                        .map_err(|_| {
-                            SourceError::new(SourceErrorKind::Io, path, "read thread panicked")
-                        })?
-                        .map_err(|e| smb_error(path, "read", &e))?;
-                    if !short {
-                        total += got;
-                    }
-                    short |= got < want;
+        let total = self.call(path, "read", |l| {
+            let file = match l
+                .open(&self.share, &p, Self::read_access())
+                .map_err(|e| ("open".into(), e))?
+            {
+                Resource::File(f) => f,
+                other => {
+                    l.close(&other);
+                    return Ok(None);
                 }
-                if short {
-                    break;
-                }
-            }
-            Ok(total)
-        });
-        let _ = file.close();
-        let total = result?;
+            };
+            let result = read_pieces(l, &file, &mut buf, offset, piece, parallel);
+            let _ = l.check(file.close());
+            result.map(Some).map_err(|e| (String::new(), e))
+        })?;
+        let total = total.ok_or_else(|| {
+            SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
+        })?;
         buf.truncate(total);
         Ok(buf)
     }
+}
+
+/// `File::read_block` (smb 0.12) turns every error into an `io::Error` holding only the
+/// message; this recovers whether the server is unreachable from that message.
+fn read_error(e: std::io::Error) -> smb::Error {
+    const GONE: [&str; 6] = [
+        "Operation timed out",
+        "Client connection is stopped",
+        "Transport error",
+        "IO Error",
+        "Message processing failed",
+        "Channel recv error",
+    ];
+    let msg = e.to_string();
+    if e.kind() != std::io::ErrorKind::InvalidData && GONE.iter().any(|g| msg.starts_with(g)) {
+        smb::Error::IoError(e)
+    } else {
+        smb::Error::InvalidMessage(msg)
+    }
+}
+
+/// Fills `buf` from `offset` of `file` in `piece`-sized READs, `parallel` at a time;
+/// returns the bytes read (short at end of file).
+fn read_pieces(
+    l: &Link,
+    file: &smb::File,
+    buf: &mut [u8],
+    offset: u64,
+    piece: usize,
+    parallel: usize,
+) -> smb::Result<usize> {
+    std::thread::scope(|s| {
+        let mut chunks: Vec<(u64, &mut [u8])> = buf
+            .chunks_mut(piece)
+            .enumerate()
+            .map(|(i, c)| (offset + (i * piece) as u64, c))
+            .collect();
+        let mut total = 0usize;
+        // Waves of `parallel` concurrent READs; stop at the first short piece (EOF).
+        while !chunks.is_empty() {
+            let take = chunks.len().min(parallel);
+            let wave: Vec<(u64, &mut [u8])> = chunks.drain(..take).collect();
+            let handles: Vec<_> = wave
+                .into_iter()
+                .map(|(off, chunk)| {
+                    s.spawn(move || -> smb::Result<(usize, usize)> {
+                        let want = chunk.len();
+                        let mut got = 0;
+                        while got < want {
+                            let n = l.check(
+                                file.read_block(&mut chunk[got..], off + got as u64, None, false)
+                                    .map_err(read_error),
+                            )?;
+                            if n == 0 {
+                                break;
+                            }
+                            got += n;
+                        }
+                        Ok((got, want))
+                    })
+                })
+                .collect();
+            let mut short = false;
+            let mut failure = None;
+            for h in handles {
+                match h.join() {
+                    Ok(Ok((got, want))) => {
+                        if !short {
+                            total += got;
+                        }
+                        short |= got < want;
+                    }
+                    Ok(Err(e)) => {
+                        failure.get_or_insert(e);
+                    }
+                    Err(_) => {
+                        failure.get_or_insert(smb::Error::Other("read thread panicked"));
+                    }
+                }
+            }
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            if short {
+                break;
+            }
+        }
+        Ok(total)
+    })
 }
 
 /// Small helpers over `Resource`, which wraps files and directories alike.

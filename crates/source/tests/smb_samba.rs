@@ -7,8 +7,14 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
+use std::time::Duration;
+
 use kaiso_source::SmbSource;
-use kaiso_store::migrate::{FileKind, Source, SourceErrorKind, SourcePath};
+use kaiso_store::migrate::{
+    CrawlState, Crawler, FileKind, Migration, MigrationConfig, Migrations, Source, SourceErrorKind,
+    SourcePath,
+};
+use kaiso_store::{Store, StoreConfig};
 
 #[test]
 fn smb_source_against_samba() {
@@ -211,4 +217,195 @@ fn smb_source_against_samba() {
             .kind,
         SourceErrorKind::Unreachable
     );
+}
+
+/// Per-request latency on loopback: a stat is three SMB requests (CREATE, QUERY_INFO,
+/// CLOSE). Nagle's algorithm with the server's delayed ACK made each cost ~40 ms.
+#[test]
+fn smb_request_latency() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    common::build_tree(share.path());
+    let server = common::Samba::start(share.path());
+    let source = SmbSource::connect(server.config()).expect("connect to samba");
+    let p = SourcePath::parse(b"a/page").unwrap();
+    source.stat(&p).unwrap();
+    let n = 50;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        source.stat(&p).unwrap();
+    }
+    let stat = t.elapsed() / n;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        source.read(&p, 0, 8192).unwrap();
+    }
+    let read = t.elapsed() / n;
+    eprintln!("SMB loopback: stat {stat:?}, open+read+close {read:?}");
+    drop(source);
+}
+
+/// smbd's process group (it makes itself a group leader; its per-client children are in
+/// it), checked to be neither ours nor init's before anything is signalled.
+fn smbd_group(server: &common::Samba) -> i32 {
+    let pidfile = server.dir.path().join("pid/smbd.pid");
+    let start = std::time::Instant::now();
+    let pid: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no {pidfile:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let pgid = unsafe { libc::getpgid(pid) };
+    assert!(
+        pgid > 1 && pgid != unsafe { libc::getpgrp() },
+        "smbd group {pgid}"
+    );
+    pgid
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    assert_eq!(unsafe { libc::kill(-pgid, sig) }, 0, "kill -{sig} -{pgid}");
+}
+
+/// Runs `f` on a thread; fails if it does not return within `limit`. Returns its result
+/// and how long it took.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::time::Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => (v, t.elapsed()),
+        Err(_) => panic!("{what} did not return within {limit:?}"),
+    }
+}
+
+/// A server that stops answering (SIGSTOP) makes a call fail within the configured
+/// timeout with an error naming the server, and the next call after it answers again
+/// reconnects. A server killed in the middle of a migration (kill -9 of smbd and its
+/// children) fails the in-flight and later calls at once: the crawler ends stuck instead
+/// of hanging and a client access fails instead of blocking.
+#[test]
+fn smb_timeout_and_reconnect() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    let bulk = share.path().join("bulk");
+    std::fs::create_dir(&bulk).unwrap();
+    for i in 0..60u64 {
+        std::fs::write(bulk.join(format!("f{i:02}")), common::content(i, 600_000)).unwrap();
+    }
+    let server = common::Samba::start(share.path());
+    let pgid = smbd_group(&server);
+    let timeout = Duration::from_secs(2);
+    let mut cfg = server.config();
+    cfg.timeout = timeout;
+    let source = std::sync::Arc::new(SmbSource::connect(cfg.clone()).expect("connect"));
+    let f0 = SourcePath::parse(b"bulk/f00").unwrap();
+    assert_eq!(source.stat(&f0).unwrap().size, 600_000);
+
+    // A silent server: the call ends with Unreachable after about the timeout.
+    signal_group(pgid, libc::SIGSTOP);
+    let s = source.clone();
+    let p = f0.clone();
+    let (r, took) = within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
+    signal_group(pgid, libc::SIGCONT);
+    let e = r.expect_err("a stopped server answered");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    let server_name = format!("127.0.0.1:{}", server.port);
+    assert!(e.to_string().contains(&server_name), "{e}");
+    assert!(
+        took >= timeout - Duration::from_millis(100),
+        "failed early: {took:?}: {e}"
+    );
+    // The next call reconnects.
+    assert_eq!(source.stat(&f0).expect("reconnected").size, 600_000);
+    assert!(source.read(&f0, 0, 100).unwrap() == common::content(0, 100));
+
+    // Mid-migration kill.
+    let dest = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dest.path().join("t0")).unwrap();
+    let store_cfg = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"4GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+        dest.path().join("state").display(),
+        dest.path().join("t0").display()
+    );
+    let store = Store::open(StoreConfig::from_toml_str(&store_cfg, "test.toml").unwrap()).unwrap();
+    let m = Migration::open(
+        &store,
+        Box::new(SmbSource::connect(cfg).unwrap()),
+        MigrationConfig::new("smb"),
+    )
+    .unwrap();
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    let start = std::time::Instant::now();
+    loop {
+        let p = m.progress(&store).unwrap();
+        if p.files_done >= 3 {
+            assert!(p.remaining > 0, "finished before the kill: {p:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no progress: {p:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal_group(pgid, libc::SIGKILL);
+    let (state, took) = within(
+        timeout * 4 + Duration::from_secs(10),
+        "crawler",
+        move || crawler.wait(Duration::from_secs(600)),
+    );
+    assert_eq!(state, CrawlState::Stuck, "after {took:?}");
+    // A client reading a file not fetched yet gets an error, not a hang.
+    let s2 = store.clone();
+    let (r, _) = within(
+        timeout * 2 + Duration::from_secs(5),
+        "client read",
+        move || {
+            let mut ino = kaiso_store::ROOT_INO;
+            for c in ["bulk", "f59"] {
+                let a = s2
+                    .lookup(ino, std::ffi::OsStr::new(c))
+                    .map_err(|e| e.errno())?;
+                ino = a.ino;
+            }
+            let o = s2
+                .open_file(ino, libc::O_RDONLY, false)
+                .map_err(|e| e.errno())?;
+            let r = s2.read(o.fh, 0, 4096).map_err(|e| e.errno());
+            let _ = s2.release(o.fh);
+            r
+        },
+    );
+    assert!(r.is_err(), "read of an unfetched file after the kill");
+    // The source connected before the kill also fails at once and names the server.
+    let s = source.clone();
+    let (r, took) = within(
+        timeout * 2 + Duration::from_secs(5),
+        "stat after kill",
+        move || s.stat(&f0),
+    );
+    let e = r.expect_err("a killed server answered");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().contains(&server_name), "{e} after {took:?}");
+    drop(m);
+    store.shutdown();
 }

@@ -5,6 +5,8 @@
 //! state_dir = "/var/lib/kaiso/main"   # SQLite DB, control socket
 //! placement = "fastest-with-room"     # or "tier:<name>"
 //! passthrough = true                  # kernel FUSE passthrough for resident files
+//! passthrough_writes = true           # writers too, while their tier has the reserve below
+//! passthrough_write_reserve = "1GiB"  # room a passthrough writer needs (and holds) on its tier
 //! allow_other = false
 //! metrics = "127.0.0.1:9477"          # optional Prometheus text endpoint
 //!
@@ -39,6 +41,10 @@ use kaiso_policy::default_policy::KaisoConfig;
 use serde::Deserialize;
 use toml::Spanned;
 
+/// Default `passthrough_write_reserve`: a passthrough writer may add this much to its file
+/// before its tier's hard capacity is at risk.
+pub const DEFAULT_PASSTHROUGH_WRITE_RESERVE: u64 = 1 << 30;
+
 /// A whole store configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoreConfig {
@@ -47,6 +53,11 @@ pub struct StoreConfig {
     pub state_dir: PathBuf,
     pub placement: PlacementRule,
     pub passthrough: bool,
+    /// Serve writable opens by kernel passthrough too (only with `passthrough`).
+    pub passthrough_writes: bool,
+    /// Room a writable open needs on its tier (above usage and other writers' reserves) to
+    /// be served by passthrough; it holds that room while open (docs/tiering.md).
+    pub passthrough_write_reserve: u64,
     pub allow_other: bool,
     /// Address for the Prometheus text endpoint (`host:port`), if enabled.
     pub metrics: Option<String>,
@@ -187,6 +198,10 @@ struct RawStore {
     placement: Option<Spanned<String>>,
     #[serde(default)]
     passthrough: Option<bool>,
+    #[serde(default)]
+    passthrough_writes: Option<bool>,
+    #[serde(default)]
+    passthrough_write_reserve: Option<Spanned<toml::Value>>,
     #[serde(default)]
     allow_other: Option<bool>,
     #[serde(default)]
@@ -481,6 +496,11 @@ impl StoreConfig {
                 mover.busy_backoff = *v.get_ref();
             }
         }
+        let passthrough_write_reserve = match &store.passthrough_write_reserve {
+            None => DEFAULT_PASSTHROUGH_WRITE_RESERVE,
+            Some(v) => parse_size(v.get_ref())
+                .map_err(|e| err(v.span(), "store.passthrough_write_reserve", &e))?,
+        };
         let (policy, policy_table) = match raw.policy {
             None => (KaisoConfig::default(), toml::Table::new()),
             Some(p) => parse_policy(file, text, p)?,
@@ -490,6 +510,8 @@ impl StoreConfig {
             state_dir: store.state_dir.into_inner(),
             placement,
             passthrough: store.passthrough.unwrap_or(true),
+            passthrough_writes: store.passthrough_writes.unwrap_or(true),
+            passthrough_write_reserve,
             allow_other: store.allow_other.unwrap_or(false),
             metrics: store.metrics,
             mover,
@@ -512,8 +534,8 @@ impl StoreConfig {
             toml_str(&self.placement.to_string())
         ));
         s.push_str(&format!(
-            "passthrough = {}\nallow_other = {}\n",
-            self.passthrough, self.allow_other
+            "passthrough = {}\npassthrough_writes = {}\npassthrough_write_reserve = {}\nallow_other = {}\n",
+            self.passthrough, self.passthrough_writes, self.passthrough_write_reserve, self.allow_other
         ));
         if let Some(m) = &self.metrics {
             s.push_str(&format!("metrics = {}\n", toml_str(m)));
@@ -645,6 +667,39 @@ kind = "hdd"
             .to_string();
         assert!(e.contains("line 11"), "{e}");
         assert!(e.contains("tier[1].capacity"), "{e}");
+    }
+
+    #[test]
+    fn passthrough_write_reserve_parses_defaults_and_names_its_key() {
+        let c = StoreConfig::from_toml_str(GOOD, "t.toml").unwrap();
+        assert!(c.passthrough_writes);
+        assert_eq!(
+            c.passthrough_write_reserve,
+            DEFAULT_PASSTHROUGH_WRITE_RESERVE
+        );
+        let text = GOOD.replacen(
+            "[store]\n",
+            "[store]\npassthrough_writes = false\npassthrough_write_reserve = \"256MiB\"\n",
+            1,
+        );
+        let c = StoreConfig::from_toml_str(&text, "t.toml").unwrap();
+        assert!(!c.passthrough_writes);
+        assert_eq!(c.passthrough_write_reserve, 256 << 20);
+        let again = StoreConfig::from_toml_str(&c.to_toml(), "x").unwrap();
+        assert_eq!(again.passthrough_write_reserve, 256 << 20);
+        assert!(!again.passthrough_writes);
+        let bad = GOOD.replacen(
+            "[store]\n",
+            "[store]\npassthrough_write_reserve = \"big\"\n",
+            1,
+        );
+        let e = StoreConfig::from_toml_str(&bad, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("store.passthrough_write_reserve") && e.contains("line 3"),
+            "{e}"
+        );
     }
 
     #[test]

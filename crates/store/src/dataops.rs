@@ -92,7 +92,14 @@ impl Store {
         }
     }
 
-    fn register_handle(&self, state: &Arc<FileState>, file: File, flags: i32, mode: IoMode) -> u64 {
+    fn register_handle(
+        &self,
+        state: &Arc<FileState>,
+        file: File,
+        flags: i32,
+        mode: IoMode,
+        reserved: u64,
+    ) -> u64 {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let passthrough = mode == IoMode::Passthrough;
         let h = Arc::new(Handle {
@@ -101,6 +108,8 @@ impl Store {
             flags: backing_flags(flags),
             writable,
             passthrough: std::sync::atomic::AtomicBool::new(passthrough),
+            reserved: std::sync::atomic::AtomicU64::new(reserved),
+            reserve_tier: state.tier(),
         });
         if passthrough {
             state.passthrough_open.fetch_add(1, Ordering::SeqCst);
@@ -118,37 +127,159 @@ impl Store {
         fh
     }
 
-    /// How a new open of this inode is served. Passthrough is chosen only for read-only
-    /// opens, so writes normally go through kaiso (tier capacities hold, the mover can
-    /// redirect writers). The kernel allows only passthrough opens of an inode while one is
-    /// open (any other open fails with EIO, and a different backing file with EBUSY), so
-    /// a writer arriving while passthrough readers are open is served through passthrough
-    /// too, on the same backing file; its writes are accounted when it closes. A reader
-    /// arriving while handles served through kaiso are open is served through kaiso.
+    /// How a new open of this inode is served, and the room (bytes, already added to the
+    /// tier's usage) a passthrough writer holds for its growth.
+    ///
+    /// - Readers of a resident file on a non-emulated tier that no one else has open:
+    ///   passthrough.
+    /// - Writers likewise, but only while their tier can set `passthrough_write_reserve`
+    ///   bytes aside under its hard capacity (usage and other writers' reserves counted).
+    ///   The kernel then writes without kaiso: the reserve is the growth that cannot break
+    ///   the capacity; growth is accounted when the writer closes and every second
+    ///   meanwhile (`check_passthrough_writers`, which also tops the reserve up). Writers
+    ///   that find no such room go through kaiso, which spills to another tier when full.
+    /// - The kernel allows only passthrough opens of an inode while one is open (any
+    ///   other open fails with EIO, and a different backing file with EBUSY), so any open
+    ///   arriving while passthrough handles are open is passthrough too, on the same
+    ///   backing file (a writer then takes what reserve room there is). An open arriving
+    ///   while handles served through kaiso are open is served through kaiso.
+    ///
     /// The store's view of open handles is never smaller than the kernel's (the kernel
     /// closes first), so these choices never contradict the kernel's state.
-    fn io_mode(&self, state: &FileState, want: bool, writable: bool) -> IoMode {
+    fn io_mode(&self, state: &FileState, want: bool, writable: bool) -> (IoMode, u64) {
         let open = state.open_handles();
+        let tier = state.tier();
         let any_pt = open.iter().any(|h| h.is_passthrough());
         if any_pt && want {
-            return IoMode::Passthrough;
-        }
-        if writable {
-            return IoMode::Cached;
+            let held = if writable {
+                self.reserve_upto(tier, self.cfg.passthrough_write_reserve)
+            } else {
+                0
+            };
+            return (IoMode::Passthrough, held);
         }
         let eligible = want
+            && open.is_empty()
             && self.cfg.passthrough
-            && !self.tiers[state.tier() as usize].emulated()
+            && !self.tiers[tier as usize].emulated()
             && !state
                 .stub
                 .lock()
                 .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
                 .unwrap_or(true);
-        if eligible && open.is_empty() {
-            IoMode::Passthrough
-        } else {
-            IoMode::Cached
+        if !eligible {
+            return (IoMode::Cached, 0);
         }
+        if !writable {
+            return (IoMode::Passthrough, 0);
+        }
+        let need = self.cfg.passthrough_write_reserve;
+        if self.cfg.passthrough_writes && self.reserve(tier, need) {
+            (IoMode::Passthrough, need)
+        } else {
+            (IoMode::Cached, 0)
+        }
+    }
+
+    /// Reserve as much as possible, up to `max` bytes, of `tier`'s room under its hard
+    /// capacity; returns how much was reserved.
+    fn reserve_upto(&self, tier: u8, max: u64) -> u64 {
+        let t = &self.tiers[tier as usize];
+        let mut got = 0;
+        let _ = t
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                got = t.capacity().saturating_sub(u).min(max);
+                Some(u + got)
+            });
+        got
+    }
+
+    /// Give back the room a handle holds for passthrough growth.
+    fn release_reserve(&self, h: &Handle) {
+        let r = h.reserved.swap(0, Ordering::AcqRel);
+        if r > 0 {
+            self.tiers[h.reserve_tier as usize].add_used(-(r as i64));
+        }
+    }
+
+    /// Bring a passthrough writer's growth (the kernel wrote without kaiso) into the size
+    /// and tier accounting; the growth uses up the handle's reserve first. With `top_up`,
+    /// the reserve is then refilled from the tier's room as far as it goes.
+    /// Call with the file's gate held shared.
+    fn account_passthrough_writer(&self, h: &Handle, top_up: bool) {
+        let st = &h.state;
+        let Ok(s) = util::fstat(&h.file()) else {
+            return;
+        };
+        let new = s.st_size as u64;
+        {
+            // Under the namespace lock, so an unlink (which takes the accounted size off
+            // the tier) sees either the old size and no growth counted, or both.
+            let ns = self.ns();
+            let linked = ns.files.get(&st.ino).is_some_and(|f| !f.names.is_empty());
+            let old = st.size.swap(new, Ordering::AcqRel);
+            if new != old {
+                // Makes a copy in progress start over.
+                st.write_gen.fetch_add(1, Ordering::AcqRel);
+            }
+            if linked {
+                let growth = new as i64 - old as i64;
+                let mut consumed = 0u64;
+                if growth > 0 {
+                    let _ = h
+                        .reserved
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                            consumed = r.min(growth as u64);
+                            Some(r - consumed)
+                        });
+                }
+                self.tiers[st.tier() as usize].add_used(growth - consumed as i64);
+            }
+        }
+        if top_up {
+            let want = self
+                .cfg
+                .passthrough_write_reserve
+                .saturating_sub(h.reserved.load(Ordering::Acquire));
+            let got = self.reserve_upto(h.reserve_tier, want);
+            h.reserved.fetch_add(got, Ordering::AcqRel);
+        }
+    }
+
+    /// Account the growth of every open passthrough writer and top up its reserve. The
+    /// store runs this every `PASSTHROUGH_CHECK` while open.
+    pub fn check_passthrough_writers(&self) {
+        let writers: Vec<Arc<Handle>> = self
+            .handles
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|h| h.writable && h.is_passthrough())
+            .cloned()
+            .collect();
+        for h in writers {
+            let _g = h.state.gate.read().unwrap_or_else(|e| e.into_inner());
+            if h.is_passthrough() {
+                self.account_passthrough_writer(&h, true);
+            }
+        }
+    }
+
+    /// Room held for passthrough writers, per tier (bytes included in the tiers' usage).
+    pub(crate) fn passthrough_reserved(&self) -> Vec<u64> {
+        let mut r = vec![0u64; self.tiers.len()];
+        for h in self
+            .handles
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            if let Some(v) = r.get_mut(h.reserve_tier as usize) {
+                *v += h.reserved.load(Ordering::Acquire);
+            }
+        }
+        r
     }
 
     /// The face could not hand `fh` to the kernel for passthrough and serves it through
@@ -159,6 +290,8 @@ impl Store {
             if h.passthrough.swap(false, Ordering::AcqRel) {
                 h.state.passthrough_open.fetch_sub(1, Ordering::SeqCst);
             }
+            // Served through kaiso now: its writes reserve room one by one.
+            self.release_reserve(&h);
         }
     }
 
@@ -184,12 +317,19 @@ impl Store {
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         let state = f.state.clone();
         let tier = f.tier;
+        if f.kind != FileKind::File {
+            // Opening a FIFO blocks until a peer opens it (a device may block too): never
+            // while holding the namespace lock.
+            let (kind, bino) = (f.kind, f.bino);
+            let path = ns
+                .file_path(ino)
+                .map(|p| self.tiers[tier as usize].path(&p))
+                .ok_or(FsError::NOENT)?;
+            drop(ns);
+            return self.open_special(&state, kind, tier, bino, &path, flags);
+        }
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = if f.kind == FileKind::File {
-            self.io_mode(&state, want_passthrough, writable)
-        } else {
-            IoMode::Cached
-        };
+        let (mode, reserved) = self.io_mode(&state, want_passthrough, writable);
         // An unlinked file still open elsewhere is reopened through that descriptor.
         let path = match ns.file_path(ino) {
             Some(p) => self.tiers[tier as usize].path(&p),
@@ -208,11 +348,18 @@ impl Store {
         let file = if mode == IoMode::Passthrough {
             let keep = backing_flags(flags) & !libc::O_ACCMODE;
             open_backing(&path, libc::O_RDWR | keep)
-                .or_else(|_| open_backing(&path, backing_flags(flags)))?
+                .or_else(|_| open_backing(&path, backing_flags(flags)))
         } else {
-            open_backing(&path, backing_flags(flags))?
+            open_backing(&path, backing_flags(flags))
         };
-        let fh = self.register_handle(&state, file, flags, mode);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                self.tiers[tier as usize].add_used(-(reserved as i64));
+                return Err(e.into());
+            }
+        };
+        let fh = self.register_handle(&state, file, flags, mode, reserved);
         drop(ns);
         if flags & libc::O_TRUNC != 0 && flags & libc::O_ACCMODE != libc::O_RDONLY {
             self.truncate(ino, 0, Some(fh))?;
@@ -226,6 +373,34 @@ impl Store {
             state.size.load(Ordering::Relaxed),
         );
         Ok(self.opened(fh, mode))
+    }
+
+    /// Open a FIFO, socket or device node (the caller has dropped the namespace lock, so
+    /// a FIFO waiting for its peer blocks nothing else). The access mode and O_NONBLOCK
+    /// are kept as asked: a FIFO's semantics depend on them.
+    fn open_special(
+        &self,
+        state: &Arc<FileState>,
+        kind: FileKind,
+        tier: u8,
+        bino: u64,
+        path: &Path,
+        flags: i32,
+    ) -> FsResult<Opened> {
+        let acc = flags & libc::O_ACCMODE;
+        let file = std::fs::OpenOptions::new()
+            .read(acc != libc::O_WRONLY)
+            .write(acc != libc::O_RDONLY)
+            .custom_flags(flags & libc::O_NONBLOCK)
+            .open(path)?;
+        // The name may have been renamed or replaced while unlocked.
+        let st = util::fstat(&file)?;
+        if st.st_ino != bino || FileKind::from_mode(st.st_mode) != kind {
+            return Err(FsError::NOENT);
+        }
+        let fh = self.register_handle(state, file, flags, IoMode::Cached, 0);
+        self.record(state.ino, tier, Op::Open, 0, 0, 0);
+        Ok(self.opened(fh, IoMode::Cached))
     }
 
     /// Create and open a regular file (O_CREAT|O_EXCL semantics: fails if the name exists).
@@ -261,8 +436,8 @@ impl Store {
             .map(|f| f.state.clone())
             .ok_or(FsError::IO)?;
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = self.io_mode(&state, want_passthrough, writable);
-        let fh = self.register_handle(&state, file, flags, mode);
+        let (mode, reserved) = self.io_mode(&state, want_passthrough, writable);
+        let fh = self.register_handle(&state, file, flags, mode, reserved);
         let attr = self.attr_locked(&mut ns, ino)?;
         self.add_lookup(&mut ns, ino, 1);
         Ok((attr, self.opened(fh, mode)))
@@ -460,10 +635,10 @@ impl Store {
                 self.tiers[tier as usize].add_used(-(growth as i64));
                 return Err(e.into());
             }
-            if size < old {
-                self.tiers[tier as usize].add_used(-((old - size) as i64));
-            }
-            st.size.store(size, Ordering::Release);
+            // `growth` was reserved against the size seen before; a passthrough writer's
+            // growth may have been accounted meanwhile: settle against the size replaced.
+            let prev = st.size.swap(size, Ordering::AcqRel);
+            self.tiers[tier as usize].add_used(size as i64 - prev as i64 - growth as i64);
             st.write_gen.fetch_add(1, Ordering::AcqRel);
             let stub_changed = match st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                 Some(s) => {
@@ -517,17 +692,14 @@ impl Store {
             if h.writable {
                 // The kernel wrote without us: bring the size accounting up to date, and
                 // make any copy in progress start over.
-                if let Ok(s) = util::fstat(&h.file()) {
-                    let new = s.st_size as u64;
-                    let old = st.size.swap(new, Ordering::AcqRel);
-                    self.tiers[st.tier() as usize].add_used(new as i64 - old as i64);
-                }
+                self.account_passthrough_writer(&h, false);
                 st.write_gen.fetch_add(1, Ordering::AcqRel);
             }
             if h.passthrough.swap(false, Ordering::AcqRel) {
                 st.passthrough_open.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        self.release_reserve(&h);
         {
             let me = Arc::downgrade(&h);
             st.handles

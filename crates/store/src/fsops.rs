@@ -93,6 +93,7 @@ impl Store {
             }
             return Ok(Some(ino));
         }
+        ns.recent_misses.record(parent, name);
         Ok(None)
     }
 
@@ -300,7 +301,30 @@ impl Store {
         (caller.uid, if sgid { None } else { Some(caller.gid) })
     }
 
+    /// Give the new inode at `p` (stat `st`, updated) to the caller, unless it already is
+    /// theirs: a root daemon serving a root caller, the common case, changes nothing.
+    fn give_to_caller(
+        &self,
+        ns: &Namespace,
+        parent: Ino,
+        caller: Caller,
+        p: &Path,
+        st: &mut libc::stat,
+    ) -> std::io::Result<()> {
+        if st.st_uid == caller.uid && st.st_gid == caller.gid {
+            return Ok(());
+        }
+        let (uid, gid) = self.owner_for(ns, parent, caller);
+        if st.st_uid == uid && gid.is_none_or(|g| st.st_gid == g) {
+            return Ok(());
+        }
+        util::lchown(p, Some(uid), gid)?;
+        *st = util::lstat(p)?;
+        Ok(())
+    }
+
     /// Create a non-directory entry on the placement tier with `make`, spilling down on ENOSPC.
+    /// Applies the umask a preceding [`Store::creation_mode`] arranged.
     pub(crate) fn create_entry(
         &self,
         ns: &mut Namespace,
@@ -309,11 +333,16 @@ impl Store {
         caller: Caller,
         make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
     ) -> FsResult<(Ino, u8, Option<std::fs::File>)> {
+        let umask = util::creation_umask::take();
         check_name(name)?;
         if hidden(name) {
             return Err(FsError::INVAL);
         }
-        if self.find_child(ns, parent, name)?.is_some() {
+        // The lookup the kernel sent before this create probed the tiers already.
+        let probed = ns.is_dir(parent)
+            && ns.child(parent, name).is_none()
+            && ns.recent_misses.take(parent, name);
+        if !probed && self.find_child(ns, parent, name)?.is_some() {
             return Err(FsError::EXIST);
         }
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
@@ -325,9 +354,16 @@ impl Store {
             if !self.tiers[tier as usize].fits(0) {
                 continue;
             }
-            self.ensure_dir(tier, &parent_rel)?;
             let p = self.tiers[tier as usize].path(&rel);
-            let file = match make(&p) {
+            let made = match util::creation_umask::with(umask, || make(&p)) {
+                // The directory has no copy on this tier yet.
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    self.ensure_dir(tier, &parent_rel)?;
+                    util::creation_umask::with(umask, || make(&p))
+                }
+                r => r,
+            };
+            let file = match made {
                 Ok(f) => f,
                 Err(e)
                     if e.raw_os_error() == Some(libc::ENOSPC)
@@ -338,12 +374,21 @@ impl Store {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let (uid, gid) = self.owner_for(ns, parent, caller);
-            if let Err(e) = util::lchown(&p, Some(uid), gid) {
+            let stat = match &file {
+                Some(f) => util::fstat(f),
+                None => util::lstat(&p),
+            };
+            let mut st = match stat {
+                Ok(st) => st,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&p);
+                    return Err(e.into());
+                }
+            };
+            if let Err(e) = self.give_to_caller(ns, parent, caller, &p, &mut st) {
                 let _ = std::fs::remove_file(&p);
                 return Err(e.into());
             }
-            let st = util::lstat(&p)?;
             let ino = self.assign_file_ino(ns, tier, st.st_ino)?;
             let kind = FileKind::from_mode(st.st_mode);
             ns.add_file_name(ino, parent, name, || FileNode {
@@ -381,6 +426,10 @@ impl Store {
     /// Mode bits for a new inode in `parent`: the umask applies unless the parent has a
     /// default ACL (then the backing file system derives the mode from the ACL, as POSIX
     /// says). Returns the bits and whether to set them explicitly after creation.
+    ///
+    /// Where the thread can, the umask is left to the backing file system (see
+    /// [`util::creation_umask`]): the next [`Store::create_entry`] (or `mkdir`) on this
+    /// thread applies it, and the bits come back unmasked with nothing to set after.
     pub(crate) fn creation_mode(
         &self,
         ns: &Namespace,
@@ -388,6 +437,9 @@ impl Store {
         mode: u32,
         umask: u32,
     ) -> (u32, bool) {
+        if util::creation_umask::prepare(umask) {
+            return (mode & 0o7777, false);
+        }
         let has_default_acl = ns
             .dir_path(parent)
             .and_then(|p| {
@@ -473,7 +525,9 @@ impl Store {
         let (tier, _) = self.dir_stat(&parent_rel)?;
         let p = self.tiers[tier as usize].path(&rel);
         let (m, set) = self.creation_mode(&ns, parent, mode, umask);
-        std::fs::DirBuilder::new().mode(m).create(&p)?;
+        util::creation_umask::with(util::creation_umask::take(), || {
+            std::fs::DirBuilder::new().mode(m).create(&p)
+        })?;
         let (uid, gid) = self.owner_for(&ns, parent, caller);
         let r = util::lchown(&p, Some(uid), gid).and_then(|_| {
             // Keep a setgid bit inherited from the parent; apply the requested bits.
@@ -679,7 +733,15 @@ impl Store {
                         continue;
                     }
                 }
-                return self.exchange_locked(&mut ns, parent, name, src, newparent, newname, dst);
+                let (src_dir, dst_dir) = (ns.is_dir(src), ns.is_dir(dst));
+                let r = self.exchange_locked(&mut ns, parent, name, src, newparent, newname, dst);
+                drop(ns);
+                // Both names moved: a crawler must learn about each of them.
+                if r.is_ok() && src != dst {
+                    self.stub_notify_renamed(src, src_dir);
+                    self.stub_notify_renamed(dst, dst_dir);
+                }
+                return r;
             }
             // A dummy directory about to be replaced must be listed first: it is empty
             // here but maybe not on the migration source (then ENOTEMPTY).

@@ -82,6 +82,10 @@ pub(crate) struct Handle {
     pub writable: bool,
     /// Served by kernel passthrough (cleared if the face could not set that up).
     pub passthrough: AtomicBool,
+    /// Room this handle holds on tier `reserve_tier` (counted in that tier's usage) for a
+    /// passthrough writer's growth, which the kernel writes without asking kaiso.
+    pub reserved: AtomicU64,
+    pub reserve_tier: u8,
 }
 
 impl Handle {

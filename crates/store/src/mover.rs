@@ -117,11 +117,22 @@ impl Drop for MoveSlot<'_> {
 /// Lock-free copy passes before the last one, which runs under the file's gate.
 const QUIET_COPY_ATTEMPTS: u32 = 3;
 
+/// A background copy reaches an emulated device in requests of this size, so a
+/// foreground request arriving meanwhile waits behind at most one of them.
+const EMULATED_CHUNK: u64 = 256 << 10;
+
+/// How long one background request on an emulated device yields to foreground requests
+/// before it goes anyway (moves trickle on under full load instead of stalling).
+const EMULATED_MAX_YIELD: Duration = Duration::from_millis(250);
+
 /// How a copy pass is paced.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pace {
-    /// At most `max_rate`, pausing while foreground I/O keeps a tier busy (policy moves).
-    Background,
+    /// At most `max_rate`, pausing while foreground I/O keeps a tier busy (policy moves);
+    /// on an emulated device each request also yields to foreground requests. `relief`:
+    /// the move takes load off its busy source (spike relief), so only the destination's
+    /// load holds it back.
+    Background { relief: bool },
     /// At most `max_rate` (operator moves, spills).
     Rate,
     /// As fast as possible: the file's users are waiting on the gate.
@@ -260,17 +271,17 @@ impl Store {
         for &(s, e) in &extents {
             let mut pos = s;
             while pos < e {
-                if pace == Pace::Background {
-                    self.wait_not_busy(from, to);
+                if let Pace::Background { relief } = pace {
+                    self.wait_not_busy(if relief { to } else { from }, to);
                 }
                 let want = ((e - pos) as usize).min(buf.len());
                 let n = util::pread_full(src, &mut buf[..want], pos)?;
                 if n == 0 {
                     break;
                 }
-                self.tiers[from as usize].emulate(ino, pos, n as u64, false);
+                self.emulate_copy(ino, from, pos, n as u64, false, pace);
                 std::os::unix::fs::FileExt::write_all_at(dst, &buf[..n], pos)?;
-                self.tiers[to as usize].emulate(ino, pos, n as u64, true);
+                self.emulate_copy(ino, to, pos, n as u64, true, pace);
                 crc = crc32c::crc32c_append(crc, &buf[..n]);
                 pos += n as u64;
                 if pace != Pace::Unpaced {
@@ -286,6 +297,31 @@ impl Store {
             crc,
             extents: copied,
         })
+    }
+
+    /// The emulated service time of `len` bytes of a copy on `tier`: background copies go
+    /// in [`EMULATED_CHUNK`] requests at idle priority (each yields to foreground requests
+    /// for up to [`EMULATED_MAX_YIELD`]); others are served like any request.
+    fn emulate_copy(&self, ino: Ino, tier: u8, pos: u64, len: u64, write: bool, pace: Pace) {
+        let Some(emu) = &self.tiers[tier as usize].emu else {
+            return;
+        };
+        if !matches!(pace, Pace::Background { .. }) {
+            emu.io(ino, pos, len, write);
+            return;
+        }
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(EMULATED_CHUNK);
+            let r = emu.io_background(ino, pos + off, n, write, EMULATED_MAX_YIELD, &|| {
+                self.stopping()
+            });
+            self.mover.backing_off.store(
+                r.yielded >= crate::emulate::FOREGROUND_GRACE * 2,
+                Ordering::Relaxed,
+            );
+            off += n;
+        }
     }
 
     /// Background moves pause while foreground I/O keeps either tier busy (bounded wait).
@@ -348,7 +384,7 @@ impl Store {
         reason: &str,
         _size_hint: u64,
     ) -> Result<u64, MoveError> {
-        self.move_file_inner(ino, to, reason, false)
+        self.move_file_inner(ino, to, reason, None)
     }
 
     /// Why `state`'s file cannot move now, if it cannot.
@@ -407,12 +443,14 @@ impl Store {
         Ok(size)
     }
 
+    /// `background`: a policy move (paced, yielding to foreground I/O) and its reason;
+    /// None for operator moves and spills.
     pub(crate) fn move_file_inner(
         &self,
         ino: Ino,
         to: u8,
         reason: &str,
-        background: bool,
+        background: Option<MoveReason>,
     ) -> Result<u64, MoveError> {
         if to as usize >= self.tiers.len() {
             return Err(MoveError::new(FsError::INVAL, "no such tier"));
@@ -516,8 +554,10 @@ impl Store {
             let gen0 = state.write_gen.load(Ordering::Acquire);
             let pace = match (last, background) {
                 (true, _) => Pace::Unpaced,
-                (false, true) => Pace::Background,
-                (false, false) => Pace::Rate,
+                (false, Some(r)) => Pace::Background {
+                    relief: r == MoveReason::Spike,
+                },
+                (false, None) => Pace::Rate,
             };
             let copied = match self.copy_pass(ino, from, to, &src, &dst, pace, attempt == 0) {
                 Ok(n) => n,
@@ -768,7 +808,7 @@ impl Store {
             if stop.load(Ordering::SeqCst) || self.stopping() {
                 break;
             }
-            let r = self.move_file_inner(m.object, m.to, reason_text(m.reason), true);
+            let r = self.move_file_inner(m.object, m.to, reason_text(m.reason), Some(m.reason));
             self.mover.queued_files.fetch_sub(1, Ordering::Relaxed);
             let _ =
                 self.mover

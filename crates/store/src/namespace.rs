@@ -52,6 +52,46 @@ pub(crate) struct Namespace {
     pub next_ino: u64,
     /// Allocations since the counter was last persisted.
     pub next_ino_dirty: bool,
+    /// Names just probed missing on every tier (see [`RecentMisses`]).
+    pub recent_misses: RecentMisses,
+}
+
+/// Names a lookup just probed missing on every tier, so the create that follows it (the
+/// kernel always looks a new name up first) need not probe the tiers again. An entry is
+/// used once, by a create within [`RecentMisses::FRESH`]; the probe it saves could only
+/// find a file placed directly into a tier directory within that moment (the kernel
+/// itself caches the same miss for up to a second).
+#[derive(Default)]
+pub(crate) struct RecentMisses {
+    entries: std::collections::VecDeque<(Ino, OsString, std::time::Instant)>,
+}
+
+impl RecentMisses {
+    const CAPACITY: usize = 32;
+    const FRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
+    /// `name` in `parent` was probed missing on every tier just now.
+    pub fn record(&mut self, parent: Ino, name: &OsStr) {
+        if self.entries.len() >= Self::CAPACITY {
+            self.entries.pop_front();
+        }
+        self.entries
+            .push_back((parent, name.to_os_string(), std::time::Instant::now()));
+    }
+
+    /// Whether `name` in `parent` was probed missing moments ago (forgetting it).
+    pub fn take(&mut self, parent: Ino, name: &OsStr) -> bool {
+        let Some(i) = self
+            .entries
+            .iter()
+            .rposition(|(p, n, _)| *p == parent && n == name)
+        else {
+            return false;
+        };
+        self.entries
+            .remove(i)
+            .is_some_and(|(_, _, at)| at.elapsed() < Self::FRESH)
+    }
 }
 
 /// What the caller must persist after assigning a number.
@@ -85,6 +125,7 @@ impl Namespace {
             dir_ids,
             next_ino: next_ino.max(2),
             next_ino_dirty: false,
+            recent_misses: RecentMisses::default(),
         }
     }
 

@@ -62,6 +62,39 @@ pub enum OpenError {
     Db(#[from] rusqlite::Error),
 }
 
+/// How often the growth of passthrough writers is accounted and their reserves topped up.
+pub const PASSTHROUGH_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs `check_passthrough_writers` every [`PASSTHROUGH_CHECK`] until the store shuts down
+/// or is dropped (the thread holds only a weak reference between checks).
+fn spawn_passthrough_checker(store: &Arc<Store>) {
+    if !(store.cfg.passthrough && store.cfg.passthrough_writes) {
+        return;
+    }
+    let weak = Arc::downgrade(store);
+    let step = std::time::Duration::from_millis(100);
+    let r = std::thread::Builder::new()
+        .name("kaiso-pt-check".into())
+        .spawn(move || {
+            let mut waited = std::time::Duration::ZERO;
+            loop {
+                std::thread::sleep(step);
+                waited += step;
+                let Some(s) = weak.upgrade() else { return };
+                if s.stopping() {
+                    return;
+                }
+                if waited >= PASSTHROUGH_CHECK {
+                    waited = std::time::Duration::ZERO;
+                    s.check_passthrough_writers();
+                }
+            }
+        });
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "cannot start the passthrough writer check");
+    }
+}
+
 /// A kaiso store: the union namespace over N tiers. Every method takes `&self` and is safe
 /// to call from many threads; faces hold it in an `Arc`.
 pub struct Store {
@@ -140,7 +173,9 @@ impl Store {
             recovered = report.journal_recovered,
             "store opened"
         );
-        Ok(Arc::new(store))
+        let store = Arc::new(store);
+        spawn_passthrough_checker(&store);
+        Ok(store)
     }
 
     /// The configuration the store was opened with.
@@ -503,8 +538,10 @@ impl Store {
         fresh.next_ino_dirty = false;
         *ns = fresh;
         drop(ns);
+        // Usage also counts the room held for open passthrough writers.
+        let held = self.passthrough_reserved();
         for (i, t) in self.tiers.iter().enumerate() {
-            t.used.store(used[i], Ordering::Relaxed);
+            t.used.store(used[i] + held[i], Ordering::Relaxed);
             report.used.push((t.cfg.name.clone(), used[i]));
         }
         let mut pl = self.placer();

@@ -340,3 +340,66 @@ pub(crate) fn now_nanos() -> u64 {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
+
+/// The creating caller's umask, applied by the backing file system itself.
+///
+/// POSIX applies the umask to a new inode only when its directory has no default ACL (else
+/// the ACL decides). The backing file system knows that without asking: a thread with a
+/// file-system context of its own (`unshare(CLONE_FS)`) can set the caller's umask just
+/// around the `open(O_CREAT)`/`mknod`/`mkdir`, which saves reading the parent's default
+/// ACL and a `chmod` per create. A thread that cannot unshare (never seen on Linux) is
+/// told so and the store falls back to doing it by hand.
+pub(crate) mod creation_umask {
+    use std::cell::Cell;
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Ctx {
+        Unknown,
+        Private,
+        Shared,
+    }
+
+    thread_local! {
+        static CTX: Cell<Ctx> = const { Cell::new(Ctx::Unknown) };
+        /// The umask the next create on this thread applies (see [`prepare`]).
+        static PENDING: Cell<Option<u32>> = const { Cell::new(None) };
+    }
+
+    /// Whether this thread's umask is its own (unsharing it on first use).
+    fn private() -> bool {
+        CTX.with(|c| {
+            if c.get() == Ctx::Unknown {
+                // Only the umask, cwd and root are unshared; kaiso uses absolute paths.
+                let ok = unsafe { libc::unshare(libc::CLONE_FS) } == 0;
+                c.set(if ok { Ctx::Private } else { Ctx::Shared });
+            }
+            c.get() == Ctx::Private
+        })
+    }
+
+    /// Arrange for the next create on this thread to apply `umask` (or a default ACL of
+    /// the directory). False if this thread cannot, and the caller must apply it itself.
+    pub(crate) fn prepare(umask: u32) -> bool {
+        if !private() {
+            return false;
+        }
+        PENDING.with(|p| p.set(Some(umask & 0o777)));
+        true
+    }
+
+    /// The umask [`prepare`]d for this create, if any (taking it: one create per prepare).
+    pub(crate) fn take() -> Option<u32> {
+        PENDING.with(|p| p.take())
+    }
+
+    /// Run `f` with this thread's umask set to `umask`, restoring it after.
+    pub(crate) fn with<T>(umask: Option<u32>, f: impl FnOnce() -> T) -> T {
+        let Some(m) = umask else {
+            return f();
+        };
+        let old = unsafe { libc::umask(m as libc::mode_t) };
+        let r = f();
+        unsafe { libc::umask(old) };
+        r
+    }
+}

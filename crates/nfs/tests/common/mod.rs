@@ -4,6 +4,8 @@
 
 use kaiso_nfs::{NfsServer, ServeOptions};
 use kaiso_store::{Store, StoreConfig};
+use nfs3_client::nfs3_types::rpc::{auth_flavor, auth_unix, opaque_auth};
+use nfs3_client::nfs3_types::xdr_codec::{Opaque, Pack};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -74,4 +76,21 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| ((i * 31 + seed as usize) % 251) as u8)
         .collect()
+}
+
+/// An AUTH_SYS (AUTH_UNIX) credential, as a Linux client sends it.
+pub fn auth_sys(uid: u32, gid: u32, gids: &[u32]) -> opaque_auth<'static> {
+    let a = auth_unix {
+        stamp: 1,
+        machinename: Opaque::owned(b"kaiso-test".to_vec()),
+        uid,
+        gid,
+        gids: gids.to_vec(),
+    };
+    let mut body = Vec::new();
+    a.pack(&mut body).unwrap();
+    opaque_auth {
+        flavor: auth_flavor::AUTH_UNIX,
+        body: Opaque::owned(body),
+    }
 }

@@ -16,6 +16,7 @@
 //!   by its source inode; later paths with the same source inode become hard links to the
 //!   anchor's store inode instead of new stubs.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -108,6 +109,9 @@ pub struct Migration {
     pub(crate) rename_hook: Mutex<Option<RenameHook>>,
     /// The last stop was unclean: the counter was recomputed at open.
     recounted: AtomicBool,
+    /// Source attributes a read of the file returned for free (NFS post-op attributes),
+    /// by store inode: used by `complete` instead of another `stat` round trip.
+    after_read: Mutex<HashMap<Ino, (SourcePath, SourceAttr)>>,
 }
 
 pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
@@ -172,6 +176,7 @@ impl Migration {
             paused: AtomicBool::new(false),
             rename_hook: Mutex::new(None),
             recounted: AtomicBool::new(false),
+            after_read: Mutex::new(HashMap::new()),
         });
         let e = |e: std::io::Error| e.to_string();
         match m.db.meta("source").map_err(e)? {
@@ -197,6 +202,7 @@ impl Migration {
                     &[],
                 )
                 .map_err(e)?;
+                m.db.sync().map_err(e)?;
                 store
                     .stub_mark(
                         root_ino,
@@ -305,6 +311,9 @@ impl Migration {
     /// Marks a clean stop (no recount needed at next open).
     pub fn close(&self) {
         let _ = self.db.set_meta("clean", "1");
+        if let Err(e) = self.db.sync() {
+            tracing::warn!(migration = %self.cfg.name, "sync of the migration state: {e}");
+        }
     }
 
     /// Drops rows of objects that no longer exist or are already complete in the store,
@@ -359,6 +368,10 @@ impl Migration {
             .map(|a| a.nlink == 0)
             .unwrap_or(true);
         if gone {
+            self.after_read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&ino);
             self.db.forget_object(ino, &src).map_err(io)?;
         }
         Ok(())
@@ -420,6 +433,10 @@ impl Migration {
             }
         }
         self.db.insert(&rows, &anchors).map_err(io)?;
+        // The store must never hold a listed directory whose entries' rows a power loss
+        // could take back (they would be stubs nobody can fill): one fsync per listing,
+        // shared with concurrent listings (see `state`).
+        self.db.sync().map_err(io)?;
         store.stub_dir_listed(ino)?;
         self.finish_dir(store, ino, row)
     }
@@ -687,24 +704,31 @@ impl Migration {
     /// changed the mtime: counted as modified, not compared).
     fn complete(&self, row: &StubRow) -> FsResult<()> {
         let ino = row.ino;
+        let after_read = self
+            .after_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino)
+            .filter(|(p, _)| *p == row.src_path)
+            .map(|(_, a)| a);
         match self.db.get(ino).map_err(io)? {
             Some(cur) if cur.src_path == row.src_path => {}
             // Completed or given up by someone else already, or (different source path)
             // a new object that got the inode number of a deleted one: not ours.
             _ => return Ok(()),
         }
-        match self.source_changed(row) {
+        let done = match self.source_changed(row, after_read) {
             // Not recorded as done, so `finish` reports it instead of failing on it.
-            Some(why) => self
-                .db
-                .skip(&row.src_path, SourceErrorKind::Changed, &why)
-                .map_err(io)?,
-            None => self
-                .db
-                .record_done(ino, &row.src_path, row.listed_size, row.listed_mtime_ns)
-                .map_err(io)?,
-        }
-        if self.db.remove_if(ino, &row.src_path).map_err(io)? {
+            Some(why) => {
+                self.db
+                    .skip(&row.src_path, SourceErrorKind::Changed, &why)
+                    .map_err(io)?;
+                None
+            }
+            None => Some((row.listed_size, row.listed_mtime_ns)),
+        };
+        // Row removal, counter and completion record: one transaction.
+        if self.db.complete(ino, &row.src_path, done).map_err(io)? {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
@@ -715,11 +739,15 @@ impl Migration {
     /// Whether the source file no longer matches its listing (it should be read-only):
     /// a description for the skip report, or `None`. A file that cannot be stat'ed now is
     /// also reported (it vanished or became unreadable after its data was read).
-    fn source_changed(&self, row: &StubRow) -> Option<String> {
+    fn source_changed(&self, row: &StubRow, after_read: Option<SourceAttr>) -> Option<String> {
         if row.kind == StubKind::DummyDir {
             return None;
         }
-        match self.source.stat(&row.src_path) {
+        let now = match after_read {
+            Some(a) => Ok(a),
+            None => self.source.stat(&row.src_path),
+        };
+        match now {
             Ok(a) if a.size == row.listed_size && ns_of(a.mtime) == row.listed_mtime_ns => None,
             Ok(a) => Some(format!(
                 "source changed during migration although it should be read-only: size {} -> {}, mtime {} -> {} ns; the copy may mix old and new contents",
@@ -767,6 +795,10 @@ impl Migration {
                         let _ = store.setattr(ino, &set, Caller::ROOT);
                     }
                 }
+                self.after_read
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&ino);
                 self.db.remove(ino).map_err(io)?;
                 Ok(())
             }
@@ -834,9 +866,9 @@ impl Migration {
         let read_to = to.min(minsize.max(from));
         let result = if from < read_to {
             self.source
-                .read(&row.src_path, from, (read_to - from) as usize)
+                .read_with_attr(&row.src_path, from, (read_to - from) as usize)
         } else {
-            Ok(Vec::new())
+            Ok((Vec::new(), None))
         };
         if !crawler {
             self.counters
@@ -844,7 +876,15 @@ impl Migration {
                 .fetch_sub(1, Ordering::AcqRel);
         }
         let mut data = match result {
-            Ok(d) => d,
+            Ok((d, attr)) => {
+                if let Some(a) = attr {
+                    self.after_read
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(row.ino, (row.src_path.clone(), a));
+                }
+                d
+            }
             Err(e) => return self.give_up_or_retry(store, row.ino, &e, false),
         };
         if (data.len() as u64) < read_to - from {

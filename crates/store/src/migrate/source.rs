@@ -258,6 +258,20 @@ pub trait Source: Send + Sync {
     /// returned only at end of file.
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>>;
 
+    /// Like [`Source::read`], plus the file's attributes as they were right after the
+    /// read when the protocol returns them without another round trip (NFSv3 post-op
+    /// attributes, `fstat` of the descriptor just read). The engine compares them with
+    /// the listing to tell whether the source changed under the copy, instead of a
+    /// separate `stat` per file. Default: `read` and no attributes.
+    fn read_with_attr(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        Ok((self.read(path, offset, len)?, None))
+    }
+
     /// The target of the symlink at `path`, as bytes.
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>>;
 

@@ -81,8 +81,8 @@ impl Workload {
         }
     }
 
-    /// One request; its latency.
-    fn request(&mut self) -> Result<Duration> {
+    /// One request: the rank of the file it read and its latency.
+    fn request(&mut self) -> Result<(usize, Duration)> {
         let rank = self.zipf.sample(self.rng.unit());
         let path = &self.files[rank];
         let slots = (self.file_size / self.read_size).max(1);
@@ -95,18 +95,28 @@ impl Workload {
         f.read_exact_at(&mut self.buf[..n], off)
             .with_context(|| format!("read {}", path.display()))?;
         drop(f);
-        Ok(t.elapsed())
+        Ok((rank, t.elapsed()))
+    }
+
+    /// Run for `secs`: (rank, latency in microseconds) per read.
+    fn run_ranked(&mut self, secs: f64) -> Result<Vec<(usize, f64)>> {
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        let mut lat = Vec::new();
+        while Instant::now() < end {
+            check_interrupt()?;
+            let (rank, d) = self.request()?;
+            lat.push((rank, d.as_secs_f64() * 1e6));
+        }
+        Ok(lat)
     }
 
     /// Run for `secs`; latencies in microseconds.
     fn run_for(&mut self, secs: u64) -> Result<Vec<f64>> {
-        let end = Instant::now() + Duration::from_secs(secs);
-        let mut lat = Vec::new();
-        while Instant::now() < end {
-            check_interrupt()?;
-            lat.push(self.request()?.as_secs_f64() * 1e6);
-        }
-        Ok(lat)
+        Ok(self
+            .run_ranked(secs as f64)?
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect())
     }
 }
 
@@ -155,190 +165,461 @@ fn write_data_set(dir: &Path, n: usize, size: u64, seed: u64) -> Result<Vec<Stri
     Ok(names)
 }
 
+/// Skews of one bench run: `KAISO_BENCH_ZIPF_SWEEP` (comma-separated exponents, e.g.
+/// `0.8,1.1,1.5,2.0,3.0`) when set, else `--zipf`.
+fn skews(args: &Args) -> Result<Vec<f64>> {
+    let Ok(list) = std::env::var(SWEEP_ENV) else {
+        return Ok(vec![args.zipf]);
+    };
+    let mut v = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => v.push(s),
+            _ => bail!("{SWEEP_ENV}: {part:?} is not a Zipf exponent (a number >= 0)"),
+        }
+    }
+    if v.is_empty() {
+        bail!("{SWEEP_ENV} is set but lists no Zipf exponent");
+    }
+    Ok(v)
+}
+
+const SWEEP_ENV: &str = "KAISO_BENCH_ZIPF_SWEEP";
+
+/// The shape of the tiering test.
+struct Setup {
+    n: usize,
+    fsize: u64,
+    fast_cap: u64,
+    low_wm: f64,
+    high_wm: f64,
+    warmup: u64,
+    measure: u64,
+}
+
+impl Setup {
+    /// Files the fast tier holds: under its low watermark (all promotions may fill), its
+    /// high watermark, and its hard capacity.
+    fn fits(&self) -> [usize; 3] {
+        let files = |f: f64| ((self.fast_cap as f64 * f) as u64 / self.fsize) as usize;
+        [files(self.low_wm), files(self.high_wm), files(1.0)]
+    }
+}
+
+/// One skew's measurements.
+struct SkewRow {
+    s: f64,
+    all_fast: LatStats,
+    tiered: LatStats,
+    all_slow: LatStats,
+    /// Tiered reads of files that were on the fast tier / on the slow tier at the end.
+    fast_served: LatStats,
+    slow_served: LatStats,
+    /// Files on the fast tier at the end, and the share of reads they draw.
+    on_fast: usize,
+    kaiso_share: f64,
+    /// Moves (files, bytes) during the warm-up and during the measured window.
+    moves_warm: Option<(u64, u64)>,
+    moves_measured: Option<(u64, u64)>,
+    /// uptime's 1-minute load average at the start and end of the measurement.
+    load: (f64, f64),
+}
+
+fn load_average() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// The mover's counters (files, bytes moved since mount) of the store mounted with `cfg`,
+/// through `kaiso status CONFIG --json` (the running daemon's control socket).
+fn moved_so_far(cfg: &Path) -> Option<(u64, u64)> {
+    let out = Command::new(std::env::current_exe().ok()?)
+        .arg("status")
+        .arg(cfg)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some((
+        v["mover"]["moved_files"].as_u64()?,
+        v["mover"]["moved_bytes"].as_u64()?,
+    ))
+}
+
+fn delta(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
+    let (a, b) = (a?, b?);
+    Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1)))
+}
+
+/// Copy every file named in `names` from `from` to `to` (same relative paths).
+fn copy_data_set(from: &Path, to: &Path, names: &[String]) -> Result<()> {
+    for rel in names {
+        check_interrupt()?;
+        let d = to.join(rel);
+        fs::create_dir_all(d.parent().unwrap_or(to))?;
+        fs::copy(from.join(rel), &d).with_context(|| format!("copy {}", d.display()))?;
+    }
+    Ok(())
+}
+
+/// Put every file the tiered mount left on the fast tier back on the slow tier, so the
+/// next skew starts, like the first, with everything on the HDD.
+fn reset_tiers(fast: &Path, slow: &Path) -> Result<()> {
+    for p in files_under(fast) {
+        let rel = p.strip_prefix(fast)?;
+        let d = slow.join(rel);
+        fs::create_dir_all(d.parent().unwrap_or(slow))?;
+        fs::rename(&p, &d).with_context(|| format!("move {} back", p.display()))?;
+    }
+    fs::remove_dir_all(fast)?;
+    fs::create_dir_all(fast)?;
+    Ok(())
+}
+
 pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Result<()> {
     let data = args
         .tier_data
         .unwrap_or(if args.quick { 160 * MIB } else { 512 * MIB });
-    let warmup = args.warmup.unwrap_or(if args.quick { 25 } else { 60 });
-    let measure = args.measure.unwrap_or(if args.quick { 8 } else { 20 });
     let fsize = args.tier_file_size.max(4096);
     let n = (data / fsize).max(10) as usize;
-    let fast_cap = (n as u64 * fsize) / 10;
+    let setup = Setup {
+        n,
+        fsize,
+        fast_cap: (n as u64 * fsize) / 10,
+        low_wm: 0.8,
+        high_wm: 0.95,
+        warmup: args.warmup.unwrap_or(if args.quick { 25 } else { 60 }),
+        measure: args
+            .measure
+            .unwrap_or(if args.quick { 8 } else { 20 })
+            .max(1),
+    };
+    let skews = skews(args)?;
     println!(
-        "\ntiering: {n} files x {} KiB, Zipf s={}, {} KiB reads; fast tier {} MiB (10% of the data); \
-         slow tier emulated {}; warm-up {warmup} s, measured {measure} s",
+        "\ntiering: {n} files x {} KiB, Zipf s={}, {} KiB reads; fast tier {} MiB (10% of the data, \
+         watermarks {}/{}); slow tier emulated {}; warm-up {} s, then {} s per configuration \
+         measured in turns of 1 s",
         fsize / 1024,
-        args.zipf,
+        skews
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
         args.read_size / 1024,
-        fast_cap / MIB,
-        args.slow_device
+        setup.fast_cap / MIB,
+        setup.low_wm,
+        setup.high_wm,
+        args.slow_device,
+        setup.warmup,
+        setup.measure,
     );
-    // One copy of the data in the slow tier's directory, used by all three configurations:
-    // all-fast is that directory without emulation; all-slow with it; tiered adds a fast
-    // tier in front and starts with everything on the slow tier.
+    // Three copies of the data: the tiered store's slow tier (everything starts there),
+    // and one each for the all-fast and all-slow stores, so that all three are mounted at
+    // once and measured in alternating 1 s turns (a shared, loaded machine then weighs on
+    // each configuration alike).
     let slow = work.sub("slow")?;
     let fast = work.sub("fast")?;
+    let ref_fast = work.sub("ref-fast")?;
+    let ref_slow = work.sub("ref-slow")?;
     let names = write_data_set(&slow, n, fsize, args.seed)?;
-    let big = data * 4;
-
-    let run = |tag: &str, tiers: &[BenchTier], warm: u64| -> Result<LatStats> {
-        let m = mount_kaiso(work, tag, tiers, 500)?;
-        let files: Vec<PathBuf> = names.iter().map(|r| m.path.join(r)).collect();
-        let mut w = Workload::new(files, fsize, args.read_size, args.zipf, args.seed);
-        if warm > 0 {
-            let t = Instant::now();
-            let mut last = Instant::now();
-            while t.elapsed() < Duration::from_secs(warm) {
-                let l = stats(w.run_for(1)?);
-                if last.elapsed() >= Duration::from_secs(5) {
-                    println!(
-                        "   {tag} warm-up {:>3} s: mean {:.0} us",
-                        t.elapsed().as_secs(),
-                        l.mean
-                    );
-                    last = Instant::now();
-                }
-            }
-        }
-        let s = stats(w.run_for(measure)?);
-        println!(
-            "   {tag}: {} reads, mean {:.0} us, p50 {:.0} us, p99 {:.0} us",
-            s.n, s.mean, s.p50, s.p99
-        );
-        drop(m);
-        Ok(s)
+    copy_data_set(&slow, &ref_fast, &names)?;
+    copy_data_set(&slow, &ref_slow, &names)?;
+    let dirs = Dirs {
+        slow: &slow,
+        fast: &fast,
+        ref_fast: &ref_fast,
+        ref_slow: &ref_slow,
     };
-    let all_fast = run(
-        "all-fast",
-        &[BenchTier {
-            name: "fast",
-            path: &slow,
-            capacity: big,
-            device: None,
-            watermarks: None,
-        }],
-        warmup.min(5),
-    )?;
-    let all_slow = run(
-        "all-slow",
-        &[BenchTier {
-            name: "slow",
-            path: &slow,
-            capacity: big,
-            device: Some(&args.slow_device),
-            watermarks: None,
-        }],
-        warmup.min(5),
-    )?;
-    let tiered = run(
-        "tiered",
+    let mut rows = Vec::new();
+    for (i, &s) in skews.iter().enumerate() {
+        if i > 0 {
+            reset_tiers(&fast, &slow)?;
+        }
+        rows.push(run_skew(args, work, &setup, &dirs, &names, s, i)?);
+    }
+    let t = render(args, &setup, &rows)?;
+    println!("{t}");
+    report.push_str(&t);
+    Ok(())
+}
+
+struct Dirs<'a> {
+    slow: &'a Path,
+    fast: &'a Path,
+    ref_fast: &'a Path,
+    ref_slow: &'a Path,
+}
+
+fn run_skew(
+    args: &Args,
+    work: &WorkDir,
+    setup: &Setup,
+    dirs: &Dirs,
+    names: &[String],
+    s: f64,
+    i: usize,
+) -> Result<SkewRow> {
+    let big = setup.n as u64 * setup.fsize * 4;
+    println!("  Zipf s = {s}:");
+    let one = |tag: &str, path: &Path, device: Option<&str>| -> Result<Mounted> {
+        mount_kaiso(
+            work,
+            &format!("{tag}-{i}"),
+            &[BenchTier {
+                name: tag,
+                path,
+                capacity: big,
+                device,
+                watermarks: None,
+            }],
+            500,
+        )
+    };
+    let m_fast = one("fast", dirs.ref_fast, None)?;
+    let m_slow = one("slow", dirs.ref_slow, Some(&args.slow_device))?;
+    let tag = format!("tiered-{i}");
+    let m_tiered = mount_kaiso(
+        work,
+        &tag,
         &[
             BenchTier {
                 name: "fast",
-                path: &fast,
-                capacity: fast_cap,
+                path: dirs.fast,
+                capacity: setup.fast_cap,
                 device: None,
-                watermarks: Some((0.8, 0.95)),
+                watermarks: Some((setup.low_wm, setup.high_wm)),
             },
             BenchTier {
                 name: "slow",
-                path: &slow,
+                path: dirs.slow,
                 capacity: big,
                 device: Some(&args.slow_device),
                 watermarks: None,
             },
         ],
-        warmup,
+        500,
     )?;
-    let on_fast = count_files(&fast);
-    // Which ranks ended up on the fast tier: the share of reads they draw, next to the
-    // share the best possible placement of as many files (and of a full fast tier) draws.
+    let cfg = work.root.join(format!("{tag}.toml"));
+    let workload = |m: &Mounted| {
+        let files = names.iter().map(|r| m.path.join(r)).collect();
+        Workload::new(files, setup.fsize, args.read_size, s, args.seed)
+    };
+    let (mut w_fast, mut w_slow, mut w_tiered) =
+        (workload(&m_fast), workload(&m_slow), workload(&m_tiered));
+    // Warm-up: the tiered store learns the heat and promotes; the other two only settle.
+    let moved0 = moved_so_far(&cfg);
+    let t = Instant::now();
+    let mut last = Instant::now();
+    while t.elapsed() < Duration::from_secs(setup.warmup) {
+        let l = stats(w_tiered.run_for(1)?);
+        if last.elapsed() >= Duration::from_secs(5) {
+            println!(
+                "   tiered warm-up {:>3} s: mean {:.0} us, {} files moved",
+                t.elapsed().as_secs(),
+                l.mean,
+                moved_so_far(&cfg).map_or("?".into(), |m| m.0.to_string())
+            );
+            last = Instant::now();
+        }
+    }
+    w_fast.run_for(2)?;
+    w_slow.run_for(2)?;
+    let moved1 = moved_so_far(&cfg);
+    let load0 = load_average();
+    let (mut l_fast, mut l_slow, mut l_tiered) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..setup.measure {
+        l_fast.extend(w_fast.run_for(1)?);
+        l_tiered.extend(w_tiered.run_ranked(1.0)?);
+        l_slow.extend(w_slow.run_for(1)?);
+    }
+    let moved2 = moved_so_far(&cfg);
+    let load1 = load_average();
+    drop(m_tiered);
+    drop(m_fast);
+    drop(m_slow);
+    // Which ranks ended up on the fast tier.
+    let on_fast: std::collections::HashSet<PathBuf> = files_under(dirs.fast)
+        .into_iter()
+        .filter_map(|p| p.strip_prefix(dirs.fast).ok().map(Path::to_path_buf))
+        .collect();
     let ranked = Workload::new(
         names.iter().map(PathBuf::from).collect(),
-        fsize,
+        setup.fsize,
         args.read_size,
-        args.zipf,
+        s,
         args.seed,
     );
-    let fast_names: std::collections::HashSet<PathBuf> = files_under(&fast)
-        .into_iter()
-        .filter_map(|p| p.strip_prefix(&fast).ok().map(Path::to_path_buf))
-        .collect();
-    let placed_share: f64 = ranked
-        .files
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| fast_names.contains(*f))
-        .map(|(r, _)| ranked.zipf.mass(r))
+    let fast_rank: Vec<bool> = ranked.files.iter().map(|f| on_fast.contains(f)).collect();
+    let kaiso_share = (0..setup.n)
+        .filter(|&r| fast_rank[r])
+        .map(|r| ranked.zipf.mass(r))
         .sum();
-    let fit = (fast_cap / fsize) as usize;
-    let a = Analysis {
-        fast_mean: all_fast.mean,
-        slow_mean: all_slow.mean,
-        n,
-        fit,
-        zipf: args.zipf,
+    let (served_fast, served_slow): (Vec<(usize, f64)>, Vec<(usize, f64)>) =
+        l_tiered.iter().partition(|(r, _)| fast_rank[*r]);
+    let row = SkewRow {
+        s,
+        all_fast: stats(l_fast),
+        tiered: stats(l_tiered.iter().map(|x| x.1).collect()),
+        all_slow: stats(l_slow),
+        fast_served: stats(served_fast.iter().map(|x| x.1).collect()),
+        slow_served: stats(served_slow.iter().map(|x| x.1).collect()),
+        on_fast: on_fast.len(),
+        kaiso_share,
+        moves_warm: delta(moved0, moved1),
+        moves_measured: delta(moved1, moved2),
+        load: (load0, load1),
     };
+    for (name, st) in [
+        ("all-fast", &row.all_fast),
+        ("tiered", &row.tiered),
+        ("all-slow", &row.all_slow),
+    ] {
+        println!(
+            "   {name}: {} reads, mean {:.0} us, p50 {:.0} us, p99 {:.0} us",
+            st.n, st.mean, st.p50, st.p99
+        );
+    }
+    Ok(row)
+}
+
+fn moves_text(m: Option<(u64, u64)>) -> String {
+    match m {
+        Some((f, b)) => format!("{f} ({} MiB)", b / MIB),
+        None => "?".into(),
+    }
+}
+
+fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
+    let [fit_low, fit_high, fit_hard] = setup.fits();
     let mut t = String::new();
     writeln!(
         t,
-        "\ntiering benefit (mean read latency after warm-up, {} KiB reads):",
-        args.read_size / 1024
+        "\ntiering benefit ({} x {} KiB files, fast tier {} MiB = 10% of the data, watermarks \
+         {}/{}; {} KiB reads; slow tier: emulated {}, so every figure below depends on that \
+         device model):",
+        setup.n,
+        setup.fsize / 1024,
+        setup.fast_cap / MIB,
+        setup.low_wm,
+        setup.high_wm,
+        args.read_size / 1024,
+        args.slow_device
     )?;
-    writeln!(
-        t,
-        "{:<24} {:>10} {:>10} {:>10} {:>8}",
-        "configuration", "mean us", "p50 us", "p99 us", "reads"
-    )?;
-    for (name, s) in [
-        ("all on fast tier", &all_fast),
-        ("tiered (fast 10%)", &tiered),
-        ("all on emulated slow", &all_slow),
-    ] {
+    for r in rows {
         writeln!(
             t,
-            "{:<24} {:>10.0} {:>10.0} {:>10.0} {:>8}",
-            name, s.mean, s.p50, s.p99, s.n
+            "Zipf s = {} (load average {:.1} -> {:.1}):",
+            r.s, r.load.0, r.load.1
+        )?;
+        writeln!(
+            t,
+            "  {:<30} {:>9} {:>9} {:>9} {:>8}",
+            "configuration", "mean us", "p50 us", "p99 us", "reads"
+        )?;
+        for (name, s) in [
+            ("all on fast tier", &r.all_fast),
+            ("tiered (fast 10%)", &r.tiered),
+            ("  of it: files on fast tier", &r.fast_served),
+            ("  of it: files on slow tier", &r.slow_served),
+            ("all on emulated slow", &r.all_slow),
+        ] {
+            writeln!(
+                t,
+                "  {:<30} {:>9.0} {:>9.0} {:>9.0} {:>8}",
+                name, s.mean, s.p50, s.p99, s.n
+            )?;
+        }
+        writeln!(
+            t,
+            "  files moved during warm-up: {}; during the measured window: {}",
+            moves_text(r.moves_warm),
+            moves_text(r.moves_measured)
         )?;
     }
     writeln!(
         t,
-        "tiered / all-fast = {:.2}x (target <= 1.5x); all-slow / tiered = {:.1}x; files on the fast tier after the run: {on_fast} of {n}",
-        tiered.mean / all_fast.mean.max(1e-9),
-        all_slow.mean / tiered.mean.max(1e-9)
-    )?;
-    let best_share = a.best_share(args.zipf);
-    let best = a.mean_with_share(best_share);
-    writeln!(
-        t,
-        "best possible (the {fit} hottest files on the fast tier, which then serves {:.1}% of \
-         the reads; latencies as measured above): mean {best:.0} us = {:.2}x all-fast",
-        100.0 * best_share,
-        best / all_fast.mean.max(1e-9)
+        "\nsummary (best = the hottest files that fit on the fast tier, each read at the \
+         all-fast mean, every other read at the all-slow mean; promotions fill the fast tier \
+         to its low watermark: {fit_low} files; high watermark: {fit_high}; hard capacity: \
+         {fit_hard}):"
     )?;
     writeln!(
         t,
-        "kaiso's placement: the {on_fast} files on the fast tier draw {:.1}% of the reads \
-         (expected mean {:.0} us)",
-        100.0 * placed_share,
-        a.mean_with_share(placed_share)
+        "{:>5} {:>12} {:>15} {:>15} {:>12} {:>11} {:>11} {:>11} {:>9}",
+        "s",
+        "tiered/fast",
+        format!("best{fit_low}/fast"),
+        format!("best{fit_hard}/fast"),
+        "slow/tiered",
+        "kaiso share",
+        format!("best{fit_low} sh"),
+        format!("best{fit_hard} sh"),
+        "on fast"
     )?;
-    match a.skew_needed(1.5) {
-        Some(s) => writeln!(
+    let mut met = Vec::new();
+    for r in rows {
+        let a = Analysis {
+            fast_mean: r.all_fast.mean,
+            slow_mean: r.all_slow.mean,
+            n: setup.n,
+        };
+        let ratio = r.tiered.mean / r.all_fast.mean.max(1e-9);
+        if ratio <= 1.5 {
+            met.push(r.s);
+        }
+        writeln!(
             t,
-            "for 1.5x of all-fast even with the best placement, the top {fit} of {n} files must \
-             draw {:.2}% of the reads: Zipf s >= {s:.2} (this run: s = {})",
-            100.0 * a.share_needed(1.5),
-            args.zipf
-        )?,
-        None => writeln!(
-            t,
-            "1.5x of all-fast is out of reach for any Zipf skew up to 6 with this fast tier"
-        )?,
+            "{:>5} {:>11.2}x {:>14.2}x {:>14.2}x {:>11.1}x {:>10.2}% {:>10.2}% {:>10.2}% {:>9}",
+            r.s,
+            ratio,
+            a.mean_with_share(a.best_share(fit_low, r.s)) / r.all_fast.mean.max(1e-9),
+            a.mean_with_share(a.best_share(fit_hard, r.s)) / r.all_fast.mean.max(1e-9),
+            r.all_slow.mean / r.tiered.mean.max(1e-9),
+            100.0 * r.kaiso_share,
+            100.0 * a.best_share(fit_low, r.s),
+            100.0 * a.best_share(fit_hard, r.s),
+            r.on_fast
+        )?;
     }
-    println!("{t}");
-    report.push_str(&t);
-    Ok(())
+    writeln!(
+        t,
+        "target: tiered within 1.5x of all-fast. Met at s = {}.",
+        if met.is_empty() {
+            "none of the skews measured".to_string()
+        } else {
+            met.iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    )?;
+    for r in rows {
+        let a = Analysis {
+            fast_mean: r.all_fast.mean,
+            slow_mean: r.all_slow.mean,
+            n: setup.n,
+        };
+        let need = a.share_needed(1.5);
+        let verdict = |fit: usize| match a.skew_needed(fit, 1.5) {
+            Some(x) if x <= r.s => format!("reachable (from s = {x:.2})"),
+            Some(x) => format!("out of reach (needs s >= {x:.2})"),
+            None => "out of reach for any s <= 6".into(),
+        };
+        writeln!(
+            t,
+            "s = {}: 1.5x needs {:.2}% of the reads on the fast tier; with {fit_low} files \
+             {}, with {fit_hard} files {}",
+            r.s,
+            100.0 * need,
+            verdict(fit_low),
+            verdict(fit_hard)
+        )?;
+    }
+    Ok(t)
 }
 
 /// What the best whole-file placement can reach on this workload, from the measured
@@ -349,18 +630,15 @@ struct Analysis {
     slow_mean: f64,
     /// Files in the data set.
     n: usize,
-    /// Files the fast tier can hold.
-    fit: usize,
-    zipf: f64,
 }
 
 impl Analysis {
     /// Share of reads the `fit` most popular files draw under Zipf(s).
-    fn best_share(&self, s: f64) -> f64 {
-        if self.fit == 0 {
+    fn best_share(&self, fit: usize, s: f64) -> f64 {
+        if fit == 0 || self.n == 0 {
             return 0.0;
         }
-        Zipf::new(self.n, s).cdf[(self.fit - 1).min(self.n - 1)]
+        Zipf::new(self.n, s).cdf[(fit - 1).min(self.n - 1)]
     }
 
     fn mean_with_share(&self, share: f64) -> f64 {
@@ -376,20 +654,13 @@ impl Analysis {
         (1.0 - (factor - 1.0) * self.fast_mean / span).clamp(0.0, 1.0)
     }
 
-    /// Smallest Zipf exponent (to 0.01) at which the best placement is within `factor`.
-    fn skew_needed(&self, factor: f64) -> Option<f64> {
+    /// Smallest Zipf exponent (to 0.01, up to 6) at which the `fit` hottest files draw
+    /// enough reads for a mean within `factor` of all-fast.
+    fn skew_needed(&self, fit: usize, factor: f64) -> Option<f64> {
         let need = self.share_needed(factor);
-        if self.best_share(self.zipf) >= need {
-            // Already reachable: search downwards for the least skew that still is.
-            let mut s = self.zipf;
-            while s > 0.01 && self.best_share(s - 0.01) >= need {
-                s -= 0.01;
-            }
-            return Some(s);
-        }
-        (1..=600)
+        (0..=600)
             .map(|i| i as f64 / 100.0)
-            .find(|s| self.best_share(*s) >= need)
+            .find(|s| self.best_share(fit, *s) >= need)
     }
 }
 
@@ -484,25 +755,42 @@ mod tests {
             fast_mean: 100.0,
             slow_mean: 10_100.0,
             n: 160,
-            fit: 16,
-            zipf: 1.1,
         };
         // Within 1.5x needs all but 0.5% of the reads on the fast tier.
         assert!((a.share_needed(1.5) - 0.995).abs() < 1e-9);
-        let share = a.best_share(1.1);
+        let share = a.best_share(16, 1.1);
         assert!(
             share > 0.6 && share < 0.7,
             "top 10% share at s=1.1: {share}"
         );
+        // Fewer files (a low watermark) draw less.
+        assert!(a.best_share(12, 1.1) < share);
+        assert_eq!(a.best_share(0, 1.1), 0.0);
         assert!((a.mean_with_share(1.0) - 100.0).abs() < 1e-9);
-        let s = a.skew_needed(1.5).expect("reachable for some skew");
-        assert!(a.best_share(s) >= a.share_needed(1.5));
-        assert!(a.best_share(s - 0.01) < a.share_needed(1.5));
+        let s = a.skew_needed(16, 1.5).expect("reachable for some skew");
+        assert!(a.best_share(16, s) >= a.share_needed(1.5));
+        assert!(a.best_share(16, s - 0.01) < a.share_needed(1.5));
+        // Fewer files need more skew.
+        assert!(a.skew_needed(12, 1.5).expect("reachable") > s);
         // Ranks' masses sum to one.
         let z = Zipf::new(160, 1.1);
         let total: f64 = (0..160).map(|r| z.mass(r)).sum();
         assert!((total - 1.0).abs() < 1e-9);
         assert_eq!(z.mass(160), 0.0);
+    }
+
+    #[test]
+    fn watermark_fits() {
+        let s = Setup {
+            n: 160,
+            fsize: 1 << 20,
+            fast_cap: 16 << 20,
+            low_wm: 0.8,
+            high_wm: 0.95,
+            warmup: 1,
+            measure: 1,
+        };
+        assert_eq!(s.fits(), [12, 15, 16]);
     }
 
     #[test]

@@ -1,0 +1,464 @@
+//! The cost floor of a FUSE metadata operation on this machine.
+//!
+//! Mounts a file system that answers LOOKUP, CREATE, GETATTR, UNLINK, MKDIR, RELEASE from
+//! memory (no I/O at all), with kaiso's mount options (`default_permissions`, `clone_fd`,
+//! the same worker threads, init flags and entry/attribute/negative TTLs), then runs
+//! `kaiso bench fs`'s metadata loop (create+close, stat, unlink of N files, one thread) on
+//! it and on a native directory, alternating, and prints the rates and ratios. Whatever
+//! kaiso does per request comes on top of this, so `floor / native` bounds what any FUSE
+//! file system can reach here.
+//!
+//! ```sh
+//! cargo run --release -p kaiso-fuse --example fuse_floor -- \
+//!     [-n FILES] [-r ROUNDS] [-t THREADS] [--no-floor] BASELINE_DIR [OTHER_DIR...]
+//! ```
+//!
+//! `--kaiso CONFIG` also mounts that kaiso store in this process (as `kaiso mount` does,
+//! with the same thread count) and measures it in the same rounds.
+//! BASELINE_DIR is the directory to compare with (e.g. a fresh ext4); OTHER_DIRs (e.g. a
+//! kaiso mount) are measured in the same rounds, the targets taking turns. The floor's
+//! mountpoint is a temporary directory. Needs root (or fusermount3) and /dev/fuse.
+
+use fuser::{
+    Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
+    TimeOrNow,
+};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+const TTL: Duration = Duration::from_secs(60);
+const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Tree {
+    next: u64,
+    names: HashMap<(u64, OsString), u64>,
+    attrs: HashMap<u64, fuser::FileAttr>,
+}
+
+/// Metadata only, in memory.
+struct MemFs {
+    tree: Mutex<Tree>,
+}
+
+fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> fuser::FileAttr {
+    let now = SystemTime::now();
+    fuser::FileAttr {
+        ino: INodeNo(ino),
+        size: if kind == FileType::Directory { 4096 } else { 0 },
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        crtime: now,
+        kind,
+        perm,
+        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        uid: req.uid(),
+        gid: req.gid(),
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn negative() -> fuser::FileAttr {
+    let e = SystemTime::UNIX_EPOCH;
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: e,
+        mtime: e,
+        ctime: e,
+        crtime: e,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+impl MemFs {
+    fn new() -> MemFs {
+        let mut t = Tree {
+            next: 2,
+            ..Tree::default()
+        };
+        let now = SystemTime::now();
+        t.attrs.insert(
+            1,
+            fuser::FileAttr {
+                ino: INodeNo(1),
+                size: 4096,
+                blocks: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                kind: FileType::Directory,
+                perm: 0o755,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 4096,
+                flags: 0,
+            },
+        );
+        MemFs {
+            tree: Mutex::new(t),
+        }
+    }
+
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: FileType,
+        perm: u16,
+    ) -> Result<fuser::FileAttr, Errno> {
+        let mut t = self.tree.lock().unwrap();
+        let key = (parent.0, name.to_os_string());
+        if t.names.contains_key(&key) {
+            return Err(Errno::EEXIST);
+        }
+        let ino = t.next;
+        t.next += 1;
+        let a = new_attr(ino, kind, perm, req);
+        t.names.insert(key, ino);
+        t.attrs.insert(ino, a);
+        if let Some(p) = t.attrs.get_mut(&parent.0) {
+            p.mtime = SystemTime::now();
+            p.ctime = p.mtime;
+        }
+        Ok(a)
+    }
+
+    fn remove(&self, parent: INodeNo, name: &OsStr) -> Result<(), Errno> {
+        let mut t = self.tree.lock().unwrap();
+        let ino = t
+            .names
+            .remove(&(parent.0, name.to_os_string()))
+            .ok_or(Errno::ENOENT)?;
+        t.attrs.remove(&ino);
+        if let Some(p) = t.attrs.get_mut(&parent.0) {
+            p.mtime = SystemTime::now();
+            p.ctime = p.mtime;
+        }
+        Ok(())
+    }
+}
+
+impl fuser::Filesystem for MemFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The same capabilities kaiso asks for (see kaiso_fuse::fs).
+        let want = (InitFlags::FUSE_POSIX_ACL
+            | InitFlags::FUSE_DONT_MASK
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO)
+            & config.capabilities();
+        let _ = config.add_capabilities(want);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let t = self.tree.lock().unwrap();
+        match t
+            .names
+            .get(&(parent.0, name.to_os_string()))
+            .and_then(|i| t.attrs.get(i))
+        {
+            Some(a) => reply.entry(&TTL, a, Generation(0)),
+            None => reply.entry(&NEGATIVE_TTL, &negative(), Generation(0)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.tree.lock().unwrap().attrs.get(&ino.0) {
+            Some(a) => reply.attr(&TTL, a),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut t = self.tree.lock().unwrap();
+        let Some(a) = t.attrs.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if let Some(m) = mode {
+            a.perm = (m & 0o7777) as u16;
+        }
+        if let Some(u) = uid {
+            a.uid = u;
+        }
+        if let Some(g) = gid {
+            a.gid = g;
+        }
+        if let Some(s) = size {
+            a.size = s;
+        }
+        reply.attr(&TTL, a);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = (mode & !umask & 0o7777) as u16;
+        match self.make(req, parent, name, FileType::Directory, perm) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = (mode & !umask & 0o7777) as u16;
+        match self.make(req, parent, name, FileType::RegularFile, perm) {
+            Ok(a) => reply.created(
+                &TTL,
+                &a,
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    fn flush(&self, _: &Request, _: INodeNo, _: FileHandle, _: LockOwner, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove(parent, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove(parent, name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+/// `kaiso bench fs`'s metadata loop: rates of create+close, stat, unlink.
+fn metadata(dir: &Path, n: usize) -> std::io::Result<[f64; 3]> {
+    std::fs::create_dir_all(dir)?;
+    let names: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("f{i:07}"))).collect();
+    let t = Instant::now();
+    for p in &names {
+        std::fs::File::create(p)?;
+    }
+    let create = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for p in &names {
+        std::fs::metadata(p)?;
+    }
+    let stat = n as f64 / t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for p in &names {
+        std::fs::remove_file(p)?;
+    }
+    let unlink = n as f64 / t.elapsed().as_secs_f64();
+    std::fs::remove_dir(dir)?;
+    Ok([create, stat, unlink])
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct Args {
+    n: usize,
+    rounds: usize,
+    threads: usize,
+    floor: bool,
+    kaiso: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+const USAGE: &str = "usage: fuse_floor [-n FILES=10000] [-r ROUNDS=3] [-t THREADS=4] [--no-floor] \
+                     BASELINE_DIR [OTHER_DIR...]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        n: 10_000,
+        rounds: 3,
+        threads: 4,
+        floor: true,
+        kaiso: Vec::new(),
+        dirs: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(s) = it.next() {
+        let mut num = |what: &str| -> Result<usize, String> {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .filter(|v| *v > 0)
+                .ok_or(format!("{what} needs a positive number"))
+        };
+        match s.as_str() {
+            "-n" => a.n = num("-n")?,
+            "-r" => a.rounds = num("-r")?,
+            "-t" => a.threads = num("-t")?,
+            "--no-floor" => a.floor = false,
+            "--kaiso" => a.kaiso.push(it.next().ok_or("--kaiso needs a store config")?.into()),
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ => a.dirs.push(PathBuf::from(s)),
+        }
+    }
+    if a.dirs.is_empty() {
+        return Err(USAGE.into());
+    }
+    Ok(a)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    // As kaiso does: modes are set explicitly, so the process umask must not interfere.
+    unsafe { libc::umask(0) };
+    let mnt = tempfile::tempdir()?;
+    let mut targets: Vec<(String, PathBuf)> = args
+        .dirs
+        .iter()
+        .map(|d| (d.display().to_string(), d.clone()))
+        .collect();
+    let session = if args.floor {
+        let mut cfg = fuser::Config::default();
+        cfg.mount_options = vec![
+            fuser::MountOption::FSName("fuse-floor".into()),
+            fuser::MountOption::DefaultPermissions,
+            fuser::MountOption::RW,
+        ];
+        cfg.n_threads = Some(args.threads);
+        cfg.clone_fd = true;
+        targets.push((
+            format!("floor ({} threads)", args.threads),
+            mnt.path().to_path_buf(),
+        ));
+        Some(fuser::spawn_mount(MemFs::new(), mnt.path(), &cfg)?)
+    } else {
+        None
+    };
+    // kaiso stores mounted in this process, as `kaiso mount` does (background mover on).
+    let mut kaiso_mounts = Vec::new();
+    for (i, cfg) in args.kaiso.iter().enumerate() {
+        let cfg = kaiso_store::StoreConfig::from_toml_file(cfg)?;
+        let store = kaiso_store::Store::open(cfg)?;
+        let background = store.start_background();
+        let dir = tempfile::tempdir()?;
+        let opts = kaiso_fuse::MountOptions {
+            threads: args.threads,
+            ..kaiso_fuse::MountOptions::default()
+        };
+        let mounted = kaiso_fuse::mount(store, dir.path(), &opts)?;
+        targets.push((
+            format!("kaiso {i} ({} threads)", args.threads),
+            dir.path().to_path_buf(),
+        ));
+        kaiso_mounts.push((mounted, background, dir));
+    }
+    let mut rates = vec![[Vec::new(), Vec::new(), Vec::new()]; targets.len()];
+    for r in 0..args.rounds {
+        for (t, (_, dir)) in targets.iter().enumerate() {
+            let got = metadata(&dir.join(format!("fuse-floor-r{r}")), args.n)?;
+            for i in 0..3 {
+                rates[t][i].push(got[i]);
+            }
+        }
+    }
+    if let Some(s) = session {
+        s.umount_and_join()?;
+    }
+    for (mounted, background, _dir) in kaiso_mounts {
+        mounted.unmount()?;
+        drop(background);
+    }
+    println!(
+        "{} files, median of {} rounds, ops/s (share of {}) and µs/op",
+        args.n, args.rounds, targets[0].0
+    );
+    let base: Vec<f64> = (0..3).map(|i| median(rates[0][i].clone())).collect();
+    for (t, (name, _)) in targets.iter().enumerate() {
+        print!("{name:<40}");
+        for (i, op) in ["create", "stat", "unlink"].iter().enumerate() {
+            let v = median(rates[t][i].clone());
+            print!(
+                "  {op} {v:>7.0}/s ({:>3.0}%, {:>5.1} µs)",
+                100.0 * v / base[i],
+                1e6 / v
+            );
+        }
+        println!();
+    }
+    Ok(())
+}
