@@ -256,13 +256,7 @@ impl fuser::Filesystem for MemFs {
     ) {
         let perm = (mode & !umask & 0o7777) as u16;
         match self.make(req, parent, name, FileType::RegularFile, perm) {
-            Ok(a) => reply.created(
-                &TTL,
-                &a,
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
+            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -303,25 +297,40 @@ impl fuser::Filesystem for MemFs {
     }
 }
 
-/// `kaiso bench fs`'s metadata loop: rates of create+close, stat, unlink.
-fn metadata(dir: &Path, n: usize) -> std::io::Result<[f64; 3]> {
+/// CPU time this process used so far (all threads: the loop and any FUSE daemon in it).
+fn cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// One phase's wall-clock rate (ops/s) and CPU time per op (µs, all threads of this
+/// process): under a busy machine the rate swings, the CPU time much less.
+#[derive(Clone, Copy)]
+struct Phase {
+    rate: f64,
+    cpu_us: f64,
+}
+
+fn phase(n: usize, mut op: impl FnMut(usize) -> std::io::Result<()>) -> std::io::Result<Phase> {
+    let (t, c) = (Instant::now(), cpu_time());
+    for i in 0..n {
+        op(i)?;
+    }
+    Ok(Phase {
+        rate: n as f64 / t.elapsed().as_secs_f64(),
+        cpu_us: (cpu_time() - c).as_secs_f64() * 1e6 / n as f64,
+    })
+}
+
+/// `kaiso bench fs`'s metadata loop: create+close, stat, unlink of `n` files.
+fn metadata(dir: &Path, n: usize) -> std::io::Result<[Phase; 3]> {
     std::fs::create_dir_all(dir)?;
     let names: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("f{i:07}"))).collect();
-    let t = Instant::now();
-    for p in &names {
-        std::fs::File::create(p)?;
-    }
-    let create = n as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    for p in &names {
-        std::fs::metadata(p)?;
-    }
-    let stat = n as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    for p in &names {
-        std::fs::remove_file(p)?;
-    }
-    let unlink = n as f64 / t.elapsed().as_secs_f64();
+    let create = phase(n, |i| std::fs::File::create(&names[i]).map(drop))?;
+    let stat = phase(n, |i| std::fs::metadata(&names[i]).map(drop))?;
+    let unlink = phase(n, |i| std::fs::remove_file(&names[i]))?;
     std::fs::remove_dir(dir)?;
     Ok([create, stat, unlink])
 }
@@ -365,7 +374,9 @@ fn parse_args() -> Result<Args, String> {
             "-r" => a.rounds = num("-r")?,
             "-t" => a.threads = num("-t")?,
             "--no-floor" => a.floor = false,
-            "--kaiso" => a.kaiso.push(it.next().ok_or("--kaiso needs a store config")?.into()),
+            "--kaiso" => a
+                .kaiso
+                .push(it.next().ok_or("--kaiso needs a store config")?.into()),
             "-h" | "--help" => return Err(USAGE.into()),
             _ => a.dirs.push(PathBuf::from(s)),
         }
@@ -428,11 +439,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         kaiso_mounts.push((mounted, background, dir));
     }
     let mut rates = vec![[Vec::new(), Vec::new(), Vec::new()]; targets.len()];
+    let mut cpu = rates.clone();
     for r in 0..args.rounds {
         for (t, (_, dir)) in targets.iter().enumerate() {
             let got = metadata(&dir.join(format!("fuse-floor-r{r}")), args.n)?;
             for i in 0..3 {
-                rates[t][i].push(got[i]);
+                rates[t][i].push(got[i].rate);
+                cpu[t][i].push(got[i].cpu_us);
             }
         }
     }
@@ -444,18 +457,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         drop(background);
     }
     println!(
-        "{} files, median of {} rounds, ops/s (share of {}) and µs/op",
+        "{} files, median of {} rounds: ops/s (share of {}; best round), CPU µs per op \
+         (all threads)",
         args.n, args.rounds, targets[0].0
     );
     let base: Vec<f64> = (0..3).map(|i| median(rates[0][i].clone())).collect();
     for (t, (name, _)) in targets.iter().enumerate() {
-        print!("{name:<40}");
+        print!("{name:<24}");
         for (i, op) in ["create", "stat", "unlink"].iter().enumerate() {
             let v = median(rates[t][i].clone());
+            let best = rates[t][i].iter().copied().fold(0.0, f64::max);
+            let c = median(cpu[t][i].clone());
             print!(
-                "  {op} {v:>7.0}/s ({:>3.0}%, {:>5.1} µs)",
-                100.0 * v / base[i],
-                1e6 / v
+                " | {op} {v:>7.0}/s {:>4.0}% (best {best:>7.0}) cpu {c:>5.1}µs",
+                100.0 * v / base[i]
             );
         }
         println!();

@@ -3,8 +3,9 @@
 //!
 //! The store trusts its faces (the FUSE face lets the kernel check permissions), so the
 //! NFS face checks every operation against the caller itself, as knfsd does: mode bits,
-//! the owner override for READ/WRITE of one's own file, the sticky bit, the chown/chmod
-//! rules of setattr(2) and Linux's protected hard links.
+//! POSIX access ACLs (`system.posix_acl_access`) where a file has one, the owner override
+//! for READ/WRITE of one's own file, the sticky bit, the chown/chmod rules of setattr(2)
+//! and Linux's protected hard links.
 
 use crate::allow::AllowList;
 use kaiso_store::{Caller, FileAttr, FileKind, SetAttr, TimeSet};
@@ -93,6 +94,103 @@ pub struct SysCred {
     pub gids: Vec<u32>,
 }
 
+/// A POSIX access ACL, as the `system.posix_acl_access` xattr holds it (Linux's
+/// `posix_acl_xattr` format: version 2, then tag/perm/id entries, little-endian).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Acl {
+    entries: Vec<(u16, u16, u32)>,
+}
+
+const ACL_USER_OBJ: u16 = 0x01;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_GROUP: u16 = 0x08;
+const ACL_MASK: u16 = 0x10;
+const ACL_OTHER: u16 = 0x20;
+
+impl Acl {
+    /// The xattr's ACL; `None` if it is not in the version-2 format.
+    pub fn parse(b: &[u8]) -> Option<Acl> {
+        let (head, rest) = b.split_at_checked(4)?;
+        if u32::from_le_bytes(head.try_into().ok()?) != 2 || rest.len() % 8 != 0 {
+            return None;
+        }
+        let entries = rest
+            .chunks_exact(8)
+            .map(|e| {
+                (
+                    u16::from_le_bytes([e[0], e[1]]),
+                    u16::from_le_bytes([e[2], e[3]]),
+                    u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+                )
+            })
+            .collect();
+        Some(Acl { entries })
+    }
+
+    /// The xattr bytes of an ACL (tests, tools).
+    pub fn to_xattr(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+        let mut v = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            v.extend_from_slice(&tag.to_le_bytes());
+            v.extend_from_slice(&perm.to_le_bytes());
+            v.extend_from_slice(&id.to_le_bytes());
+        }
+        v
+    }
+
+    /// POSIX.1e access check (as Linux `posix_acl_permission`): the owner entry for the
+    /// owner; a named user entry (limited by the mask); else any matching group entry
+    /// that grants all of `want` (limited by the mask), none granting means refused;
+    /// else the other entry.
+    fn permits(&self, c: &Cred, a: &FileAttr, want: u32) -> bool {
+        let has = |perm: u16| perm as u32 & want == want;
+        let mask = self
+            .entries
+            .iter()
+            .find(|e| e.0 == ACL_MASK)
+            .map_or(7, |e| e.1);
+        if c.uid == a.uid {
+            return self.entries.iter().any(|e| e.0 == ACL_USER_OBJ && has(e.1));
+        }
+        if let Some(e) = self
+            .entries
+            .iter()
+            .find(|e| e.0 == ACL_USER && e.2 == c.uid)
+        {
+            return has(e.1 & mask);
+        }
+        let mut matched = false;
+        for e in &self.entries {
+            let member = match e.0 {
+                ACL_GROUP_OBJ => c.in_group(a.gid),
+                ACL_GROUP => c.in_group(e.2),
+                _ => false,
+            };
+            if member {
+                if has(e.1 & mask) {
+                    return true;
+                }
+                matched = true;
+            }
+        }
+        !matched && self.entries.iter().any(|e| e.0 == ACL_OTHER && has(e.1))
+    }
+}
+
+/// An object as the permission checks see it: its attributes and access ACL, if any.
+#[derive(Clone, Debug)]
+pub struct Obj {
+    pub attr: FileAttr,
+    pub acl: Option<Acl>,
+}
+
+impl From<FileAttr> for Obj {
+    fn from(attr: FileAttr) -> Obj {
+        Obj { attr, acl: None }
+    }
+}
+
 /// The identity one call is served as (after squashing).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Cred {
@@ -142,10 +240,10 @@ impl Cred {
         v
     }
 
-    /// The `rwx` bits (R|W|X) this caller has on an object: the owner, group or other
-    /// triple of its mode; root reads and writes anything and executes what has an `x`
-    /// bit (and searches every directory).
-    pub fn rights(&self, a: &FileAttr) -> u32 {
+    /// The `rwx` bits (R|W|X) of the mode that apply to this caller: the owner, group or
+    /// other triple; root reads and writes anything and executes what has an `x` bit
+    /// (and searches every directory).
+    fn mode_rights(&self, a: &FileAttr) -> u32 {
         let perm = a.perm as u32;
         if self.is_root() {
             let x = a.kind == FileKind::Dir || perm & 0o111 != 0;
@@ -160,13 +258,26 @@ impl Cred {
         }
     }
 
-    pub fn may(&self, a: &FileAttr, want: u32) -> bool {
-        self.rights(a) & want == want
+    /// Whether this caller has all of `want` (R|W|X) on `o`: by its ACL if it has one
+    /// (root: by the mode, as the kernel's capability override).
+    pub fn may(&self, o: &Obj, want: u32) -> bool {
+        match &o.acl {
+            Some(acl) if !self.is_root() => acl.permits(self, &o.attr, want),
+            _ => self.mode_rights(&o.attr) & want == want,
+        }
     }
 
-    /// `want` on `a`, or NFS3ERR_ACCES.
-    pub fn require(&self, a: &FileAttr, want: u32) -> Result<(), nfsstat3> {
-        if self.may(a, want) {
+    /// The single bits (R, W, X) this caller has on `o`.
+    pub fn rights(&self, o: &Obj) -> u32 {
+        [R, W, X]
+            .into_iter()
+            .filter(|&b| self.may(o, b))
+            .fold(0, |acc, b| acc | b)
+    }
+
+    /// `want` on `o`, or NFS3ERR_ACCES.
+    pub fn require(&self, o: &Obj, want: u32) -> Result<(), nfsstat3> {
+        if self.may(o, want) {
             Ok(())
         } else {
             Err(nfsstat3::NFS3ERR_ACCES)
@@ -176,8 +287,8 @@ impl Cred {
     /// READ of a file's data: read permission, or execute permission (a client loading a
     /// program reads it), or owning it (knfsd's owner override: a file created read-only
     /// stays readable through the descriptor that created it).
-    pub fn may_read_data(&self, a: &FileAttr) -> Result<(), nfsstat3> {
-        if self.uid == a.uid || self.rights(a) & (R | X) != 0 {
+    pub fn may_read_data(&self, o: &Obj) -> Result<(), nfsstat3> {
+        if self.uid == o.attr.uid || self.rights(o) & (R | X) != 0 {
             Ok(())
         } else {
             Err(nfsstat3::NFS3ERR_ACCES)
@@ -185,8 +296,8 @@ impl Cred {
     }
 
     /// WRITE (or truncation) of a file: write permission or owning it (owner override).
-    pub fn may_write_data(&self, a: &FileAttr) -> Result<(), nfsstat3> {
-        if self.uid == a.uid || self.may(a, W) {
+    pub fn may_write_data(&self, o: &Obj) -> Result<(), nfsstat3> {
+        if self.uid == o.attr.uid || self.may(o, W) {
             Ok(())
         } else {
             Err(nfsstat3::NFS3ERR_ACCES)
@@ -195,10 +306,10 @@ impl Cred {
 
     /// Removing or renaming away `victim` from directory `dir`: write and search on the
     /// directory, and with the sticky bit set, owning the directory or the victim.
-    pub fn may_delete(&self, dir: &FileAttr, victim: &FileAttr) -> Result<(), nfsstat3> {
+    pub fn may_delete(&self, dir: &Obj, victim: &FileAttr) -> Result<(), nfsstat3> {
         self.require(dir, W | X)?;
-        let sticky = dir.perm as u32 & libc::S_ISVTX != 0;
-        if sticky && !self.is_root() && self.uid != dir.uid && self.uid != victim.uid {
+        let sticky = dir.attr.perm as u32 & libc::S_ISVTX != 0;
+        if sticky && !self.is_root() && self.uid != dir.attr.uid && self.uid != victim.uid {
             return Err(nfsstat3::NFS3ERR_PERM);
         }
         Ok(())
@@ -207,14 +318,15 @@ impl Cred {
     /// A new hard link to `src` (Linux `fs.protected_hardlinks`): its owner may; anyone
     /// else only to a regular file that is neither setuid nor executable-setgid and that
     /// they may read and write.
-    pub fn may_link(&self, src: &FileAttr) -> Result<(), nfsstat3> {
+    pub fn may_link(&self, o: &Obj) -> Result<(), nfsstat3> {
+        let src = &o.attr;
         if self.is_root() || self.uid == src.uid {
             return Ok(());
         }
         let perm = src.perm as u32;
         let setuid = perm & libc::S_ISUID != 0;
         let exec_setgid = perm & libc::S_ISGID != 0 && perm & 0o010 != 0;
-        if src.kind == FileKind::File && !setuid && !exec_setgid && self.may(src, R | W) {
+        if src.kind == FileKind::File && !setuid && !exec_setgid && self.may(o, R | W) {
             Ok(())
         } else {
             Err(nfsstat3::NFS3ERR_PERM)
@@ -225,10 +337,11 @@ impl Cred {
     /// `a` (the rules of chown(2), chmod(2), truncate(2), utimensat(2)). A mode with the
     /// setgid bit on a file whose group the caller is not in loses that bit, as chmod(2)
     /// does.
-    pub fn check_setattr(&self, a: &FileAttr, set: &mut SetAttr) -> Result<(), nfsstat3> {
+    pub fn check_setattr(&self, o: &Obj, set: &mut SetAttr) -> Result<(), nfsstat3> {
         if self.is_root() {
             return Ok(());
         }
+        let a = &o.attr;
         let owner = self.uid == a.uid;
         if let Some(uid) = set.uid
             && !(owner && uid == a.uid)
@@ -250,12 +363,12 @@ impl Cred {
             }
         }
         if set.size.is_some() {
-            self.may_write_data(a)?;
+            self.may_write_data(o)?;
         }
         for t in [set.atime, set.mtime].into_iter().flatten() {
             match t {
                 TimeSet::At(_) if !owner => return Err(nfsstat3::NFS3ERR_PERM),
-                TimeSet::Now if !owner && !self.may(a, W) => return Err(nfsstat3::NFS3ERR_ACCES),
+                TimeSet::Now if !owner && !self.may(o, W) => return Err(nfsstat3::NFS3ERR_ACCES),
                 _ => {}
             }
         }
@@ -265,11 +378,10 @@ impl Cred {
     /// The ACCESS3 bits of `asked` granted on `a` (RFC 1813 §3.3.4): for directories
     /// READ = list, LOOKUP = search, MODIFY/EXTEND/DELETE = write and search; for other
     /// objects READ, MODIFY/EXTEND = write, EXECUTE.
-    pub fn access_bits(&self, a: &FileAttr, asked: u32) -> u32 {
-        let r = self.rights(a);
-        let has = |m: u32| r & m == m;
+    pub fn access_bits(&self, o: &Obj, asked: u32) -> u32 {
+        let has = |m: u32| self.may(o, m);
         let mut granted = 0;
-        if a.kind == FileKind::Dir {
+        if o.attr.kind == FileKind::Dir {
             if has(R) {
                 granted |= ACCESS3_READ;
             }
@@ -323,7 +435,11 @@ mod tests {
     use super::*;
     use std::time::SystemTime;
 
-    fn attr(kind: FileKind, perm: u16, uid: u32, gid: u32) -> FileAttr {
+    fn attr(kind: FileKind, perm: u16, uid: u32, gid: u32) -> Obj {
+        Obj::from(fattr(kind, perm, uid, gid))
+    }
+
+    fn fattr(kind: FileKind, perm: u16, uid: u32, gid: u32) -> FileAttr {
         let t = SystemTime::UNIX_EPOCH;
         FileAttr {
             ino: 2,
@@ -434,7 +550,7 @@ mod tests {
                 .is_err()
         );
         let tmp = attr(FileKind::Dir, 0o1777, 0, 0);
-        let theirs = attr(FileKind::File, 0o644, 10, 10);
+        let theirs = fattr(FileKind::File, 0o644, 10, 10);
         assert!(Cred::new(10, 10, &[]).may_delete(&tmp, &theirs).is_ok());
         assert_eq!(
             Cred::new(11, 11, &[]).may_delete(&tmp, &theirs),
@@ -498,6 +614,36 @@ mod tests {
         assert_eq!(ok(&other, now), Err(nfsstat3::NFS3ERR_ACCES));
         let writable = attr(FileKind::File, 0o666, 10, 20);
         assert!(other.check_setattr(&writable, &mut now.clone()).is_ok());
+    }
+
+    #[test]
+    fn access_acls() {
+        // rw for the owner, r-x for named user 11 and group 30, mask r--, other none.
+        let acl = Acl::parse(&Acl::to_xattr(&[
+            (ACL_USER_OBJ, 6, 0),
+            (ACL_USER, 5, 11),
+            (ACL_GROUP_OBJ, 0, 0),
+            (ACL_GROUP, 5, 30),
+            (ACL_MASK, 4, 0),
+            (ACL_OTHER, 0, 0),
+        ]))
+        .unwrap();
+        let o = Obj {
+            attr: fattr(FileKind::File, 0o640, 10, 20),
+            acl: Some(acl),
+        };
+        assert_eq!(Cred::new(10, 1, &[]).rights(&o), R | W, "owner entry");
+        assert_eq!(Cred::new(11, 1, &[]).rights(&o), R, "named user, masked");
+        assert_eq!(Cred::new(12, 1, &[30]).rights(&o), R, "named group, masked");
+        assert_eq!(
+            Cred::new(12, 20, &[]).rights(&o),
+            0,
+            "owning group entry grants nothing"
+        );
+        assert_eq!(Cred::new(12, 1, &[]).rights(&o), 0, "other");
+        assert_eq!(Cred::ROOT.rights(&o), R | W);
+        assert!(Acl::parse(&[1, 0, 0, 0]).is_none(), "wrong version");
+        assert!(Acl::parse(&[2, 0, 0, 0, 1]).is_none(), "truncated entry");
     }
 
     #[test]

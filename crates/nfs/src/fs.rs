@@ -11,7 +11,7 @@
 //! every operation is checked against the caller's permissions (the store trusts faces).
 
 use crate::convert::{fattr, is_empty, set_attr, status};
-use crate::cred::{Cred, R, W, X};
+use crate::cred::{Acl, Cred, Obj, R, W, X};
 use crate::handles::OpenFiles;
 use crate::jukebox::{Jukebox, Key};
 use kaiso_store::{
@@ -113,22 +113,32 @@ impl KaisoNfs {
     /// Apply the attributes a CREATE/MKDIR/SYMLINK/MKNOD asked for, after the fact, as
     /// far as the caller may set them.
     fn apply(store: &Store, ino: Ino, mut set: SetAttr, cred: &Cred) -> Res<FileAttr> {
-        let a = st(store.getattr(ino, None))?;
         if is_empty(&set) {
-            return Ok(a);
+            return st(store.getattr(ino, None));
         }
-        cred.check_setattr(&a, &mut set)?;
+        cred.check_setattr(&Self::obj(store, ino)?, &mut set)?;
         st(store.setattr(ino, &set, cred.caller()))
     }
 
-    /// `want` (R|W|X) on `ino` for `cred`; returns the attributes it looked at.
-    fn check(store: &Store, cred: &Cred, ino: Ino, want: u32) -> Res<Option<FileAttr>> {
+    /// `ino` as the permission checks see it: attributes and access ACL.
+    fn obj(store: &Store, ino: Ino) -> Res<Obj> {
+        let attr = st(store.getattr(ino, None))?;
+        let acl = match attr.kind {
+            FileKind::Symlink => None,
+            _ => store
+                .getxattr(ino, OsStr::new("system.posix_acl_access"))
+                .ok()
+                .and_then(|b| Acl::parse(&b)),
+        };
+        Ok(Obj { attr, acl })
+    }
+
+    /// `want` (R|W|X) on `ino` for `cred`.
+    fn check(store: &Store, cred: &Cred, ino: Ino, want: u32) -> Res<()> {
         if cred.is_root() {
-            return Ok(None);
+            return Ok(());
         }
-        let a = st(store.getattr(ino, None))?;
-        cred.require(&a, want)?;
-        Ok(Some(a))
+        cred.require(&Self::obj(store, ino)?, want)
     }
 
     /// Read a batch of directory entries after `cookie` (opendir … releasedir: NFS is stateless).
@@ -182,15 +192,15 @@ impl KaisoNfs {
     ) -> Res<()> {
         let src = st(s.lookup(from, name))?;
         s.forget(src.ino, 1);
-        cred.may_delete(&st(s.getattr(from, None))?, &src)?;
-        let to_attr = st(s.getattr(to, None))?;
+        cred.may_delete(&Self::obj(s, from)?, &src)?;
+        let to_attr = Self::obj(s, to)?;
         cred.require(&to_attr, W | X)?;
         if let Ok(victim) = s.lookup(to, newname) {
             s.forget(victim.ino, 1);
             cred.may_delete(&to_attr, &victim)?;
         }
         if src.kind == FileKind::Dir && from != to {
-            cred.require(&src, W)?;
+            cred.require(&Self::obj(s, src.ino)?, W)?;
         }
         Ok(())
     }
@@ -300,7 +310,7 @@ impl KaisoNfs {
             .dir_change(key, dir, move |s, _| {
                 if !cred.is_root() {
                     Self::check(s, &cred, dir, W | X)?;
-                    cred.may_link(&st(s.getattr(ino, None))?)?;
+                    cred.may_link(&Self::obj(s, ino)?)?;
                 }
                 let a = st(s.link(ino, dir, &name))?;
                 s.forget(a.ino, 1);
@@ -318,9 +328,9 @@ impl KaisoNfs {
         self.call(
             self.key("access", ino).range(asked as u64, 0),
             move |s, _| {
-                let a = st(s.getattr(ino, None))?;
-                let bits = cred.access_bits(&a, asked);
-                Ok((a, bits))
+                let o = Self::obj(s, ino)?;
+                let bits = cred.access_bits(&o, asked);
+                Ok((o.attr, bits))
             },
         )
         .await
@@ -408,7 +418,7 @@ impl NfsReadFileSystem for KaisoNfs {
             self.key("read", ino).range(offset, count as u64),
             move |s, files| {
                 if !cred.is_root() {
-                    cred.may_read_data(&st(s.getattr(ino, None))?)?;
+                    cred.may_read_data(&Self::obj(s, ino)?)?;
                 }
                 let f = st(files.get(ino, false))?;
                 let data = st(s.read(f.fh, offset, count))?;
@@ -546,7 +556,7 @@ impl NfsFileSystem for KaisoNfs {
         self.call(key, move |s, _| {
             let mut set = set;
             if !cred.is_root() {
-                cred.check_setattr(&st(s.getattr(ino, None))?, &mut set)?;
+                cred.check_setattr(&Self::obj(s, ino)?, &mut set)?;
             }
             st(s.setattr(ino, &set, cred.caller())).map(|a| fattr(&a))
         })
@@ -578,7 +588,7 @@ impl NfsFileSystem for KaisoNfs {
         let cred = self.cred.clone();
         self.call(key, move |s, files| {
             if !cred.is_root() {
-                cred.may_write_data(&st(s.getattr(ino, None))?)?;
+                cred.may_write_data(&Self::obj(s, ino)?)?;
             }
             let f = st(files.get(ino, true))?;
             let mut done = 0usize;
@@ -703,7 +713,7 @@ impl NfsFileSystem for KaisoNfs {
                 let a = st(s.lookup(dir, &name))?;
                 s.forget(a.ino, 1);
                 if !cred.is_root() {
-                    cred.may_delete(&st(s.getattr(dir, None))?, &a)?;
+                    cred.may_delete(&Self::obj(s, dir)?, &a)?;
                 }
                 if a.kind == FileKind::Dir {
                     st(s.rmdir(dir, &name))?;

@@ -121,7 +121,7 @@ pub enum CrawlWork<K> {
     /// [`CrawlPartition::on_listed`].
     List(K),
     /// Copy this leaf's metadata (pass [`Pass::Metadata`]), data ([`Pass::Data`]) or both
-    /// ([`Pass::Bulk`]).
+    /// ([`Pass::Bulk`]), then report with [`CrawlPartition::on_fetched`].
     Fetch(K, Pass),
 }
 
@@ -131,20 +131,38 @@ pub struct CrawlStats {
     pub pass_index: usize,
     pub dirs_listed: u64,
     pub leaves_claimed: u64,
+    /// Directories waiting to be listed.
     pub queued_dirs: usize,
+    /// Directories being listed.
     pub in_flight: usize,
+    /// Leaves claimed and waiting for a worker.
+    pub queued_leaves: usize,
+    /// Leaves a worker is fetching.
+    pub leaves_in_flight: usize,
     pub rescued_by_rename: u64,
 }
 
 /// The shared frontier of a (possibly parallel) crawl over object ids `K`.
+///
+/// It holds *all* work of a pass, leaves included: a worker takes a leaf or a directory
+/// with [`CrawlPartition::take`] and reports it done ([`CrawlPartition::on_fetched`],
+/// [`CrawlPartition::on_listed`]). A pass is done only when nothing is queued **and**
+/// nothing handed out is unreported, so a round never ends while another worker is still
+/// fetching files of it (ending early made the next round start over the same in-flight
+/// files, and a round that found the counter unchanged called a healthy crawl stuck).
+/// Leaves are handed out before further directories: with one worker this is exactly
+/// "list a directory, fetch its files, go on" in the chosen traversal order; with more,
+/// idle workers help with a wide directory instead of waiting for its lister.
 #[derive(Clone, Debug)]
 pub struct CrawlPartition<K: Eq + Hash + Clone> {
     order: CrawlOrder,
     root: K,
     pass_index: usize,
     frontier: VecDeque<K>,
+    leaves: VecDeque<K>,
     claimed: HashSet<K>,
-    in_flight: HashSet<K>,
+    listing: HashSet<K>,
+    fetching: HashSet<K>,
     stats: CrawlStats,
 }
 
@@ -156,8 +174,10 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
             root,
             pass_index: 0,
             frontier: VecDeque::new(),
+            leaves: VecDeque::new(),
             claimed: HashSet::new(),
-            in_flight: HashSet::new(),
+            listing: HashSet::new(),
+            fetching: HashSet::new(),
             stats: CrawlStats::default(),
         };
         c.start_pass(0);
@@ -168,7 +188,8 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
         self.order
     }
 
-    /// The pass under way, or `None` when all passes of this round are done.
+    /// The pass under way, or `None` when all passes of this round are done (the round
+    /// is being closed: see [`CrawlPartition::next_pass`]).
     pub fn pass(&self) -> Option<Pass> {
         self.order.passes().get(self.pass_index).copied()
     }
@@ -176,11 +197,21 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
     fn start_pass(&mut self, index: usize) {
         self.pass_index = index;
         self.frontier.clear();
+        self.leaves.clear();
         self.claimed.clear();
-        self.in_flight.clear();
+        self.listing.clear();
+        self.fetching.clear();
         self.claimed.insert(self.root.clone());
         self.frontier.push_back(self.root.clone());
         self.stats.pass_index = index;
+        self.update_stats();
+    }
+
+    fn update_stats(&mut self) {
+        self.stats.in_flight = self.listing.len();
+        self.stats.queued_dirs = self.frontier.len();
+        self.stats.queued_leaves = self.leaves.len();
+        self.stats.leaves_in_flight = self.fetching.len();
     }
 
     /// Starts a new round from the root (after a round ended with stubs left, or on
@@ -190,27 +221,35 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
         self.start_pass(0);
     }
 
-    /// The next directory to list, for any idle worker. `None` means: nothing to list
-    /// right now (others may still be listing; see [`CrawlPartition::pass_done`]).
-    pub fn take(&mut self) -> Option<K> {
-        let next = match self.order.traversal {
-            Traversal::BreadthFirst => self.frontier.pop_front(),
-            Traversal::DepthFirst => self.frontier.pop_back(),
-        }?;
-        self.in_flight.insert(next.clone());
-        self.stats.in_flight = self.in_flight.len();
-        self.stats.queued_dirs = self.frontier.len();
-        Some(next)
+    /// The next work for an idle worker: a claimed leaf if any is waiting, else the next
+    /// directory in traversal order. `None` means nothing to hand out right now (others
+    /// may still be working: see [`CrawlPartition::pass_done`]).
+    pub fn take(&mut self) -> Option<CrawlWork<K>> {
+        let pass = self.pass()?;
+        let work = if let Some(leaf) = self.leaves.pop_front() {
+            self.fetching.insert(leaf.clone());
+            CrawlWork::Fetch(leaf, pass)
+        } else {
+            let dir = match self.order.traversal {
+                Traversal::BreadthFirst => self.frontier.pop_front(),
+                Traversal::DepthFirst => self.frontier.pop_back(),
+            }?;
+            self.listing.insert(dir.clone());
+            CrawlWork::List(dir)
+        };
+        self.update_stats();
+        Some(work)
     }
 
-    /// Reports the children of a listed directory; returns the leaves this worker should
-    /// now fetch (each claimed exactly once per pass).
-    pub fn on_listed(&mut self, dir: &K, children: &[(K, ChildKind)]) -> Vec<CrawlWork<K>> {
-        self.in_flight.remove(dir);
+    /// Reports the children of a listed directory; returns how many leaves it queued
+    /// (each child is claimed at most once per pass).
+    pub fn on_listed(&mut self, dir: &K, children: &[(K, ChildKind)]) -> usize {
+        if !self.listing.remove(dir) {
+            return 0; // not handed out in this pass (a report from before a restart)
+        }
         self.stats.dirs_listed += 1;
-        let pass = self.pass().unwrap_or(Pass::Bulk);
-        let mut work = Vec::new();
         let mut new_dirs = Vec::new();
+        let mut new_leaves = 0;
         for (child, kind) in children {
             if !self.claimed.insert(child.clone()) {
                 continue;
@@ -219,7 +258,8 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
                 ChildKind::Directory => new_dirs.push(child.clone()),
                 ChildKind::Leaf => {
                     self.stats.leaves_claimed += 1;
-                    work.push(CrawlWork::Fetch(child.clone(), pass));
+                    new_leaves += 1;
+                    self.leaves.push_back(child.clone());
                 }
             }
         }
@@ -228,63 +268,73 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
             // Reversed so that the first child is the next popped from the back.
             Traversal::DepthFirst => self.frontier.extend(new_dirs.into_iter().rev()),
         }
-        self.stats.in_flight = self.in_flight.len();
-        self.stats.queued_dirs = self.frontier.len();
-        work
+        self.update_stats();
+        new_leaves
     }
 
-    /// A taken directory could not be listed because it no longer exists.
+    /// A leaf handed out by [`CrawlPartition::take`] was visited (copied, found already
+    /// complete, gone, or failed: a failure is for the caller's round check, not a
+    /// reason to keep the pass open).
+    pub fn on_fetched(&mut self, leaf: &K) {
+        self.fetching.remove(leaf);
+        self.update_stats();
+    }
+
+    /// A taken directory could not be listed (it no longer exists, or the source failed:
+    /// the stub counter still holds it, so the next round tries again).
     pub fn on_gone(&mut self, dir: &K) {
-        self.in_flight.remove(dir);
-        self.stats.in_flight = self.in_flight.len();
+        self.listing.remove(dir);
+        self.update_stats();
     }
 
     /// A taken directory could not be listed for a transient reason (worker stopped,
     /// source unreachable): put it back so no entry is lost.
     pub fn give_back(&mut self, dir: K) {
-        self.in_flight.remove(&dir);
-        self.frontier.push_front(dir);
-        self.stats.in_flight = self.in_flight.len();
-        self.stats.queued_dirs = self.frontier.len();
+        if self.listing.remove(&dir) {
+            self.frontier.push_front(dir);
+        }
+        self.update_stats();
     }
 
-    /// A client renamed (moved) `obj`. Returns the work it now needs, if any: an
-    /// unclaimed object is claimed here, because its new parent may be listed already.
-    pub fn on_rename(&mut self, obj: &K, kind: ChildKind) -> Option<CrawlWork<K>> {
+    /// A client renamed (moved) `obj`: an unclaimed object is claimed and queued here,
+    /// because its new parent may be listed already. Returns whether it was queued.
+    pub fn on_rename(&mut self, obj: &K, kind: ChildKind) -> bool {
         if self.pass().is_none() || !self.claimed.insert(obj.clone()) {
-            return None;
+            return false;
         }
         self.stats.rescued_by_rename += 1;
         match kind {
-            ChildKind::Directory => {
-                self.frontier.push_back(obj.clone());
-                self.stats.queued_dirs = self.frontier.len();
-                None
-            }
+            ChildKind::Directory => self.frontier.push_back(obj.clone()),
             ChildKind::Leaf => {
                 self.stats.leaves_claimed += 1;
-                Some(CrawlWork::Fetch(
-                    obj.clone(),
-                    self.pass().unwrap_or(Pass::Bulk),
-                ))
+                self.leaves.push_back(obj.clone());
             }
         }
+        self.update_stats();
+        true
     }
 
-    /// True when the current pass has nothing queued and nothing being listed. The caller
-    /// then calls [`CrawlPartition::next_pass`].
+    /// True when the current pass has nothing queued and nothing handed out unreported.
+    /// The caller then calls [`CrawlPartition::next_pass`].
     pub fn pass_done(&self) -> bool {
-        self.frontier.is_empty() && self.in_flight.is_empty()
+        self.frontier.is_empty()
+            && self.leaves.is_empty()
+            && self.listing.is_empty()
+            && self.fetching.is_empty()
     }
 
-    /// Moves to the next pass of the round; returns false when the round is complete.
+    /// Moves to the next pass of the round; returns false when the round is complete
+    /// ([`CrawlPartition::pass`] is then `None` until [`CrawlPartition::restart`]). Does
+    /// nothing while the pass still has work queued or handed out.
     pub fn next_pass(&mut self) -> bool {
+        if !self.pass_done() || self.pass().is_none() {
+            return false;
+        }
         if self.pass_index + 1 < self.order.passes().len() {
             self.start_pass(self.pass_index + 1);
             true
         } else {
             self.pass_index = self.order.passes().len();
-            self.frontier.clear();
             self.stats.pass_index = self.pass_index;
             false
         }
@@ -436,8 +486,9 @@ mod tests {
         let original: HashSet<u64> = m.all().into_iter().collect();
         let mut crawl = CrawlPartition::new(order, 0u64);
         let mut visits: HashMap<u64, u32> = HashMap::new();
-        // Each worker holds at most one directory it is "listing".
-        let mut holding: Vec<Option<u64>> = vec![None; workers];
+        // Each worker holds at most one piece of work (a directory it is listing or a
+        // leaf it is fetching) for a random number of steps.
+        let mut holding: Vec<Option<CrawlWork<u64>>> = vec![None; workers];
         let mut steps = 0;
         loop {
             steps += 1;
@@ -455,9 +506,7 @@ mod tests {
                             } else {
                                 ChildKind::Leaf
                             };
-                            if let Some(CrawlWork::Fetch(k, _)) = crawl.on_rename(&obj, kind) {
-                                *visits.entry(k).or_default() += 1;
-                            }
+                            crawl.on_rename(&obj, kind);
                         }
                     }
                     6 => m.remove(obj),
@@ -473,23 +522,33 @@ mod tests {
             let w = rng.below(workers as u64) as usize;
             match holding[w].take() {
                 None => {
-                    if let Some(d) = crawl.take() {
-                        *visits.entry(d).or_default() += 1;
-                        holding[w] = Some(d);
+                    if let Some(work) = crawl.take() {
+                        let (CrawlWork::List(k) | CrawlWork::Fetch(k, _)) = &work;
+                        *visits.entry(*k).or_default() += 1;
+                        holding[w] = Some(work);
                     } else if crawl.pass_done() {
+                        assert!(
+                            holding.iter().all(Option::is_none),
+                            "pass done while work is still handed out (seed {seed})"
+                        );
                         break;
                     }
                 }
-                Some(d) => match m.list(d) {
+                Some(CrawlWork::List(d)) => match m.list(d) {
                     Some(children) => {
-                        for work in crawl.on_listed(&d, &children) {
-                            if let CrawlWork::Fetch(k, _) = work {
-                                *visits.entry(k).or_default() += 1;
-                            }
-                        }
+                        crawl.on_listed(&d, &children);
                     }
                     None => crawl.on_gone(&d),
                 },
+                Some(CrawlWork::Fetch(k, _)) => {
+                    // Fetching takes a while: sometimes report it, sometimes keep at it.
+                    if rng.below(3) == 0 {
+                        holding[w] = Some(CrawlWork::Fetch(k, Pass::Bulk));
+                    } else {
+                        assert!(!crawl.pass_done(), "pass done during a fetch (seed {seed})");
+                        crawl.on_fetched(&k);
+                    }
+                }
             }
         }
         for (id, n) in &visits {
@@ -540,24 +599,24 @@ mod tests {
     fn a_subtree_moved_into_a_listed_directory_is_rescued_by_the_rename_rule() {
         // root ─ A(1) ─ X(3) ; root ─ B(2). X moves from A into B after B was listed.
         let mut crawl = CrawlPartition::new(CrawlOrder::default(), 0u64);
-        let root = crawl.take().unwrap();
-        assert!(
-            crawl
-                .on_listed(
-                    &root,
-                    &[(1, ChildKind::Directory), (2, ChildKind::Directory)]
-                )
-                .is_empty()
+        assert_eq!(crawl.take(), Some(CrawlWork::List(0)));
+        assert_eq!(
+            crawl.on_listed(&0, &[(1, ChildKind::Directory), (2, ChildKind::Directory)]),
+            0
         );
-        assert_eq!(crawl.take(), Some(1));
-        assert_eq!(crawl.take(), Some(2));
+        assert_eq!(crawl.take(), Some(CrawlWork::List(1)));
+        assert_eq!(crawl.take(), Some(CrawlWork::List(2)));
         crawl.on_listed(&2, &[]);
-        assert_eq!(crawl.on_rename(&3, ChildKind::Directory), None);
+        assert!(crawl.on_rename(&3, ChildKind::Directory));
         crawl.on_listed(&1, &[]); // A no longer contains X
-        assert_eq!(crawl.take(), Some(3), "the moved subtree is still crawled");
+        assert_eq!(
+            crawl.take(),
+            Some(CrawlWork::List(3)),
+            "the moved subtree is still crawled"
+        );
         assert_eq!(crawl.stats().rescued_by_rename, 1);
         // Renaming it again does not queue it twice.
-        assert_eq!(crawl.on_rename(&3, ChildKind::Directory), None);
+        assert!(!crawl.on_rename(&3, ChildKind::Directory));
         crawl.on_listed(&3, &[]);
         assert!(crawl.pass_done());
     }
@@ -586,7 +645,7 @@ mod tests {
                 0u64,
             );
             let mut seen = Vec::new();
-            while let Some(d) = c.take() {
+            while let Some(CrawlWork::List(d)) = c.take() {
                 seen.push(d);
                 c.on_listed(&d, &tree[&d]);
             }
@@ -600,19 +659,17 @@ mod tests {
     fn metadata_first_runs_two_passes_and_bulk_one() {
         let mut c = CrawlPartition::new(CrawlOrder::default(), 0u64);
         assert_eq!(c.pass(), Some(Pass::Metadata));
-        let d = c.take().unwrap();
-        assert_eq!(
-            c.on_listed(&d, &[(5, ChildKind::Leaf)]),
-            vec![CrawlWork::Fetch(5, Pass::Metadata)]
-        );
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        assert_eq!(c.on_listed(&0, &[(5, ChildKind::Leaf)]), 1);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(5, Pass::Metadata)));
+        c.on_fetched(&5);
         assert!(c.pass_done());
         assert!(c.next_pass());
         assert_eq!(c.pass(), Some(Pass::Data));
-        let d = c.take().unwrap();
-        assert_eq!(
-            c.on_listed(&d, &[(5, ChildKind::Leaf)]),
-            vec![CrawlWork::Fetch(5, Pass::Data)]
-        );
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(&0, &[(5, ChildKind::Leaf)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(5, Pass::Data)));
+        c.on_fetched(&5);
         assert!(!c.next_pass());
         assert_eq!(c.pass(), None);
         assert_eq!(c.take(), None);
@@ -624,24 +681,69 @@ mod tests {
             },
             0u64,
         );
-        let d = b.take().unwrap();
-        assert_eq!(
-            b.on_listed(&d, &[(5, ChildKind::Leaf)]),
-            vec![CrawlWork::Fetch(5, Pass::Bulk)]
-        );
+        b.take();
+        b.on_listed(&0, &[(5, ChildKind::Leaf)]);
+        assert_eq!(b.take(), Some(CrawlWork::Fetch(5, Pass::Bulk)));
+        b.on_fetched(&5);
         assert!(!b.next_pass());
+    }
+
+    /// The root cause of the flaky `nfs_migration_from_ganesha`: a pass must stay open
+    /// while a leaf handed out in it is still being fetched by another worker, and its
+    /// leaves go to any idle worker before more directories are listed.
+    #[test]
+    fn a_pass_stays_open_while_a_handed_out_leaf_is_being_fetched() {
+        let mut c = CrawlPartition::new(
+            CrawlOrder {
+                traversal: Traversal::DepthFirst,
+                phasing: Phasing::Bulk,
+            },
+            0u64,
+        );
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(
+            &0,
+            &[
+                (1, ChildKind::Leaf),
+                (2, ChildKind::Leaf),
+                (3, ChildKind::Directory),
+            ],
+        );
+        // Worker A takes leaf 1, worker B leaf 2 (not the directory: files first).
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Bulk)));
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(2, Pass::Bulk)));
+        assert_eq!(c.take(), Some(CrawlWork::List(3)));
+        c.on_listed(&3, &[]);
+        c.on_fetched(&2);
+        // Nothing left to hand out, but leaf 1 is still being fetched.
+        assert_eq!(c.take(), None);
+        assert!(!c.pass_done(), "pass ended while leaf 1 is in flight");
+        assert!(!c.next_pass(), "next_pass refuses while work is in flight");
+        assert_eq!(c.pass(), Some(Pass::Bulk));
+        c.on_fetched(&1);
+        assert!(c.pass_done());
+        assert!(!c.next_pass(), "bulk: the round is complete");
+        assert_eq!(c.pass(), None);
+        assert!(
+            !c.on_rename(&9, ChildKind::Leaf),
+            "no pass: nothing claimed"
+        );
+        assert_eq!(c.stats().leaves_in_flight, 0);
     }
 
     #[test]
     fn give_back_keeps_the_directory_and_restart_begins_at_root() {
         let mut c = CrawlPartition::new(CrawlOrder::default(), 0u64);
-        let d = c.take().unwrap();
-        c.give_back(d);
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.give_back(0);
         assert!(!c.pass_done());
-        assert_eq!(c.take(), Some(0));
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
         c.on_listed(&0, &[(1, ChildKind::Directory)]);
         c.restart();
-        assert_eq!(c.take(), Some(0));
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        // A report from before the restart changes nothing.
+        assert_eq!(c.on_listed(&7, &[(8, ChildKind::Leaf)]), 0);
+        assert_eq!(c.stats().queued_leaves, 0);
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl NfsConfig {
             portmapper_port: 111,
             mount_port: None,
             nfs_port: None,
-            connections: 4,
+            connections: 16,
             read_size: 1 << 20,
             uid: 0,
             gid: 0,

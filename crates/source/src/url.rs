@@ -2,8 +2,10 @@
 //!
 //! - `/srv/old` or `posix:/srv/old`: a directory on this host (e.g. a kernel NFS/SMB mount)
 //! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&unprivileged=1]`
-//! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N]`: the password comes from the
-//!   environment variable `KAISO_SMB_PASSWORD` (never from the command line)
+//! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS]`: the password comes
+//!   from the environment variable `KAISO_SMB_PASSWORD` (never from the command line);
+//!   `timeout` bounds each SMB request (default 15 s) before the call fails and the
+//!   next one reconnects
 //!
 //! HOST must be a literal IP address for NFS (the user-space client does no DNS).
 
@@ -148,6 +150,17 @@ fn check_keys(query: &[(String, String)], allowed: &[&str]) -> Result<(), Source
     Ok(())
 }
 
+/// A timeout given in seconds: positive and finite (an hour at most).
+fn timeout_secs(t: f64) -> Result<std::time::Duration, SourceError> {
+    if t.is_finite() && t > 0.0 && t <= 3600.0 {
+        Ok(std::time::Duration::from_secs_f64(t))
+    } else {
+        Err(invalid(format!(
+            "bad timeout {t} (seconds, more than 0, at most 3600)"
+        )))
+    }
+}
+
 /// Connects to the source a URL names.
 pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
     match SourceUrl::parse(url)? {
@@ -193,7 +206,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             share,
             query,
         } => {
-            check_keys(&query, &["uid", "gid"])?;
+            check_keys(&query, &["uid", "gid", "timeout"])?;
             let password = std::env::var("KAISO_SMB_PASSWORD").unwrap_or_default();
             let mut c = SmbConfig::new(host, share, user, password);
             if let Some(p) = port {
@@ -201,6 +214,9 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             }
             c.uid = q(&query, "uid")?.unwrap_or(0);
             c.gid = q(&query, "gid")?.unwrap_or(0);
+            if let Some(t) = q::<f64>(&query, "timeout")? {
+                c.timeout = timeout_secs(t)?;
+            }
             Ok(Box::new(SmbSource::connect(c)?))
         }
     }
@@ -264,5 +280,20 @@ mod tests {
         assert!(e.message.contains("unknown option"), "{e}");
         let e = open_source("nfs://127.0.0.1:1/e").err().unwrap();
         assert!(e.message.contains("mountport"), "{e}");
+        for t in ["0", "-1", "nan", "inf", "7200", "soon"] {
+            let e = open_source(&format!("smb://u@127.0.0.1:1/s?timeout={t}"))
+                .err()
+                .unwrap();
+            assert_eq!(e.kind, SourceErrorKind::Invalid, "timeout={t}: {e}");
+            assert!(e.message.contains("timeout"), "{e}");
+        }
+    }
+
+    #[test]
+    fn smb_timeout_is_seconds() {
+        assert_eq!(
+            timeout_secs(2.5).unwrap(),
+            std::time::Duration::from_millis(2500)
+        );
     }
 }

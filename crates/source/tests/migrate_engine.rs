@@ -1392,7 +1392,6 @@ fn parallel_crawl_over_slow_wide_directory_ends_done_not_stuck() {
 
 /// A source whose data cannot be read must still end the crawl `Stuck` (not spin, not
 /// claim `Done`), with what failed reported; once the link is back a new crawl finishes.
-#[cfg(any())]
 #[test]
 fn unreadable_source_ends_stuck_with_a_report_and_resumes_when_back() {
     use std::sync::atomic::Ordering::SeqCst;

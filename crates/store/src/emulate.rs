@@ -191,6 +191,13 @@ impl Emulator {
         out
     }
 
+    /// The model's cumulative iostat counters (foreground and background requests).
+    pub fn counters(&self) -> kaiso_device::IoCounters {
+        let mut d = self.lock();
+        let now = self.now();
+        d.model.counters(now)
+    }
+
     /// Foreground utilisation since the last call, 0..1 (iostat %util less the time the
     /// device spent on background requests). `since` holds (time, foreground busy ns).
     pub fn busy_fraction(&self, since: &mut (u64, u64)) -> f64 {

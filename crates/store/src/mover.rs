@@ -914,3 +914,83 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
         other => tracing::warn!(kind = other, "unknown journal entry ignored"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::types::ROOT_INO;
+    use crate::{Store, StoreConfig};
+    use kaiso_policy::MoveReason;
+    use std::ffi::OsStr;
+
+    /// A store with a plain fast tier 0 and an emulated HDD tier 1 holding `file` (`len`
+    /// bytes, pattern data), the mover off.
+    fn store_with_hdd(dir: &std::path::Path, len: usize) -> (std::sync::Arc<Store>, u64) {
+        for t in ["t0", "t1"] {
+            std::fs::create_dir(dir.join(t)).expect("tier dir");
+        }
+        let text = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\nmax_rate = \"1GiB\"\n\
+             [[tier]]\nname = \"fast\"\npath = \"{}\"\ncapacity = \"64MiB\"\n\
+             [[tier]]\nname = \"hdd\"\npath = \"{}\"\ncapacity = \"1GiB\"\n\
+             [tier.device]\nkind = \"hdd\"\n",
+            dir.join("state").display(),
+            dir.join("t0").display(),
+            dir.join("t1").display()
+        );
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.join("t1").join("cold"), &data).expect("write");
+        let cfg = StoreConfig::from_toml_str(&text, "test.toml").expect("config");
+        let s = Store::open(cfg).expect("open");
+        let ino = s.lookup(ROOT_INO, OsStr::new("cold")).expect("lookup").ino;
+        (s, ino)
+    }
+
+    #[test]
+    fn background_move_on_an_emulated_tier_is_chunked_and_not_counted_as_user_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (s, ino) = store_with_hdd(dir.path(), 4 << 20);
+        let hdd = s.tiers[1].emu.as_ref().expect("emulated");
+        let mut since = (0, 0);
+        hdd.busy_fraction(&mut since);
+        let before = hdd.counters();
+        let moved = s
+            .move_file_inner(ino, 0, "test", Some(MoveReason::Promote))
+            .expect("move");
+        assert_eq!(moved, 4 << 20);
+        let after = hdd.counters();
+        // 4 MiB read in 256 KiB idle-priority requests: a user's request waits behind at
+        // most one of them, not behind a whole 1 MiB copy buffer.
+        let reads = after.reads - before.reads;
+        assert_eq!(reads, (4 << 20) / super::EMULATED_CHUNK, "{after:?}");
+        // The device worked, but none of it was the users' load.
+        assert!(after.busy_ns > before.busy_ns);
+        let fg = hdd.busy_fraction(&mut since);
+        assert!(
+            fg < 0.05,
+            "the mover's copy counted as foreground load: {fg}"
+        );
+        // The data arrived whole.
+        let o = s.open_file(ino, libc::O_RDONLY, false).expect("open");
+        let got = s.read(o.fh, 0, 4 << 20).expect("read");
+        s.release(o.fh).expect("release");
+        assert_eq!(got.len(), 4 << 20);
+        assert!(
+            got.iter()
+                .enumerate()
+                .all(|(i, b)| *b == (i * 7 % 251) as u8)
+        );
+        s.shutdown();
+    }
+
+    #[test]
+    fn operator_moves_on_an_emulated_tier_are_served_like_user_requests() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (s, ino) = store_with_hdd(dir.path(), 2 << 20);
+        let hdd = s.tiers[1].emu.as_ref().expect("emulated");
+        let before = hdd.counters();
+        s.move_file(ino, 0, "test", 0).expect("move");
+        // One request per copy buffer (1 MiB): an operator's move is not held back.
+        assert_eq!(hdd.counters().reads - before.reads, 2);
+        s.shutdown();
+    }
+}

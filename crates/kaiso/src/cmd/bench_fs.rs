@@ -566,8 +566,12 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     // The targets take turns within each round, so slow drifts of the machine's load hit
     // them alike; the median of the rounds is reported.
     let mut per_target: Vec<Vec<Figures>> = vec![Vec::new(); targets.len()];
+    let load_before = load_average();
     for round in 1..=rounds {
-        println!("round {round} of {rounds}");
+        println!(
+            "round {round} of {rounds} (load average {})",
+            load_average()
+        );
         for (i, (name, dir)) in targets.iter().enumerate() {
             per_target[i].push(measure_target(name, dir, size, runtime, files, args)?);
         }
@@ -584,12 +588,13 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let mut t = String::new();
     writeln!(
         t,
-        "median of {rounds} round(s); {}",
+        "median of {rounds} round(s); {}; load average {load_before} before, {} after",
         if shared {
             "targets share one file system"
         } else {
             "each target on a fresh ext4 (loop device)"
-        }
+        },
+        load_average()
     )?;
     writeln!(
         t,
@@ -632,6 +637,13 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     println!("\n{t}");
     report.push_str(&t);
     Ok(())
+}
+
+/// The 1, 5 and 15 minute load averages (/proc/loadavg), to judge how busy the machine was.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn free_bytes(p: &Path) -> Result<u64> {

@@ -2,10 +2,11 @@
 //! (kaiso_store::migrate + kaiso_source), measured in one run against baselines measured
 //! in the same run (thesis chapter 2, figures 2.6–2.16).
 //!
-//! The old server is nfs-ganesha (FSAL_VFS, NFSv3) started by the benchmark; the network
-//! between it and kaiso is emulated by a user-space TCP delay proxy (`--delay-ms` one
-//! way, optional `--rate-mbit`). The POSIX source (a local directory, no network) is the
-//! second row. Measured:
+//! The old servers are nfs-ganesha (FSAL_VFS, NFSv3) and Samba's smbd (SMB 2/3), both
+//! started by the benchmark on loopback and sharing the same trees; the network between
+//! each and kaiso is emulated by a user-space TCP delay proxy (`--delay-ms` one way,
+//! optional `--rate-mbit`). The POSIX source (a local directory, no network) is the
+//! last row. Measured:
 //! 1. time from start to serving (source connect + store open + migration open + the
 //!    first getattr of the share root), for a small and a large tree;
 //! 2. first open + read after cutover over the depth × width grid (no client timeout);
@@ -31,13 +32,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use kaiso_policy::crawl::CrawlOrder;
-use kaiso_source::{NfsConfig, NfsSource, PosixSource};
+use kaiso_source::{NfsConfig, NfsSource, PosixSource, SmbConfig, SmbSource};
 use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
 use kaiso_store::{Ino, ROOT_INO, Store, StoreConfig};
 
 use dataset::{Rng, Shape, TABLE_2_2};
 use proxy::DelayProxy;
-use servers::{Ganesha, RsyncDaemon};
+use servers::{Ganesha, RsyncDaemon, Samba};
 use subtree::Subtree;
 
 #[derive(clap::Args, Debug)]
@@ -80,6 +81,9 @@ struct Setup {
     ganesha: Option<Ganesha>,
     /// Proxies in front of ganesha's MOUNT and NFS ports.
     proxies: Option<(DelayProxy, DelayProxy)>,
+    samba: Option<Samba>,
+    /// The proxy in front of smbd.
+    smb_proxy: Option<DelayProxy>,
 }
 
 impl Setup {
@@ -104,6 +108,27 @@ impl Setup {
         ))
     }
 
+    /// A fresh SMB session through the delay proxy, rooted at `sub` of the share.
+    fn smb_source(&self, sub: &str) -> Result<Box<dyn Source>> {
+        let (smb, proxy) = (
+            self.samba
+                .as_ref()
+                .ok_or_else(|| anyhow!("no SMB server"))?,
+            self.smb_proxy.as_ref().ok_or_else(|| anyhow!("no proxy"))?,
+        );
+        let mut c = SmbConfig::new(
+            "127.0.0.1",
+            smb.share.clone(),
+            smb.user.clone(),
+            smb.password.clone(),
+        );
+        c.port = proxy.port;
+        let s = SmbSource::connect(c).map_err(|e| anyhow!("{e}"))?;
+        Ok(Box::new(
+            Subtree::new(Box::new(s), sub).map_err(|e| anyhow!("{e}"))?,
+        ))
+    }
+
     fn posix_source(&self, sub: &str) -> Result<Box<dyn Source>> {
         Ok(Box::new(
             PosixSource::open(self.src().join(sub)).map_err(|e| anyhow!("{e}"))?,
@@ -113,6 +138,7 @@ impl Setup {
     fn source(&self, kind: SrcKind, sub: &str) -> Result<Box<dyn Source>> {
         match kind {
             SrcKind::Nfs => self.nfs_source(sub),
+            SrcKind::Smb => self.smb_source(sub),
             SrcKind::Posix => self.posix_source(sub),
         }
     }
@@ -133,6 +159,7 @@ impl Setup {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SrcKind {
     Nfs,
+    Smb,
     Posix,
 }
 
@@ -140,6 +167,7 @@ impl SrcKind {
     fn label(self) -> &'static str {
         match self {
             SrcKind::Nfs => "NFSv3 (ganesha) via delay proxy",
+            SrcKind::Smb => "SMB3 (Samba) via delay proxy",
             SrcKind::Posix => "POSIX dir (local, no network)",
         }
     }
@@ -228,6 +256,7 @@ pub fn run(args: Args) -> Result<()> {
             bail!("--only: unknown part {p:?} (start, grid, total, response)");
         }
     }
+    servers::install_signal_cleanup();
     if !(args.delay_ms >= 0.0 && args.delay_ms < 10_000.0) || args.workers == 0 {
         bail!("--delay-ms must be in [0, 10000) and --workers > 0");
     }
@@ -244,6 +273,8 @@ pub fn run(args: Args) -> Result<()> {
         root,
         ganesha: None,
         proxies: None,
+        samba: None,
+        smb_proxy: None,
     };
     let count_div = args
         .count_div
@@ -301,6 +332,14 @@ pub fn run(args: Args) -> Result<()> {
         }
         Err(e) => println!("NFS rows skipped: {e:#}"),
     }
+    match Samba::start(&s.src()) {
+        Ok(smb) => {
+            let up = SocketAddr::from(([127, 0, 0, 1], smb.port));
+            s.smb_proxy = Some(DelayProxy::start(up, s.delay, s.rate)?);
+            s.samba = Some(smb);
+        }
+        Err(e) => println!("SMB rows skipped: {e:#}"),
+    }
     println!("network: {}", s.delay_note());
     let mut report = String::new();
 
@@ -339,6 +378,9 @@ fn kinds(s: &Setup) -> Vec<SrcKind> {
     let mut k = Vec::new();
     if s.ganesha.is_some() {
         k.push(SrcKind::Nfs);
+    }
+    if s.samba.is_some() {
+        k.push(SrcKind::Smb);
     }
     k.push(SrcKind::Posix);
     k
@@ -398,7 +440,7 @@ fn bench_start(
     }
     let _ = writeln!(
         out,
-        "\nBest of 3. The tree size does not enter: only the root is looked at. NFS rows: {}.\n",
+        "\nBest of 3. The tree size does not enter: only the root is looked at. NFS and SMB rows: {}.\n",
         s.delay_note()
     );
     println!("{out}");
@@ -435,7 +477,7 @@ fn bench_grid(s: &Setup, grid: &[(usize, usize, String, PathBuf)]) -> Result<Str
     let _ = writeln!(
         out,
         "\nNo client timeout applies (in-process access); each point is a fresh cutover (fresh store, \
-         fresh source connection). POSIX rows: only depth 1 / width 10 and depth 16. NFS rows: {}.{}\n",
+         fresh source connection). POSIX rows: only depth 1 / width 10 and depth 16. NFS and SMB rows: {}.{}\n",
         s.delay_note(),
         if s.quick {
             " Quick mode: depths {1,2,4,8,16} × widths {10,100}."

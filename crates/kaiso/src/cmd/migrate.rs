@@ -55,15 +55,8 @@ pub struct StartArgs {
     /// Serve the store over NFSv3 on this address (e.g. 0.0.0.0:2049).
     #[arg(long, value_name = "ADDR:PORT")]
     pub nfs: Option<String>,
-    /// NFS clients allowed to connect (comma-separated CIDR blocks).
-    #[arg(long, default_value = "127.0.0.0/8,::1", value_name = "CIDRS")]
-    pub allow: String,
-    /// NFS: answer NFS3ERR_JUKEBOX when an operation takes longer than this (0: never).
-    #[arg(long, default_value = "500ms", value_name = "DUR")]
-    pub jukebox_after: String,
-    /// NFS export path.
-    #[arg(long, default_value = "/export")]
-    pub export: String,
+    #[command(flatten)]
+    pub access: super::serve::NfsAccessArgs,
     /// Crawl order: bfs (breadth-first) or dfs (depth-first).
     #[arg(long, default_value = "bfs")]
     pub order: String,

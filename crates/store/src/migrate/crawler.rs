@@ -8,16 +8,20 @@
 //! - Demand fetches take priority: a crawler unit waits while a demand fetch is in flight.
 //! - Pause and stop are checked between units, so the crawler stops within one unit
 //!   (10 MiB) even inside a huge file; a partial file resumes from its missing ranges.
-//! - Each round restarts from the root (nothing already copied is copied again). Rounds
-//!   repeat until the remaining-stub counter is 0; a round that makes no progress ends the
-//!   crawl with `stuck` (e.g. the source is unreachable) instead of spinning.
+//! - Each round restarts from the root (nothing already copied is copied again). A round
+//!   ends only when every directory and file handed out in it has been visited (not
+//!   merely when nothing is left to hand out), and exactly one worker closes it. Rounds
+//!   repeat until the remaining-stub counter is 0; a round that makes no progress (counter
+//!   not lower, nothing listed, completed or fetched meanwhile) ends the crawl with `stuck`
+//!   (e.g. the source is unreachable) instead of spinning, and [`Crawler::failures`] says
+//!   what failed in that round.
 
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use kaiso_policy::crawl::{ChildKind, CrawlPartition, CrawlWork, Pass};
+use kaiso_policy::crawl::{ChildKind, CrawlPartition, CrawlStats, CrawlWork, Pass};
 
 use super::engine::{Migration, mark_crawler_thread};
 use super::state::StubKind;
@@ -49,13 +53,73 @@ impl CrawlState {
     }
 }
 
+/// Failures reported per round, at most (the rest are counted in the log only).
+pub const MAX_FAILURES: usize = 100;
+
+/// Something the crawler could not do in the current (or, once stuck, the last) round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrawlFailure {
+    /// The store inode (0 for the state database itself).
+    pub ino: Ino,
+    pub errno: i32,
+    pub what: &'static str,
+}
+
+/// What the migration had done when a round closed: a later round that changes none of
+/// it made no progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RoundMark {
+    remaining: u64,
+    dirs_listed: u64,
+    files_completed: u64,
+    bytes_fetched: u64,
+}
+
+impl RoundMark {
+    fn of(m: &Migration, remaining: u64) -> Self {
+        let c = &m.counters;
+        Self {
+            remaining,
+            dirs_listed: c.dirs_listed.load(Ordering::Acquire),
+            files_completed: c.files_completed.load(Ordering::Acquire),
+            bytes_fetched: c.bytes_fetched.load(Ordering::Acquire),
+        }
+    }
+
+    /// Progress since `before`: fewer stubs, or anything listed, completed or fetched
+    /// (listing a directory that failed before may add stubs, yet is progress).
+    fn progressed_since(&self, before: &RoundMark) -> bool {
+        self.remaining < before.remaining
+            || self.dirs_listed > before.dirs_listed
+            || self.files_completed > before.files_completed
+            || self.bytes_fetched > before.bytes_fetched
+    }
+}
+
 struct Shared {
     part: Mutex<CrawlPartition<Ino>>,
-    /// Leaves claimed because a client moved them (fetched before the next listing).
-    rescued: Mutex<Vec<(Ino, Pass)>>,
     wake: Condvar,
     state: Mutex<CrawlState>,
     rounds: Mutex<u32>,
+    /// The mark of the last closed round (`None` before the first).
+    last_round: Mutex<Option<RoundMark>>,
+    failures: Mutex<Vec<CrawlFailure>>,
+}
+
+impl Shared {
+    fn ended(&self) -> bool {
+        matches!(
+            *self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            CrawlState::Done | CrawlState::Stuck
+        )
+    }
+
+    fn fail(&self, ino: Ino, errno: i32, what: &'static str) {
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if f.len() < MAX_FAILURES {
+            f.push(CrawlFailure { ino, errno, what });
+        }
+    }
 }
 
 /// A running crawl; dropping it stops the workers (within one unit) and joins them.
@@ -76,7 +140,8 @@ impl Crawler {
             wake: Condvar::new(),
             state: Mutex::new(CrawlState::Running),
             rounds: Mutex::new(0),
-            rescued: Mutex::new(Vec::new()),
+            last_round: Mutex::new(None),
+            failures: Mutex::new(Vec::new()),
         });
         // Client renames reach the partition, so an object moved from a part of the tree
         // not crawled yet into one already crawled is still visited in this pass.
@@ -91,18 +156,14 @@ impl Crawler {
             } else {
                 ChildKind::Leaf
             };
-            let work = sh
+            let queued = sh
                 .part
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .on_rename(&ino, kind);
-            if let Some(CrawlWork::Fetch(leaf, pass)) = work {
-                sh.rescued
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((leaf, pass));
+            if queued {
+                sh.wake.notify_all();
             }
-            sh.wake.notify_all();
         }));
         let workers = (0..migration.cfg.crawl_workers)
             .map(|i| {
@@ -150,8 +211,28 @@ impl Crawler {
             .pass()
     }
 
+    /// Rounds closed so far.
     pub fn rounds(&self) -> u32 {
         *self.shared.rounds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What failed in the current round, or in the last one once the crawl is stuck (at
+    /// most [`MAX_FAILURES`]).
+    pub fn failures(&self) -> Vec<CrawlFailure> {
+        self.shared
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Work queued and in flight (for status).
+    pub fn stats(&self) -> CrawlStats {
+        self.shared
+            .part
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stats()
     }
 
     /// Waits until the crawl ends (done, stuck or stopped) or `limit` passes.
@@ -216,55 +297,34 @@ fn wait_while_paused(m: &Migration) -> bool {
 }
 
 fn worker(store: &Store, m: &Migration, sh: &Shared) {
-    let mut last_remaining = u64::MAX;
     loop {
         if !wait_while_paused(m) {
             return;
         }
-        let rescued = sh.rescued.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        if let Some((leaf, pass)) = rescued {
-            if !fetch_leaf(store, m, leaf, pass) {
-                return;
-            }
-            continue;
-        }
-        let next = {
+        let work = {
             let mut part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
             loop {
-                if should_stop(m) {
+                if should_stop(m) || sh.ended() {
                     return;
                 }
-                if let Some(d) = part.take() {
-                    break Some((d, part.pass()));
+                if let Some(w) = part.take() {
+                    break w;
                 }
-                if part.pass_done() {
+                if part.pass().is_some() && part.pass_done() {
                     if part.next_pass() {
+                        sh.wake.notify_all();
                         continue;
                     }
-                    // End of a round: finished, stuck, or go again from the root.
-                    let remaining = m.reconcile(store).unwrap_or(u64::MAX);
-                    *sh.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-                    if remaining == 0 {
-                        *sh.state.lock().unwrap_or_else(|e| e.into_inner()) = CrawlState::Done;
-                        sh.wake.notify_all();
-                        return;
-                    }
-                    if remaining >= last_remaining {
-                        *sh.state.lock().unwrap_or_else(|e| e.into_inner()) = CrawlState::Stuck;
-                        sh.wake.notify_all();
-                        return;
-                    }
-                    last_remaining = remaining;
-                    part.restart();
+                    // This worker completed the round (`pass()` is now `None`, so no
+                    // other worker closes it too); the reconcile runs unlocked, so client
+                    // renames are not held up by it.
+                    drop(part);
+                    close_round(store, m, sh);
+                    sh.wake.notify_all();
+                    part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
                     continue;
                 }
-                if matches!(
-                    *sh.state.lock().unwrap_or_else(|e| e.into_inner()),
-                    CrawlState::Done | CrawlState::Stuck
-                ) {
-                    return;
-                }
-                // Others are still listing: wait for their results.
+                // Others are still listing, fetching or closing the round: wait for them.
                 part = sh
                     .wake
                     .wait_timeout(part, Duration::from_millis(50))
@@ -272,41 +332,92 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     .0;
             }
         };
-        let Some((dir, pass)) = next else { return };
-        let pass = pass.unwrap_or(Pass::Bulk);
-        match list(store, dir) {
-            Ok(children) => {
-                let work = sh
-                    .part
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .on_listed(&dir, &children);
-                sh.wake.notify_all();
-                for w in work {
-                    if let CrawlWork::Fetch(ino, _) = w
-                        && !fetch_leaf(store, m, ino, pass)
-                    {
-                        return;
-                    }
-                }
+        let go_on = match work {
+            CrawlWork::List(dir) => {
+                visit_dir(store, sh, dir);
+                true
             }
-            Err(crate::FsError::NOENT) | Err(crate::FsError::NOTDIR) => {
+            CrawlWork::Fetch(leaf, pass) => {
+                let go_on = fetch_leaf(store, m, sh, leaf, pass);
                 sh.part
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .on_gone(&dir);
-                sh.wake.notify_all();
+                    .on_fetched(&leaf);
+                go_on
             }
-            Err(e) => {
-                // Transient (source unreachable): give it back; the round's progress check
-                // ends the crawl as stuck if nothing moves.
+        };
+        sh.wake.notify_all();
+        if !go_on {
+            return;
+        }
+    }
+}
+
+/// Ends a round whose work is all done: done (counter 0), stuck (no progress since the
+/// last round), or a new round from the root.
+fn close_round(store: &Store, m: &Migration, sh: &Shared) {
+    let reconciled = m.reconcile(store);
+    *sh.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    let remaining = match reconciled {
+        Ok(n) => n,
+        Err(e) => {
+            // The state database failed: nothing can be trusted to progress.
+            tracing::error!(
+                errno = e.errno(),
+                "crawler: reconciling the stub counter failed"
+            );
+            sh.fail(0, e.errno(), "reconcile the stub counter");
+            *sh.state.lock().unwrap_or_else(|e| e.into_inner()) = CrawlState::Stuck;
+            return;
+        }
+    };
+    let mark = RoundMark::of(m, remaining);
+    let progressed = {
+        let mut last = sh.last_round.lock().unwrap_or_else(|e| e.into_inner());
+        let progressed = last.is_none_or(|before| mark.progressed_since(&before));
+        *last = Some(mark);
+        progressed
+    };
+    let mut state = sh.state.lock().unwrap_or_else(|e| e.into_inner());
+    if remaining == 0 {
+        *state = CrawlState::Done;
+    } else if !progressed {
+        tracing::warn!(
+            remaining,
+            failures = sh.failures.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            "crawler: a whole round made no progress; stuck"
+        );
+        *state = CrawlState::Stuck;
+    } else {
+        drop(state);
+        sh.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        sh.part.lock().unwrap_or_else(|e| e.into_inner()).restart();
+    }
+}
+
+/// Lists `dir` (expanding it if it is a dummy) and reports its children.
+fn visit_dir(store: &Store, sh: &Shared, dir: Ino) {
+    match list(store, dir) {
+        Ok(children) => {
+            sh.part
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_listed(&dir, &children);
+        }
+        Err(e) => {
+            if e != crate::FsError::NOENT && e != crate::FsError::NOTDIR {
+                // Transient (source unreachable): the counter still holds it, so the next
+                // round tries again, and a round with no progress ends the crawl stuck.
                 tracing::warn!(dir, errno = e.errno(), "crawler could not list a directory");
-                sh.part
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .on_gone(&dir);
-                sh.wake.notify_all();
+                sh.fail(dir, e.errno(), "list directory");
             }
+            sh.part
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .on_gone(&dir);
         }
     }
 }
@@ -348,7 +459,7 @@ fn list(store: &Store, dir: Ino) -> crate::FsResult<Vec<(Ino, ChildKind)>> {
 /// let the store hand its inode number to a new object that this visit would then
 /// treat with the old row (copying the old file's metadata or completing the new
 /// file's row without data). The row is read only once the file is open.
-fn fetch_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass) -> bool {
+fn fetch_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -> bool {
     // Only regular files have stub rows; never open anything else (opening a FIFO
     // would block).
     let is_stub_file = matches!(m.db.get(ino), Ok(Some(_)))
@@ -361,18 +472,19 @@ fn fetch_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass) -> bool {
     let Ok(opened) = store.open_file(ino, libc::O_RDONLY | libc::O_NONBLOCK, false) else {
         return !should_stop(m); // gone, or not a regular file
     };
-    let go_on = visit_leaf(store, m, ino, pass, opened.fh);
+    let go_on = visit_leaf(store, m, sh, ino, pass, opened.fh);
     let _ = store.release(opened.fh);
     go_on
 }
 
-fn visit_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass, fh: u64) -> bool {
+fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, fh: u64) -> bool {
     let Ok(Some(row)) = m.db.get(ino) else {
         return !should_stop(m);
     };
     if pass == Pass::Metadata || row.kind == StubKind::DummyFile {
         if let Err(e) = m.ensure_partial(store, &row) {
             tracing::warn!(ino, errno = e.errno(), "metadata fetch failed");
+            sh.fail(ino, e.errno(), "copy metadata");
         }
         if pass == Pass::Metadata {
             return !should_stop(m);
@@ -402,6 +514,7 @@ fn visit_leaf(store: &Store, m: &Migration, ino: Ino, pass: Pass, fh: u64) -> bo
             }
             Err(e) => {
                 tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
+                sh.fail(ino, e.errno(), "fetch data");
                 return !should_stop(m);
             }
         }

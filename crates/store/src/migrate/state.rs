@@ -868,4 +868,52 @@ mod tests {
         let p = ro.progress(None).unwrap();
         assert_eq!((p.missing_bytes, p.bytes_done), (150, 1000));
     }
+
+    #[test]
+    fn completion_is_one_change_and_sync_covers_earlier_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        let db = MigrationDb::open(&path).unwrap();
+        db.sync().unwrap(); // nothing committed yet: a no-op
+        let src = SourcePath::parse(b"d/f").unwrap();
+        let row = StubRow {
+            ino: 7,
+            kind: StubKind::DummyFile,
+            src_path: src.clone(),
+            src_ino: 70,
+            minsize: 9,
+            listed_size: 9,
+            listed_mtime_ns: 5,
+        };
+        db.insert(std::slice::from_ref(&row), &[]).unwrap();
+        assert_eq!(
+            db.get(7).unwrap(),
+            Some(row.clone()),
+            "served from the mirror"
+        );
+        let other = SourcePath::parse(b"d/g").unwrap();
+        assert!(
+            !db.complete(7, &other, Some((9, 5))).unwrap(),
+            "another object's completion touches nothing"
+        );
+        assert_eq!(db.done_path(7).unwrap(), None);
+        db.sync().unwrap();
+        assert_eq!(
+            db.synced.load(Ordering::Acquire),
+            db.committed.load(Ordering::Acquire)
+        );
+        assert!(db.complete(7, &src, Some((9, 5))).unwrap());
+        assert!(!db.complete(7, &src, Some((9, 5))).unwrap(), "only once");
+        assert_eq!((db.get(7).unwrap(), db.remaining().unwrap()), (None, 0));
+        assert_eq!(db.done_path(7).unwrap(), Some(src.clone()));
+        db.sync().unwrap();
+        drop(db);
+        // The mirror is rebuilt from the table at open, and agrees with it.
+        let db = MigrationDb::open(&path).unwrap();
+        db.insert(&[StubRow { ino: 8, ..row }], &[]).unwrap();
+        let ro = MigrationDb::open_read_only(&path).unwrap();
+        assert_eq!(db.all().unwrap(), ro.all().unwrap());
+        assert_eq!(ro.get(8).unwrap(), db.get(8).unwrap());
+        assert_eq!(db.remaining().unwrap(), 1);
+    }
 }

@@ -1,11 +1,18 @@
 //! The old file servers the benchmark migrates from, started and stopped by it:
-//! nfs-ganesha (FSAL_VFS, NFSv3, with rpcbind) and an rsync daemon (the pre-copy
-//! baseline's server side), both on loopback ports.
+//! nfs-ganesha (FSAL_VFS, NFSv3, with rpcbind), Samba's smbd (SMB 2/3) and an rsync
+//! daemon (the pre-copy baseline's server side), all on loopback ports.
+//!
+//! smbd runs in a process group of its own (its SIGTERM handler signals its whole group,
+//! which must not be ours), so a Ctrl-C at the terminal does not reach it: the
+//! benchmark's SIGINT/SIGTERM handler ([`install_signal_cleanup`]) stops every server
+//! registered here before the process dies.
 
 use std::fs;
+use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -36,8 +43,53 @@ fn wait_port(port: u16, limit: Duration, child: &mut Child, what: &str) -> Resul
     bail!("{what} did not listen on 127.0.0.1:{port} within {limit:?}")
 }
 
+/// `kill` targets (a pid, or minus a process group) of the running servers, for the
+/// signal handler; 0 is a free slot.
+static SERVERS: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
+
+fn register(target: i32) {
+    for slot in &SERVERS {
+        if slot
+            .compare_exchange(0, target, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+fn unregister(target: i32) {
+    for slot in &SERVERS {
+        let _ = slot.compare_exchange(target, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only async-signal-safe calls: kill, signal, raise.
+    for slot in &SERVERS {
+        let t = slot.load(Ordering::SeqCst);
+        if t != 0 {
+            unsafe { libc::kill(t, libc::SIGTERM) };
+        }
+    }
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// On SIGINT/SIGTERM, stops every server started here, then dies of the signal as usual.
+pub fn install_signal_cleanup() {
+    let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    unsafe {
+        libc::signal(libc::SIGINT, h);
+        libc::signal(libc::SIGTERM, h);
+    }
+}
+
 /// SIGTERM, then SIGKILL after 5 s.
 fn stop(child: &mut Child) {
+    unregister(child.id() as i32);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(5) {
@@ -83,6 +135,7 @@ impl Ganesha {
                 .stderr(Stdio::null())
                 .spawn()
                 .context("start rpcbind")?;
+            register(c.id() as i32);
             wait_port(111, Duration::from_secs(10), &mut c, "rpcbind")?;
             rpcbind = Some(c);
         }
@@ -116,6 +169,7 @@ impl Ganesha {
             .stderr(Stdio::null())
             .spawn()
             .context("start ganesha.nfsd")?;
+        register(child.id() as i32);
         let ready = wait_port(nfs_port, Duration::from_secs(30), &mut child, "ganesha")
             .and_then(|_| wait_port(mount_port, Duration::from_secs(30), &mut child, "ganesha"));
         let mut g = Ganesha {
@@ -195,6 +249,7 @@ impl RsyncDaemon {
             .stderr(Stdio::null())
             .spawn()
             .context("start rsync --daemon")?;
+        register(child.id() as i32);
         wait_port(port, Duration::from_secs(10), &mut child, "rsync daemon")?;
         Ok(Self {
             child,
@@ -207,5 +262,109 @@ impl RsyncDaemon {
 impl Drop for RsyncDaemon {
     fn drop(&mut self) {
         stop(&mut self.child);
+    }
+}
+
+/// Samba's smbd sharing `root` read-only as `[src]` on a loopback port, user root with a
+/// generated password (set with smbpasswd in a private passdb).
+pub struct Samba {
+    child: Child,
+    pgid: i32,
+    pub port: u16,
+    pub share: String,
+    pub user: String,
+    pub password: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Samba {
+    pub fn start(root: &Path) -> Result<Self> {
+        for p in ["smbd", "smbpasswd"] {
+            if !have(p) {
+                bail!("{p} is not installed (scripts/deps/smb.list)");
+            }
+        }
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("smbd needs root");
+        }
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        for sub in ["private", "lock", "state", "cache", "pid", "ncalrpc", "log"] {
+            fs::create_dir_all(d.join(sub))?;
+        }
+        let port = free_port()?;
+        let conf = format!(
+            "[global]\n  log level = 0\n  smb ports = {port}\n  interfaces = 127.0.0.1\n  \
+             bind interfaces only = yes\n  private dir = {d}/private\n  lock directory = {d}/lock\n  \
+             state directory = {d}/state\n  cache directory = {d}/cache\n  pid directory = {d}/pid\n  \
+             ncalrpc dir = {d}/ncalrpc\n  log file = {d}/log/log.%m\n  \
+             passdb backend = tdbsam:{d}/private/passdb.tdb\n  server role = standalone server\n  \
+             disable netbios = yes\n  load printers = no\n  printcap name = /dev/null\n  \
+             disable spoolss = yes\n  server min protocol = SMB2_02\n  ea support = yes\n\
+             [src]\n  path = {root}\n  read only = yes\n  valid users = root\n",
+            d = d.display(),
+            root = root.display()
+        );
+        let conf_path = d.join("smb.conf");
+        fs::write(&conf_path, conf)?;
+        let password = format!("Kaiso-bench-{}", std::process::id());
+        let mut p = Command::new("smbpasswd")
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-a", "-s", "root"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("run smbpasswd")?;
+        p.stdin
+            .take()
+            .context("smbpasswd stdin")?
+            .write_all(format!("{password}\n{password}\n").as_bytes())?;
+        let out = p.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "smbpasswd failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let child = Command::new("smbd")
+            .args(["--foreground", "-s"])
+            .arg(&conf_path)
+            // Without --no-process-group smbd calls setsid() and so leads a group of its
+            // own (id = its pid; it fails if it already leads one, so no process_group(0)
+            // here). Its SIGTERM handler signals that whole group, which must not be ours.
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start smbd")?;
+        let pgid = child.id() as i32;
+        // Signals the group smbd creates (a no-op until it exists: a group id is a pid).
+        register(-pgid);
+        let mut s = Samba {
+            child,
+            pgid,
+            port,
+            share: "src".into(),
+            user: "root".into(),
+            password,
+            _dir: dir,
+        };
+        if let Err(e) = wait_port(port, Duration::from_secs(30), &mut s.child, "smbd") {
+            drop(s);
+            return Err(e);
+        }
+        Ok(s)
+    }
+}
+
+impl Drop for Samba {
+    fn drop(&mut self) {
+        // The whole group: smbd forks one process per client connection.
+        unsafe { libc::kill(-self.pgid, libc::SIGTERM) };
+        stop(&mut self.child);
+        unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+        unregister(-self.pgid);
     }
 }

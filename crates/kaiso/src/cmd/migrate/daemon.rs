@@ -513,12 +513,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
             let listen: SocketAddr = addr.parse().map_err(|_| {
                 anyhow::anyhow!("bad --nfs {addr:?}: expected ADDR:PORT, e.g. 0.0.0.0:2049")
             })?;
-            Some(crate::cmd::serve::nfs_options(
-                listen,
-                &a.allow,
-                &a.jukebox_after,
-                a.export.clone(),
-            )?)
+            Some(a.access.options(listen)?)
         }
         None => None,
     };
@@ -619,7 +614,10 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     }
     if let Some(s) = &server {
         let b = s.local_addr();
-        faces.push(format!("NFSv3 {b} export /{}", a.export.trim_matches('/')));
+        faces.push(format!(
+            "NFSv3 {b} export /{}",
+            a.access.export.trim_matches('/')
+        ));
     }
     if faces.is_empty() {
         faces.push("no face (crawl only)".into());
