@@ -105,8 +105,13 @@ struct Link {
     connection: Arc<Connection>,
     /// Set once a request failed for want of the server: the link is shut and replaced
     /// on the next call.
-    broken: AtomicBool,
+    broken: Arc<AtomicBool>,
+    /// Handles to close: a call does not wait for its CLOSE round trip.
+    closer: Mutex<Option<std::sync::mpsc::Sender<Resource>>>,
 }
+
+/// Threads closing handles in the background for one link.
+const CLOSER_THREADS: usize = 4;
 
 impl Link {
     fn connect(config: &SmbConfig, share: &UncPath) -> Result<Self, smb::Error> {
@@ -124,10 +129,30 @@ impl Link {
         let connection = client.connect(&config.host)?;
         let addr = smb::transport::utils::TransportUtils::parse_socket_address(&config.host)?;
         set_nodelay_on_sockets_to(SocketAddr::new(addr.ip(), config.port));
+        let broken = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel::<Resource>();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..CLOSER_THREADS {
+            let (rx, conn, broken) = (rx.clone(), connection.clone(), broken.clone());
+            let _ = std::thread::Builder::new()
+                .name("smb-close".into())
+                .spawn(move || {
+                    loop {
+                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok(r) = next else { break };
+                        if let Err(e) = r.close_quietly()
+                            && is_unreachable(&e)
+                        {
+                            shut_connection(&conn, &broken);
+                        }
+                    }
+                });
+        }
         let link = Self {
             client,
             connection,
-            broken: AtomicBool::new(false),
+            broken,
+            closer: Mutex::new(Some(tx)),
         };
         if let Err(e) = link
             .client
@@ -153,20 +178,24 @@ impl Link {
     /// Stops the connection's worker threads (no request is sent), so pending and later
     /// requests on this link fail immediately instead of each waiting for the timeout.
     fn shut(&self) {
-        if self.broken.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        // smb 0.12's threaded worker `stop` unwraps a channel send that fails if its
-        // sender thread already ended; that must not take the caller down.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _ = self.connection.close();
-        }));
+        shut_connection(&self.connection, &self.broken);
     }
 
-    /// Closes a handle; a failure is of no consequence to the call (but a silent server
-    /// still shuts the link).
-    fn close(&self, r: &Resource) {
-        let _ = self.check(r.close_quietly());
+    /// Closes a handle in the background; a failure is of no consequence to the call
+    /// (but a silent server still shuts the link).
+    fn close(&self, r: Resource) {
+        let queued = match self
+            .closer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(tx) => tx.send(r).map_err(|e| e.0),
+            None => Err(r),
+        };
+        if let Err(r) = queued {
+            let _ = self.check(r.close_quietly());
+        }
     }
 
     fn open(&self, share: &UncPath, p: &str, access: FileAccessMask) -> smb::Result<Resource> {
@@ -176,6 +205,28 @@ impl Link {
                 .create_file(&target, &FileCreateArgs::make_open_existing(access)),
         )
     }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Ends the closer threads once they have closed what is queued.
+        self.closer
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+}
+
+/// Stops a connection's worker threads once (see [`Link::shut`]).
+fn shut_connection(connection: &Connection, broken: &AtomicBool) {
+    if broken.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // smb 0.12's threaded worker `stop` unwraps a channel send that fails if its sender
+    // thread already ended; that must not take the caller down.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = connection.close();
+    }));
 }
 
 /// Sets TCP_NODELAY on this process's TCP sockets connected to `peer`. The `smb` crate
@@ -526,7 +577,7 @@ impl Source for SmbSource {
                 .open(&self.share, &p, access)
                 .map_err(|e| ("open".into(), e))?;
             let info = l.check(r.as_handle_query_all());
-            l.close(&r);
+            l.close(r);
             info.map_err(|e| ("query info".into(), e))
         })?;
         Ok(self.attr_from_all(&info))
@@ -541,7 +592,7 @@ impl Source for SmbSource {
             {
                 Resource::Directory(d) => d,
                 other => {
-                    l.close(&other);
+                    l.close(other);
                     return Ok(None);
                 }
             };
@@ -614,7 +665,7 @@ impl Source for SmbSource {
                 .open(&self.share, &p, Self::read_access())
                 .map_err(|e| ("open".into(), e))?;
             let res = l.check(r.as_handle_query_eas());
-            l.close(&r);
+            l.close(r);
             match res {
                 Ok(eas) => Ok(eas),
                 Err(e)
@@ -657,7 +708,7 @@ impl Source for SmbSource {
                 )
                 .map_err(|e| ("open".into(), e))?;
             let sd = l.check(r.as_handle_security(info));
-            l.close(&r);
+            l.close(r);
             sd.map_err(|e| (String::new(), e))
         })?;
         let mut bytes = std::io::Cursor::new(Vec::new());
@@ -683,11 +734,11 @@ impl Source for SmbSource {
                 .open(&self.share, &p, Self::read_access())
                 .map_err(|e| ("open".into(), e))?;
             if r.is_dir() {
-                l.close(&r);
+                l.close(r);
                 return Ok(None);
             }
             let info = l.check(r.as_handle_query_streams());
-            l.close(&r);
+            l.close(r);
             match info {
                 Ok(i) => Ok(Some(i)),
                 Err(e) if matches!(status_of(&e), Some(STATUS_NOT_SUPPORTED)) => Ok(None),
@@ -752,12 +803,12 @@ impl SmbSource {
             {
                 Resource::File(f) => f,
                 other => {
-                    l.close(&other);
+                    l.close(other);
                     return Ok(None);
                 }
             };
             let result = read_pieces(l, &file, &mut buf, offset, piece, parallel);
-            let _ = l.check(file.close());
+            l.close(Resource::File(file));
             result.map(Some).map_err(|e| (String::new(), e))
         })?;
         let total = total.ok_or_else(|| {

@@ -344,7 +344,16 @@ fn nfs_migration_from_ganesha() {
         cfg,
     );
     let crawler = Crawler::start(store.clone(), m.clone());
-    assert_eq!(crawler.wait(Duration::from_secs(180)), CrawlState::Done);
+    let state = crawler.wait(Duration::from_secs(180));
+    assert_eq!(
+        state,
+        CrawlState::Done,
+        "{} stubs left after {} rounds; failures {:?}; skipped {:?}",
+        m.remaining(),
+        crawler.rounds(),
+        crawler.failures(),
+        m.skipped()
+    );
     drop(crawler);
     let n = compare_trees(export.path(), &dest.tier(), &[], true);
     assert!(n > 60);

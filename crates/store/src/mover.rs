@@ -582,6 +582,9 @@ impl Store {
             // The copy is the truth (e.g. a passthrough writer's growth not yet counted).
             tracing::warn!(ino, size, copied, "accounted size differs from the copy");
             state.size.store(copied, Ordering::Release);
+            // The source tier carries the file at its accounted size until the switch;
+            // keep the two equal whether the move goes on or gives up.
+            ft.add_used(copied as i64 - size as i64);
         }
         if !reserved.resize(copied) {
             drop(gate);
@@ -719,7 +722,7 @@ impl Store {
         drop(ns);
         drop(gate);
         reserved.keep();
-        ft.add_used(-(size as i64));
+        ft.add_used(-(copied as i64));
         self.fail_at(FailPoint::AfterDelete)?;
         self.db().journal_done(id)?;
         {

@@ -55,6 +55,9 @@ impl Store {
             })
             .collect();
         let m = &self.mover;
+        // One store lock at a time: create/unlink take the namespace lock, then the placer.
+        let policy = self.placer().policy.name().to_string();
+        let files = self.ns().files.len() as u64;
         StoreStatus {
             tiers,
             mover: MoverStatus {
@@ -66,8 +69,8 @@ impl Store {
                 rate: *m.rate.lock().unwrap_or_else(|e| e.into_inner()),
                 backing_off: m.backing_off.load(Ordering::Relaxed),
             },
-            policy: self.placer().policy.name().to_string(),
-            files: self.ns().files.len() as u64,
+            policy,
+            files,
         }
     }
 

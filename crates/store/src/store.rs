@@ -68,7 +68,8 @@ pub const PASSTHROUGH_CHECK: std::time::Duration = std::time::Duration::from_sec
 /// Runs `check_passthrough_writers` every [`PASSTHROUGH_CHECK`] until the store shuts down
 /// or is dropped (the thread holds only a weak reference between checks).
 fn spawn_passthrough_checker(store: &Arc<Store>) {
-    if !(store.cfg.passthrough && store.cfg.passthrough_writes) {
+    // Without `passthrough_writes` a writer can still join passthrough readers.
+    if !store.cfg.passthrough {
         return;
     }
     let weak = Arc::downgrade(store);

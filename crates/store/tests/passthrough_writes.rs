@@ -207,7 +207,16 @@ fn writers_go_through_kaiso_when_write_passthrough_is_off() {
     let a = s.lookup(ROOT_INO, OsStr::new("f")).unwrap();
     let r = s.open_file(a.ino, libc::O_RDONLY, true).unwrap();
     assert!(r.passthrough.is_some(), "readers still are passthrough");
+    // A writer joining a passthrough reader must be passthrough too (the kernel's rule);
+    // its growth is still accounted by the periodic check and at close.
+    let w = s.open_file(a.ino, libc::O_WRONLY, true).unwrap();
+    assert!(w.passthrough.is_some());
+    kernel_write(&w, 0, 2 * MIB);
+    s.check_passthrough_writers();
+    assert_eq!(s.getattr(a.ino, None).unwrap().size, 2 * MIB);
+    s.release(w.fh).unwrap();
     s.release(r.fh).unwrap();
+    assert_eq!(used(s)[0], 2 * MIB);
 }
 
 #[test]

@@ -12,9 +12,10 @@
 //!   ends only when every directory and file handed out in it has been visited (not
 //!   merely when nothing is left to hand out), and exactly one worker closes it. Rounds
 //!   repeat until the remaining-stub counter is 0; a round that makes no progress (counter
-//!   not lower, nothing listed, completed or fetched meanwhile) ends the crawl with `stuck`
-//!   (e.g. the source is unreachable) instead of spinning, and [`Crawler::failures`] says
-//!   what failed in that round.
+//!   not lower, nothing listed, completed or fetched meanwhile) is retried a few times
+//!   after growing pauses (a source hiccup is not a stuck crawl); if none of those rounds
+//!   progresses either, the crawl ends `stuck` (e.g. the source is unreachable) instead of
+//!   spinning, and [`Crawler::failures`] says what failed in the last round.
 
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
@@ -55,6 +56,15 @@ impl CrawlState {
 
 /// Failures reported per round, at most (the rest are counted in the log only).
 pub const MAX_FAILURES: usize = 100;
+
+/// Pauses before each new round after rounds without progress; once they are used up
+/// the crawl ends `Stuck` (about 7.5 s of a source that answers nothing useful).
+const STUCK_RETRIES: [Duration; 4] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
 
 /// Something the crawler could not do in the current (or, once stuck, the last) round.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,8 +111,9 @@ struct Shared {
     wake: Condvar,
     state: Mutex<CrawlState>,
     rounds: Mutex<u32>,
-    /// The mark of the last closed round (`None` before the first).
-    last_round: Mutex<Option<RoundMark>>,
+    /// The mark of the last closed round (`None` before the first), and how many rounds
+    /// in a row made no progress.
+    last_round: Mutex<(Option<RoundMark>, u32)>,
     failures: Mutex<Vec<CrawlFailure>>,
 }
 
@@ -140,7 +151,7 @@ impl Crawler {
             wake: Condvar::new(),
             state: Mutex::new(CrawlState::Running),
             rounds: Mutex::new(0),
-            last_round: Mutex::new(None),
+            last_round: Mutex::new((None, 0)),
             failures: Mutex::new(Vec::new()),
         });
         // Client renames reach the partition, so an object moved from a part of the tree
@@ -372,16 +383,38 @@ fn close_round(store: &Store, m: &Migration, sh: &Shared) {
         }
     };
     let mark = RoundMark::of(m, remaining);
-    let progressed = {
+    let idle_rounds = {
         let mut last = sh.last_round.lock().unwrap_or_else(|e| e.into_inner());
-        let progressed = last.is_none_or(|before| mark.progressed_since(&before));
-        *last = Some(mark);
-        progressed
+        let progressed = last.0.is_none_or(|before| mark.progressed_since(&before));
+        last.0 = Some(mark);
+        last.1 = if progressed { 0 } else { last.1 + 1 };
+        last.1
     };
+    if remaining != 0 && (1..=STUCK_RETRIES.len() as u32).contains(&idle_rounds) {
+        // A hiccup of the source (a reconnect refused, a server restarting) is not a
+        // stuck crawl: try again after a pause (this round's failures stay readable
+        // during it; the next round reports its own).
+        let pause = STUCK_RETRIES[idle_rounds as usize - 1];
+        tracing::info!(
+            remaining,
+            ?pause,
+            "crawler: a round made no progress; retrying"
+        );
+        let until = Instant::now() + pause;
+        while Instant::now() < until && !should_stop(m) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sh.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        sh.part.lock().unwrap_or_else(|e| e.into_inner()).restart();
+        return;
+    }
     let mut state = sh.state.lock().unwrap_or_else(|e| e.into_inner());
     if remaining == 0 {
         *state = CrawlState::Done;
-    } else if !progressed {
+    } else if idle_rounds > 0 {
         tracing::warn!(
             remaining,
             failures = sh.failures.lock().unwrap_or_else(|e| e.into_inner()).len(),

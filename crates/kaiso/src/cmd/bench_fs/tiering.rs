@@ -99,7 +99,7 @@ impl Workload {
     }
 
     /// Run for `secs`: (rank, latency in microseconds) per read.
-    fn run_ranked(&mut self, secs: f64) -> Result<Vec<(usize, f64)>> {
+    fn run_ranked(&mut self, secs: f64) -> Result<Vec<Ranked>> {
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut lat = Vec::new();
         while Instant::now() < end {
@@ -119,6 +119,9 @@ impl Workload {
             .collect())
     }
 }
+
+/// One read: the rank of its file and its latency in microseconds.
+type Ranked = (usize, f64);
 
 struct LatStats {
     n: usize,
@@ -229,7 +232,7 @@ struct SkewRow {
     load: (f64, f64),
 }
 
-fn load_average() -> f64 {
+fn load_average_1min() -> f64 {
     fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
@@ -433,7 +436,7 @@ fn run_skew(
     w_fast.run_for(2)?;
     w_slow.run_for(2)?;
     let moved1 = moved_so_far(&cfg);
-    let load0 = load_average();
+    let load0 = load_average_1min();
     let (mut l_fast, mut l_slow, mut l_tiered) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..setup.measure * TURNS_PER_SEC {
         let turn = 1.0 / TURNS_PER_SEC as f64;
@@ -442,7 +445,7 @@ fn run_skew(
         l_slow.extend(w_slow.run_ranked(turn)?.into_iter().map(|x| x.1));
     }
     let moved2 = moved_so_far(&cfg);
-    let load1 = load_average();
+    let load1 = load_average_1min();
     drop(m_tiered);
     drop(m_fast);
     drop(m_slow);
@@ -463,7 +466,7 @@ fn run_skew(
         .filter(|&r| fast_rank[r])
         .map(|r| ranked.zipf.mass(r))
         .sum();
-    let (served_fast, served_slow): (Vec<(usize, f64)>, Vec<(usize, f64)>) =
+    let (served_fast, served_slow): (Vec<Ranked>, Vec<Ranked>) =
         l_tiered.iter().partition(|(r, _)| fast_rank[*r]);
     let row = SkewRow {
         s,

@@ -190,6 +190,22 @@ pub(super) fn bench_response(
             );
         }
     }
+    out += "\nMean open time against the same order's own 0 % row (the thesis's \"−51 % at 50 %\"), DFS / BFS:";
+    for p in [25u32, 50, 75] {
+        let change = |o: &str| {
+            let at = |q: u32| {
+                means
+                    .iter()
+                    .find(|x| x.0 == o && x.1 == q)
+                    .map(|x| x.2.as_secs_f64())
+            };
+            match (at(0), at(p)) {
+                (Some(z), Some(v)) if z > 0.0 => format!("{:+.0} %", 100.0 * (v - z) / z),
+                _ => "—".to_string(),
+            }
+        };
+        let _ = write!(out, " {p} %: {} / {};", change("dfs"), change("bfs"));
+    }
     out += "\n\n";
 
     // (2) bulk vs metadata-first, BFS, at time progress.

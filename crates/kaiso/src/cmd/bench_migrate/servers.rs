@@ -281,7 +281,7 @@ impl Samba {
     pub fn start(root: &Path) -> Result<Self> {
         for p in ["smbd", "smbpasswd"] {
             if !have(p) {
-                bail!("{p} is not installed (scripts/deps/smb.list)");
+                bail!("{p} is not installed (scripts/deps/source.list)");
             }
         }
         if unsafe { libc::geteuid() } != 0 {

@@ -44,6 +44,14 @@ impl Source for Subtree {
     fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
         self.inner.read(&self.map(p)?, offset, len)
     }
+    fn read_with_attr(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        self.inner.read_with_attr(&self.map(p)?, offset, len)
+    }
     fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
         self.inner.read_link(&self.map(p)?)
     }

@@ -84,9 +84,9 @@ fn best_of(reps: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Durat
     Ok(best)
 }
 
-/// 3. Total migration time vs rsync -aHAX, like for like: every networked source kind
-/// against rsync's own daemon behind the same kind of delay proxy, and the POSIX source
-/// against a local rsync.
+/// Part 3, total migration time vs rsync -aHAX, like for like: every networked source
+/// kind against rsync's own daemon behind the same kind of delay proxy, and the POSIX
+/// source against a local rsync.
 pub(super) fn bench_total(
     s: &Setup,
     datasets: &[(Shape, String, dataset::Generated)],
@@ -121,6 +121,7 @@ pub(super) fn bench_total(
         if let Some((_, rproxy)) = &delayed {
             let from = format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port);
             let r = best_of(reps, || rsync(&from, &dst))?;
+            tracing::debug!(bytes = rproxy.bytes(), "delayed rsync traffic so far");
             for &kind in &networked {
                 let k = best_of(reps, || migrate_all(s, kind, sub, CrawlOrder::default()));
                 let setup = format!("delayed: rsync daemon vs {}, same proxy", kind.label());
