@@ -12,7 +12,7 @@ pub mod finish;
 pub mod source;
 pub mod state;
 
-pub use crawler::{CrawlState, Crawler};
+pub use crawler::{CrawlFailure, CrawlState, Crawler};
 pub use engine::{Migration, MigrationConfig, Migrations};
 pub use finish::{FinishReport, finish};
 pub use source::{

@@ -2,7 +2,7 @@
 //! its faces while the shares' crawlers run, answering the other `kaiso migrate`
 //! commands through the store's control socket.
 
-use super::progress::{apply_progress, skipped_entries, status_skeleton};
+use super::progress::{apply_progress, crawl_failure_entries, skipped_entries, status_skeleton};
 use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
 use super::{StartArgs, call, connect, spec_of};
 use crate::cmd::mount::{catch_signals, load_config};
@@ -314,6 +314,7 @@ impl Daemon {
         if let Some(c) = &s.crawler {
             st.pass = c.pass().map(|p| format!("{p:?}").to_lowercase());
             st.rounds = c.rounds();
+            st.crawl_failures = crawl_failure_entries(c.failures());
         }
         let k = &s.m.counters;
         st.bytes_fetched = k.bytes_fetched.load(Ordering::Relaxed);

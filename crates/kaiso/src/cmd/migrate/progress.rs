@@ -1,9 +1,9 @@
 //! Progress figures of a share (the engine's `Migration::progress`, or its saved state
 //! without a daemon), their text rendering and the `--watch` progress bars.
 
-use super::protocol::{ShareSpec, ShareStatus, SkippedEntry, StatusReply};
+use super::protocol::{CrawlFailureEntry, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
 use indicatif::{HumanBytes, HumanDuration, MultiProgress, ProgressBar, ProgressStyle};
-use kaiso_store::migrate::{Migration, Progress, Skipped};
+use kaiso_store::migrate::{CrawlFailure, Migration, Progress, Skipped};
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,6 +15,18 @@ pub fn skipped_entries(skipped: Vec<Skipped>) -> Vec<SkippedEntry> {
             path: format!("/{}", String::from_utf8_lossy(k.src_path.as_bytes())),
             kind: k.kind,
             reason: k.reason,
+        })
+        .collect()
+}
+
+/// The crawl's failures as the protocol carries them (errno as its message).
+pub fn crawl_failure_entries(failures: Vec<CrawlFailure>) -> Vec<CrawlFailureEntry> {
+    failures
+        .into_iter()
+        .map(|f| CrawlFailureEntry {
+            ino: f.ino,
+            step: f.what.to_string(),
+            error: std::io::Error::from_raw_os_error(f.errno).to_string(),
         })
         .collect()
 }
@@ -147,6 +159,20 @@ pub fn render(r: &StatusReply) -> String {
                     .unwrap_or_else(|| "off".into())
             ));
         }
+        if !s.crawl_failures.is_empty() {
+            out.push_str(&format!(
+                "  failing    {} in the {} round:\n",
+                s.crawl_failures.len(),
+                if s.state == "stuck" {
+                    "last"
+                } else {
+                    "current"
+                }
+            ));
+            for f in &s.crawl_failures {
+                out.push_str(&format!("    inode {} ({}): {}\n", f.ino, f.step, f.error));
+            }
+        }
         if s.skipped.is_empty() {
             out.push_str("  skipped    none\n");
         } else {
@@ -255,5 +281,32 @@ mod tests {
             assert!(t.contains(want), "{want:?} missing in\n{t}");
         }
         assert!(!settled(&r));
+    }
+
+    #[test]
+    fn render_lists_the_failures_of_a_stuck_crawl() {
+        let entries = crawl_failure_entries(vec![CrawlFailure {
+            ino: 42,
+            errno: libc::EIO,
+            what: "fetch",
+        }]);
+        let r = StatusReply {
+            daemon: true,
+            shares: vec![ShareStatus {
+                name: "docs".into(),
+                state: "stuck".into(),
+                remaining_stubs: 1,
+                crawl_failures: entries,
+                ..ShareStatus::default()
+            }],
+        };
+        let t = render(&r);
+        for want in [
+            "failing    1 in the last round",
+            "inode 42 (fetch): Input/output error",
+        ] {
+            assert!(t.contains(want), "{want:?} missing in\n{t}");
+        }
+        assert!(settled(&r));
     }
 }

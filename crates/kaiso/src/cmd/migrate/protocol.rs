@@ -90,6 +90,18 @@ pub struct ShareStatus {
     pub throttle_bytes_per_sec: Option<u64>,
     pub elapsed_secs: f64,
     pub skipped: Vec<SkippedEntry>,
+    /// What failed in the crawl's current round (the last one once it is stuck).
+    #[serde(default)]
+    pub crawl_failures: Vec<CrawlFailureEntry>,
+}
+
+/// One object the crawl could not fetch, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CrawlFailureEntry {
+    /// Store inode number (as `stat` on the mount shows it; 0: the state database).
+    pub ino: u64,
+    pub step: String,
+    pub error: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
