@@ -1193,16 +1193,26 @@ impl Store {
     }
 
     pub fn getxattr(&self, ino: Ino, name: &OsStr) -> FsResult<Vec<u8>> {
-        let paths = self.xattr_paths(ino)?;
-        let p = paths.first().ok_or(FsError::NOENT)?;
-        Ok(util::lgetxattr(p, name)?)
+        match self.xattr_paths(ino) {
+            Ok(paths) => Ok(util::lgetxattr(paths.first().ok_or(FsError::NOENT)?, name)?),
+            // Unlinked while open: the kernel still asks (e.g. `security.capability`
+            // before every write), and the open descriptor answers.
+            Err(e) => Ok(util::fgetxattr(&*self.open_unlinked(ino).ok_or(e)?, name)?),
+        }
     }
 
     /// NUL-separated names.
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<u8>> {
-        let paths = self.xattr_paths(ino)?;
-        let p = paths.first().ok_or(FsError::NOENT)?;
-        Ok(util::llistxattr(p)?)
+        match self.xattr_paths(ino) {
+            Ok(paths) => Ok(util::llistxattr(paths.first().ok_or(FsError::NOENT)?)?),
+            Err(e) => Ok(util::flistxattr(&*self.open_unlinked(ino).ok_or(e)?)?),
+        }
+    }
+
+    /// An open descriptor of a file that has no name left (unlinked while open).
+    fn open_unlinked(&self, ino: Ino) -> Option<std::sync::Arc<std::fs::File>> {
+        let state = self.ns().files.get(&ino)?.state.clone();
+        state.open_handles().first().map(|h| h.file())
     }
 
     pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {

@@ -152,14 +152,25 @@ pub(crate) fn renameat2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
 pub(crate) fn lgetxattr(p: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
     let c = cpath(p)?;
     let n = cstr(name)?;
+    read_sized(|buf, len| unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf, len) })
+}
+
+/// `fgetxattr`: for files that are open but have no name left.
+pub(crate) fn fgetxattr(f: &File, name: &OsStr) -> io::Result<Vec<u8>> {
+    let n = cstr(name)?;
+    read_sized(|buf, len| unsafe { libc::fgetxattr(f.as_raw_fd(), n.as_ptr(), buf, len) })
+}
+
+/// Runs a get-style xattr call (size query with a null buffer, then the read) until the
+/// value fits (it may grow in between: ERANGE).
+fn read_sized(call: impl Fn(*mut libc::c_void, usize) -> isize) -> io::Result<Vec<u8>> {
     loop {
-        let size = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0) };
+        let size = call(std::ptr::null_mut(), 0);
         if size < 0 {
             return Err(io::Error::last_os_error());
         }
         let mut buf = vec![0u8; size as usize];
-        let got =
-            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let got = call(buf.as_mut_ptr().cast(), buf.len());
         if got < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::ERANGE) {
@@ -195,23 +206,12 @@ pub(crate) fn lremovexattr(p: &Path, name: &OsStr) -> io::Result<()> {
 /// The raw, NUL-separated list of xattr names.
 pub(crate) fn llistxattr(p: &Path) -> io::Result<Vec<u8>> {
     let c = cpath(p)?;
-    loop {
-        let size = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-        if size < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut buf = vec![0u8; size as usize];
-        let got = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ERANGE) {
-                continue;
-            }
-            return Err(e);
-        }
-        buf.truncate(got as usize);
-        return Ok(buf);
-    }
+    read_sized(|buf, len| unsafe { libc::llistxattr(c.as_ptr(), buf.cast(), len) })
+}
+
+/// `flistxattr`: for files that are open but have no name left.
+pub(crate) fn flistxattr(f: &File) -> io::Result<Vec<u8>> {
+    read_sized(|buf, len| unsafe { libc::flistxattr(f.as_raw_fd(), buf.cast(), len) })
 }
 
 pub(crate) fn xattr_names(p: &Path) -> io::Result<Vec<OsString>> {

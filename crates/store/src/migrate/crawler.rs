@@ -536,9 +536,9 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
             return true;
         };
         // Through the store's fill path so the per-file fill lock orders us with clients.
-        let unit = m.cfg.unit_size.min(u32::MAX as u64) as u32;
-        let aligned = start / m.cfg.unit_size * m.cfg.unit_size;
-        match store.read(fh, aligned, unit) {
+        // Reading the first missing byte makes the filler fetch its whole unit; reading
+        // the unit back would only copy what was just written.
+        match store.read(fh, start, 1) {
             Ok(_) => {}
             // Paused or stopped while throttled: the loop waits, then retries the unit.
             Err(crate::FsError::BUSY) => {
