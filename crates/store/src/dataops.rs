@@ -141,7 +141,7 @@ impl Store {
     /// - The kernel allows only passthrough opens of an inode while one is open (any
     ///   other open fails with EIO, and a different backing file with EBUSY), so any open
     ///   arriving while passthrough handles are open is passthrough too, on the same
-    ///   backing file (a writer then takes what reserve room there is). An open arriving
+    ///   backing file (a writer joining that way holds no reserve). An open arriving
     ///   while handles served through kaiso are open is served through kaiso.
     ///
     /// The store's view of open handles is never smaller than the kernel's (the kernel
@@ -151,12 +151,11 @@ impl Store {
         let tier = state.tier();
         let any_pt = open.iter().any(|h| h.is_passthrough());
         if any_pt && want {
-            let held = if writable {
-                self.reserve_upto(tier, self.cfg.passthrough_write_reserve)
-            } else {
-                0
-            };
-            return (IoMode::Passthrough, held);
+            // A writer joining passthrough opens must be passthrough too (kernel rule),
+            // whatever room there is. It takes no reserve: on a nearly full tier that
+            // would starve every other writer. Its growth is accounted every second and
+            // when it closes.
+            return (IoMode::Passthrough, 0);
         }
         let eligible = want
             && open.is_empty()
@@ -179,20 +178,6 @@ impl Store {
         } else {
             (IoMode::Cached, 0)
         }
-    }
-
-    /// Reserve as much as possible, up to `max` bytes, of `tier`'s room under its hard
-    /// capacity; returns how much was reserved.
-    fn reserve_upto(&self, tier: u8, max: u64) -> u64 {
-        let t = &self.tiers[tier as usize];
-        let mut got = 0;
-        let _ = t
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                got = t.capacity().saturating_sub(u).min(max);
-                Some(u + got)
-            });
-        got
     }
 
     /// Give back the room a handle holds for passthrough growth.
@@ -238,12 +223,15 @@ impl Store {
             }
         }
         if top_up {
+            // All or nothing: a writer never takes a tier's last scraps of room (joined
+            // writers, which hold no reserve, then never take any).
             let want = self
                 .cfg
                 .passthrough_write_reserve
                 .saturating_sub(h.reserved.load(Ordering::Acquire));
-            let got = self.reserve_upto(h.reserve_tier, want);
-            h.reserved.fetch_add(got, Ordering::AcqRel);
+            if want > 0 && self.reserve(h.reserve_tier, want) {
+                h.reserved.fetch_add(want, Ordering::AcqRel);
+            }
         }
     }
 

@@ -119,7 +119,7 @@ fn growth_is_accounted_periodically_and_on_close() {
 }
 
 #[test]
-fn reserve_near_a_full_tier_is_partial_and_daemon_writes_respect_it() {
+fn joined_writers_take_no_reserve_and_daemon_writes_respect_reserves() {
     let t = store_with(&["20MiB", "1GiB"], "passthrough_write_reserve = \"8MiB\"");
     let s = t.s();
     t.put("big", &vec![3u8; 10 * MIB as usize]);
@@ -141,12 +141,15 @@ fn reserve_near_a_full_tier_is_partial_and_daemon_writes_respect_it() {
     s.write(c.fh, 0, &vec![1u8; 3 * MIB as usize]).unwrap();
     assert_eq!(t.holders("c", 2), vec![1]);
     s.release(c.fh).unwrap();
-    // A reader joins the writer (kernel rule: passthrough too); a second writer joining
-    // gets what room is left (2 MiB), not a full reserve.
+    // A second writer joining the first must be passthrough too (kernel rule), but takes
+    // no reserve: the tier's last 2 MiB stay free for others (a periodic top-up is all or
+    // nothing, so it does not take them either).
     let a = s.lookup(ROOT_INO, OsStr::new("w")).unwrap();
     let w2 = s.open_file(a.ino, libc::O_WRONLY, true).unwrap();
     assert!(w2.passthrough.is_some());
-    assert_eq!(used(s)[0], 20 * MIB);
+    assert_eq!(used(s)[0], 18 * MIB);
+    s.check_passthrough_writers();
+    assert_eq!(used(s)[0], 18 * MIB);
     kernel_write(&w, 0, MIB);
     s.release(w2.fh).unwrap();
     s.release(w.fh).unwrap();
