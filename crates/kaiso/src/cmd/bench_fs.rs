@@ -78,6 +78,10 @@ pub struct Args {
     /// Zipf exponent of the skewed reads.
     #[arg(long, default_value_t = 1.1)]
     pub zipf: f64,
+    /// Repeat the tiering test for each of these Zipf exponents (e.g. 0.8,1.1,1.5,2,3)
+    /// instead of the one --zipf.
+    #[arg(long, value_delimiter = ',', value_name = "S,S,...")]
+    pub zipf_sweep: Vec<f64>,
     /// Bytes per read in the tiering test.
     #[arg(long, value_parser = parse_size, default_value = "64KiB")]
     pub read_size: u64,

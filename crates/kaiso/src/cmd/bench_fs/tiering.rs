@@ -168,26 +168,20 @@ fn write_data_set(dir: &Path, n: usize, size: u64, seed: u64) -> Result<Vec<Stri
     Ok(names)
 }
 
-/// Skews of one bench run: `KAISO_BENCH_ZIPF_SWEEP` (comma-separated exponents, e.g.
-/// `0.8,1.1,1.5,2.0,3.0`) when set, else `--zipf`.
+/// Skews of one bench run: `--zipf-sweep` when given, else `--zipf`.
 fn skews(args: &Args) -> Result<Vec<f64>> {
-    let Ok(list) = std::env::var(SWEEP_ENV) else {
+    if args.zipf_sweep.is_empty() {
         return Ok(vec![args.zipf]);
-    };
-    let mut v = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match part.parse::<f64>() {
-            Ok(s) if s.is_finite() && s >= 0.0 => v.push(s),
-            _ => bail!("{SWEEP_ENV}: {part:?} is not a Zipf exponent (a number >= 0)"),
-        }
     }
-    if v.is_empty() {
-        bail!("{SWEEP_ENV} is set but lists no Zipf exponent");
+    if let Some(bad) = args
+        .zipf_sweep
+        .iter()
+        .find(|s| !(s.is_finite() && **s >= 0.0))
+    {
+        bail!("--zipf-sweep: {bad} is not a Zipf exponent (a number >= 0)");
     }
-    Ok(v)
+    Ok(args.zipf_sweep.clone())
 }
-
-const SWEEP_ENV: &str = "KAISO_BENCH_ZIPF_SWEEP";
 
 /// The three configurations take turns of a quarter second each while measured, so
 /// bursts of load on a shared machine fall on all three alike.
