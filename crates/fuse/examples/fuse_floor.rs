@@ -20,9 +20,8 @@
 //! mountpoint is a temporary directory. Needs root (or fusermount3) and /dev/fuse.
 
 use fuser::{
-    Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry, ReplyOpen, Request,
-    TimeOrNow,
+    Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty, ReplyEntry, ReplyOpen, Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -30,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
-const TTL: Duration = Duration::from_secs(60);
-const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+const TTL: Duration = kaiso_fuse::DEFAULT_TTL;
+const NEGATIVE_TTL: Duration = kaiso_fuse::MAX_NEGATIVE_TTL;
 
 #[derive(Default)]
 struct Tree {
@@ -45,7 +44,7 @@ struct MemFs {
     tree: Mutex<Tree>,
 }
 
-fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> fuser::FileAttr {
+fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> fuser::FileAttr {
     let now = SystemTime::now();
     fuser::FileAttr {
         ino: INodeNo(ino),
@@ -58,29 +57,8 @@ fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> fuser::FileAt
         kind,
         perm,
         nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-fn negative() -> fuser::FileAttr {
-    let e = SystemTime::UNIX_EPOCH;
-    fuser::FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: e,
-        mtime: e,
-        ctime: e,
-        crtime: e,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
+        uid,
+        gid,
         rdev: 0,
         blksize: 4096,
         flags: 0,
@@ -93,27 +71,8 @@ impl MemFs {
             next: 2,
             ..Tree::default()
         };
-        let now = SystemTime::now();
-        t.attrs.insert(
-            1,
-            fuser::FileAttr {
-                ino: INodeNo(1),
-                size: 4096,
-                blocks: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                kind: FileType::Directory,
-                perm: 0o755,
-                nlink: 2,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                blksize: 4096,
-                flags: 0,
-            },
-        );
+        t.attrs
+            .insert(1, new_attr(1, FileType::Directory, 0o755, 0, 0));
         MemFs {
             tree: Mutex::new(t),
         }
@@ -134,7 +93,7 @@ impl MemFs {
         }
         let ino = t.next;
         t.next += 1;
-        let a = new_attr(ino, kind, perm, req);
+        let a = new_attr(ino, kind, perm, req.uid(), req.gid());
         t.names.insert(key, ino);
         t.attrs.insert(ino, a);
         if let Some(p) = t.attrs.get_mut(&parent.0) {
@@ -161,14 +120,8 @@ impl MemFs {
 
 impl fuser::Filesystem for MemFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // The same capabilities kaiso asks for (see kaiso_fuse::fs).
-        let want = (InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO)
-            & config.capabilities();
-        let _ = config.add_capabilities(want);
+        // The same capabilities kaiso asks for.
+        let _ = config.add_capabilities(kaiso_fuse::INIT_FLAGS & config.capabilities());
         Ok(())
     }
 
@@ -180,7 +133,7 @@ impl fuser::Filesystem for MemFs {
             .and_then(|i| t.attrs.get(i))
         {
             Some(a) => reply.entry(&TTL, a, Generation(0)),
-            None => reply.entry(&NEGATIVE_TTL, &negative(), Generation(0)),
+            None => reply.entry(&NEGATIVE_TTL, &kaiso_fuse::negative_attr(), Generation(0)),
         }
     }
 
@@ -289,11 +242,8 @@ impl fuser::Filesystem for MemFs {
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent, name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.unlink(req, parent, name, reply)
     }
 }
 
@@ -404,14 +354,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|d| (d.display().to_string(), d.clone()))
         .collect();
     let session = if args.floor {
-        let mut cfg = fuser::Config::default();
-        cfg.mount_options = vec![
-            fuser::MountOption::FSName("fuse-floor".into()),
-            fuser::MountOption::DefaultPermissions,
-            fuser::MountOption::RW,
-        ];
-        cfg.n_threads = Some(args.threads);
-        cfg.clone_fd = true;
+        let opts = kaiso_fuse::MountOptions {
+            threads: args.threads,
+            ..kaiso_fuse::MountOptions::default()
+        };
+        let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
         targets.push((
             format!("floor ({} threads)", args.threads),
             mnt.path().to_path_buf(),

@@ -36,6 +36,15 @@ pub struct KaisoFs {
     backing: Mutex<Backing>,
 }
 
+/// The capabilities asked for at init (those the kernel offers), besides passthrough.
+/// FUSE_DONT_MASK: the kernel sends the mode unmasked (with the umask beside it), so the
+/// store can apply the umask only where no default ACL says otherwise.
+pub const INIT_FLAGS: InitFlags = InitFlags::FUSE_POSIX_ACL
+    .union(InitFlags::FUSE_DONT_MASK)
+    .union(InitFlags::FUSE_PARALLEL_DIROPS)
+    .union(InitFlags::FUSE_DO_READDIRPLUS)
+    .union(InitFlags::FUSE_READDIRPLUS_AUTO);
+
 fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -73,7 +82,7 @@ fn attr(a: &FileAttr) -> fuser::FileAttr {
 }
 
 /// The attributes sent with a negative entry (inode 0): only the inode number matters.
-fn negative_attr() -> fuser::FileAttr {
+pub fn negative_attr() -> fuser::FileAttr {
     let epoch = SystemTime::UNIX_EPOCH;
     fuser::FileAttr {
         ino: INodeNo(0),
@@ -185,15 +194,7 @@ impl KaisoFs {
 impl fuser::Filesystem for KaisoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let caps = config.capabilities();
-        // FUSE_DONT_MASK: the kernel sends the mode unmasked (with the umask beside it), so
-        // the store can apply the umask only where no default ACL says otherwise.
-        let mut want = InitFlags::FUSE_POSIX_ACL
-            | InitFlags::FUSE_DONT_MASK
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO;
-        want &= caps;
-        if config.add_capabilities(want).is_err() {
+        if config.add_capabilities(INIT_FLAGS & caps).is_err() {
             tracing::warn!("kernel refused some FUSE capabilities");
         }
         if self.want_passthrough

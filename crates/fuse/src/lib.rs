@@ -9,7 +9,7 @@
 
 mod fs;
 
-pub use fs::KaisoFs;
+pub use fs::{INIT_FLAGS, KaisoFs, negative_attr};
 
 use kaiso_store::Store;
 use std::path::{Path, PathBuf};
@@ -129,10 +129,11 @@ pub fn preflight(mountpoint: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
-fn fuser_config(store: &Store, opts: &MountOptions) -> fuser::Config {
+/// kaiso's fuser session settings (mount options, threads, `clone_fd`) under `fsname`.
+pub fn session_config(fsname: String, opts: &MountOptions) -> fuser::Config {
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
-        fuser::MountOption::FSName(format!("kaiso:{}", store.config().state_dir.display())),
+        fuser::MountOption::FSName(fsname),
         fuser::MountOption::Subtype("kaiso".into()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::Dev,
@@ -185,7 +186,8 @@ pub fn mount(
     opts: &MountOptions,
 ) -> Result<Mounted, MountError> {
     preflight(mountpoint)?;
-    let cfg = fuser_config(&store, opts);
+    let fsname = format!("kaiso:{}", store.config().state_dir.display());
+    let cfg = session_config(fsname, opts);
     let fs = KaisoFs::new(store, opts);
     let session = fuser::spawn_mount(fs, mountpoint, &cfg)
         .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;

@@ -45,7 +45,6 @@ pub struct KaisoNfs {
     /// Who the calls come from (after squashing): owner of new objects, subject of the
     /// permission checks.
     cred: Arc<Cred>,
-    caller: Caller,
 }
 
 fn name_of(f: &filename3<'_>) -> Res<OsString> {
@@ -74,7 +73,6 @@ impl KaisoNfs {
             store,
             jukebox,
             files,
-            caller: cred.caller(),
             cred: Arc::new(cred),
         }
     }
@@ -225,6 +223,28 @@ impl KaisoNfs {
         .await
     }
 
+    /// Make a new entry in `dir` as the caller (who needs write and search permission on
+    /// `dir`) with `make`, then apply the remaining requested attributes to it.
+    async fn make_in<F>(
+        &self,
+        key: Key,
+        dir: Ino,
+        set: SetAttr,
+        make: F,
+    ) -> Res<DirChange<FileAttr>>
+    where
+        F: FnOnce(&Store, Caller) -> FsResult<FileAttr> + Send + 'static,
+    {
+        let cred = self.cred.clone();
+        self.dir_change(key, dir, move |s, _| {
+            Self::check(s, &cred, dir, W | X)?;
+            let a = st(make(s, cred.caller()))?;
+            s.forget(a.ino, 1);
+            Self::apply(s, a.ino, set, &cred)
+        })
+        .await
+    }
+
     /// MKDIR with the requested attributes (mode, default 0755; owner and times as far
     /// as the caller may set them).
     async fn mkdir_with(&self, dir: Ino, name: &filename3<'_>, set: SetAttr) -> Res<FileAttr> {
@@ -240,19 +260,9 @@ impl KaisoNfs {
         let name = name_of(name)?;
         let mode = set.mode.take().unwrap_or(0o755);
         set.size = None;
-        let cred = self.cred.clone();
         let key = self.key("mkdir", dir).extra(name.as_bytes());
-        self.dir_change(key, dir, move |s, _| {
-            Self::check(s, &cred, dir, W | X)?;
-            let a = st(s.mkdir(
-                dir,
-                &name,
-                libc::S_IFDIR | (mode & 0o7777),
-                0,
-                cred.caller(),
-            ))?;
-            s.forget(a.ino, 1);
-            Self::apply(s, a.ino, set, &cred)
+        self.make_in(key, dir, set, move |s, caller| {
+            s.mkdir(dir, &name, libc::S_IFDIR | (mode & 0o7777), 0, caller)
         })
         .await
     }
@@ -281,13 +291,9 @@ impl KaisoNfs {
         let mode = set.mode.take().unwrap_or(0o644);
         set.size = None;
         let rdev = if device { rdev } else { 0 };
-        let cred = self.cred.clone();
         let key = self.key("mknod", dir).extra(name.as_bytes());
-        self.dir_change(key, dir, move |s, _| {
-            Self::check(s, &cred, dir, W | X)?;
-            let a = st(s.mknod(dir, &name, fmt | (mode & 0o7777), 0, rdev, cred.caller()))?;
-            s.forget(a.ino, 1);
-            Self::apply(s, a.ino, set, &cred)
+        self.make_in(key, dir, set, move |s, caller| {
+            s.mknod(dir, &name, fmt | (mode & 0o7777), 0, rdev, caller)
         })
         .await
     }
@@ -490,7 +496,6 @@ impl KaisoNfs {
             jukebox: self.jukebox.clone(),
             files: self.files.clone(),
             cred: self.cred.clone(),
-            caller: self.caller,
         }
     }
 }
@@ -621,7 +626,7 @@ impl NfsFileSystem for KaisoNfs {
         let mut set = set_attr(&attr);
         let mode = set.mode.take().unwrap_or(0o644);
         let cred = self.cred.clone();
-        let caller = self.caller;
+        let caller = self.cred.caller();
         let key = self.key("create", dir).extra(name.as_bytes());
         self.call(key, move |s, files| {
             Self::check(s, &cred, dir, W | X)?;
@@ -667,7 +672,7 @@ impl NfsFileSystem for KaisoNfs {
         let dir = dirid.as_u64();
         let name = name_of(filename)?;
         let cred = self.cred.clone();
-        let caller = self.caller;
+        let caller = self.cred.caller();
         // A retransmitted EXCLUSIVE create is caught by the RPC layer's replay tracker or
         // joins the in-flight call here; otherwise an existing name is EXIST.
         self.call(
@@ -780,7 +785,7 @@ impl NfsFileSystem for KaisoNfs {
         let mut set = set_attr(attr);
         set.mode = None; // symlink permissions are not settable on Linux
         let cred = self.cred.clone();
-        let caller = self.caller;
+        let caller = self.cred.caller();
         self.call(
             self.key("symlink", dir).extra(name.as_bytes()),
             move |s, _| {

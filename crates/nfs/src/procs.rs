@@ -9,7 +9,8 @@ use kaiso_store::{FileAttr, FileKind, Ino};
 use nfs3_server::nfs3_types::nfs3::{
     ACCESS3args, ACCESS3res, ACCESS3resfail, ACCESS3resok, LINK3args, LINK3res, LINK3resfail,
     LINK3resok, MKDIR3args, MKDIR3res, MKDIR3resfail, MKDIR3resok, MKNOD3args, MKNOD3res,
-    MKNOD3resfail, MKNOD3resok, Nfs3Option, mknoddata3, nfs_fh3, nfsstat3, specdata3, wcc_data,
+    MKNOD3resfail, MKNOD3resok, Nfs3Option, Nfs3Result, mknoddata3, nfs_fh3, nfsstat3,
+    post_op_attr, post_op_fh3, specdata3, wcc_data,
 };
 use nfs3_server::nfs3_types::rpc::accept_stat_data;
 use nfs3_server::nfs3_types::xdr_codec::Opaque;
@@ -89,6 +90,26 @@ fn wcc<T>(c: &DirChange<T>) -> wcc_data {
     }
 }
 
+/// The reply parts of a call that makes an object in a directory (MKDIR, MKNOD): its
+/// handle, its attributes and the directory's wcc data, or the status and that wcc data.
+fn made(
+    handles: &Handles,
+    r: Result<DirChange<FileAttr>, nfsstat3>,
+) -> Nfs3Result<(post_op_fh3, post_op_attr, wcc_data), wcc_data> {
+    let c = match r {
+        Ok(c) => c,
+        Err(e) => return Nfs3Result::Err((e, wcc_data::default())),
+    };
+    match &c.result {
+        Ok(obj) => Nfs3Result::Ok((
+            Nfs3Option::Some(handles.fh(obj.ino)),
+            Nfs3Option::Some(fattr(obj)),
+            wcc(&c),
+        )),
+        Err(e) => Nfs3Result::Err((*e, wcc(&c))),
+    }
+}
+
 /// Answer one of the [`is_own`] calls as `fs` (which acts for the caller). Returns the
 /// framed reply.
 pub async fn answer(fs: &KaisoNfs, handles: &Handles, h: &CallHeader, rec: &[u8]) -> Vec<u8> {
@@ -123,16 +144,13 @@ pub async fn answer(fs: &KaisoNfs, handles: &Handles, h: &CallHeader, rec: &[u8]
                 }
                 Err(e) => Err(e),
             };
-            let res = match r {
-                Ok(c) => match &c.result {
-                    Ok(obj) => MKDIR3res::Ok(MKDIR3resok {
-                        obj: Nfs3Option::Some(handles.fh(obj.ino)),
-                        obj_attributes: Nfs3Option::Some(fattr(obj)),
-                        dir_wcc: wcc(&c),
-                    }),
-                    Err(e) => MKDIR3res::Err((*e, MKDIR3resfail { dir_wcc: wcc(&c) })),
-                },
-                Err(e) => MKDIR3res::Err((e, MKDIR3resfail::default())),
+            let res = match made(handles, r) {
+                Nfs3Result::Ok((obj, obj_attributes, dir_wcc)) => MKDIR3res::Ok(MKDIR3resok {
+                    obj,
+                    obj_attributes,
+                    dir_wcc,
+                }),
+                Nfs3Result::Err((e, dir_wcc)) => MKDIR3res::Err((e, MKDIR3resfail { dir_wcc })),
             };
             rpc::success(xid, &res)
         }
@@ -163,21 +181,13 @@ pub async fn answer(fs: &KaisoNfs, handles: &Handles, h: &CallHeader, rec: &[u8]
                 }
                 Err(e) => Err(e),
             };
-            let res = match r {
-                Ok(c) => match &c.result {
-                    Ok(obj) => MKNOD3res::Ok(MKNOD3resok {
-                        obj: Nfs3Option::Some(handles.fh(obj.ino)),
-                        obj_attributes: Nfs3Option::Some(fattr(obj)),
-                        dir_wcc: wcc(&c),
-                    }),
-                    Err(e) => MKNOD3res::Err((*e, MKNOD3resfail { dir_wcc: wcc(&c) })),
-                },
-                Err(e) => MKNOD3res::Err((
-                    e,
-                    MKNOD3resfail {
-                        dir_wcc: wcc_data::default(),
-                    },
-                )),
+            let res = match made(handles, r) {
+                Nfs3Result::Ok((obj, obj_attributes, dir_wcc)) => MKNOD3res::Ok(MKNOD3resok {
+                    obj,
+                    obj_attributes,
+                    dir_wcc,
+                }),
+                Nfs3Result::Err((e, dir_wcc)) => MKNOD3res::Err((e, MKNOD3resfail { dir_wcc })),
             };
             rpc::success(xid, &res)
         }

@@ -4,39 +4,17 @@
 
 mod common;
 
-use common::{Served, auth_sys, pattern};
+use common::{Client, Served, auth_sys, connect_as, dirop, pattern, rt, status};
 use kaiso_nfs::Squash;
 use kaiso_store::{Caller, FileKind, ROOT_INO};
+use nfs3_client::Nfs3ConnectionBuilder;
 use nfs3_client::nfs3_types::nfs3::*;
 use nfs3_client::nfs3_types::rpc::opaque_auth;
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
-use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
+use nfs3_client::tokio::TokioConnector;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use tokio::net::TcpStream;
-
-type Client = Nfs3Client<TokioIo<TcpStream>>;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn connect(port: u16, cred: opaque_auth<'static>) -> (Client, nfs_fh3) {
-    let conn = Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/export")
-        .connect_from_privileged_port(false)
-        .credential(cred)
-        .mount_port(port)
-        .nfs3_port(port)
-        .mount()
-        .await
-        .expect("mount over NFS");
-    let root = conn.root_nfs_fh3();
-    (conn.into_nfs3_client(), root)
-}
 
 /// Acting as other users needs a server running as root (chown); CI runs as root.
 fn running_as_root() -> bool {
@@ -51,13 +29,6 @@ fn root_cred() -> opaque_auth<'static> {
     auth_sys(0, 0, &[])
 }
 
-fn dirop<'a>(dir: &nfs_fh3, name: &'a str) -> diropargs3<'a> {
-    diropargs3 {
-        dir: dir.clone(),
-        name: filename3(Opaque::borrowed(name.as_bytes())),
-    }
-}
-
 fn mode(m: u32) -> sattr3 {
     sattr3 {
         mode: Nfs3Option::Some(m),
@@ -66,79 +37,47 @@ fn mode(m: u32) -> sattr3 {
 }
 
 async fn lookup(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<nfs_fh3, nfsstat3> {
-    match c
-        .lookup(&LOOKUP3args {
-            what: dirop(dir, name),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => Ok(ok.object),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let what = dirop(dir, name);
+    status(c.lookup(&LOOKUP3args { what }).await.unwrap()).map(|ok| ok.object)
 }
 
 async fn mkdir(c: &mut Client, dir: &nfs_fh3, name: &str, m: u32) -> Result<nfs_fh3, nfsstat3> {
-    match c
-        .mkdir(&MKDIR3args {
-            where_: dirop(dir, name),
-            attributes: mode(m),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => Ok(ok.obj.unwrap()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = MKDIR3args {
+        where_: dirop(dir, name),
+        attributes: mode(m),
+    };
+    status(c.mkdir(&args).await.unwrap()).map(|ok| ok.obj.unwrap())
 }
 
 async fn create(c: &mut Client, dir: &nfs_fh3, name: &str, m: u32) -> Result<nfs_fh3, nfsstat3> {
-    match c
-        .create(&CREATE3args {
-            where_: dirop(dir, name),
-            how: createhow3::GUARDED(mode(m)),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => match ok.obj {
-            Nfs3Option::Some(fh) => Ok(fh),
-            Nfs3Option::None => lookup(c, dir, name).await,
-        },
-        Nfs3Result::Err((e, _)) => Err(e),
+    let args = CREATE3args {
+        where_: dirop(dir, name),
+        how: createhow3::GUARDED(mode(m)),
+    };
+    match status(c.create(&args).await.unwrap())?.obj {
+        Nfs3Option::Some(fh) => Ok(fh),
+        Nfs3Option::None => lookup(c, dir, name).await,
     }
 }
 
 async fn write(c: &mut Client, fh: &nfs_fh3, data: &[u8]) -> Result<(), nfsstat3> {
-    match c
-        .write(&WRITE3args {
-            file: fh.clone(),
-            offset: 0,
-            count: data.len() as u32,
-            stable: stable_how::FILE_SYNC,
-            data: Opaque::borrowed(data),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(_) => Ok(()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = WRITE3args {
+        file: fh.clone(),
+        offset: 0,
+        count: data.len() as u32,
+        stable: stable_how::FILE_SYNC,
+        data: Opaque::borrowed(data),
+    };
+    status(c.write(&args).await.unwrap()).map(drop)
 }
 
 async fn read(c: &mut Client, fh: &nfs_fh3) -> Result<Vec<u8>, nfsstat3> {
-    match c
-        .read(&READ3args {
-            file: fh.clone(),
-            offset: 0,
-            count: 1 << 20,
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => Ok(ok.data.as_ref().to_vec()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = READ3args {
+        file: fh.clone(),
+        offset: 0,
+        count: 1 << 20,
+    };
+    status(c.read(&args).await.unwrap()).map(|ok| ok.data.as_ref().to_vec())
 }
 
 async fn mknod(
@@ -147,70 +86,41 @@ async fn mknod(
     name: &str,
     what: mknoddata3,
 ) -> Result<fattr3, nfsstat3> {
-    match c
-        .mknod(&MKNOD3args {
-            where_: dirop(dir, name),
-            what,
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => Ok(ok.obj_attributes.unwrap()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = MKNOD3args {
+        where_: dirop(dir, name),
+        what,
+    };
+    status(c.mknod(&args).await.unwrap()).map(|ok| ok.obj_attributes.unwrap())
 }
 
 async fn link(c: &mut Client, file: &nfs_fh3, dir: &nfs_fh3, name: &str) -> Result<u32, nfsstat3> {
-    match c
-        .link(&LINK3args {
-            file: file.clone(),
-            link: dirop(dir, name),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(ok) => Ok(ok.file_attributes.unwrap().nlink),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = LINK3args {
+        file: file.clone(),
+        link: dirop(dir, name),
+    };
+    status(c.link(&args).await.unwrap()).map(|ok| ok.file_attributes.unwrap().nlink)
 }
 
 async fn setattr(c: &mut Client, fh: &nfs_fh3, set: sattr3) -> Result<(), nfsstat3> {
-    match c
-        .setattr(&SETATTR3args {
-            object: fh.clone(),
-            new_attributes: set,
-            guard: Nfs3Option::None,
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(_) => Ok(()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let args = SETATTR3args {
+        object: fh.clone(),
+        new_attributes: set,
+        guard: Nfs3Option::None,
+    };
+    status(c.setattr(&args).await.unwrap()).map(drop)
 }
 
 async fn remove(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<(), nfsstat3> {
-    match c
-        .remove(&REMOVE3args {
-            object: dirop(dir, name),
-        })
-        .await
-        .unwrap()
-    {
-        Nfs3Result::Ok(_) => Ok(()),
-        Nfs3Result::Err((e, _)) => Err(e),
-    }
+    let object = dirop(dir, name);
+    status(c.remove(&REMOVE3args { object }).await.unwrap()).map(drop)
 }
 
 async fn access(c: &mut Client, fh: &nfs_fh3, asked: u32) -> u32 {
-    c.access(&ACCESS3args {
+    let args = ACCESS3args {
         object: fh.clone(),
         access: asked,
-    })
-    .await
-    .unwrap()
-    .unwrap()
-    .access
+    };
+    c.access(&args).await.unwrap().unwrap().access
 }
 
 /// The backing file of `rel` on whichever tier holds it.
@@ -236,7 +146,7 @@ fn link_makes_a_hard_link_in_the_store() {
     }
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let d = mkdir(&mut c, &root, "d", 0o755).await.unwrap();
         let f = create(&mut c, &d, "f", 0o644).await.unwrap();
         let data = pattern(10_000, 1);
@@ -282,7 +192,7 @@ fn mknod_makes_fifos_sockets_and_devices() {
     }
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let a = mknod(&mut c, &root, "pipe", mknoddata3::NF3FIFO(mode(0o640)))
             .await
             .unwrap();
@@ -333,7 +243,7 @@ fn mknod_makes_fifos_sockets_and_devices() {
 
         // Anyone else may not make devices (mknod(2) needs CAP_MKNOD), but FIFOs yes.
         let open = mkdir(&mut c, &root, "open", 0o777).await.unwrap();
-        let (mut u, _) = connect(s.port(), auth_sys(1234, 5678, &[])).await;
+        let (mut u, _) = connect_as(s.port(), auth_sys(1234, 5678, &[])).await;
         let zero = devicedata3 {
             dev_attributes: mode(0o666),
             spec: specdata3 {
@@ -361,13 +271,13 @@ fn new_objects_belong_to_the_auth_sys_caller() {
     }
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         // MKDIR's attributes are applied (mode 0777 here, despite no umask games).
         let shared = mkdir(&mut c, &root, "pub", 0o777).await.unwrap();
         let ino = s.store.resolve(Path::new("pub")).unwrap();
         assert_eq!(s.store.getattr(ino, None).unwrap().perm, 0o777);
 
-        let (mut u, _) = connect(s.port(), auth_sys(1234, 5678, &[42])).await;
+        let (mut u, _) = connect_as(s.port(), auth_sys(1234, 5678, &[42])).await;
         let f = create(&mut u, &shared, "f", 0o640).await.unwrap();
         write(&mut u, &f, b"mine").await.unwrap();
         mkdir(&mut u, &shared, "d", 0o750).await.unwrap();
@@ -416,15 +326,15 @@ fn callers_without_permission_are_refused() {
     }
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let private = mkdir(&mut c, &root, "private", 0o700).await.unwrap();
         create(&mut c, &private, "inner", 0o644).await.unwrap();
         let secret = create(&mut c, &root, "secret", 0o600).await.unwrap();
         write(&mut c, &secret, b"top secret").await.unwrap();
         let tmp = mkdir(&mut c, &root, "tmp", 0o1777).await.unwrap();
 
-        let (mut u, _) = connect(s.port(), auth_sys(1234, 1234, &[])).await;
-        let (mut v, _) = connect(s.port(), auth_sys(4321, 4321, &[])).await;
+        let (mut u, _) = connect_as(s.port(), auth_sys(1234, 1234, &[])).await;
+        let (mut v, _) = connect_as(s.port(), auth_sys(4321, 4321, &[])).await;
         assert_eq!(
             lookup(&mut u, &private, "inner").await,
             Err(nfsstat3::NFS3ERR_ACCES)
@@ -530,18 +440,18 @@ fn root_squash_and_all_squash() {
         )
         .unwrap();
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let open = lookup(&mut c, &root, "open").await.unwrap();
         create(&mut c, &open, "by-root", 0o644).await.unwrap();
         assert_eq!(owner(&s, "open/by-root"), (65534, 65534), "root squashed");
         let ro = lookup(&mut c, &root, "rootonly").await.unwrap();
         assert_eq!(read(&mut c, &ro).await, Err(nfsstat3::NFS3ERR_ACCES));
         // AUTH_NULL is the anonymous user as well.
-        let (mut anon, _) = connect(s.port(), opaque_auth::default()).await;
+        let (mut anon, _) = connect_as(s.port(), opaque_auth::default()).await;
         create(&mut anon, &open, "by-nobody", 0o644).await.unwrap();
         assert_eq!(owner(&s, "open/by-nobody"), (65534, 65534));
         // Other users are themselves.
-        let (mut u, _) = connect(s.port(), auth_sys(1234, 5678, &[])).await;
+        let (mut u, _) = connect_as(s.port(), auth_sys(1234, 5678, &[])).await;
         create(&mut u, &open, "by-user", 0o644).await.unwrap();
         assert_eq!(owner(&s, "open/by-user"), (1234, 5678));
     });
@@ -562,11 +472,11 @@ fn root_squash_and_all_squash() {
         )
         .unwrap();
     rt().block_on(async {
-        let (mut u, root) = connect(s.port(), auth_sys(1234, 5678, &[])).await;
+        let (mut u, root) = connect_as(s.port(), auth_sys(1234, 5678, &[])).await;
         let open = lookup(&mut u, &root, "open").await.unwrap();
         create(&mut u, &open, "f", 0o644).await.unwrap();
         assert_eq!(owner(&s, "open/f"), (4321, 8765), "all_squash");
-        let (mut c, _) = connect(s.port(), root_cred()).await;
+        let (mut c, _) = connect_as(s.port(), root_cred()).await;
         assert_eq!(
             create(&mut c, &root, "g", 0o644).await,
             Err(nfsstat3::NFS3ERR_ACCES),
@@ -596,7 +506,7 @@ fn unsupported_credential_flavours_are_refused() {
         let e = r.err().expect("AUTH_DES is refused");
         assert!(format!("{e:?}").contains("Auth"), "{e:?}");
         // The server keeps serving others.
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         c.getattr(&GETATTR3args { object: root })
             .await
             .unwrap()
@@ -644,7 +554,7 @@ fn pipelined_calls_of_several_users_on_one_connection_keep_their_identity() {
 
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let open = mkdir(&mut c, &root, "open", 0o777).await.unwrap();
         let mut sock = TcpStream::connect(("127.0.0.1", s.port())).await.unwrap();
         // 30 CREATEs by three users and 3 ACCESS calls, all sent before any reply is read.
@@ -715,7 +625,7 @@ fn posix_access_acls_decide_for_other_users() {
     }
     let s = Served::start(|_| {});
     rt().block_on(async {
-        let (mut c, root) = connect(s.port(), root_cred()).await;
+        let (mut c, root) = connect_as(s.port(), root_cred()).await;
         let f = create(&mut c, &root, "acl.txt", 0o600).await.unwrap();
         write(&mut c, &f, b"shared with 1234").await.unwrap();
         // user::rw-, user:1234:r--, group::---, mask::r--, other::---
@@ -734,8 +644,8 @@ fn posix_access_acls_decide_for_other_users() {
             eprintln!("notice: the tier file system takes no POSIX ACLs ({e:?}); skipping");
             return;
         }
-        let (mut u, _) = connect(s.port(), auth_sys(1234, 1234, &[])).await;
-        let (mut v, _) = connect(s.port(), auth_sys(4321, 4321, &[])).await;
+        let (mut u, _) = connect_as(s.port(), auth_sys(1234, 1234, &[])).await;
+        let (mut v, _) = connect_as(s.port(), auth_sys(4321, 4321, &[])).await;
         assert_eq!(read(&mut u, &f).await.unwrap(), b"shared with 1234");
         assert_eq!(
             write(&mut u, &f, b"x").await,

@@ -4,53 +4,18 @@
 
 mod common;
 
-use common::{Served, pattern};
+use common::{Client, Served, connect_as, dirop, pattern, rt};
 use kaiso_store::{FileKind, FsResult, Ino, ROOT_INO, Store, StubEntry, StubFiller};
 use nfs3_client::nfs3_types::nfs3::*;
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
-use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
-use tokio::net::TcpStream;
-
-type Client = Nfs3Client<TokioIo<TcpStream>>;
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Mount as root (AUTH_SYS uid 0 from loopback, which is not squashed by default).
 async fn connect(port: u16) -> (Client, nfs_fh3) {
     connect_as(port, common::auth_sys(0, 0, &[])).await
-}
-
-async fn connect_as(
-    port: u16,
-    cred: nfs3_client::nfs3_types::rpc::opaque_auth<'static>,
-) -> (Client, nfs_fh3) {
-    let conn = Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/export")
-        .connect_from_privileged_port(false)
-        .credential(cred)
-        .mount_port(port)
-        .nfs3_port(port)
-        .mount()
-        .await
-        .expect("mount over NFS");
-    let root = conn.root_nfs_fh3();
-    (conn.into_nfs3_client(), root)
-}
-
-fn dirop<'a>(dir: &nfs_fh3, name: &'a str) -> diropargs3<'a> {
-    diropargs3 {
-        dir: dir.clone(),
-        name: filename3(Opaque::borrowed(name.as_bytes())),
-    }
 }
 
 async fn lookup(c: &mut Client, dir: &nfs_fh3, name: &str) -> Result<(nfs_fh3, fattr3), nfsstat3> {
@@ -504,7 +469,7 @@ fn clients_outside_the_allow_list_are_disconnected() {
             .connect(format!("127.0.0.1:{port}").parse().unwrap())
             .await
             .unwrap();
-        let mut mnt = nfs3_client::MountClient::new(TokioIo::new(stream));
+        let mut mnt = nfs3_client::MountClient::new(nfs3_client::tokio::TokioIo::new(stream));
         let r = tokio::time::timeout(Duration::from_secs(10), mnt.null())
             .await
             .expect("refusal is immediate");

@@ -198,12 +198,19 @@ impl Link {
         }
     }
 
-    fn open(&self, share: &UncPath, p: &str, access: FileAccessMask) -> smb::Result<Resource> {
+    /// Opens an existing object; a failure is labelled "open" for [`SmbSource::call`].
+    fn open(
+        &self,
+        share: &UncPath,
+        p: &str,
+        access: FileAccessMask,
+    ) -> Result<Resource, (String, smb::Error)> {
         let target = share.clone().with_path(p);
         self.check(
             self.client
                 .create_file(&target, &FileCreateArgs::make_open_existing(access)),
         )
+        .map_err(|e| ("open".into(), e))
     }
 }
 
@@ -573,9 +580,7 @@ impl Source for SmbSource {
         let p = Self::win_path(path)?;
         let access = FileAccessMask::new().with_file_read_attributes(true);
         let info = self.call(path, "stat", |l| {
-            let r = l
-                .open(&self.share, &p, access)
-                .map_err(|e| ("open".into(), e))?;
+            let r = l.open(&self.share, &p, access)?;
             let info = l.check(r.as_handle_query_all());
             l.close(r);
             info.map_err(|e| ("query info".into(), e))
@@ -586,10 +591,7 @@ impl Source for SmbSource {
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
         let p = Self::win_path(path)?;
         let listed = self.call(path, "list", |l| {
-            let dir = match l
-                .open(&self.share, &p, Self::read_access())
-                .map_err(|e| ("open".into(), e))?
-            {
+            let dir = match l.open(&self.share, &p, Self::read_access())? {
                 Resource::Directory(d) => d,
                 other => {
                     l.close(other);
@@ -661,9 +663,7 @@ impl Source for SmbSource {
     fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
         let p = Self::win_path(path)?;
         let res = self.call(path, "query EAs", |l| {
-            let r = l
-                .open(&self.share, &p, Self::read_access())
-                .map_err(|e| ("open".into(), e))?;
+            let r = l.open(&self.share, &p, Self::read_access())?;
             let res = l.check(r.as_handle_query_eas());
             l.close(r);
             match res {
@@ -700,13 +700,11 @@ impl Source for SmbSource {
             .with_group_security_information(true)
             .with_dacl_security_information(true);
         let sd = self.call(path, "query security", |l| {
-            let r = l
-                .open(
-                    &self.share,
-                    &p,
-                    FileAccessMask::new().with_read_control(true),
-                )
-                .map_err(|e| ("open".into(), e))?;
+            let r = l.open(
+                &self.share,
+                &p,
+                FileAccessMask::new().with_read_control(true),
+            )?;
             let sd = l.check(r.as_handle_security(info));
             l.close(r);
             sd.map_err(|e| (String::new(), e))
@@ -730,9 +728,7 @@ impl Source for SmbSource {
     fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
         let p = Self::win_path(path)?;
         let info = self.call(path, "query streams", |l| {
-            let r = l
-                .open(&self.share, &p, Self::read_access())
-                .map_err(|e| ("open".into(), e))?;
+            let r = l.open(&self.share, &p, Self::read_access())?;
             if r.is_dir() {
                 l.close(r);
                 return Ok(None);
@@ -797,10 +793,7 @@ impl SmbSource {
         let parallel = self.config.parallel_reads;
         let mut buf = vec![0u8; len];
         let total = self.call(path, "read", |l| {
-            let file = match l
-                .open(&self.share, &p, Self::read_access())
-                .map_err(|e| ("open".into(), e))?
-            {
+            let file = match l.open(&self.share, &p, Self::read_access())? {
                 Resource::File(f) => f,
                 other => {
                     l.close(other);

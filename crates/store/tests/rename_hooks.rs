@@ -54,6 +54,21 @@ fn dir(s: &Store, name: &str) -> Ino {
         .ino
 }
 
+fn exchange(s: &Store, a: &str, b: &str) -> FsResult<()> {
+    s.rename(
+        ROOT_INO,
+        a.as_ref(),
+        ROOT_INO,
+        b.as_ref(),
+        rename_flags::EXCHANGE,
+    )
+}
+
+fn sorted(mut v: Vec<(Ino, bool)>) -> Vec<(Ino, bool)> {
+    v.sort();
+    v
+}
+
 #[test]
 fn plain_rename_reports_the_moved_object() {
     let t = TestStore::new(&["4MiB"]);
@@ -77,44 +92,17 @@ fn exchange_reports_both_objects() {
     s.set_stub_filler(rec.clone());
 
     // File with directory.
-    s.rename(
-        ROOT_INO,
-        "f".as_ref(),
-        ROOT_INO,
-        "d".as_ref(),
-        rename_flags::EXCHANGE,
-    )
-    .unwrap();
-    let mut want = vec![(f, false), (d, true)];
-    want.sort();
-    assert_eq!(rec.take(), want);
+    exchange(&s, "f", "d").unwrap();
+    assert_eq!(rec.take(), sorted(vec![(f, false), (d, true)]));
     assert_eq!(t.lookup_path("d").unwrap().ino, f);
     assert_eq!(t.lookup_path("f").unwrap().ino, d);
 
     // File with file.
-    s.rename(
-        ROOT_INO,
-        "d".as_ref(),
-        ROOT_INO,
-        "g".as_ref(),
-        rename_flags::EXCHANGE,
-    )
-    .unwrap();
-    let mut want = vec![(f, false), (g, false)];
-    want.sort();
-    assert_eq!(rec.take(), want);
+    exchange(&s, "d", "g").unwrap();
+    assert_eq!(rec.take(), sorted(vec![(f, false), (g, false)]));
 
     // A failed exchange (missing target) reports nothing.
-    assert!(
-        s.rename(
-            ROOT_INO,
-            "g".as_ref(),
-            ROOT_INO,
-            "missing".as_ref(),
-            rename_flags::EXCHANGE,
-        )
-        .is_err()
-    );
+    assert!(exchange(&s, "g", "missing").is_err());
     assert_eq!(rec.take(), vec![]);
 }
 
@@ -128,17 +116,8 @@ fn exchange_across_tiers_reports_both_objects() {
     assert!(t.dir.path().join("t1/b").exists(), "b is on the slow tier");
     let rec = std::sync::Arc::new(Recorder::default());
     s.set_stub_filler(rec.clone());
-    s.rename(
-        ROOT_INO,
-        "a".as_ref(),
-        ROOT_INO,
-        "b".as_ref(),
-        rename_flags::EXCHANGE,
-    )
-    .unwrap();
-    let mut want = vec![(a, false), (b, false)];
-    want.sort();
-    assert_eq!(rec.take(), want);
+    exchange(&s, "a", "b").unwrap();
+    assert_eq!(rec.take(), sorted(vec![(a, false), (b, false)]));
     assert_eq!(t.lookup_path("a").unwrap().ino, b);
     assert_eq!(t.lookup_path("b").unwrap().ino, a);
 }

@@ -4,10 +4,16 @@
 
 use kaiso_nfs::{NfsServer, ServeOptions};
 use kaiso_store::{Store, StoreConfig};
+use nfs3_client::nfs3_types::nfs3::{Nfs3Result, diropargs3, filename3, nfs_fh3, nfsstat3};
 use nfs3_client::nfs3_types::rpc::{auth_flavor, auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::{Opaque, Pack};
+use nfs3_client::tokio::{TokioConnector, TokioIo};
+use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
 use std::path::Path;
 use std::sync::Arc;
+use tokio::net::TcpStream;
+
+pub type Client = Nfs3Client<TokioIo<TcpStream>>;
 
 pub struct Served {
     pub dir: tempfile::TempDir,
@@ -92,5 +98,43 @@ pub fn auth_sys(uid: u32, gid: u32, gids: &[u32]) -> opaque_auth<'static> {
     opaque_auth {
         flavor: auth_flavor::AUTH_UNIX,
         body: Opaque::owned(body),
+    }
+}
+
+/// A single-threaded tokio runtime for one test.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Mount the export on 127.0.0.1:`port` with credential `cred`; the client and root handle.
+pub async fn connect_as(port: u16, cred: opaque_auth<'static>) -> (Client, nfs_fh3) {
+    let conn = Nfs3ConnectionBuilder::new(TokioConnector, "127.0.0.1", "/export")
+        .connect_from_privileged_port(false)
+        .credential(cred)
+        .mount_port(port)
+        .nfs3_port(port)
+        .mount()
+        .await
+        .expect("mount over NFS");
+    let root = conn.root_nfs_fh3();
+    (conn.into_nfs3_client(), root)
+}
+
+/// The (directory, name) pair most procedures take.
+pub fn dirop<'a>(dir: &nfs_fh3, name: &'a str) -> diropargs3<'a> {
+    diropargs3 {
+        dir: dir.clone(),
+        name: filename3(Opaque::borrowed(name.as_bytes())),
+    }
+}
+
+/// An NFS reply as a `Result`: its value, or its status (the failure attributes dropped).
+pub fn status<T, E>(r: Nfs3Result<T, E>) -> Result<T, nfsstat3> {
+    match r {
+        Nfs3Result::Ok(ok) => Ok(ok),
+        Nfs3Result::Err((e, _)) => Err(e),
     }
 }

@@ -125,6 +125,18 @@ impl Shared {
         )
     }
 
+    /// Starts a new round from the root; the failures of the last one are dropped.
+    fn new_round(&self) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.part
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .restart();
+    }
+
     fn fail(&self, ino: Ino, errno: i32, what: &'static str) {
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if f.len() < MAX_FAILURES {
@@ -404,11 +416,7 @@ fn close_round(store: &Store, m: &Migration, sh: &Shared) {
         while Instant::now() < until && !should_stop(m) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        sh.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        sh.part.lock().unwrap_or_else(|e| e.into_inner()).restart();
+        sh.new_round();
         return;
     }
     let mut state = sh.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -423,11 +431,7 @@ fn close_round(store: &Store, m: &Migration, sh: &Shared) {
         *state = CrawlState::Stuck;
     } else {
         drop(state);
-        sh.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
-        sh.part.lock().unwrap_or_else(|e| e.into_inner()).restart();
+        sh.new_round();
     }
 }
 

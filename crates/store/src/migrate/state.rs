@@ -193,16 +193,7 @@ impl MigrationDb {
             .collect();
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        Ok(Self {
-            inner: Mutex::new(Inner {
-                conn,
-                rows: Some(rows),
-            }),
-            wal: Some(PathBuf::from(wal)),
-            committed: AtomicU64::new(0),
-            synced: AtomicU64::new(0),
-            sync_lock: Mutex::new(()),
-        })
+        Ok(Self::with(conn, Some(rows), Some(PathBuf::from(wal))))
     }
 
     /// Opens an existing database read-only (status without the engine; never creates or
@@ -215,13 +206,17 @@ impl MigrationDb {
         .map_err(sql_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(2))
             .map_err(sql_err)?;
-        Ok(Self {
-            inner: Mutex::new(Inner { conn, rows: None }),
-            wal: None,
+        Ok(Self::with(conn, None, None))
+    }
+
+    fn with(conn: Connection, rows: Option<HashMap<u64, StubRow>>, wal: Option<PathBuf>) -> Self {
+        Self {
+            inner: Mutex::new(Inner { conn, rows }),
+            wal,
             committed: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
-        })
+        }
     }
 
     /// Makes every change committed before this call durable against power loss: one
@@ -483,11 +478,6 @@ impl MigrationDb {
     /// The object is normal now (or gone): drop its row and decrement the counter.
     pub fn remove(&self, ino: u64) -> std::io::Result<bool> {
         self.remove_where(ino, None, None)
-    }
-
-    /// Like [`MigrationDb::remove`], only if the row is still the one for `src`.
-    pub fn remove_if(&self, ino: u64, src: &SourcePath) -> std::io::Result<bool> {
-        self.remove_where(ino, Some(src), None)
     }
 
     /// A file's copy is complete: in one transaction its row goes (if it is still the one

@@ -169,11 +169,12 @@ fn spawn_pipe(
                 let cost = Duration::from_secs_f64(data.len() as f64 / r as f64);
                 paced_until = Instant::now().max(paced_until) + cost;
             }
+            // Counted before the write: once the peer has read the bytes, they are counted.
+            bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
             if wr.write_all(&data).is_err() {
                 let _ = wr.shutdown(Shutdown::Both);
                 return;
             }
-            bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
     });
 }

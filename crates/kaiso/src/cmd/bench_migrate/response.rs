@@ -53,10 +53,7 @@ impl Replay {
     }
 
     fn listings_at(&self, q: f64) -> u64 {
-        self.listings
-            .get(((self.listings.len().max(1) as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or_default()
+        pct(&self.listings, q)
     }
 }
 
@@ -64,7 +61,8 @@ fn mean(v: &[Duration]) -> Duration {
     v.iter().sum::<Duration>() / v.len().max(1) as u32
 }
 
-fn pct(v: &[Duration], q: f64) -> Duration {
+/// The `q` quantile of the sorted `v` (zero when empty).
+fn pct<T: Copy + Default>(v: &[T], q: f64) -> T {
     v.get(((v.len().max(1) as f64 - 1.0) * q).round() as usize)
         .copied()
         .unwrap_or_default()

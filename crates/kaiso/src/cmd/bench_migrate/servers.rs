@@ -27,6 +27,14 @@ pub fn have(program: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Fails naming the first of `programs` that is not on `PATH`.
+fn require(programs: &[&str]) -> Result<()> {
+    match programs.iter().find(|p| !have(p)) {
+        Some(p) => bail!("{p} is not installed (scripts/deps/source.list)"),
+        None => Ok(()),
+    }
+}
+
 fn wait_port(port: u16, limit: Duration, child: &mut Child, what: &str) -> Result<()> {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -115,11 +123,7 @@ pub struct Ganesha {
 
 impl Ganesha {
     pub fn start(export: &Path) -> Result<Self> {
-        for p in ["ganesha.nfsd", "rpcbind"] {
-            if !have(p) {
-                bail!("{p} is not installed (scripts/deps/source.list)");
-            }
-        }
+        require(&["ganesha.nfsd", "rpcbind"])?;
         if unsafe { libc::geteuid() } != 0 {
             bail!("nfs-ganesha needs root");
         }
@@ -224,9 +228,7 @@ pub struct RsyncDaemon {
 
 impl RsyncDaemon {
     pub fn start(root: &Path) -> Result<Self> {
-        if !have("rsync") {
-            bail!("rsync is not installed (scripts/deps/source.list)");
-        }
+        require(&["rsync"])?;
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let conf = format!(
@@ -279,11 +281,7 @@ pub struct Samba {
 
 impl Samba {
     pub fn start(root: &Path) -> Result<Self> {
-        for p in ["smbd", "smbpasswd"] {
-            if !have(p) {
-                bail!("{p} is not installed (scripts/deps/source.list)");
-            }
-        }
+        require(&["smbd", "smbpasswd"])?;
         if unsafe { libc::geteuid() } != 0 {
             bail!("smbd needs root");
         }
