@@ -405,18 +405,20 @@ impl Store {
     ) -> FsResult<(FileAttr, Opened)> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
+        let new = self.creation_mode(&ns, parent, mode, umask);
+        let (m, set) = (new.bits, new.chmod_after);
         let bflags = backing_flags(flags);
-        let (ino, _tier, file) = self.create_entry(&mut ns, parent, name, caller, &|p| {
-            let mut o = std::fs::OpenOptions::new();
-            o.read(true).write(true).create_new(true).mode(m);
-            o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
-            let f = o.open(p)?;
-            if set {
-                util::chmod(p, m)?;
-            }
-            Ok(Some(f))
-        })?;
+        let (ino, _tier, file) =
+            self.create_entry(&mut ns, parent, name, caller, new.fs_umask, &|p| {
+                let mut o = std::fs::OpenOptions::new();
+                o.read(true).write(true).create_new(true).mode(m);
+                o.custom_flags(bflags & !libc::O_ACCMODE & !libc::O_NOATIME);
+                let f = o.open(p)?;
+                if set {
+                    util::chmod(p, m)?;
+                }
+                Ok(Some(f))
+            })?;
         let file = file.ok_or(FsError::IO)?;
         let state = ns
             .files
@@ -830,28 +832,29 @@ impl Store {
                 let target = e.symlink_target.clone();
                 let perm = e.perm & 0o7777;
                 let rdev = e.rdev;
-                let (ino, tier, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
-                    match kind {
-                        FileKind::Symlink => {
-                            std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?
+                let (ino, tier, _) =
+                    self.create_entry(&mut ns, parent, name, caller, None, &|p| {
+                        match kind {
+                            FileKind::Symlink => {
+                                std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?
+                            }
+                            FileKind::File => {
+                                let f = std::fs::OpenOptions::new()
+                                    .write(true)
+                                    .create_new(true)
+                                    .mode(perm)
+                                    .open(p)?;
+                                f.set_len(size)?;
+                                util::chmod(p, perm)?;
+                            }
+                            FileKind::Fifo => util::mknod(p, libc::S_IFIFO | perm, 0)?,
+                            FileKind::Socket => util::mknod(p, libc::S_IFSOCK | perm, 0)?,
+                            FileKind::CharDevice => util::mknod(p, libc::S_IFCHR | perm, rdev)?,
+                            FileKind::BlockDevice => util::mknod(p, libc::S_IFBLK | perm, rdev)?,
+                            FileKind::Dir => unreachable!(),
                         }
-                        FileKind::File => {
-                            let f = std::fs::OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .mode(perm)
-                                .open(p)?;
-                            f.set_len(size)?;
-                            util::chmod(p, perm)?;
-                        }
-                        FileKind::Fifo => util::mknod(p, libc::S_IFIFO | perm, 0)?,
-                        FileKind::Socket => util::mknod(p, libc::S_IFSOCK | perm, 0)?,
-                        FileKind::CharDevice => util::mknod(p, libc::S_IFCHR | perm, rdev)?,
-                        FileKind::BlockDevice => util::mknod(p, libc::S_IFBLK | perm, rdev)?,
-                        FileKind::Dir => unreachable!(),
-                    }
-                    Ok(None)
-                })?;
+                        Ok(None)
+                    })?;
                 if kind == FileKind::File && size > 0 {
                     if !self.reserve(tier, size) {
                         self.tiers[tier as usize].add_used(size as i64);

@@ -43,6 +43,17 @@ fn utime(t: Option<TimeSet>) -> UTime {
     }
 }
 
+/// How a new inode gets its mode bits (see [`Store::creation_mode`]).
+pub(crate) struct NewMode {
+    /// Bits to create it with.
+    pub bits: u32,
+    /// Whether to `chmod` it to `bits` after creation (umask applied by hand).
+    pub chmod_after: bool,
+    /// The caller's umask, to set around the create (the backing file system applies it,
+    /// or the directory's default ACL).
+    pub fs_umask: Option<u32>,
+}
+
 impl Store {
     /// Find `name` in `parent`: from the index, else by probing the tiers (files added
     /// directly to a tier directory are adopted on first sight).
@@ -324,16 +335,16 @@ impl Store {
     }
 
     /// Create a non-directory entry on the placement tier with `make`, spilling down on ENOSPC.
-    /// Applies the umask a preceding [`Store::creation_mode`] arranged.
+    /// `umask`: set around `make` ([`NewMode::fs_umask`]), or None.
     pub(crate) fn create_entry(
         &self,
         ns: &mut Namespace,
         parent: Ino,
         name: &OsStr,
         caller: Caller,
+        umask: Option<u32>,
         make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
     ) -> FsResult<(Ino, u8, Option<std::fs::File>)> {
-        let umask = util::creation_umask::take();
         check_name(name)?;
         if hidden(name) {
             return Err(FsError::INVAL);
@@ -425,20 +436,24 @@ impl Store {
 
     /// Mode bits for a new inode in `parent`: the umask applies unless the parent has a
     /// default ACL (then the backing file system derives the mode from the ACL, as POSIX
-    /// says). Returns the bits and whether to set them explicitly after creation.
+    /// says).
     ///
     /// Where the thread can, the umask is left to the backing file system (see
-    /// [`util::creation_umask`]): the next [`Store::create_entry`] (or `mkdir`) on this
-    /// thread applies it, and the bits come back unmasked with nothing to set after.
+    /// [`util::creation_umask`]): the bits come back unmasked with the umask to set around
+    /// the create, and nothing to set after.
     pub(crate) fn creation_mode(
         &self,
         ns: &Namespace,
         parent: Ino,
         mode: u32,
         umask: u32,
-    ) -> (u32, bool) {
-        if util::creation_umask::prepare(umask) {
-            return (mode & 0o7777, false);
+    ) -> NewMode {
+        if util::creation_umask::available() {
+            return NewMode {
+                bits: mode & 0o7777,
+                chmod_after: false,
+                fs_umask: Some(umask & 0o777),
+            };
         }
         let has_default_acl = ns
             .dir_path(parent)
@@ -448,10 +463,14 @@ impl Store {
                     .map(|(t, _)| self.tiers[t as usize].path(p))
             })
             .is_some_and(|p| util::lgetxattr(&p, OsStr::new("system.posix_acl_default")).is_ok());
-        if has_default_acl {
-            (mode & 0o7777, false)
-        } else {
-            (mode & !umask & 0o7777, true)
+        NewMode {
+            bits: if has_default_acl {
+                mode & 0o7777
+            } else {
+                mode & !umask & 0o7777
+            },
+            chmod_after: !has_default_acl,
+            fs_umask: None,
         }
     }
 
@@ -467,9 +486,10 @@ impl Store {
     ) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
+        let new = self.creation_mode(&ns, parent, mode, umask);
+        let (m, set) = (new.bits, new.chmod_after);
         let fmt = mode & libc::S_IFMT;
-        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, new.fs_umask, &|p| {
             if fmt == libc::S_IFREG || fmt == 0 {
                 use std::os::unix::fs::OpenOptionsExt;
                 std::fs::OpenOptions::new()
@@ -524,8 +544,9 @@ impl Store {
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         let (tier, _) = self.dir_stat(&parent_rel)?;
         let p = self.tiers[tier as usize].path(&rel);
-        let (m, set) = self.creation_mode(&ns, parent, mode, umask);
-        util::creation_umask::with(util::creation_umask::take(), || {
+        let new = self.creation_mode(&ns, parent, mode, umask);
+        let (m, set) = (new.bits, new.chmod_after);
+        util::creation_umask::with(new.fs_umask, || {
             std::fs::DirBuilder::new().mode(m).create(&p)
         })?;
         let (uid, gid) = self.owner_for(&ns, parent, caller);
@@ -559,7 +580,7 @@ impl Store {
     ) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, &|p| {
+        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, None, &|p| {
             std::os::unix::fs::symlink(target, p)?;
             Ok(None)
         })?;

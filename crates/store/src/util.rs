@@ -361,12 +361,11 @@ pub(crate) mod creation_umask {
 
     thread_local! {
         static CTX: Cell<Ctx> = const { Cell::new(Ctx::Unknown) };
-        /// The umask the next create on this thread applies (see [`prepare`]).
-        static PENDING: Cell<Option<u32>> = const { Cell::new(None) };
     }
 
-    /// Whether this thread's umask is its own (unsharing it on first use).
-    fn private() -> bool {
+    /// Whether this thread's umask is its own (unsharing it on first use), so that
+    /// [`with`] may set it around a create.
+    pub(crate) fn available() -> bool {
         CTX.with(|c| {
             if c.get() == Ctx::Unknown {
                 // Only the umask, cwd and root are unshared; kaiso uses absolute paths.
@@ -375,21 +374,6 @@ pub(crate) mod creation_umask {
             }
             c.get() == Ctx::Private
         })
-    }
-
-    /// Arrange for the next create on this thread to apply `umask` (or a default ACL of
-    /// the directory). False if this thread cannot, and the caller must apply it itself.
-    pub(crate) fn prepare(umask: u32) -> bool {
-        if !private() {
-            return false;
-        }
-        PENDING.with(|p| p.set(Some(umask & 0o777)));
-        true
-    }
-
-    /// The umask [`prepare`]d for this create, if any (taking it: one create per prepare).
-    pub(crate) fn take() -> Option<u32> {
-        PENDING.with(|p| p.take())
     }
 
     /// Run `f` with this thread's umask set to `umask`, restoring it after.
