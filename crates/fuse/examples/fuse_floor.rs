@@ -10,7 +10,7 @@
 //!
 //! ```sh
 //! cargo run --release -p kaiso-fuse --example fuse_floor -- \
-//!     [-n FILES] [-r ROUNDS] [-t THREADS] [--no-floor] BASELINE_DIR [OTHER_DIR...]
+//!     [-n FILES] [-r ROUNDS] [-t THREADS] [--no-floor] [--all-read] BASELINE_DIR [OTHER_DIR...]
 //! ```
 //!
 //! `--kaiso CONFIG` also mounts that kaiso store in this process (as `kaiso mount` does,
@@ -42,6 +42,8 @@ struct Tree {
 /// Metadata only, in memory.
 struct MemFs {
     tree: Mutex<Tree>,
+    /// kaiso's worker stand-by rule (a gate for one thread does nothing).
+    gate: kaiso_fuse::WorkerGate,
 }
 
 fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> fuser::FileAttr {
@@ -66,7 +68,7 @@ fn new_attr(ino: u64, kind: FileType, perm: u16, uid: u32, gid: u32) -> fuser::F
 }
 
 impl MemFs {
-    fn new() -> MemFs {
+    fn new(gate: kaiso_fuse::WorkerGate) -> MemFs {
         let mut t = Tree {
             next: 2,
             ..Tree::default()
@@ -75,6 +77,7 @@ impl MemFs {
             .insert(1, new_attr(1, FileType::Directory, 0o755, 0, 0));
         MemFs {
             tree: Mutex::new(t),
+            gate,
         }
     }
 
@@ -126,6 +129,7 @@ impl fuser::Filesystem for MemFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _serving = self.gate.serve();
         let t = self.tree.lock().unwrap();
         match t
             .names
@@ -138,6 +142,7 @@ impl fuser::Filesystem for MemFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _serving = self.gate.serve();
         match self.tree.lock().unwrap().attrs.get(&ino.0) {
             Some(a) => reply.attr(&TTL, a),
             None => reply.error(Errno::ENOENT),
@@ -162,6 +167,7 @@ impl fuser::Filesystem for MemFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _serving = self.gate.serve();
         let mut t = self.tree.lock().unwrap();
         let Some(a) = t.attrs.get_mut(&ino.0) else {
             return reply.error(Errno::ENOENT);
@@ -190,6 +196,7 @@ impl fuser::Filesystem for MemFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _serving = self.gate.serve();
         let perm = (mode & !umask & 0o7777) as u16;
         match self.make(req, parent, name, FileType::Directory, perm) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
@@ -207,6 +214,7 @@ impl fuser::Filesystem for MemFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let _serving = self.gate.serve();
         let perm = (mode & !umask & 0o7777) as u16;
         match self.make(req, parent, name, FileType::RegularFile, perm) {
             Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
@@ -215,10 +223,12 @@ impl fuser::Filesystem for MemFs {
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.gate.serve();
         reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn flush(&self, _: &Request, _: INodeNo, _: FileHandle, _: LockOwner, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         reply.error(Errno::ENOSYS);
     }
 
@@ -232,10 +242,12 @@ impl fuser::Filesystem for MemFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         reply.ok();
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         match self.remove(parent, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -295,11 +307,12 @@ struct Args {
     rounds: usize,
     threads: usize,
     floor: bool,
+    all_read: bool,
     kaiso: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
 }
 
-const USAGE: &str = "usage: fuse_floor [-n FILES=10000] [-r ROUNDS=3] [-t THREADS=4] [--no-floor] \
+const USAGE: &str = "usage: fuse_floor [-n FILES=10000] [-r ROUNDS=3] [-t THREADS=4] [--no-floor] [--all-read] \
                      BASELINE_DIR [OTHER_DIR...]";
 
 fn parse_args() -> Result<Args, String> {
@@ -308,6 +321,7 @@ fn parse_args() -> Result<Args, String> {
         rounds: 3,
         threads: 4,
         floor: true,
+        all_read: false,
         kaiso: Vec::new(),
         dirs: Vec::new(),
     };
@@ -324,6 +338,7 @@ fn parse_args() -> Result<Args, String> {
             "-r" => a.rounds = num("-r")?,
             "-t" => a.threads = num("-t")?,
             "--no-floor" => a.floor = false,
+            "--all-read" => a.all_read = true,
             "--kaiso" => a
                 .kaiso
                 .push(it.next().ok_or("--kaiso needs a store config")?.into()),
@@ -347,6 +362,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // As kaiso does: modes are set explicitly, so the process umask must not interfere.
     unsafe { libc::umask(0) };
+    if args.all_read {
+        // Every worker reads from the kernel (no stand-by), here and in the kaiso mounts.
+        unsafe { std::env::set_var(kaiso_fuse::gate::ALL_READ_ENV, "1") };
+    }
+    let label = |t: usize| {
+        let rule = if args.all_read || t == 1 { "" } else { ", one reads" };
+        format!("{t} threads{rule}")
+    };
     let mnt = tempfile::tempdir()?;
     let mut targets: Vec<(String, PathBuf)> = args
         .dirs
@@ -360,10 +383,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
         targets.push((
-            format!("floor ({} threads)", args.threads),
+            format!("floor ({})", label(args.threads)),
             mnt.path().to_path_buf(),
         ));
-        Some(fuser::spawn_mount(MemFs::new(), mnt.path(), &cfg)?)
+        let gate = kaiso_fuse::WorkerGate::new(args.threads);
+        let session = fuser::spawn_mount(MemFs::new(gate.clone()), mnt.path(), &cfg)?;
+        Some((session, gate))
     } else {
         None
     };
@@ -380,7 +405,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let mounted = kaiso_fuse::mount(store, dir.path(), &opts)?;
         targets.push((
-            format!("kaiso {i} ({} threads)", args.threads),
+            format!("kaiso {i} ({})", label(args.threads)),
             dir.path().to_path_buf(),
         ));
         kaiso_mounts.push((mounted, background, dir));
@@ -396,7 +421,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    if let Some(s) = session {
+    if let Some((s, gate)) = session {
+        let (parked, released) = gate.stats();
+        eprintln!("floor workers: {parked} parked at the end, {released} handed back by the watchdog");
+        gate.close();
         s.umount_and_join()?;
     }
     for (mounted, background, _dir) in kaiso_mounts {
@@ -410,7 +438,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let base: Vec<f64> = (0..3).map(|i| median(rates[0][i].clone())).collect();
     for (t, (name, _)) in targets.iter().enumerate() {
-        print!("{name:<24}");
+        print!("{name:<32}");
         for (i, op) in ["create", "stat", "unlink"].iter().enumerate() {
             let v = median(rates[t][i].clone());
             let best = rates[t][i].iter().copied().fold(0.0, f64::max);

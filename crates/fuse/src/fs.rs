@@ -4,6 +4,7 @@
 #![allow(clippy::collapsible_if)]
 
 use crate::MountOptions;
+use crate::gate::WorkerGate;
 use fuser::{
     AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -34,6 +35,8 @@ pub struct KaisoFs {
     /// Whether the kernel accepted passthrough at init.
     passthrough: AtomicBool,
     backing: Mutex<Backing>,
+    /// Keeps one worker reading and the others standing by (see [`crate::gate`]).
+    gate: WorkerGate,
 }
 
 /// The capabilities asked for at init (those the kernel offers), besides passthrough.
@@ -127,7 +130,13 @@ impl KaisoFs {
             want_passthrough: opts.passthrough,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(Backing::default()),
+            gate: WorkerGate::new(opts.threads),
         }
+    }
+
+    /// The gate of this file system's workers (the mount closes it before unmounting).
+    pub fn gate(&self) -> WorkerGate {
+        self.gate.clone()
     }
 
     fn entry(&self, reply: ReplyEntry, r: Result<FileAttr, FsError>) {
@@ -213,10 +222,12 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn destroy(&mut self) {
+        self.gate.close();
         self.store.shutdown();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _serving = self.gate.serve();
         match self.store.lookup(parent.0, name) {
             // Inode 0 with a timeout: the kernel caches the negative entry, so repeated
             // lookups of a missing name (and the lookup before a create) cost no round trip.
@@ -227,11 +238,15 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
+    /// Not gated: fuser hands a BATCH_FORGET to `forget` node by node, and a worker must
+    /// not park in the middle of one. A forget never blocks for long, so the worker counts
+    /// as reading throughout.
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.store.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _serving = self.gate.serve();
         match self.store.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) => reply.error(errno(e)),
@@ -256,6 +271,7 @@ impl fuser::Filesystem for KaisoFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _serving = self.gate.serve();
         let set = SetAttr {
             mode,
             uid,
@@ -272,6 +288,7 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _serving = self.gate.serve();
         match self.store.readlink(ino.0) {
             Ok(t) => reply.data(t.as_encoded_bytes()),
             Err(e) => reply.error(errno(e)),
@@ -288,6 +305,7 @@ impl fuser::Filesystem for KaisoFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _serving = self.gate.serve();
         self.entry(
             reply,
             self.store
@@ -304,6 +322,7 @@ impl fuser::Filesystem for KaisoFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _serving = self.gate.serve();
         self.entry(
             reply,
             self.store.mkdir(parent.0, name, mode, umask, caller(req)),
@@ -311,10 +330,12 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.rmdir(parent.0, name));
     }
 
@@ -326,6 +347,7 @@ impl fuser::Filesystem for KaisoFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _serving = self.gate.serve();
         self.entry(
             reply,
             self.store.symlink(parent.0, link_name, target, caller(req)),
@@ -342,6 +364,7 @@ impl fuser::Filesystem for KaisoFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(
             reply,
             self.store
@@ -357,10 +380,12 @@ impl fuser::Filesystem for KaisoFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _serving = self.gate.serve();
         self.entry(reply, self.store.link(ino.0, newparent.0, newname));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.gate.serve();
         match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
             Ok(o) => {
                 if let Some(file) = &o.passthrough {
@@ -395,6 +420,7 @@ impl fuser::Filesystem for KaisoFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _serving = self.gate.serve();
         match self.store.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -413,6 +439,7 @@ impl fuser::Filesystem for KaisoFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _serving = self.gate.serve();
         match self.store.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -431,6 +458,7 @@ impl fuser::Filesystem for KaisoFs {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         reply.error(Errno::ENOSYS);
     }
 
@@ -444,6 +472,7 @@ impl fuser::Filesystem for KaisoFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         // The backing id goes first: once the store counts the handle closed the file may
         // move, and a later open must not get this (old) copy's backing id.
         self.drop_backing(fh.0);
@@ -459,10 +488,12 @@ impl fuser::Filesystem for KaisoFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.gate.serve();
         match self.store.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
@@ -477,6 +508,7 @@ impl fuser::Filesystem for KaisoFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _serving = self.gate.serve();
         match self.store.readdir(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -498,6 +530,7 @@ impl fuser::Filesystem for KaisoFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _serving = self.gate.serve();
         match self.store.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 let mut full = false;
@@ -534,6 +567,7 @@ impl fuser::Filesystem for KaisoFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.releasedir(fh.0));
     }
 
@@ -545,10 +579,12 @@ impl fuser::Filesystem for KaisoFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.fsyncdir(ino.0));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _serving = self.gate.serve();
         match self.store.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -567,10 +603,12 @@ impl fuser::Filesystem for KaisoFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.setxattr(ino.0, name, value, flags));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _serving = self.gate.serve();
         let stored = self.store.getxattr(ino.0, name);
         xattr_reply(
             reply,
@@ -580,6 +618,7 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _serving = self.gate.serve();
         let names = self.store.listxattr(ino.0);
         xattr_reply(
             reply,
@@ -589,10 +628,12 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.removexattr(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.access(ino.0, mask.bits(), caller(req)));
     }
 
@@ -606,6 +647,7 @@ impl fuser::Filesystem for KaisoFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _serving = self.gate.serve();
         match self.store.create(
             parent.0,
             name,
@@ -657,6 +699,7 @@ impl fuser::Filesystem for KaisoFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _serving = self.gate.serve();
         Self::empty(reply, self.store.fallocate(fh.0, offset, length, mode));
     }
 
@@ -669,6 +712,7 @@ impl fuser::Filesystem for KaisoFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _serving = self.gate.serve();
         match self.store.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),

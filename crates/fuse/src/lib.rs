@@ -8,8 +8,10 @@
 #![allow(clippy::collapsible_if)]
 
 mod fs;
+pub mod gate;
 
 pub use fs::{INIT_FLAGS, KaisoFs, negative_attr};
+pub use gate::WorkerGate;
 
 use kaiso_store::Store;
 use std::path::{Path, PathBuf};
@@ -151,6 +153,7 @@ pub fn session_config(fsname: String, opts: &MountOptions) -> fuser::Config {
 /// A mounted store. Dropping it unmounts.
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
+    gate: WorkerGate,
     pub mountpoint: PathBuf,
 }
 
@@ -162,6 +165,8 @@ impl Mounted {
 
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
+        // Parked workers go back to reading, where they see the unmount.
+        self.gate.close();
         match self.session.take() {
             // Unmounted from outside already: just collect the threads.
             Some(s) if s.guard.is_finished() => s.join(),
@@ -174,6 +179,7 @@ impl Mounted {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(s) = self.session.take() {
+            self.gate.close();
             let _ = s.umount_and_join();
         }
     }
@@ -189,10 +195,12 @@ pub fn mount(
     let fsname = format!("kaiso:{}", store.config().state_dir.display());
     let cfg = session_config(fsname, opts);
     let fs = KaisoFs::new(store, opts);
+    let gate = fs.gate();
     let session = fuser::spawn_mount(fs, mountpoint, &cfg)
         .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
     Ok(Mounted {
         session: Some(session),
+        gate,
         mountpoint: mountpoint.to_path_buf(),
     })
 }

@@ -79,6 +79,16 @@ pub struct KaisoPolicy {
     move_tokens: f64,
     in_flight: IdMap<InFlight>,
     layout: Option<RegionLayout>,
+    /// Per tier, when a plan last drained it over its high watermark (promotions then fill
+    /// it only to its low watermark for `min_residency_secs`).
+    drained_at: Vec<Option<Nanos>>,
+    /// The mover's observed throughput in bytes/s (moving average over completed moves),
+    /// and when the last planned move was reported done.
+    mover_rate: Option<f64>,
+    last_move_done: Nanos,
+    /// Moves reported done at the same time form one batch: its start, bytes, and the
+    /// average before it.
+    batch: (Nanos, u64, Option<f64>),
 }
 
 impl Default for KaisoPolicy {
@@ -105,6 +115,10 @@ impl KaisoPolicy {
             move_tokens: 0.0,
             in_flight: IdMap::default(),
             layout: None,
+            drained_at: Vec::new(),
+            mover_rate: None,
+            last_move_done: 0,
+            batch: (0, 0, None),
         }
     }
 
@@ -231,6 +245,27 @@ impl KaisoPolicy {
     fn observe_time(&mut self, now: Nanos) {
         self.clock = self.clock.max(now);
     }
+
+    /// A planned move was reported done at `clock` (the latest time seen, so a move is never
+    /// taken as slower than it was): its time is from when it was planned, or from the
+    /// previous completion if the mover was busy with that one. Moves reported at the same
+    /// time count as one batch.
+    fn observe_move_done(&mut self, m: InFlight, clock: Nanos) {
+        if clock > self.last_move_done || self.batch.1 == 0 {
+            self.batch = (m.at.max(self.last_move_done), 0, self.mover_rate);
+            self.last_move_done = self.last_move_done.max(clock);
+        }
+        self.batch.1 = self.batch.1.saturating_add(m.bytes);
+        let took = clock.saturating_sub(self.batch.0);
+        if took == 0 || self.batch.1 == 0 {
+            return;
+        }
+        let sample = self.batch.1 as f64 / (took as f64 / 1e9);
+        self.mover_rate = Some(match self.batch.2 {
+            Some(r) => 0.5 * r + 0.5 * sample,
+            None => sample,
+        });
+    }
 }
 
 fn fmt_bytes(b: u64) -> String {
@@ -293,7 +328,9 @@ impl PlacementPolicy for KaisoPolicy {
 
     fn placed(&mut self, object: ObjectId, size: u64, tier: TierId) {
         let clock = self.clock;
-        self.in_flight.remove(&object);
+        if let Some(m) = self.in_flight.remove(&object).filter(|m| m.to == tier) {
+            self.observe_move_done(m, clock);
+        }
         let s = self.objects.entry(object).or_insert_with(ObjectState::new);
         if s.tier != UNPLACED && s.tier != tier {
             s.last_move_secs = secs(clock).saturating_add(1);

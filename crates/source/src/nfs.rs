@@ -10,7 +10,7 @@
 //! - NFSv3 has no xattrs, and NFSACL is a side protocol this client does not speak: those
 //!   calls return empty results and [`SourceFeatures`] says so.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -54,6 +54,9 @@ pub struct NfsConfig {
     pub privileged_port: bool,
     /// How long one RPC may take before the server counts as unreachable.
     pub rpc_timeout: Duration,
+    /// A directory inside the export (relative, `/`-separated) to migrate instead of the
+    /// whole export: looked up once at connect and used as the share root.
+    pub subdir: Option<String>,
 }
 
 impl NfsConfig {
@@ -70,6 +73,7 @@ impl NfsConfig {
             gid: 0,
             privileged_port: true,
             rpc_timeout: Duration::from_secs(60),
+            subdir: None,
         }
     }
 }
@@ -78,13 +82,17 @@ impl NfsConfig {
 pub struct NfsSource {
     config: NfsConfig,
     runtime: tokio::runtime::Runtime,
-    mount_port: u16,
     nfs_port: u16,
     root: nfs_fh3,
     idle: Mutex<Vec<Client>>,
     slots: Semaphore,
     handles: Mutex<HashMap<SourcePath, nfs_fh3>>,
+    /// Files ACCESS said the configured identity may read (asked once per file).
+    readable: Mutex<HashSet<SourcePath>>,
 }
+
+/// Files remembered as readable at most (cleared when full).
+const READABLE_CACHE: usize = 1 << 16;
 
 /// JUKEBOX means "busy, retry later": retry this often before giving up.
 const JUKEBOX_RETRIES: u32 = 20;
@@ -113,7 +121,7 @@ impl NfsSource {
                 )
             })?;
         let cfg = config.clone();
-        let (mount_port, nfs_port, root, first) = block_on(&runtime, async move {
+        let (nfs_port, root, first) = block_on(&runtime, async move {
             let conn = tokio::time::timeout(
                 cfg.rpc_timeout,
                 builder(&cfg, cfg.mount_port, cfg.nfs_port).mount(),
@@ -123,7 +131,6 @@ impl NfsSource {
             .map_err(|e| connect_error(&cfg, &e.to_string()))?;
             let root = conn.root_nfs_fh3();
             Ok::<_, SourceError>((
-                conn.mount_port,
                 conn.nfs3_port,
                 root,
                 conn.into_nfs3_client(),
@@ -131,16 +138,30 @@ impl NfsSource {
         })?;
         let mut handles = HashMap::new();
         handles.insert(SourcePath::root(), root.clone());
-        Ok(Self {
+        let mut source = Self {
             slots: Semaphore::new(config.connections),
             config,
             runtime,
-            mount_port,
             nfs_port,
             root,
             idle: Mutex::new(vec![first]),
             handles: Mutex::new(handles),
-        })
+            readable: Mutex::new(HashSet::new()),
+        };
+        if let Some(sub) = source.config.subdir.clone() {
+            let sub = SourcePath::parse(sub.as_bytes())?;
+            if !sub.is_root() {
+                // Resolved through the export root, then made the root itself: every
+                // path of this source is relative to it.
+                let fh = block_on(&source.runtime, source.resolve(&sub))?;
+                let mut handles = source.handles.lock().unwrap_or_else(|e| e.into_inner());
+                handles.clear();
+                handles.insert(SourcePath::root(), fh.clone());
+                drop(handles);
+                source.root = fh;
+            }
+        }
+        Ok(source)
     }
 
     /// Runs `f` with a pooled connection; a connection that failed at the transport level
@@ -188,18 +209,36 @@ impl NfsSource {
         }
     }
 
+    /// One more connection to the NFS service. The export is mounted once (at connect,
+    /// which gave the root file handle), so a new connection needs no MOUNT call: one TCP
+    /// connection and one source port per connection, not two, and no extra round trip.
     async fn new_client(&self, path: &SourcePath) -> SourceResult<Client> {
-        let conn = builder(&self.config, Some(self.mount_port), Some(self.nfs_port))
-            .mount()
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    SourceErrorKind::Unreachable,
-                    path,
-                    format!("reconnect: {e}"),
-                )
-            })?;
-        Ok(conn.into_nfs3_client())
+        let unreachable = |e: std::io::Error| {
+            SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                format!("connect to the NFS service: {e}"),
+            )
+        };
+        let addr: std::net::IpAddr = self.config.host.parse().map_err(|e| {
+            SourceError::new(
+                SourceErrorKind::Invalid,
+                path,
+                format!("host {:?}: {e}", self.config.host),
+            )
+        })?;
+        let to = std::net::SocketAddr::new(addr, self.nfs_port);
+        let stream = if self.config.privileged_port {
+            connect_privileged(to).await.map_err(unreachable)?
+        } else {
+            TcpStream::connect(to).await.map_err(unreachable)?
+        };
+        let _ = stream.set_nodelay(true);
+        Ok(Nfs3Client::new_with_auth(
+            TokioIo::new(stream),
+            credential(&self.config),
+            opaque_auth::default(),
+        ))
     }
 
     fn io(&self, path: &SourcePath, msg: &str) -> SourceError {
@@ -319,8 +358,14 @@ impl NfsSource {
         .await
     }
 
-    async fn read_dir_async(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+    /// The entries of the directory at `path`, and its own attributes after the listing
+    /// (the last READDIRPLUS reply's post-op attributes), if the server sent them.
+    async fn read_dir_async(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
         let dir = self.resolve(path).await?;
+        let mut dir_attr = None;
         let mut cookie = 0u64;
         let mut verf = nfs3::cookieverf3::default();
         let mut out = Vec::new();
@@ -354,6 +399,9 @@ impl NfsSource {
                 })
                 .await?;
             verf = page.cookieverf;
+            if let Nfs3Option::Some(a) = &page.dir_attributes {
+                dir_attr = Some(attr_from_fattr(a));
+            }
             let eof = page.reply.eof;
             let entries = page.reply.entries.into_inner();
             let progressed = !entries.is_empty();
@@ -400,7 +448,7 @@ impl NfsSource {
                 Err(e) => return Err(e),
             }
         }
-        Ok(out)
+        Ok((out, dir_attr))
     }
 
     async fn read_piece(
@@ -443,7 +491,7 @@ impl NfsSource {
                             Nfs3Option::Some(a) => Some(a),
                             Nfs3Option::None => None,
                         };
-                        Ok((ok.data.to_vec(), ok.eof, attr))
+                        Ok((ok.data.into_owned(), ok.eof, attr))
                     }
                     Nfs3Result::Err((stat, _)) => Err(stat),
                 })
@@ -452,18 +500,32 @@ impl NfsSource {
         .await
     }
 
-    async fn read_async(
+    /// Reads `buf.len()` bytes from `offset` into `buf`; returns how many were read (fewer
+    /// only at end of file) and the newest post-op attributes.
+    async fn read_into_async(
         &self,
         path: &SourcePath,
         offset: u64,
-        len: usize,
-    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let fh = self.resolve(path).await?;
         // Servers may serve READ to anyone (ganesha does for AUTH_UNIX): like the kernel
-        // client at open, ask ACCESS for the configured identity, in parallel with the reads.
+        // client at open, ask ACCESS for the configured identity, in parallel with the
+        // reads, once per file (the source is read-only during migration).
+        let known = self
+            .readable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(path);
         let (allowed, data) = tokio::join!(
-            self.may_read(path, &fh),
-            self.read_pieces(path, &fh, offset, len)
+            async {
+                if known {
+                    Ok(true)
+                } else {
+                    self.may_read(path, &fh).await
+                }
+            },
+            self.read_pieces(path, &fh, offset, buf)
         );
         if !allowed? {
             return Err(SourceError::new(
@@ -475,7 +537,26 @@ impl NfsSource {
                 ),
             ));
         }
+        if !known {
+            let mut r = self.readable.lock().unwrap_or_else(|e| e.into_inner());
+            if r.len() >= READABLE_CACHE {
+                r.clear(); // bounded: at worst one more ACCESS per file
+            }
+            r.insert(path.clone());
+        }
         data
+    }
+
+    async fn read_async(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        let mut buf = vec![0u8; len];
+        let (n, attr) = self.read_into_async(path, offset, &mut buf).await?;
+        buf.truncate(n);
+        Ok((buf, attr))
     }
 
     /// Whether the server grants ACCESS3_READ on `fh` to the configured identity.
@@ -504,73 +585,72 @@ impl NfsSource {
         .await
     }
 
+    /// Fills one `read_size` piece of the caller's buffer; a short reply that is not at
+    /// end of file is completed with further READs. Returns the bytes read and the
+    /// newest post-op attributes of its replies.
+    async fn read_piece_into(
+        &self,
+        path: &SourcePath,
+        fh: &nfs_fh3,
+        offset: u64,
+        out: &mut [u8],
+    ) -> SourceResult<(usize, Option<fattr3>)> {
+        let mut done = 0;
+        let mut newest: Option<fattr3> = None;
+        while done < out.len() {
+            let (data, eof, attr) = self
+                .read_piece(path, fh, offset + done as u64, (out.len() - done) as u32)
+                .await?;
+            if let Some(a) = attr
+                && newest.as_ref().is_none_or(|n| attr_key(&a) >= attr_key(n))
+            {
+                newest = Some(a);
+            }
+            let n = data.len().min(out.len() - done);
+            out[done..done + n].copy_from_slice(&data[..n]);
+            done += n;
+            if eof || n == 0 {
+                break;
+            }
+        }
+        Ok((done, newest))
+    }
+
+    /// Reads into `buf` in `read_size` pieces, all issued at once (the connection pool
+    /// bounds what is in flight), each written straight into its part of `buf`.
     async fn read_pieces(
         &self,
         path: &SourcePath,
         fh: &nfs_fh3,
         offset: u64,
-        len: usize,
-    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        let fh = fh.clone();
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let piece = self.config.read_size as usize;
-        let mut starts = Vec::new();
-        let mut at = 0usize;
-        while at < len {
-            starts.push(at);
-            at += piece;
-        }
-        // All pieces are issued at once; the connection pool bounds what is in flight.
-        let reads = starts.iter().map(|&s| {
-            let count = piece.min(len - s) as u32;
-            let fh = &fh;
-            async move { self.read_piece(path, fh, offset + s as u64, count).await }
+        let reads = buf.chunks_mut(piece).enumerate().map(|(i, out)| {
+            let at = offset + (i * piece) as u64;
+            async move { self.read_piece_into(path, fh, at, out).await }
         });
         let results = join_all(reads).await;
-        let mut out = Vec::with_capacity(len);
         // The post-op attributes of every reply; the newest (by ctime, then mtime) is the
         // file as it was after the read, which tells whether it changed under us.
         let mut newest: Option<fattr3> = None;
-        let mut seen = |a: Option<fattr3>| {
-            if let Some(a) = a {
-                let key = |x: &fattr3| {
-                    (
-                        x.ctime.seconds,
-                        x.ctime.nseconds,
-                        x.mtime.seconds,
-                        x.mtime.nseconds,
-                    )
-                };
-                if newest.as_ref().is_none_or(|n| key(&a) >= key(n)) {
-                    newest = Some(a);
-                }
-            }
-        };
+        let mut total = 0;
+        let mut short = false;
         for (i, r) in results.into_iter().enumerate() {
-            let (mut data, eof, attr) = r?;
-            seen(attr);
-            let want = piece.min(len - starts[i]);
-            // A short piece that is not at EOF must be completed before the next one.
-            while data.len() < want && !eof {
-                let more_off = offset + (starts[i] + data.len()) as u64;
-                let (more, more_eof, attr) = self
-                    .read_piece(path, &fh, more_off, (want - data.len()) as u32)
-                    .await?;
-                seen(attr);
-                if more.is_empty() {
-                    break;
-                }
-                data.extend_from_slice(&more);
-                if more_eof {
-                    break;
-                }
+            let (n, attr) = r?;
+            if let Some(a) = attr
+                && newest.as_ref().is_none_or(|x| attr_key(&a) >= attr_key(x))
+            {
+                newest = Some(a);
             }
-            let short = data.len() < want;
-            out.extend_from_slice(&data);
             if short {
-                break;
+                continue; // past end of file
             }
+            total += n;
+            let want = piece.min(buf.len() - i * piece);
+            short = n < want;
         }
-        Ok((out, newest.as_ref().map(attr_from_fattr)))
+        Ok((total, newest.as_ref().map(attr_from_fattr)))
     }
 
     async fn read_link_async(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
@@ -626,11 +706,8 @@ async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Out
         .collect()
 }
 
-fn builder(
-    cfg: &NfsConfig,
-    mount_port: Option<u16>,
-    nfs_port: Option<u16>,
-) -> Nfs3ConnectionBuilder<TokioConnector> {
+/// The AUTH_UNIX credential of the configured identity.
+fn credential(cfg: &NfsConfig) -> opaque_auth<'static> {
     let auth = auth_unix {
         stamp: 0x6b61_6973,
         machinename: Opaque::owned(b"kaiso".to_vec()),
@@ -638,10 +715,73 @@ fn builder(
         gid: cfg.gid,
         gids: vec![],
     };
+    opaque_auth::auth_unix(&auth)
+}
+
+/// Privileged source ports tried, like the kernel client (`xprt_minresvport` 665 ..
+/// `xprt_maxresvport` 1023), from a rotating start so concurrent sources rarely collide.
+const RESVPORT_MIN: u16 = 665;
+const RESVPORT_MAX: u16 = 1023;
+
+/// Connects to `to` from a free port below 1024 (servers that insist on a "secure"
+/// port refuse others). `SO_REUSEADDR` lets a port whose earlier connection is in
+/// TIME_WAIT be bound again (the 4-tuple differs once the peer port or address does, and
+/// the kernel refuses an identical one with EADDRNOTAVAIL, which is skipped like
+/// EADDRINUSE), so repeated short migrations do not run out of ports.
+async fn connect_privileged(to: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let span = RESVPORT_MAX - RESVPORT_MIN + 1;
+    let mut last = None;
+    for _ in 0..span {
+        let port = RESVPORT_MIN + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let socket = if to.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        let local = std::net::SocketAddr::new(
+            if to.is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            },
+            port,
+        );
+        match socket.bind(local) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        match socket.connect(to).await {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EADDRINUSE) | Some(libc::EADDRNOTAVAIL)
+                ) =>
+            {
+                last = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free privileged port")))
+}
+
+fn builder(
+    cfg: &NfsConfig,
+    mount_port: Option<u16>,
+    nfs_port: Option<u16>,
+) -> Nfs3ConnectionBuilder<TokioConnector> {
     let mut b = Nfs3ConnectionBuilder::new(TokioConnector, cfg.host.clone(), cfg.export.clone())
         .portmapper_port(cfg.portmapper_port)
         .connect_from_privileged_port(cfg.privileged_port)
-        .credential(opaque_auth::auth_unix(&auth));
+        .credential(credential(cfg));
     if let Some(p) = mount_port {
         b = b.mount_port(p);
     }
@@ -684,6 +824,16 @@ fn stat_error(path: &SourcePath, what: &str, stat: nfsstat3) -> SourceError {
         _ => SourceErrorKind::Io,
     };
     SourceError::new(kind, path, format!("{what}: {stat:?}"))
+}
+
+/// Orders post-op attributes by change time, then modification time.
+fn attr_key(x: &fattr3) -> (u32, u32, u32, u32) {
+    (
+        x.ctime.seconds,
+        x.ctime.nseconds,
+        x.mtime.seconds,
+        x.mtime.nseconds,
+    )
 }
 
 fn nfs_time(t: &nfs3::nfstime3) -> Timestamp {
@@ -740,8 +890,12 @@ where
 
 impl Source for NfsSource {
     fn describe(&self) -> String {
+        let sub = match self.config.subdir.as_deref().map(|s| s.trim_matches('/')) {
+            Some(s) if !s.is_empty() => format!("?subdir={s}"),
+            _ => String::new(),
+        };
         format!(
-            "nfs://{}:{}{}",
+            "nfs://{}:{}{}{sub}",
             self.config.host, self.nfs_port, self.config.export
         )
     }
@@ -765,6 +919,14 @@ impl Source for NfsSource {
     }
 
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        block_on(&self.runtime, self.read_dir_async(path)).map(|(e, _)| e)
+    }
+
+    /// READDIRPLUS carries the directory's own post-op attributes: no GETATTR.
+    fn read_dir_with_attr(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
         block_on(&self.runtime, self.read_dir_async(path))
     }
 
@@ -780,6 +942,16 @@ impl Source for NfsSource {
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         block_on(&self.runtime, self.read_async(path, offset, len))
+    }
+
+    /// Each READ reply is copied straight into its part of `buf`.
+    fn read_into(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        block_on(&self.runtime, self.read_into_async(path, offset, buf))
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {

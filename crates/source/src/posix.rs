@@ -255,6 +255,14 @@ impl Source for PosixSource {
     }
 
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.read_dir_with_attr(path).map(|(e, _)| e)
+    }
+
+    /// The directory's attributes come from `fstat` of the descriptor just listed.
+    fn read_dir_with_attr(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
         let fd = self.open_path(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
         // SAFETY: fdopendir takes ownership of a descriptor we dup for it.
         let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
@@ -321,23 +329,44 @@ impl Source for PosixSource {
         }
         // SAFETY: dirp is valid and closed exactly once.
         unsafe { libc::closedir(dirp) };
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(entries),
+        if let Some(e) = failure {
+            return Err(e);
         }
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fd is open, st is large enough.
+        if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            return Err(errno_error(path, "fstat"));
+        }
+        // SAFETY: fstat succeeded and filled st.
+        let dir = attr_from_stat(&unsafe { st.assume_init() });
+        Ok((entries, Some(dir)))
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
         self.read_with_attr(path, offset, len).map(|(d, _)| d)
     }
 
-    /// The attributes come from `fstat` of the descriptor just read (no path lookup).
     fn read_with_attr(
         &self,
         path: &SourcePath,
         offset: u64,
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        let mut buf = vec![0u8; len];
+        let (n, attr) = self.read_into(path, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok((buf, attr))
+    }
+
+    /// `pread` straight into the caller's buffer; the attributes come from `fstat` of the
+    /// descriptor just read (no path lookup).
+    fn read_into(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        let len = buf.len();
         // O_NONBLOCK so that a FIFO never blocks the open; it is then refused as not regular.
         let fd = self.open_path(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
         let file = File::from(fd);
@@ -349,7 +378,6 @@ impl Source for PosixSource {
                 "read of a non-regular file",
             ));
         }
-        let mut buf = vec![0u8; len];
         let mut done = 0;
         while done < len {
             match file.read_at(&mut buf[done..], offset + done as u64) {
@@ -359,7 +387,6 @@ impl Source for PosixSource {
                 Err(e) => return Err(io_error(path, "read", &e)),
             }
         }
-        buf.truncate(done);
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: file is open, st is large enough.
         if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
@@ -367,7 +394,7 @@ impl Source for PosixSource {
         }
         // SAFETY: fstat succeeded and filled st.
         let after = attr_from_stat(&unsafe { st.assume_init() });
-        Ok((buf, Some(after)))
+        Ok((done, Some(after)))
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {

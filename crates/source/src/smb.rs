@@ -17,11 +17,31 @@
 //! - Directory listings carry no link count: [`Source::read_dir`] reports nlink 1 for
 //!   files and [`Source::stat`] (FileStandardInformation) gives the real count for files;
 //!   Samba reports 1 for every directory.
+//!
+//! How it keeps the server busy (each request costs a network round trip):
+//! - Several sessions, each on its own TCP connection ([`SmbConfig::connections`]; Samba
+//!   serves each connection with a process of its own), used in turn by concurrent calls;
+//!   each session also carries many requests at once (READs in flight, queries sent
+//!   together).
+//! - One handle per object for everything asked about it at once: the first of a
+//!   file's EA / security descriptor / stream calls opens it once and sends the three
+//!   queries together; listing a directory also queries its attributes, EAs and
+//!   descriptor on the listing's handle. The answers nobody asked for yet wait briefly
+//!   for the calls that follow (see `prefetch`).
+//! - Reads keep [`SmbConfig::parallel_reads`] READs in flight (a sliding window), and
+//!   [`Source::read_with_attr`] asks for the file's attributes together with the last
+//!   READ instead of a separate stat. Handles are closed in the background.
+//! - A server found gone shuts every session at once, so the next call reconnects
+//!   instead of each session waiting out the timeout on its own.
 
-use std::net::SocketAddr;
+mod link;
+mod prefetch;
+mod read;
+
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use binrw::BinWrite;
@@ -31,19 +51,31 @@ use kaiso_store::migrate::{
 };
 use smb::binrw_util::file_time::FileTime;
 use smb::{
-    AdditionalInfo, Client, ClientConfig, Connection, FileAccessMask, FileAllInformation,
-    FileAttributes, FileCreateArgs, FileIdBothDirectoryInformation, FileStreamInformation,
-    Resource, UncPath,
+    AdditionalInfo, FileAccessMask, FileAllInformation, FileAttributes,
+    FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
 };
 
-/// The bytes one SMB2 credit pays for. A larger READ costs several credits, and the `smb`
-/// crate (0.12) waits for them without asking the server for more: before Samba has
-/// granted that many (it grants them gradually), a 1 MiB READ (16 credits) waits forever.
-/// One-credit READs always progress, so READs are capped here and kept in flight instead.
+use link::{Link, drop_in_background, is_unreachable};
+use prefetch::{Fetched, Prefetch};
+use read::read_pieces;
+
+
+/// The bytes one SMB2 credit pays for; a READ of N bytes costs N / 64 KiB credits.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
+
+/// The largest READ this source sends: 4 credits. The `smb` crate (0.12) waits for a
+/// READ's credits without asking the server for more and without a timeout, and Samba
+/// grants them gradually: a 4 MiB READ (64 credits) on a fresh session waited forever
+/// here, while 256 KiB READs always found their credits (and moved 24 MiB over loopback
+/// in 107 ms against 130 ms in 64 KiB READs). Several READs are kept in flight instead.
+pub const SMB_MAX_READ_PIECE: usize = 4 * SMB_CREDIT_BYTES;
 
 /// How long one SMB request may go unanswered by default before the call fails.
 pub const SMB_DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Sessions (TCP connections) a source opens by default.
+pub const SMB_DEFAULT_CONNECTIONS: usize = 8;
+
 
 /// Where and how to reach an SMB share.
 #[derive(Clone, Debug)]
@@ -58,10 +90,13 @@ pub struct SmbConfig {
     /// uid/gid given to every object (SMB has no Unix owners; see the module docs).
     pub uid: u32,
     pub gid: u32,
-    /// Size of one READ request, at most [`SMB_CREDIT_BYTES`] (see there).
+    /// Size of one READ request, at most [`SMB_MAX_READ_PIECE`] (see there).
     pub read_size: usize,
     /// READ requests kept in flight for one `read` call.
     pub parallel_reads: usize,
+    /// Sessions, each on its own TCP connection, that concurrent calls share. They are
+    /// opened as calls need them (the first one by [`SmbSource::connect`]).
+    pub connections: usize,
     /// Bound on the TCP connect and on the wait for each SMB response. A call whose
     /// request is not answered in time fails as unreachable (naming the server), the
     /// connection is dropped, and the next call connects again.
@@ -83,8 +118,9 @@ impl SmbConfig {
             password: password.into(),
             uid: 0,
             gid: 0,
-            read_size: SMB_CREDIT_BYTES,
+            read_size: SMB_MAX_READ_PIECE,
             parallel_reads: 16,
+            connections: SMB_DEFAULT_CONNECTIONS,
             timeout: SMB_DEFAULT_TIMEOUT,
         }
     }
@@ -99,225 +135,33 @@ impl SmbConfig {
     }
 }
 
-/// One authenticated session with the share over one TCP connection.
-struct Link {
-    client: Client,
-    connection: Arc<Connection>,
-    /// Set once a request failed for want of the server: the link is shut and replaced
-    /// on the next call.
-    broken: Arc<AtomicBool>,
-    /// Handles to close: a call does not wait for its CLOSE round trip.
-    closer: Mutex<Option<std::sync::mpsc::Sender<Resource>>>,
-}
-
-/// Threads closing handles in the background for one link.
-const CLOSER_THREADS: usize = 4;
-
-impl Link {
-    fn connect(config: &SmbConfig, share: &UncPath) -> Result<Self, smb::Error> {
-        let mut cc = ClientConfig::default();
-        cc.connection.port = Some(config.port);
-        cc.connection.timeout = Some(config.timeout);
-        // Samba (and every SMB 2+ server) answers the SMB2 negotiate directly: this saves
-        // the SMB1 round trip of the multi-protocol negotiation.
-        cc.connection.smb2_only_negotiate = true;
-        let client = Client::new(cc);
-        // Connect first, then switch Nagle off on the socket before the session setup:
-        // the crate writes each message as a 4-byte transport header and then the body,
-        // so with Nagle on, the body waits for the ACK of the header, which the server
-        // delays (40 ms on Linux): every request cost a delayed-ACK timeout.
-        let connection = client.connect(&config.host)?;
-        let addr = smb::transport::utils::TransportUtils::parse_socket_address(&config.host)?;
-        set_nodelay_on_sockets_to(SocketAddr::new(addr.ip(), config.port));
-        let broken = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = std::sync::mpsc::channel::<Resource>();
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..CLOSER_THREADS {
-            let (rx, conn, broken) = (rx.clone(), connection.clone(), broken.clone());
-            let _ = std::thread::Builder::new()
-                .name("smb-close".into())
-                .spawn(move || {
-                    loop {
-                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                        let Ok(r) = next else { break };
-                        if let Err(e) = r.close_quietly()
-                            && is_unreachable(&e)
-                        {
-                            shut_connection(&conn, &broken);
-                        }
-                    }
-                });
-        }
-        let link = Self {
-            client,
-            connection,
-            broken,
-            closer: Mutex::new(Some(tx)),
-        };
-        if let Err(e) = link
-            .client
-            .share_connect(share, &config.user, config.password.clone())
-        {
-            link.shut();
-            return Err(e);
-        }
-        Ok(link)
-    }
-
-    /// Passes `r` through; an error that means the server is gone or silent shuts the
-    /// link at once, so the requests still to come on it (closes) fail without waiting.
-    fn check<T>(&self, r: smb::Result<T>) -> smb::Result<T> {
-        if let Err(e) = &r
-            && is_unreachable(e)
-        {
-            self.shut();
-        }
-        r
-    }
-
-    /// Stops the connection's worker threads (no request is sent), so pending and later
-    /// requests on this link fail immediately instead of each waiting for the timeout.
-    fn shut(&self) {
-        shut_connection(&self.connection, &self.broken);
-    }
-
-    /// Closes a handle in the background; a failure is of no consequence to the call
-    /// (but a silent server still shuts the link).
-    fn close(&self, r: Resource) {
-        let queued = match self
-            .closer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            Some(tx) => tx.send(r).map_err(|e| e.0),
-            None => Err(r),
-        };
-        if let Err(r) = queued {
-            let _ = self.check(r.close_quietly());
-        }
-    }
-
-    /// Opens an existing object; a failure is labelled "open" for [`SmbSource::call`].
-    fn open(
-        &self,
-        share: &UncPath,
-        p: &str,
-        access: FileAccessMask,
-    ) -> Result<Resource, (String, smb::Error)> {
-        let target = share.clone().with_path(p);
-        self.check(
-            self.client
-                .create_file(&target, &FileCreateArgs::make_open_existing(access)),
-        )
-        .map_err(|e| ("open".into(), e))
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        // Ends the closer threads once they have closed what is queued.
-        self.closer
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-    }
-}
-
-/// Stops a connection's worker threads once (see [`Link::shut`]).
-fn shut_connection(connection: &Connection, broken: &AtomicBool) {
-    if broken.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    // smb 0.12's threaded worker `stop` unwraps a channel send that fails if its sender
-    // thread already ended; that must not take the caller down.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _ = connection.close();
-    }));
-}
-
-/// Sets TCP_NODELAY on this process's TCP sockets connected to `peer`. The `smb` crate
-/// (0.12) does not set it and keeps its socket private; any other socket to the same SMB
-/// server wants it too.
-fn set_nodelay_on_sockets_to(peer: SocketAddr) -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return 0;
-    };
-    let mut n = 0;
-    for entry in dir.flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if peer_of(fd) == Some(peer) {
-            let one: libc::c_int = 1;
-            // SAFETY: plain setsockopt on a descriptor number; a descriptor closed and
-            // reused meanwhile at worst gets TCP_NODELAY (or ENOTSOCK).
-            let rc = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::IPPROTO_TCP,
-                    libc::TCP_NODELAY,
-                    (&one as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-/// The remote address of socket `fd`, if it is a connected TCP/IP socket.
-fn peer_of(fd: i32) -> Option<SocketAddr> {
-    // SAFETY: getpeername writes at most `len` bytes into the zeroed storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    let rc = unsafe {
-        libc::getpeername(
-            fd,
-            (&mut ss as *mut libc::sockaddr_storage).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let a: libc::sockaddr_in =
-                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let a: libc::sockaddr_in6 =
-                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
-            Some(SocketAddr::from((
-                a.sin6_addr.s6_addr,
-                u16::from_be(a.sin6_port),
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// An SMB share read over one authenticated session, reconnected after a failure.
+/// An SMB share read over several authenticated sessions, each reconnected after a
+/// failure.
 pub struct SmbSource {
+    shared: Arc<Shared>,
+    /// Files whose metadata the prefetch threads fetch ahead; started by the first
+    /// listing, ended when the source is dropped (the threads see the channel close).
+    prefetch_jobs: OnceLock<SyncSender<SourcePath>>,
+}
+
+/// Threads fetching listed files' metadata ahead of the calls for it.
+const PREFETCH_THREADS: usize = 8;
+/// Files queued for them at most; more are left to the engine's own calls.
+const PREFETCH_QUEUE: usize = 8192;
+
+/// What the calls and the prefetch threads share.
+struct Shared {
     config: SmbConfig,
     share: UncPath,
-    /// The current session; `None` or broken means the next call connects again.
-    link: Mutex<Option<Arc<Link>>>,
+    /// The sessions; `None` or broken means the next call on that slot connects again.
+    links: Arc<[Slot]>,
+    /// Round-robin cursor over `links`.
+    next_link: AtomicUsize,
+    prefetch: Prefetch,
 }
+
+/// One session slot of a source.
+type Slot = Mutex<Option<Arc<Link>>>;
 
 // NTSTATUS values this source distinguishes.
 const STATUS_NO_SUCH_FILE: u32 = 0xC000_000F;
@@ -334,15 +178,72 @@ const STATUS_BAD_NETWORK_NAME: u32 = 0xC000_00CC;
 const STATUS_NO_MORE_FILES: u32 = 0x8000_0006;
 const FILE_ATTRIBUTE_READONLY: u32 = 0x1;
 
+/// A call's failure before it becomes a [`SourceError`]: what failed ("" = the call's
+/// own name) and the crate's error.
+type Failure = (String, smb::Error);
+
 impl SmbSource {
-    /// Connects and authenticates (NTLM) to `\\host\share`.
+    /// Connects and authenticates (NTLM) to `\\host\share`. One session is opened now (so
+    /// a wrong address or password fails here); the others meanwhile in the background.
     pub fn connect(config: SmbConfig) -> SourceResult<Self> {
+        Ok(Self {
+            shared: Arc::new(Shared::connect(config)?),
+            prefetch_jobs: OnceLock::new(),
+        })
+    }
+
+    /// Queues the listed regular files of `dir` for the prefetch threads, which fetch
+    /// each one's EAs, security descriptor and streams (two round trips, on sessions
+    /// otherwise idle) before the engine asks: the crawl then finds them waiting.
+    fn prefetch_listed(&self, dir: &SourcePath, entries: &[SourceEntry]) {
+        let jobs = self.prefetch_jobs.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<SourcePath>(PREFETCH_QUEUE);
+            let rx = Arc::new(Mutex::new(rx));
+            for _ in 0..PREFETCH_THREADS {
+                let (rx, shared) = (rx.clone(), Arc::downgrade(&self.shared));
+                let _ = std::thread::Builder::new()
+                    .name("smb-prefetch".into())
+                    .spawn(move || {
+                        loop {
+                            let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok(path) = next else { break };
+                            let Some(shared) = shared.upgrade() else { break };
+                            shared.prefetch_one(&path);
+                        }
+                    });
+            }
+            tx
+        });
+        for e in entries {
+            if e.attr.kind != FileKind::Regular {
+                continue;
+            }
+            let Ok(path) = dir.join(&e.name) else { continue };
+            if jobs.try_send(path).is_err() {
+                break; // queue full: the engine's calls fetch the rest themselves
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Fetches one file's metadata ahead unless it is already there or on its way; a
+    /// failure leaves nothing (the engine's own call then reports it).
+    fn prefetch_one(&self, path: &SourcePath) {
+        if !self.prefetch.begin(path) {
+            return;
+        }
+        let fetched = self.fetch_metadata(path).unwrap_or_default();
+        self.prefetch.finish(path, fetched);
+    }
+
+    fn connect(config: SmbConfig) -> SourceResult<Self> {
         let root = SourcePath::root();
-        if config.read_size == 0 || config.parallel_reads == 0 {
+        if config.read_size == 0 || config.parallel_reads == 0 || config.connections == 0 {
             return Err(SourceError::new(
                 SourceErrorKind::Invalid,
                 &root,
-                "read_size and parallel_reads must be > 0",
+                "read_size, parallel_reads and connections must be > 0",
             ));
         }
         if config.timeout.is_zero() {
@@ -357,17 +258,46 @@ impl SmbSource {
                 SourceError::new(SourceErrorKind::Invalid, &root, format!("share name: {e}"))
             })?;
         let source = Self {
+            links: (0..config.connections).map(|_| Mutex::new(None)).collect(),
+            next_link: AtomicUsize::new(0),
+            prefetch: Prefetch::default(),
             config,
             share,
-            link: Mutex::new(None),
         };
-        source.link(&root)?;
+        source.link_in(0, &root)?;
+        // The other sessions connect meanwhile, so the first concurrent calls do not each
+        // wait for a session setup (several round trips). A slot whose connect fails here
+        // is connected again by the next call on it, which reports the error.
+        for i in 1..source.links.len() {
+            let (links, config, share) = (
+                source.links.clone(),
+                source.config.clone(),
+                source.share.clone(),
+            );
+            let _ = std::thread::Builder::new()
+                .name("smb-connect".into())
+                .spawn(move || {
+                    let mut slot = links[i].lock().unwrap_or_else(|p| p.into_inner());
+                    if slot.is_none()
+                        && let Ok(l) = Link::connect(&config, &share)
+                    {
+                        *slot = Some(Arc::new(l));
+                    }
+                });
+        }
         Ok(source)
     }
 
-    /// The live session, connecting a new one if there is none or the last one broke.
+    /// The next session in turn.
     fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
-        let mut slot = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
+        self.link_in(i, path)
+    }
+
+    /// The live session of slot `i`, connecting a new one if there is none or the last
+    /// one broke. Only this slot waits for the connect.
+    fn link_in(&self, i: usize, path: &SourcePath) -> SourceResult<Arc<Link>> {
+        let mut slot = self.links[i].lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = slot.as_ref()
             && !l.broken.load(Ordering::SeqCst)
         {
@@ -376,31 +306,51 @@ impl SmbSource {
         if let Some(old) = slot.take() {
             drop_in_background(old);
         }
+        let started = std::time::Instant::now();
         let l = Arc::new(
             Link::connect(&self.config, &self.share)
                 .map_err(|e| self.error(path, &format!("connect to share {}", self.share), &e))?,
         );
+        tracing::debug!(slot = i, took = ?started.elapsed(), "smb: session connected");
         *slot = Some(l.clone());
         Ok(l)
     }
 
-    /// Runs one source call on the live session; errors name the server.
+    /// The server is gone or silent: every session is shut now (their pending requests
+    /// fail at once) and reconnected by the next call on it, instead of each waiting out
+    /// the timeout on its own. What was fetched ahead is forgotten.
+    fn shut_all(&self) {
+        for slot in self.links.iter() {
+            let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(l) = slot.as_ref() {
+                l.shut();
+            }
+        }
+        self.prefetch.clear();
+    }
+
+    /// Runs one source call on a live session; errors name the server.
     fn call<T>(
         &self,
         path: &SourcePath,
         what: &str,
-        f: impl FnOnce(&Link) -> Result<T, (String, smb::Error)>,
+        f: impl FnOnce(&Link) -> Result<T, Failure>,
     ) -> SourceResult<T> {
         let link = self.link(path)?;
-        f(&link).map_err(|(op, e)| {
+        let started = std::time::Instant::now();
+        let r = f(&link).map_err(|(op, e)| {
             let op = if op.is_empty() { what.to_string() } else { op };
             self.error(path, &op, &e)
-        })
+        });
+        tracing::trace!(%path, what, took = ?started.elapsed(), ok = r.is_ok(), "smb call");
+        r
     }
 
+    /// The source error for `e`; an unreachable server also shuts every session.
     fn error(&self, path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
         let mut err = smb_error(path, what, e);
         if err.kind == SourceErrorKind::Unreachable {
+            self.shut_all();
             let why = match e {
                 smb::Error::OperationTimeout(..) => {
                     format!("no answer within {:?}", self.config.timeout)
@@ -434,6 +384,15 @@ impl SmbSource {
     fn read_access() -> FileAccessMask {
         FileAccessMask::new().with_generic_read(true)
     }
+
+    /// The parts of the security descriptor that [`Source::acl`] reports.
+    fn sd_info() -> AdditionalInfo {
+        AdditionalInfo::new()
+            .with_owner_security_information(true)
+            .with_group_security_information(true)
+            .with_dacl_security_information(true)
+    }
+
     fn attr_from_all(&self, info: &FileAllInformation) -> SourceAttr {
         let attrs = info.basic.file_attributes;
         let dir = bool::from(info.standard.directory) || attrs.directory();
@@ -486,8 +445,186 @@ impl SmbSource {
             dos_attributes: Some(dos),
         }
     }
+
+    /// EAs as `user.NAME` xattrs, sorted; "no EAs" is an empty list.
+    fn eas_result(
+        &self,
+        path: &SourcePath,
+        r: smb::Result<Vec<(Vec<u8>, Vec<u8>)>>,
+    ) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        let eas = match r {
+            Ok(eas) => eas,
+            Err(e)
+                if matches!(
+                    status_of(&e),
+                    Some(STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED)
+                ) =>
+            {
+                Vec::new()
+            }
+            Err(e) => return Err(self.error(path, "query EAs", &e)),
+        };
+        let mut out: Vec<(Vec<u8>, Vec<u8>)> = eas
+            .into_iter()
+            .map(|(name, value)| {
+                let mut n = b"user.".to_vec();
+                n.extend_from_slice(&name);
+                (n, value)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The security descriptor as stored bytes plus the owner and group SIDs.
+    fn acl_result(
+        &self,
+        path: &SourcePath,
+        r: smb::Result<smb::SecurityDescriptor>,
+    ) -> SourceResult<SourceAcl> {
+        let sd = r.map_err(|e| self.error(path, "query security", &e))?;
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        sd.write_le(&mut bytes).map_err(|e| {
+            SourceError::new(
+                SourceErrorKind::Io,
+                path,
+                format!("encode security descriptor: {e}"),
+            )
+        })?;
+        Ok(SourceAcl {
+            nt_security_descriptor: Some(bytes.into_inner()),
+            owner_sid: sd.owner_sid.as_ref().map(|s| s.to_string()),
+            group_sid: sd.group_sid.as_ref().map(|s| s.to_string()),
+            ..SourceAcl::default()
+        })
+    }
+
+    /// Named streams (not the main one), sorted; a server without streams has none.
+    fn streams_result(
+        &self,
+        path: &SourcePath,
+        r: smb::Result<FileStreamInformation>,
+    ) -> SourceResult<Vec<SourceStream>> {
+        let info = match r {
+            Ok(i) => i,
+            Err(e) if status_of(&e) == Some(STATUS_NOT_SUPPORTED) => return Ok(Vec::new()),
+            Err(e) => return Err(self.error(path, "query streams", &e)),
+        };
+        let mut out = Vec::new();
+        for s in info.iter() {
+            let full = s.stream_name.to_string();
+            // ":name:$DATA"; the unnamed main stream is "::$DATA".
+            let name = full
+                .strip_prefix(':')
+                .and_then(|n| n.strip_suffix(":$DATA"))
+                .unwrap_or(&full);
+            if !name.is_empty() {
+                out.push(SourceStream {
+                    name: name.to_string(),
+                    size: s.stream_size,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Opens `path` once and sends the EA, security descriptor and (files) stream queries
+    /// together: the answers to a file's three metadata calls for the round trips of one.
+    fn fetch_metadata(&self, path: &SourcePath) -> SourceResult<Fetched> {
+        let p = Self::win_path(path)?;
+        let (eas, sd, streams) = self.call(path, "query metadata", |l| {
+            let r = l.open(&self.share, &p, Self::read_access())?;
+            let h = r.handle();
+            let (eas, sd, streams) = std::thread::scope(|s| {
+                let eas = s.spawn(|| l.check(r.as_handle_query_eas()));
+                let streams = (!r.is_dir()).then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
+                let sd = l.check(h.query_security_info(Self::sd_info()));
+                (
+                    join(eas),
+                    sd,
+                    streams.map(join),
+                )
+            });
+            l.close(r);
+            Ok((eas, sd, streams))
+        })?;
+        Ok(Fetched {
+            attr: None,
+            xattrs: Some(self.eas_result(path, eas)),
+            acl: Some(self.acl_result(path, sd)),
+            streams: Some(match streams {
+                Some(r) => self.streams_result(path, r),
+                None => Ok(Vec::new()),
+            }),
+        })
+    }
+
+    /// One of a file's metadata answers: fetched ahead by an earlier call, or fetched now
+    /// together with the others (kept for their calls). If the shared open is refused,
+    /// `alone` asks with the narrowest access that answer needs.
+    fn metadata<T>(
+        &self,
+        path: &SourcePath,
+        pick: impl Fn(&mut Fetched) -> Option<SourceResult<T>>,
+        alone: impl FnOnce() -> SourceResult<T>,
+    ) -> SourceResult<T> {
+        // Bounded by the requests' own timeouts: an open and one query round.
+        self.prefetch.wait_for(path, 2 * self.config.timeout);
+        if let Some(r) = self.prefetch.take(path, &pick) {
+            return r;
+        }
+        match self.fetch_metadata(path) {
+            Ok(mut f) => {
+                let r = pick(&mut f);
+                self.prefetch.put(path, f);
+                r.unwrap_or_else(alone)
+            }
+            Err(e) if e.kind == SourceErrorKind::PermissionDenied => alone(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads `len` bytes from `offset` of the main stream (`suffix` = "") or a named
+    /// stream (`suffix` = ":name"), with up to `parallel_reads` READs in flight; with
+    /// `want_attr` also the file's attributes, asked together with the last READ.
+    fn read_range(
+        &self,
+        path: &SourcePath,
+        suffix: &str,
+        offset: u64,
+        len: usize,
+        want_attr: bool,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        let p = format!("{}{suffix}", Self::win_path(path)?);
+        let piece = self.config.read_size.min(SMB_MAX_READ_PIECE);
+        let parallel = self.config.parallel_reads;
+        let mut buf = vec![0u8; len];
+        let outcome = self.call(path, "read", |l| {
+            let file = match l.open(&self.share, &p, Self::read_access())? {
+                Resource::File(f) => f,
+                other => {
+                    l.close(other);
+                    return Ok(None);
+                }
+            };
+            let result = read_pieces(l, &file, &mut buf, offset, piece, parallel, want_attr);
+            l.close(Resource::File(file));
+            result.map(Some).map_err(|e| (String::new(), e))
+        })?;
+        let outcome = outcome.ok_or_else(|| {
+            SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
+        })?;
+        buf.truncate(outcome.total);
+        Ok((buf, outcome.attr.map(|a| self.attr_from_all(&a))))
+    }
 }
 
+/// The result of a scoped query thread (a panic in it is an error, not ours).
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, smb::Result<T>>) -> smb::Result<T> {
+    h.join()
+        .unwrap_or(Err(smb::Error::Other("query thread panicked")))
+}
 /// FILETIME (100 ns since 1601) to Unix time.
 fn unix_time(t: &FileTime) -> Timestamp {
     const EPOCH_DIFF_SECS: i64 = 11_644_473_600;
@@ -505,37 +642,19 @@ fn status_of(e: &smb::Error) -> Option<u32> {
     }
 }
 
-/// Errors that mean the server is gone, silent, or the link to it was shut.
-fn is_unreachable(e: &smb::Error) -> bool {
-    matches!(
-        e,
-        smb::Error::IoError(_)
-            | smb::Error::ConnectionStopped
-            | smb::Error::TransportError(_)
-            | smb::Error::OperationTimeout(..)
-            | smb::Error::ChannelRecvError(_)
-            // What the crate returns once its worker threads are stopped.
-            | smb::Error::MessageProcessingError(_)
-    )
-}
-
-/// Drops a session on a thread of its own: a polite tree disconnect and logoff on a
-/// link that has not noticed its server died would wait for the timeout twice.
-fn drop_in_background(link: Arc<Link>) {
-    if link.broken.load(Ordering::SeqCst) {
-        drop(link);
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("smb-logoff".into())
-        .spawn(move || drop(link));
-}
-
-impl Drop for SmbSource {
+impl Drop for Shared {
     fn drop(&mut self) {
-        let slot = self.link.get_mut().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = slot.take() {
-            drop_in_background(l);
+        for slot in self.links.iter() {
+            // A slot still locked is being connected in the background: that thread
+            // holds the slots and drops its session when it ends.
+            let mut slot = match slot.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            if let Some(l) = slot.take() {
+                drop_in_background(l);
+            }
         }
     }
 }
@@ -559,7 +678,8 @@ fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
     SourceError::new(kind, path, format!("{what}: {e}{status}"))
 }
 
-impl Source for SmbSource {
+
+impl Source for Shared {
     fn describe(&self) -> String {
         format!("smb://{}/{}", self.config.server(), self.config.share)
     }
@@ -577,6 +697,9 @@ impl Source for SmbSource {
     }
 
     fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        if let Some(r) = self.prefetch.take(path, |f| f.attr.take()) {
+            return r;
+        }
         let p = Self::win_path(path)?;
         let access = FileAccessMask::new().with_file_read_attributes(true);
         let info = self.call(path, "stat", |l| {
@@ -588,6 +711,9 @@ impl Source for SmbSource {
         Ok(self.attr_from_all(&info))
     }
 
+    /// Lists the directory; on the same handle and meanwhile, its attributes, EAs and
+    /// security descriptor are asked for the stat and metadata calls that follow a
+    /// listing.
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
         let p = Self::win_path(path)?;
         let listed = self.call(path, "list", |l| {
@@ -598,58 +724,45 @@ impl Source for SmbSource {
                     return Ok(None);
                 }
             };
-            let mut out = Vec::new();
-            let mut failure = None;
-            match l.check(dir.query::<FileIdBothDirectoryInformation>("*")) {
-                Ok(iter) => {
-                    for item in iter {
-                        match l.check(item) {
-                            Ok(e) => {
-                                let name = e.file_name.to_string();
-                                if name == "." || name == ".." {
-                                    continue;
-                                }
-                                let is_dir = e.file_attributes.directory();
-                                let attr = self.make_attr(
-                                    is_dir,
-                                    e.file_attributes,
-                                    e.end_of_file,
-                                    1,
-                                    e.file_id,
-                                    [
-                                        &e.last_access_time,
-                                        &e.last_write_time,
-                                        &e.change_time,
-                                        &e.creation_time,
-                                    ],
-                                );
-                                out.push(SourceEntry {
-                                    name: name.into_bytes(),
-                                    attr,
-                                });
-                            }
-                            Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
-                            Err(e) => {
-                                failure = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                }
-                Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => {}
-                Err(e) => failure = Some(e),
-            }
-            let _ = l.check(dir.close());
-            match failure {
-                Some(e) => Err(("query directory".into(), e)),
-                None => Ok(Some(out)),
-            }
+            let h: &smb::ResourceHandle = &dir;
+            let (listing, all, eas, sd) = std::thread::scope(|s| {
+                let all = s.spawn(|| l.check(h.query_info::<FileAllInformation>()));
+                let eas = s.spawn(|| l.check(query_eas(h)));
+                let sd = s.spawn(|| l.check(h.query_security_info(Self::sd_info())));
+                let listing = self.list_entries(l, &dir);
+                (listing, join(all), join(eas), join(sd))
+            });
+            l.close(Resource::Directory(dir));
+            listing.map(|out| Some((out, all, eas, sd)))
         })?;
-        listed.ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))
+        let (entries, all, eas, sd) = listed
+            .ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))?;
+        self.prefetch.put(
+            path,
+            Fetched {
+                attr: Some(
+                    all.map(|i| self.attr_from_all(&i))
+                        .map_err(|e| self.error(path, "query info", &e)),
+                ),
+                xattrs: Some(self.eas_result(path, eas)),
+                acl: Some(self.acl_result(path, sd)),
+                streams: Some(Ok(Vec::new())),
+            },
+        );
+        Ok(entries)
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        self.read_named(path, "", offset, len)
+        Ok(self.read_range(path, "", offset, len, false)?.0)
+    }
+
+    fn read_with_attr(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        self.read_range(path, "", offset, len, true)
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
@@ -661,103 +774,65 @@ impl Source for SmbSource {
     }
 
     fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let p = Self::win_path(path)?;
-        let res = self.call(path, "query EAs", |l| {
-            let r = l.open(&self.share, &p, Self::read_access())?;
-            let res = l.check(r.as_handle_query_eas());
-            l.close(r);
-            match res {
-                Ok(eas) => Ok(eas),
-                Err(e)
-                    if matches!(
-                        status_of(&e),
-                        Some(
-                            STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED
-                        )
-                    ) =>
-                {
-                    Ok(Vec::new())
-                }
-                Err(e) => Err((String::new(), e)),
-            }
-        })?;
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = res
-            .into_iter()
-            .map(|(name, value)| {
-                let mut n = b"user.".to_vec();
-                n.extend_from_slice(&name);
-                (n, value)
-            })
-            .collect();
-        out.sort();
-        Ok(out)
+        self.metadata(
+            path,
+            |f| f.xattrs.take(),
+            || {
+                let p = Self::win_path(path)?;
+                let r = self.call(path, "query EAs", |l| {
+                    let r = l.open(&self.share, &p, Self::read_access())?;
+                    let res = l.check(r.as_handle_query_eas());
+                    l.close(r);
+                    Ok(res)
+                })?;
+                self.eas_result(path, r)
+            },
+        )
     }
 
     fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
-        let p = Self::win_path(path)?;
-        let info = AdditionalInfo::new()
-            .with_owner_security_information(true)
-            .with_group_security_information(true)
-            .with_dacl_security_information(true);
-        let sd = self.call(path, "query security", |l| {
-            let r = l.open(
-                &self.share,
-                &p,
-                FileAccessMask::new().with_read_control(true),
-            )?;
-            let sd = l.check(r.as_handle_security(info));
-            l.close(r);
-            sd.map_err(|e| (String::new(), e))
-        })?;
-        let mut bytes = std::io::Cursor::new(Vec::new());
-        sd.write_le(&mut bytes).map_err(|e| {
-            SourceError::new(
-                SourceErrorKind::Io,
-                path,
-                format!("encode security descriptor: {e}"),
-            )
-        })?;
-        Ok(SourceAcl {
-            nt_security_descriptor: Some(bytes.into_inner()),
-            owner_sid: sd.owner_sid.as_ref().map(|s| s.to_string()),
-            group_sid: sd.group_sid.as_ref().map(|s| s.to_string()),
-            ..SourceAcl::default()
-        })
+        self.metadata(
+            path,
+            |f| f.acl.take(),
+            || {
+                let p = Self::win_path(path)?;
+                let r = self.call(path, "query security", |l| {
+                    let r = l.open(
+                        &self.share,
+                        &p,
+                        FileAccessMask::new().with_read_control(true),
+                    )?;
+                    let sd = l.check(r.handle().query_security_info(Self::sd_info()));
+                    l.close(r);
+                    Ok(sd)
+                })?;
+                self.acl_result(path, r)
+            },
+        )
     }
 
     fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        let p = Self::win_path(path)?;
-        let info = self.call(path, "query streams", |l| {
-            let r = l.open(&self.share, &p, Self::read_access())?;
-            if r.is_dir() {
-                l.close(r);
-                return Ok(None);
-            }
-            let info = l.check(r.as_handle_query_streams());
-            l.close(r);
-            match info {
-                Ok(i) => Ok(Some(i)),
-                Err(e) if matches!(status_of(&e), Some(STATUS_NOT_SUPPORTED)) => Ok(None),
-                Err(e) => Err((String::new(), e)),
-            }
-        })?;
-        let mut out = Vec::new();
-        for s in info.iter().flat_map(|i| i.iter()) {
-            let full = s.stream_name.to_string();
-            // ":name:$DATA"; the unnamed main stream is "::$DATA".
-            let name = full
-                .strip_prefix(':')
-                .and_then(|n| n.strip_suffix(":$DATA"))
-                .unwrap_or(&full);
-            if !name.is_empty() {
-                out.push(SourceStream {
-                    name: name.to_string(),
-                    size: s.stream_size,
-                });
-            }
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        self.metadata(
+            path,
+            |f| f.streams.take(),
+            || {
+                let p = Self::win_path(path)?;
+                let r = self.call(path, "query streams", |l| {
+                    let r = l.open(&self.share, &p, Self::read_access())?;
+                    if r.is_dir() {
+                        l.close(r);
+                        return Ok(None);
+                    }
+                    let info = l.check(r.as_handle_query_streams());
+                    l.close(r);
+                    Ok(Some(info))
+                })?;
+                match r {
+                    Some(r) => self.streams_result(path, r),
+                    None => Ok(Vec::new()),
+                }
+            },
+        )
     }
 
     fn read_stream(
@@ -774,131 +849,103 @@ impl Source for SmbSource {
                 format!("bad stream name {stream:?}"),
             ));
         }
-        self.read_named(path, &format!(":{stream}"), offset, len)
+        Ok(self
+            .read_range(path, &format!(":{stream}"), offset, len, false)?
+            .0)
     }
 }
 
-impl SmbSource {
-    /// Reads `len` bytes from `offset` of the main stream (`suffix` = "") or a named
-    /// stream (`suffix` = ":name"), with up to `parallel_reads` READs in flight.
-    fn read_named(
+/// Every call goes to the shared state; a listing also queues its files for prefetch.
+impl Source for SmbSource {
+    fn describe(&self) -> String {
+        self.shared.describe()
+    }
+    fn features(&self) -> SourceFeatures {
+        self.shared.features()
+    }
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        self.shared.stat(path)
+    }
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        let entries = self.shared.read_dir(path)?;
+        self.prefetch_listed(path, &entries);
+        Ok(entries)
+    }
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.shared.read(path, offset, len)
+    }
+    fn read_with_attr(
         &self,
         path: &SourcePath,
-        suffix: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        self.shared.read_with_attr(path, offset, len)
+    }
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.shared.read_link(path)
+    }
+    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.shared.xattrs(path)
+    }
+    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
+        self.shared.acl(path)
+    }
+    fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        self.shared.streams(path)
+    }
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        stream: &str,
         offset: u64,
         len: usize,
     ) -> SourceResult<Vec<u8>> {
-        let p = format!("{}{suffix}", Self::win_path(path)?);
-        let piece = self.config.read_size.min(SMB_CREDIT_BYTES);
-        let parallel = self.config.parallel_reads;
-        let mut buf = vec![0u8; len];
-        let total = self.call(path, "read", |l| {
-            let file = match l.open(&self.share, &p, Self::read_access())? {
-                Resource::File(f) => f,
-                other => {
-                    l.close(other);
-                    return Ok(None);
-                }
-            };
-            let result = read_pieces(l, &file, &mut buf, offset, piece, parallel);
-            l.close(Resource::File(file));
-            result.map(Some).map_err(|e| (String::new(), e))
-        })?;
-        let total = total.ok_or_else(|| {
-            SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
-        })?;
-        buf.truncate(total);
-        Ok(buf)
+        self.shared.read_stream(path, stream, offset, len)
     }
 }
 
-/// `File::read_block` (smb 0.12) turns every error into an `io::Error` holding only the
-/// message; this recovers whether the server is unreachable from that message.
-fn read_error(e: std::io::Error) -> smb::Error {
-    const GONE: [&str; 6] = [
-        "Operation timed out",
-        "Client connection is stopped",
-        "Transport error",
-        "IO Error",
-        "Message processing failed",
-        "Channel recv error",
-    ];
-    let msg = e.to_string();
-    if e.kind() != std::io::ErrorKind::InvalidData && GONE.iter().any(|g| msg.starts_with(g)) {
-        smb::Error::IoError(e)
-    } else {
-        smb::Error::InvalidMessage(msg)
-    }
-}
-
-/// Fills `buf` from `offset` of `file` in `piece`-sized READs, `parallel` at a time;
-/// returns the bytes read (short at end of file).
-fn read_pieces(
-    l: &Link,
-    file: &smb::File,
-    buf: &mut [u8],
-    offset: u64,
-    piece: usize,
-    parallel: usize,
-) -> smb::Result<usize> {
-    std::thread::scope(|s| {
-        let mut chunks: Vec<(u64, &mut [u8])> = buf
-            .chunks_mut(piece)
-            .enumerate()
-            .map(|(i, c)| (offset + (i * piece) as u64, c))
-            .collect();
-        let mut total = 0usize;
-        // Waves of `parallel` concurrent READs; stop at the first short piece (EOF).
-        while !chunks.is_empty() {
-            let take = chunks.len().min(parallel);
-            let wave: Vec<(u64, &mut [u8])> = chunks.drain(..take).collect();
-            let handles: Vec<_> = wave
-                .into_iter()
-                .map(|(off, chunk)| {
-                    s.spawn(move || -> smb::Result<(usize, usize)> {
-                        let want = chunk.len();
-                        let mut got = 0;
-                        while got < want {
-                            let n = l.check(
-                                file.read_block(&mut chunk[got..], off + got as u64, None, false)
-                                    .map_err(read_error),
-                            )?;
-                            if n == 0 {
-                                break;
-                            }
-                            got += n;
-                        }
-                        Ok((got, want))
-                    })
-                })
-                .collect();
-            let mut short = false;
-            let mut failure = None;
-            for h in handles {
-                match h.join() {
-                    Ok(Ok((got, want))) => {
-                        if !short {
-                            total += got;
-                        }
-                        short |= got < want;
+impl Shared {
+    /// Every entry of an open directory, without `.` and `..`.
+    fn list_entries(&self, l: &Link, dir: &smb::Directory) -> Result<Vec<SourceEntry>, Failure> {
+        let mut out = Vec::new();
+        let iter = match l.check(dir.query::<FileIdBothDirectoryInformation>("*")) {
+            Ok(iter) => iter,
+            Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => return Ok(out),
+            Err(e) => return Err(("query directory".into(), e)),
+        };
+        for item in iter {
+            match l.check(item) {
+                Ok(e) => {
+                    let name = e.file_name.to_string();
+                    if name == "." || name == ".." {
+                        continue;
                     }
-                    Ok(Err(e)) => {
-                        failure.get_or_insert(e);
-                    }
-                    Err(_) => {
-                        failure.get_or_insert(smb::Error::Other("read thread panicked"));
-                    }
+                    let is_dir = e.file_attributes.directory();
+                    let attr = self.make_attr(
+                        is_dir,
+                        e.file_attributes,
+                        e.end_of_file,
+                        1,
+                        e.file_id,
+                        [
+                            &e.last_access_time,
+                            &e.last_write_time,
+                            &e.change_time,
+                            &e.creation_time,
+                        ],
+                    );
+                    out.push(SourceEntry {
+                        name: name.into_bytes(),
+                        attr,
+                    });
                 }
-            }
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            if short {
-                break;
+                Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
+                Err(e) => return Err(("query directory".into(), e)),
             }
         }
-        Ok(total)
-    })
+        Ok(out)
+    }
 }
 
 /// Small helpers over `Resource`, which wraps files and directories alike.
@@ -914,15 +961,17 @@ trait ResourceExt {
         self.handle().query_info::<FileStreamInformation>()
     }
     fn as_handle_query_eas(&self) -> smb::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let eas = self.handle().query_full_ea_info(Vec::new())?;
-        Ok(eas
-            .iter()
-            .map(|e| (e.ea_name.to_string().into_bytes(), e.ea_value.clone()))
-            .collect())
+        query_eas(self.handle())
     }
-    fn as_handle_security(&self, info: AdditionalInfo) -> smb::Result<smb::SecurityDescriptor> {
-        self.handle().query_security_info(info)
-    }
+}
+
+/// A handle's EAs as (name, value) pairs.
+fn query_eas(h: &smb::ResourceHandle) -> smb::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let eas = h.query_full_ea_info(Vec::new())?;
+    Ok(eas
+        .iter()
+        .map(|e| (e.ea_name.to_string().into_bytes(), e.ea_value.clone()))
+        .collect())
 }
 
 impl ResourceExt for Resource {

@@ -30,6 +30,12 @@ fn backing_flags(flags: i32) -> i32 {
     acc | (flags & keep)
 }
 
+thread_local! {
+    /// Stub rows of a [`Store::stub_batch`] under way on this thread.
+    static STUB_ROWS: std::cell::RefCell<Option<Vec<(Ino, bool, Vec<(u64, u64)>)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// How an open is served by the kernel.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum IoMode {
@@ -653,6 +659,13 @@ impl Store {
     }
 
     /// fsync / fdatasync.
+    ///
+    /// During a migration the file's stub state is part of what must survive: its missing
+    /// ranges live in the database, committed without fsync (`synchronous=NORMAL`), so
+    /// after a power loss an older row could come back and a later fetch would overwrite
+    /// bytes the client wrote and synced. So once the data is on disk (fetched units
+    /// included: they are the same inode), the file's current missing ranges are written
+    /// and made durable, and the filler syncs its own state, before fsync returns.
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let h = self.handle_or_badf(fh)?;
         let f = h.file();
@@ -660,6 +673,46 @@ impl Store {
             f.sync_data()?
         } else {
             f.sync_all()?
+        }
+        if let Some(filler) = self.stub_filler() {
+            let st = &h.state;
+            // Serialised with fills of this file, so the row written is not older than
+            // one a fill commits meanwhile.
+            let _fill = st.fill.lock().unwrap_or_else(|e| e.into_inner());
+            let missing = st
+                .stub
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|s| s.missing.clone())
+                .unwrap_or_default();
+            self.stub_state_durable(st.ino, &missing)?;
+            filler.sync_state(self, st.ino)?;
+        }
+        Ok(())
+    }
+
+    /// Writes file `ino`'s stub row (`missing` empty: no row) and makes it and every
+    /// earlier commit durable: a checkpoint of the WAL into the main database file, which
+    /// SQLite fsyncs (WAL before, database after). Should the checkpoint not complete
+    /// (a reader in the way), the WAL itself is fsynced instead.
+    fn stub_state_durable(&self, ino: Ino, missing: &[(u64, u64)]) -> FsResult<()> {
+        let db = self.db();
+        db.set_stub(ino, false, missing)?;
+        let busy: i64 = db
+            .conn
+            .query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get(0))
+            .map_err(|e| {
+                tracing::error!("checkpoint of the store database: {e}");
+                FsError::IO
+            })?;
+        if busy != 0 {
+            let wal = self.cfg.state_dir.join("kaiso.db-wal");
+            match File::open(&wal) {
+                Ok(w) => w.sync_data()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }
@@ -866,12 +919,17 @@ impl Store {
                             missing: vec![(0, size)],
                         });
                     }
-                    self.db().set_stub(ino, false, &[(0, size)])?;
                 }
                 let p = ns
                     .file_path(ino)
                     .map(|p| self.tiers[tier as usize].path(&p));
+                // The row is written with the namespace unlocked (other listings go on
+                // meanwhile) and before this call returns (before the filler marks the
+                // parent listed).
                 drop(ns);
+                if kind == FileKind::File && size > 0 {
+                    self.put_stub_row(ino, false, vec![(0, size)])?;
+                }
                 if let Some(p) = p {
                     util::lutimens(&p, util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
                 }
@@ -880,7 +938,7 @@ impl Store {
         };
         if e.kind == FileKind::Dir {
             if e.unlisted {
-                self.db().set_stub(ino, true, &[])?;
+                self.put_stub_row(ino, true, Vec::new())?;
             }
             let p = self.ns().dir_path(ino).map(|p| p.to_path_buf());
             if let Some(p) = p {
@@ -894,6 +952,64 @@ impl Store {
             }
         }
         Ok(ino)
+    }
+
+    /// Runs `f` (which creates entries with [`Store::stub_create`]) with the stub rows
+    /// those creations write collected on this thread and committed in one transaction
+    /// when `f` returns, instead of one commit each: a listing's entries cost one commit.
+    /// The rows are committed whether `f` succeeds or not (its entries exist either way),
+    /// before this returns, so a filler marks the directory listed only after them. An
+    /// entry created without its row (a crash inside `f`) looks complete to the store;
+    /// its directory is still unlisted then and is listed again, and the filler marks
+    /// such an entry a stub again. Nested calls join the outer batch.
+    pub fn stub_batch<T>(&self, f: impl FnOnce() -> FsResult<T>) -> FsResult<T> {
+        let outer = STUB_ROWS.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.is_some() {
+                true
+            } else {
+                *b = Some(Vec::new());
+                false
+            }
+        });
+        if outer {
+            return f();
+        }
+        let r = f();
+        let rows = STUB_ROWS.with(|b| b.borrow_mut().take()).unwrap_or_default();
+        let committed = self.commit_stub_rows(&rows);
+        let v = r?;
+        committed?;
+        Ok(v)
+    }
+
+    /// Writes one stub row now, or queues it when this thread is in a [`Store::stub_batch`].
+    fn put_stub_row(&self, ino: Ino, unlisted: bool, missing: Vec<(u64, u64)>) -> FsResult<()> {
+        let row = (ino, unlisted, missing);
+        let queued = STUB_ROWS.with(|b| match b.borrow_mut().as_mut() {
+            Some(rows) => {
+                rows.push(row.clone());
+                true
+            }
+            None => false,
+        });
+        if !queued {
+            self.db().set_stub(row.0, row.1, &row.2)?;
+        }
+        Ok(())
+    }
+
+    fn commit_stub_rows(&self, rows: &[(Ino, bool, Vec<(u64, u64)>)]) -> FsResult<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let db = self.db();
+        let tx = db.conn.unchecked_transaction()?;
+        for (ino, unlisted, missing) in rows {
+            db.set_stub(*ino, *unlisted, missing)?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Write fetched bytes into a stub file and mark them present; never calls the filler.

@@ -110,6 +110,9 @@ impl Store {
 
     /// Attributes of an inode (index lock held).
     pub(crate) fn attr_locked(&self, ns: &mut Namespace, ino: Ino) -> FsResult<FileAttr> {
+        if let Some(st) = ns.take_fresh_stat(ino) {
+            return Ok(Self::attr_of(ino, &st));
+        }
         if let Some(d) = ns.dirs.get(&ino) {
             let (_, st) = self.dir_stat(&d.path)?;
             return Ok(Self::attr_of(ino, &st));
@@ -402,6 +405,8 @@ impl Store {
             }
             let ino = self.assign_file_ino(ns, tier, st.st_ino)?;
             let kind = FileKind::from_mode(st.st_mode);
+            // The caller replies with the attributes under this same lock hold.
+            ns.fresh_stat = Some((ino, st));
             ns.add_file_name(ino, parent, name, || FileNode {
                 kind,
                 tier,

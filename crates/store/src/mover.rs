@@ -130,8 +130,9 @@ const EMULATED_MAX_YIELD: Duration = Duration::from_millis(250);
 enum Pace {
     /// At most `max_rate`, pausing while foreground I/O keeps a tier busy (policy moves);
     /// on an emulated device each request also yields to foreground requests. `relief`:
-    /// the move takes load off its busy source (spike relief), so only the destination's
-    /// load holds it back.
+    /// the move takes load off the slower tier (a promotion, spike relief, or the eviction
+    /// that makes room for a promotion), so only the faster tier's load holds it back; the
+    /// planner already paces it by both tiers' load.
     Background { relief: bool },
     /// At most `max_rate` (operator moves, spills).
     Rate,
@@ -217,6 +218,16 @@ impl Pacer {
     }
 }
 
+/// Moves that take load off the slower of their two tiers: a busy slower tier must not
+/// hold them back (it would starve the very moves that unload it; on an emulated device
+/// their requests still yield to foreground ones).
+fn relieves_slower_tier(r: MoveReason) -> bool {
+    matches!(
+        r,
+        MoveReason::Spike | MoveReason::Promote | MoveReason::Prefetch | MoveReason::Evict
+    )
+}
+
 fn parent_of(p: &Path) -> PathBuf {
     p.parent().map(|p| p.to_path_buf()).unwrap_or_default()
 }
@@ -272,7 +283,12 @@ impl Store {
             let mut pos = s;
             while pos < e {
                 if let Pace::Background { relief } = pace {
-                    self.wait_not_busy(if relief { to } else { from }, to);
+                    if relief {
+                        let faster = from.min(to);
+                        self.wait_not_busy(faster, faster);
+                    } else {
+                        self.wait_not_busy(from, to);
+                    }
                 }
                 let want = ((e - pos) as usize).min(buf.len());
                 let n = util::pread_full(src, &mut buf[..want], pos)?;
@@ -555,7 +571,7 @@ impl Store {
             let pace = match (last, background) {
                 (true, _) => Pace::Unpaced,
                 (false, Some(r)) => Pace::Background {
-                    relief: r == MoveReason::Spike,
+                    relief: relieves_slower_tier(r),
                 },
                 (false, None) => Pace::Rate,
             };
@@ -983,6 +999,48 @@ mod tests {
                 .all(|(i, b)| *b == (i * 7 % 251) as u8)
         );
         s.shutdown();
+    }
+
+    /// A promotion out of an HDD kept busy by a user is not held back by that load (it
+    /// unloads the HDD); a demotion onto it is.
+    #[test]
+    fn a_busy_slow_tier_holds_back_demotions_but_not_promotions() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::time::{Duration, Instant};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (s, ino) = store_with_hdd(dir.path(), 1 << 20);
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let user = {
+            let (s, stop) = (s.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let hdd = s.tiers[1].emu.as_ref().expect("emulated");
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Random 64 KiB reads of another file, back to back.
+                    hdd.io(999, (k * 7919 % 1000) << 20, 64 << 10, false);
+                    k += 1;
+                }
+            })
+        };
+        // Let the user's load show in the HDD's utilisation sample.
+        std::thread::sleep(Duration::from_millis(300));
+        s.tiers[1].sample_busy();
+        assert!(s.tiers[1].busy() > 0.9, "{}", s.tiers[1].busy());
+        let t = Instant::now();
+        s.move_file_inner(ino, 0, "test", Some(MoveReason::Promote))
+            .expect("promote");
+        let promote = t.elapsed();
+        let t = Instant::now();
+        s.move_file_inner(ino, 1, "test", Some(MoveReason::DemoteOverWatermark))
+            .expect("demote");
+        let demote = t.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        user.join().expect("user thread");
+        s.shutdown();
+        // The promotion's 4 requests each yield to the user for at most 250 ms; the
+        // demotion also waits up to 2 s for the HDD's utilisation to fall first.
+        assert!(promote < Duration::from_millis(1800), "promotion took {promote:?}");
+        assert!(demote >= Duration::from_millis(1900), "demotion took {demote:?}");
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub(crate) struct Namespace {
     pub next_ino_dirty: bool,
     /// Names just probed missing on every tier (see [`RecentMisses`]).
     pub recent_misses: RecentMisses,
+    /// The backing stat of the entry just created (see [`Namespace::take_fresh_stat`]).
+    pub fresh_stat: Option<(Ino, libc::stat)>,
 }
 
 /// Names a lookup just probed missing on every tier, so the create that follows it (the
@@ -126,7 +128,18 @@ impl Namespace {
             next_ino: next_ino.max(2),
             next_ino_dirty: false,
             recent_misses: RecentMisses::default(),
+            fresh_stat: None,
         }
+    }
+
+    /// The stat a create just took of its new entry, if `ino` is that entry. A create
+    /// stats what it made (for the inode number) and then replies with the attributes,
+    /// all under one hold of the namespace lock: the reply can use that stat instead of
+    /// asking the tier again. Taken once; any other inode's lookup clears it.
+    pub fn take_fresh_stat(&mut self, ino: Ino) -> Option<libc::stat> {
+        self.fresh_stat
+            .take()
+            .and_then(|(i, st)| (i == ino).then_some(st))
     }
 
     pub fn alloc_ino(&mut self) -> Ino {

@@ -46,6 +46,12 @@ pub trait StubFiller: Send + Sync {
     /// may still exist (other hard links, open handles). Called after the removal with no
     /// store lock held, so the filler can keep its remaining-stub counter right.
     fn removed(&self, _store: &crate::Store, _ino: Ino) {}
+    /// A client fsynced file `ino`: make the filler's own state of it durable before the
+    /// fsync returns (the store has already made the data and its missing ranges
+    /// durable). Default: nothing to sync.
+    fn sync_state(&self, _store: &crate::Store, _ino: Ino) -> FsResult<()> {
+        Ok(())
+    }
     /// A client moved `ino` (`is_dir`: a directory) to another name or directory. Stub
     /// state is keyed by inode, so nothing has to be rewritten; a crawler uses this to
     /// visit an object moved from a part of the tree it has not reached into one it has.

@@ -94,6 +94,11 @@ pub struct Args {
     /// Emulated device of the slow tier (kaiso device spec kind).
     #[arg(long, default_value = "hdd")]
     pub slow_device: String,
+    /// Flash write budget of the tiered store's fast tier in drive writes per day (the
+    /// policy's `promote_dwpd`). At the default 1.0 a 16 MiB stand-in tier may take only
+    /// 16 MiB of promotions a day: one fill and no correction.
+    #[arg(long, default_value_t = 100.0)]
+    pub tier_promote_dwpd: f64,
     /// Seed of the workload generators.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -236,6 +241,11 @@ struct Mounted {
 }
 
 impl Mounted {
+    /// Process id of the daemon (its CPU time is counted in the metadata test).
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn start(name: &'static str, mut cmd: Command, path: &Path, log: &Path) -> Result<Mounted> {
         let logf = fs::File::create(log)?;
         let child = cmd
@@ -343,6 +353,9 @@ struct Figures {
     create_per_s: f64,
     stat_per_s: f64,
     unlink_per_s: f64,
+    /// CPU µs per create, stat, unlink: the caller's and the daemon's (all its threads).
+    /// The machine's load moves it much less than the rates.
+    meta_cpu_us: [f64; 3],
 }
 
 impl Figures {
@@ -365,6 +378,7 @@ impl Figures {
             create_per_s: v[3],
             stat_per_s: v[4],
             unlink_per_s: v[5],
+            meta_cpu_us: [0.0; 3],
         }
     }
 
@@ -372,15 +386,22 @@ impl Figures {
     fn median(rounds: &[Figures]) -> Figures {
         let mut out = [0.0; 6];
         for (i, o) in out.iter_mut().enumerate() {
-            let mut v: Vec<f64> = rounds.iter().map(|f| f.values()[i]).collect();
-            v.sort_by(|a, b| a.total_cmp(b));
-            *o = match v.len() {
-                0 => 0.0,
-                n if n % 2 == 1 => v[n / 2],
-                n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-            };
+            *o = median_of(rounds.iter().map(|f| f.values()[i]).collect());
         }
-        Figures::from_values(out)
+        let mut f = Figures::from_values(out);
+        for (i, c) in f.meta_cpu_us.iter_mut().enumerate() {
+            *c = median_of(rounds.iter().map(|f| f.meta_cpu_us[i]).collect());
+        }
+        f
+    }
+}
+
+fn median_of(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -506,12 +527,13 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     // Mounts and file systems live until the end; dropped in reverse order (mounts first).
     let mut fresh: Vec<FreshFs> = Vec::new();
     let mut mounts: Vec<Mounted> = Vec::new();
-    let mut targets: Vec<(&str, PathBuf)> = Vec::new();
+    // (name, directory, daemon serving it)
+    let mut targets: Vec<(&str, PathBuf, Option<u32>)> = Vec::new();
 
     let native_root = target_root(args, work, "native", size, files, &mut fresh)?;
     let native_dir = native_root.join("native");
     fs::create_dir_all(&native_dir)?;
-    targets.push(("native", native_dir));
+    targets.push(("native", native_dir, None));
 
     let kaiso_root = target_root(args, work, "kaiso", size, files, &mut fresh)?;
     let (t0, t1) = (kaiso_root.join("t0"), kaiso_root.join("t1"));
@@ -537,8 +559,8 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
     let dir = m.path.join("kaiso");
     fs::create_dir_all(&dir)?;
+    targets.push(("kaiso", dir, Some(m.pid())));
     mounts.push(m);
-    targets.push(("kaiso", dir));
 
     if !args.no_mergerfs {
         if Command::new("mergerfs").arg("--version").output().is_err() {
@@ -562,8 +584,8 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             let m = Mounted::start("mergerfs", cmd, &mnt, &work.root.join("mergerfs.log"))?;
             let dir = m.path.join("mergerfs");
             fs::create_dir_all(&dir)?;
+            targets.push(("mergerfs", dir, Some(m.pid())));
             mounts.push(m);
-            targets.push(("mergerfs", dir));
         }
     }
 
@@ -576,8 +598,10 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             "round {round} of {rounds} (load average {})",
             load_average()
         );
-        for (i, (name, dir)) in targets.iter().enumerate() {
-            per_target[i].push(measure_target(name, dir, size, runtime, files, args)?);
+        for (i, (name, dir, daemon)) in targets.iter().enumerate() {
+            per_target[i].push(measure_target(
+                name, dir, *daemon, size, runtime, files, args,
+            )?);
         }
     }
     drop(mounts);
@@ -586,7 +610,7 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     let rows: Vec<(&str, Figures)> = targets
         .iter()
         .zip(&per_target)
-        .map(|((name, _), r)| (*name, Figures::median(r)))
+        .map(|((name, _, _), r)| (*name, Figures::median(r)))
         .collect();
     let native = rows[0].1.clone();
     let mut t = String::new();
@@ -638,6 +662,17 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             r(f.unlink_per_s, native.unlink_per_s)
         )?;
     }
+    writeln!(
+        t,
+        "metadata CPU µs per operation (the caller's and the daemon's, all threads):"
+    )?;
+    for (name, f) in &rows {
+        let [c, s, u] = f.meta_cpu_us;
+        writeln!(
+            t,
+            "{name:<12} create {c:>6.1}  stat {s:>5.1}  unlink {u:>6.1}"
+        )?;
+    }
     println!("\n{t}");
     report.push_str(&t);
     Ok(())
@@ -663,9 +698,11 @@ fn free_bytes(p: &Path) -> Result<u64> {
     Ok(sv.f_bavail * sv.f_frsize)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn measure_target(
     name: &str,
     dir: &Path,
+    daemon: Option<u32>,
     size: u64,
     runtime: u64,
     files: u64,
@@ -685,11 +722,16 @@ fn measure_target(
     println!("   rand read 4K: {:.0} IOPS", f.rand_read_iops);
     let _ = fs::remove_file(&file);
     check_interrupt()?;
-    let (c, s, u) = metadata(&dir.join("meta"), files)?;
-    f.create_per_s = c;
-    f.stat_per_s = s;
-    f.unlink_per_s = u;
-    println!("   metadata: create {c:.0}/s, stat {s:.0}/s, unlink {u:.0}/s");
+    let [c, s, u] = metadata(&dir.join("meta"), files, daemon)?;
+    f.create_per_s = c.rate;
+    f.stat_per_s = s.rate;
+    f.unlink_per_s = u.rate;
+    f.meta_cpu_us = [c.cpu_us, s.cpu_us, u.cpu_us];
+    println!(
+        "   metadata: create {:.0}/s, stat {:.0}/s, unlink {:.0}/s; CPU µs per op \
+         {:.1} / {:.1} / {:.1}",
+        c.rate, s.rate, u.rate, c.cpu_us, s.cpu_us, u.cpu_us
+    );
     Ok(f)
 }
 
@@ -749,33 +791,78 @@ fn fio(
     })
 }
 
-/// Create, stat and unlink `n` empty files in `dir`; rates per second of each phase.
-fn metadata(dir: &Path, n: u64) -> Result<(f64, f64, f64)> {
+/// One phase of the metadata test.
+#[derive(Clone, Copy)]
+struct Phase {
+    /// Operations per second (wall clock).
+    rate: f64,
+    /// CPU µs per operation: this thread's and the daemon's (all its threads).
+    cpu_us: f64,
+}
+
+/// CPU time of the calling thread, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CPU time of every thread of process `pid` so far, in nanoseconds (the scheduler's run
+/// time of each thread, /proc/PID/task/*/schedstat).
+fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn timed_phase(
+    n: u64,
+    daemon: Option<u32>,
+    mut op: impl FnMut(usize) -> Result<()>,
+) -> Result<Phase> {
+    let cpu = || thread_cpu_ns() + daemon.map_or(0, process_cpu_ns);
+    let (t, c) = (Instant::now(), cpu());
+    for i in 0..n as usize {
+        op(i)?;
+        if i % 1024 == 0 {
+            check_interrupt()?;
+        }
+    }
+    let wall = t.elapsed().as_secs_f64();
+    Ok(Phase {
+        rate: n as f64 / wall,
+        cpu_us: cpu().saturating_sub(c) as f64 / 1e3 / n as f64,
+    })
+}
+
+/// Create, stat and unlink `n` empty files in `dir`, each phase timed; `daemon` is the
+/// process serving `dir` (its CPU time is counted with the caller's).
+fn metadata(dir: &Path, n: u64, daemon: Option<u32>) -> Result<[Phase; 3]> {
     fs::create_dir_all(dir)?;
     let names: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("f{i:07}"))).collect();
-    let t = Instant::now();
-    for (i, p) in names.iter().enumerate() {
-        fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
-        if i % 1024 == 0 {
-            check_interrupt()?;
-        }
-    }
-    let create = n as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    for p in &names {
-        fs::metadata(p).with_context(|| format!("stat {}", p.display()))?;
-    }
-    let stat = n as f64 / t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    for (i, p) in names.iter().enumerate() {
-        fs::remove_file(p).with_context(|| format!("unlink {}", p.display()))?;
-        if i % 1024 == 0 {
-            check_interrupt()?;
-        }
-    }
-    let unlink = n as f64 / t.elapsed().as_secs_f64();
+    let create = timed_phase(n, daemon, |i| {
+        fs::File::create(&names[i])
+            .map(drop)
+            .with_context(|| format!("create {}", names[i].display()))
+    })?;
+    let stat = timed_phase(n, daemon, |i| {
+        fs::metadata(&names[i])
+            .map(drop)
+            .with_context(|| format!("stat {}", names[i].display()))
+    })?;
+    let unlink = timed_phase(n, daemon, |i| {
+        fs::remove_file(&names[i]).with_context(|| format!("unlink {}", names[i].display()))
+    })?;
     let _ = fs::remove_dir(dir);
-    Ok((create, stat, unlink))
+    Ok([create, stat, unlink])
 }
 
 // ---------------------------------------------------------------------------------------

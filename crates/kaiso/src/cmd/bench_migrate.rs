@@ -61,9 +61,16 @@ pub struct Args {
     /// Divide Table 2.2's mean file sizes by this [default: 1, quick 4].
     #[arg(long)]
     pub size_div: Option<u64>,
-    /// Crawler threads (1 = the thesis's single crawler).
-    #[arg(long, default_value_t = 2)]
+    /// Crawler threads (1 = the thesis's single crawler). 8 measured fastest here (see
+    /// docs/reproduction/migration.md §3).
+    #[arg(long, default_value_t = 8)]
     pub workers: usize,
+    /// Source kinds to measure (nfs, smb, posix); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub sources: Vec<String>,
+    /// Table 2.2 datasets to generate and measure (a, b, c); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub datasets: Vec<String>,
     /// Files in the replayed access pattern [default: 1000, quick 200].
     #[arg(long)]
     pub replay_files: Option<usize>,
@@ -84,6 +91,8 @@ struct Setup {
     samba: Option<Samba>,
     /// The proxy in front of smbd.
     smb_proxy: Option<DelayProxy>,
+    /// Whether the POSIX (local) source is measured.
+    posix: bool,
 }
 
 impl Setup {
@@ -102,10 +111,9 @@ impl Setup {
         let mut c = NfsConfig::new("127.0.0.1", g.pseudo.clone());
         c.mount_port = Some(mp.port);
         c.nfs_port = Some(np.port);
+        c.subdir = Some(sub.to_string());
         let s = NfsSource::connect(c).map_err(|e| anyhow!("{e}"))?;
-        Ok(Box::new(
-            Subtree::new(Box::new(s), sub).map_err(|e| anyhow!("{e}"))?,
-        ))
+        Ok(Box::new(s))
     }
 
     /// A fresh SMB session through the delay proxy, rooted at `sub` of the share.
@@ -256,6 +264,18 @@ pub fn run(args: Args) -> Result<()> {
             bail!("--only: unknown part {p:?} (start, grid, total, response)");
         }
     }
+    for k in &args.sources {
+        if !["nfs", "smb", "posix"].contains(&k.as_str()) {
+            bail!("--sources: unknown source {k:?} (nfs, smb, posix)");
+        }
+    }
+    for d in &args.datasets {
+        if !TABLE_2_2.iter().any(|s| s.name == d.as_str()) {
+            bail!("--datasets: unknown dataset {d:?} (a, b, c)");
+        }
+    }
+    let source_wanted =
+        |k: &str| args.sources.is_empty() || args.sources.iter().any(|s| s == k);
     servers::install_signal_cleanup();
     if !(args.delay_ms >= 0.0 && args.delay_ms < 10_000.0) || args.workers == 0 {
         bail!("--delay-ms must be in [0, 10000) and --workers > 0");
@@ -275,6 +295,7 @@ pub fn run(args: Args) -> Result<()> {
         proxies: None,
         samba: None,
         smb_proxy: None,
+        posix: source_wanted("posix"),
     };
     let count_div = args
         .count_div
@@ -301,6 +322,9 @@ pub fn run(args: Args) -> Result<()> {
     let mut datasets = Vec::new();
     if want("total") || want("start") {
         for (i, shape) in TABLE_2_2.iter().enumerate() {
+            if !args.datasets.is_empty() && !args.datasets.iter().any(|d| d == shape.name) {
+                continue;
+            }
             let sc = shape.scaled(count_div, size_div);
             let sub = format!("table22_{}", sc.name);
             let g = dataset::generate(&s.src().join(&sub), &sc, 100 + i as u64)?;
@@ -322,23 +346,27 @@ pub fn run(args: Args) -> Result<()> {
         s.src().display()
     );
 
-    match Ganesha::start(&s.src()) {
-        Ok(g) => {
-            let up = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-            let mp = DelayProxy::start(up(g.mount_port), s.delay, s.rate)?;
-            let np = DelayProxy::start(up(g.nfs_port), s.delay, s.rate)?;
-            s.proxies = Some((mp, np));
-            s.ganesha = Some(g);
+    if source_wanted("nfs") {
+        match Ganesha::start(&s.src()) {
+            Ok(g) => {
+                let up = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+                let mp = DelayProxy::start(up(g.mount_port), s.delay, s.rate)?;
+                let np = DelayProxy::start(up(g.nfs_port), s.delay, s.rate)?;
+                s.proxies = Some((mp, np));
+                s.ganesha = Some(g);
+            }
+            Err(e) => println!("NFS rows skipped: {e:#}"),
         }
-        Err(e) => println!("NFS rows skipped: {e:#}"),
     }
-    match Samba::start(&s.src()) {
-        Ok(smb) => {
-            let up = SocketAddr::from(([127, 0, 0, 1], smb.port));
-            s.smb_proxy = Some(DelayProxy::start(up, s.delay, s.rate)?);
-            s.samba = Some(smb);
+    if source_wanted("smb") {
+        match Samba::start(&s.src()) {
+            Ok(smb) => {
+                let up = SocketAddr::from(([127, 0, 0, 1], smb.port));
+                s.smb_proxy = Some(DelayProxy::start(up, s.delay, s.rate)?);
+                s.samba = Some(smb);
+            }
+            Err(e) => println!("SMB rows skipped: {e:#}"),
         }
-        Err(e) => println!("SMB rows skipped: {e:#}"),
     }
     println!("network: {}", s.delay_note());
     let mut report = String::new();
@@ -382,7 +410,9 @@ fn kinds(s: &Setup) -> Vec<SrcKind> {
     if s.samba.is_some() {
         k.push(SrcKind::Smb);
     }
-    k.push(SrcKind::Posix);
+    if s.posix {
+        k.push(SrcKind::Posix);
+    }
     k
 }
 

@@ -52,9 +52,35 @@ pub struct KaisoConfig {
     /// resident's long-term heat is higher. Lets the fast tier follow a shifting working set.
     pub exchange_on_rate: bool,
     /// An object moved less than this many seconds ago is not moved again by heat (it may
-    /// still be drained if its tier is over its high watermark and nothing else can go).
+    /// still be drained if its tier is over its high watermark and nothing else can go, or
+    /// displaced by a much hotter candidate: `young_swap_ratio`).
     /// 10 minutes: longer than a plan period, so no ping-pong between consecutive plans.
     pub min_residency_secs: f64,
+    /// A resident moved less than `min_residency_secs` ago may still be displaced by a
+    /// candidate whose score is at least this many times its own, when the difference is
+    /// also clear of counting noise (`exchange_confidence`). 2.0: a fast tier filled early
+    /// on a few touches per object (a fresh mount, a warm-up) corrects its mistakes as soon
+    /// as the counts show them, instead of holding a wrong pick for `min_residency_secs`.
+    /// The evicted object cannot come back before `min_residency_secs` (it was just moved),
+    /// and the newcomer is itself displaced only by another twice as hot: no ping-pong.
+    /// 0 turns the rule off (young residents are never displaced).
+    pub young_swap_ratio: f64,
+    /// Noise guard of `young_swap_ratio`, in standard deviations of a touch count: the
+    /// candidate's decayed touches must exceed the resident's by at least this times
+    /// `sqrt(sum of both)` (both read as Poisson counts). 3.0: two objects of equal
+    /// popularity pass it about once in a thousand comparisons, while a true 2x difference
+    /// passes once both have ~20 touches.
+    pub exchange_confidence: f64,
+    /// Heat promotions fill free room of a faster tier up to its high watermark (true) or
+    /// only to its low watermark (false). true: the band between the watermarks holds hot
+    /// objects rather than staying empty for new files (which then go to the next tier
+    /// with room and earn their promotion). The band is filled only from a source tier at
+    /// most `pace_busy_start` busy: on a saturated HDD the copies cost its users more than
+    /// the band's lukewarm objects give back (filling it regardless cost 2 % of the iops of
+    /// `kaiso sim suite`'s files workload). After a drain of the tier (it went over its
+    /// high watermark) promotions fill only to the low watermark for `min_residency_secs`,
+    /// so a tier that grows by writes does not cycle between draining and refilling.
+    pub promote_to_high_watermark: bool,
     /// Flash write budget: promotions into a tier may write at most this many times that
     /// tier's capacity per day (drive writes per day). 1.0 matches common TLC endurance.
     pub promote_dwpd: f64,
@@ -78,6 +104,14 @@ pub struct KaisoConfig {
     /// decisions that will be stale by the time they run. An idle mover may always take
     /// one object, however large.
     pub max_in_flight_secs: f64,
+    /// Limit the moves queued by a plan to what the mover was observed to move in
+    /// `max_in_flight_secs`, when it moves less than half of `move_bytes_per_sec` (a mover
+    /// yielding to a busy emulated HDD does about 1 MiB/s). Off by default: it lets a plan
+    /// decide on fresher heat (in a policy-only replay of the tiering bench at Zipf s = 3
+    /// the fast tier then needed no correction at all), but in `kaiso sim suite` it cost
+    /// raised usr1's mean latency by half and cost proj4 12 % of its iops (and gained
+    /// 4-7 % on web2, proj2 and tpcxv).
+    pub queue_by_mover_rate: bool,
     /// A planned move not reported done within this many seconds is taken as dropped by the
     /// caller (its room is no longer reserved).
     pub in_flight_timeout_secs: f64,
@@ -132,12 +166,16 @@ impl Default for KaisoConfig {
             swap_ratio: 3.0,
             exchange_on_rate: true,
             min_residency_secs: 600.0,
+            young_swap_ratio: 2.0,
+            exchange_confidence: 3.0,
+            promote_to_high_watermark: true,
             promote_dwpd: 1.0,
             promote_bytes_per_day: 0,
             promote_burst_fraction: 1.0,
             move_bytes_per_sec: 128 << 20,
             max_plan_gap_secs: 60.0,
             max_in_flight_secs: 4.0,
+            queue_by_mover_rate: false,
             in_flight_timeout_secs: 120.0,
             pace_busy_start: 0.5,
             pace_busy_stop: 0.95,
@@ -202,6 +240,8 @@ impl KaisoConfig {
             ("episode_gap_secs", self.episode_gap_secs),
             ("promote_min_heat", self.promote_min_heat),
             ("min_residency_secs", self.min_residency_secs),
+            ("young_swap_ratio", self.young_swap_ratio),
+            ("exchange_confidence", self.exchange_confidence),
             ("promote_dwpd", self.promote_dwpd),
             ("spike_min_rate", self.spike_min_rate),
             ("max_plan_gap_secs", self.max_plan_gap_secs),
@@ -240,6 +280,12 @@ impl KaisoConfig {
             return Err(ConfigError(format!(
                 "spike_util_target ({}) must be below spike_util_high ({})",
                 self.spike_util_target, self.spike_util_high
+            )));
+        }
+        if self.young_swap_ratio > 0.0 && self.young_swap_ratio < 1.0 {
+            return Err(ConfigError(format!(
+                "young_swap_ratio must be 0 (off) or at least 1, got {}",
+                self.young_swap_ratio
             )));
         }
         if self.promote_burst_fraction <= 0.0 {

@@ -15,6 +15,7 @@ pub(crate) enum Decision {
     Promoted,
     Demoted,
     Evicted,
+    EvictedYoung,
     SpikePromoted,
     Prefetched,
     HeldBudget,
@@ -30,6 +31,10 @@ impl Decision {
             Decision::Demoted => "demoted: coldest on a tier over its high watermark",
             Decision::Evicted => {
                 "evicted: a candidate at least swap_ratio times hotter needed room"
+            }
+            Decision::EvictedYoung => {
+                "evicted inside min_residency: a candidate young_swap_ratio times hotter, \
+                 clear of counting noise, needed room"
             }
             Decision::SpikePromoted => "promoted for a load spike on its tier",
             Decision::Prefetched => "prefetched with a hot neighbour of its cache unit",

@@ -65,6 +65,19 @@ fn copy_touches(cfg: &super::KaisoConfig, size: u64) -> f64 {
     }
 }
 
+/// Whether a candidate scoring `cand` leads a resident scoring `resident` by more than
+/// `z` standard deviations of the difference of two Poisson touch counts (scores in
+/// touches of `touch_weight`).
+fn clear_of_noise(cand: f64, resident: f64, touch_weight: f64, z: f64) -> bool {
+    let unit = if touch_weight > 0.0 {
+        touch_weight
+    } else {
+        1.0
+    };
+    let (c, r) = (cand.max(0.0) / unit, resident.max(0.0) / unit);
+    c - r > z * (c + r).sqrt()
+}
+
 /// Residents an exchange looks past (not cold enough) before giving up.
 const EXCHANGE_SCAN: usize = 32;
 
@@ -111,6 +124,8 @@ pub(super) struct Planner<'a> {
     /// This pass's byte budget: `max_bytes`, capped by `move_bytes_per_sec` over the time
     /// since the previous plan.
     max_bytes: u64,
+    /// Bytes the mover's queue may take in this pass ([`KaisoPolicy::slow_mover_cap`]).
+    queue_room: u64,
     used: Vec<u64>,
     spent: u64,
     cands: Vec<Cand>,
@@ -133,7 +148,9 @@ impl<'a> Planner<'a> {
         let mut used: Vec<u64> = tiers.iter().map(|t| t.used).collect();
         let in_flight = policy.reserve_in_flight(now, &mut used);
         let tokens = policy.refill_move_tokens(now);
-        let queue_full = in_flight > 0 && in_flight >= policy.in_flight_limit();
+        let slow_cap = policy.slow_mover_cap();
+        let queue_full = in_flight > 0
+            && (in_flight >= policy.in_flight_limit() || slow_cap.is_some_and(|c| in_flight >= c));
         if tiers.len() < 2 || max_bytes == 0 || tokens == 0 || queue_full {
             return Vec::new();
         }
@@ -169,6 +186,13 @@ impl<'a> Planner<'a> {
         if max_bytes == 0 {
             return Vec::new();
         }
+        // A slow mover's queue holds what it does in max_in_flight_secs (an idle one still
+        // takes the largest object), whatever the pacing allows.
+        let queue_room = match slow_cap {
+            Some(c) if in_flight == 0 => c.max(largest),
+            Some(c) => c.saturating_sub(in_flight),
+            None => u64::MAX,
+        };
         // Id order first: every later sort is stable, so ties always break by id.
         cands.sort_unstable_by_key(|c| c.id);
         policy.pool_unit_heat(&mut cands);
@@ -178,6 +202,7 @@ impl<'a> Planner<'a> {
             now,
             tiers,
             max_bytes,
+            queue_room,
             used,
             spent: 0,
             cands,
@@ -204,7 +229,7 @@ impl<'a> Planner<'a> {
     }
 
     fn fits_budget(&self, bytes: u64, pace: f64) -> bool {
-        self.spent.saturating_add(bytes) <= self.allowance(pace)
+        self.spent.saturating_add(bytes) <= self.allowance(pace).min(self.queue_room)
     }
 
     /// Takes tier `t`'s list of objects at the start of the pass, coldest first, recently
@@ -310,6 +335,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 self.commit(i, d, MoveReason::DemoteOverWatermark, Decision::Demoted);
+                self.policy.note_drained(t, self.now);
             }
             self.put_cold(t, cold);
         }
@@ -381,8 +407,9 @@ impl<'a> Planner<'a> {
     }
 
     /// Objects scoring at least `promote_min_heat` on slower tiers move up, hottest first,
-    /// filling each faster tier to its low watermark and beyond that only by exchange with
-    /// residents `swap_ratio` times colder.
+    /// filling each faster tier to its fill limit ([`KaisoPolicy::fill_limit`]: the high
+    /// watermark, or the low one) and beyond that only by exchange with residents
+    /// `swap_ratio` times colder (`young_swap_ratio` for residents moved recently).
     fn promote_hot(&mut self) {
         let n = self.tiers.len();
         let min_heat = self.policy.cfg.promote_min_heat;
@@ -396,14 +423,20 @@ impl<'a> Planner<'a> {
                 })
                 .collect();
             hot.sort_by(|&a, &b| self.cands[b].density().total_cmp(&self.cands[a].density()));
-            let limit = low_bytes(&self.tiers[t]);
+            let fill = self.policy.fill_limit(t, &self.tiers[t], self.now);
+            let low = low_bytes(&self.tiers[t]);
+            let spare = self.policy.cfg.pace_busy_start;
             let mut misses = 0;
             for i in hot {
-                if self.spent >= self.max_bytes || misses >= 64 {
+                if self.spent >= self.max_bytes.min(self.queue_room) || misses >= 64 {
                     break;
                 }
                 let src = usize::from(self.cands[i].tier);
                 let pace = self.policy.pace(self.busy(t).max(self.busy(src)));
+                // The band above the low watermark is filled only from a source with time
+                // to spare: on a saturated device the copy costs its users more than the
+                // band's lukewarm objects give back.
+                let limit = if self.busy(src) <= spare { fill } else { low };
                 if self.try_promote(
                     i,
                     t,
@@ -452,7 +485,7 @@ impl<'a> Planner<'a> {
             let pace = self.policy.pace(self.busy(t).max(self.busy(src)));
             let share_bytes = self.allowance(pace * share);
             if self.prefetch_spent.saturating_add(size) > share_bytes
-                || self.spent.saturating_add(size) > self.max_bytes
+                || self.spent.saturating_add(size) > self.max_bytes.min(self.queue_room)
             {
                 return;
             }
@@ -525,6 +558,18 @@ impl<'a> Planner<'a> {
                     || (on_rate && c_rate >= min_rate && v.rate * ratio <= c_rate)
             }
         };
+        // A resident moved within min_residency is displaced only by heat, by a candidate
+        // young_swap_ratio times hotter whose lead is clear of counting noise.
+        let young_ratio = self.policy.cfg.young_swap_ratio;
+        let touch = self.policy.cfg.touch_weight;
+        let z = self.policy.cfg.exchange_confidence;
+        let c_score = c.score;
+        let beats_young = |v: &Cand| {
+            matches!(merit, Merit::Score)
+                && young_ratio >= 1.0
+                && v.density() * young_ratio <= c_density
+                && clear_of_noise(c_score, v.score, touch, z)
+        };
         let mut skipped = 0;
         let mut victims = Vec::new();
         let mut freed = 0u64;
@@ -539,10 +584,12 @@ impl<'a> Planner<'a> {
             if vc.moved {
                 continue;
             }
-            if !vc.residency_ok {
+            let young = !vc.residency_ok;
+            if young && !beats_young(vc) {
+                // Young residents come last, coldest first: none further can be beaten.
                 break;
             }
-            if !beats(vc) {
+            if !young && !beats(vc) {
                 // Coldest first by score; a few hotter-by-score residents may still be idle now.
                 skipped += 1;
                 if skipped > EXCHANGE_SCAN || merit_is_score_only(merit, on_rate) {
@@ -561,7 +608,7 @@ impl<'a> Planner<'a> {
             };
             bytes = bytes.saturating_add(vsize);
             extra_below.push((d, vsize));
-            victims.push((v, d));
+            victims.push((v, d, young));
             freed = freed.saturating_add(vsize);
         }
         self.put_cold(t, cold);
@@ -571,8 +618,13 @@ impl<'a> Planner<'a> {
             self.note(i, Decision::HeldNoRoom);
             return false;
         }
-        for (v, d) in victims {
-            self.commit(v, d, MoveReason::Evict, Decision::Evicted);
+        for (v, d, young) in victims {
+            let decision = if young {
+                Decision::EvictedYoung
+            } else {
+                Decision::Evicted
+            };
+            self.commit(v, d, MoveReason::Evict, decision);
         }
         self.commit(i, t, reason, decision);
         true
@@ -633,12 +685,52 @@ impl KaisoPolicy {
         total
     }
 
+    /// Remembers that a plan at `now` drained tier `t` over its high watermark.
+    fn note_drained(&mut self, t: usize, now: Nanos) {
+        if self.drained_at.len() <= t {
+            self.drained_at.resize(t + 1, None);
+        }
+        self.drained_at[t] = Some(now);
+    }
+
+    /// Bytes of tier `t` that heat promotions may fill with free room: its high watermark
+    /// (`promote_to_high_watermark`) unless a plan drained it within `min_residency_secs`,
+    /// else its low watermark.
+    fn fill_limit(&self, t: usize, tier: &TierState, now: Nanos) -> u64 {
+        let hold = (self.cfg.min_residency_secs * 1e9) as Nanos;
+        let drained_recently = self
+            .drained_at
+            .get(t)
+            .copied()
+            .flatten()
+            .is_some_and(|at| now.saturating_sub(at) < hold);
+        if self.cfg.promote_to_high_watermark && !drained_recently {
+            high_bytes(tier)
+        } else {
+            low_bytes(tier)
+        }
+    }
+
     /// Bytes that may be in flight at once: `max_in_flight_secs` of `move_bytes_per_sec`.
     fn in_flight_limit(&self) -> u64 {
         if self.cfg.move_bytes_per_sec == 0 {
             return u64::MAX;
         }
         (self.cfg.move_bytes_per_sec as f64 * self.cfg.max_in_flight_secs) as u64
+    }
+
+    /// With `queue_by_mover_rate`: `max_in_flight_secs` of the mover's observed
+    /// throughput, when that is less than half of `move_bytes_per_sec` (None otherwise). A mover yielding to a busy HDD may do
+    /// 1 MiB/s: a plan queueing `move_bytes_per_sec`' worth would be carried out on heat
+    /// tens of seconds stale, while the plans after it would know better.
+    fn slow_mover_cap(&self) -> Option<u64> {
+        let configured = self.cfg.move_bytes_per_sec as f64;
+        match self.mover_rate {
+            Some(r) if self.cfg.queue_by_mover_rate && configured > 0.0 && r < 0.5 * configured => {
+                Some((r * self.cfg.max_in_flight_secs) as u64)
+            }
+            _ => None,
+        }
     }
 
     /// Refills the mover's token bucket at `move_bytes_per_sec` (holding at most

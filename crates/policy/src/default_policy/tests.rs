@@ -395,8 +395,10 @@ fn place_new_spills_down_and_never_past_capacity() {
 
 #[test]
 fn a_much_hotter_object_exchanges_with_a_cold_resident() {
+    // Promotions fill only to the low watermark (8 MiB), so the tier is full for them.
     let mut p = KaisoPolicy::new(KaisoConfig {
         promote_dwpd: 100.0,
+        promote_to_high_watermark: false,
         ..KaisoConfig::default()
     })
     .unwrap();
@@ -738,4 +740,194 @@ fn a_big_region_needs_touches_that_pay_for_its_copy() {
     };
     assert_eq!(run(1 << 20), vec![2]);
     assert_eq!(run(0), vec![0, 1, 2]);
+}
+
+/// Records `touches` separate touches of `object` spaced `gap` apart from `*now`.
+fn touch(p: &mut KaisoPolicy, now: &mut Nanos, object: ObjectId, touches: u64, gap: Nanos) {
+    for k in 0..touches {
+        *now += gap;
+        p.record(&read(*now, object, (k % 64) * 65536));
+    }
+}
+
+#[test]
+fn promotions_fill_to_the_high_watermark() {
+    // 20 MiB fast tier, watermarks 0.8/0.95: 16 objects of 1 MiB at the low watermark,
+    // 19 at the high one. 30 hot objects on the slow tier.
+    let run = |to_high: bool, slow_busy: f64| {
+        let mut p = KaisoPolicy::new(KaisoConfig {
+            promote_to_high_watermark: to_high,
+            ..KaisoConfig::default()
+        })
+        .unwrap();
+        let sizes = vec![MIB; 40];
+        let mut w = World::new(&mut p, &[20 * MIB, 1000 * MIB], &sizes, 1);
+        for t in &mut w.tiers {
+            t.low_watermark = 0.8;
+            t.high_watermark = 0.95;
+        }
+        // Below spike relief's threshold (0.7), above pace_busy_start (0.5) or not.
+        w.tiers[1].busy = slow_busy;
+        let mut now = 0;
+        for o in 0..30 {
+            touch(&mut p, &mut now, o, 3, SECOND);
+        }
+        let moves = p.plan(now, &w.tiers, 1000 * MIB);
+        assert!(moves.iter().all(|m| m.reason == MoveReason::Promote));
+        w.apply(&mut p, &moves);
+        w.tiers[0].used / MIB
+    };
+    assert_eq!(run(true, 0.0), 19, "filled to the high watermark");
+    assert_eq!(run(false, 0.0), 16, "filled to the low watermark");
+    assert_eq!(
+        run(true, 0.6),
+        16,
+        "the band is filled only from a source with time to spare"
+    );
+}
+
+#[test]
+fn after_a_drain_promotions_fill_only_to_the_low_watermark() {
+    // A fast tier pushed over its high watermark (by writes) is drained to its low
+    // watermark; refilling it to the high one at once would drain it again on the next
+    // write: a drain-refill cycle. Promotions wait min_residency before filling past low.
+    let mut p = KaisoPolicy::default();
+    let sizes = vec![MIB; 40];
+    let mut w = World::new(&mut p, &[20 * MIB, 1000 * MIB], &sizes, 1);
+    for t in &mut w.tiers {
+        t.low_watermark = 0.8;
+        t.high_watermark = 0.95;
+    }
+    // 20 objects on the fast tier (100 % > 95 %), warm; 10 hotter ones on the slow tier.
+    for o in 0..20 {
+        p.placed(o, MIB, 0);
+        w.on[o as usize] = 0;
+    }
+    w.tiers[0].used = 20 * MIB;
+    w.tiers[1].used = 20 * MIB;
+    let mut now = 0;
+    for o in 0..20 {
+        touch(&mut p, &mut now, o, 2, SECOND);
+    }
+    for o in 20..30 {
+        touch(&mut p, &mut now, o, 5, SECOND);
+    }
+    let moves = p.plan(now, &w.tiers, 1000 * MIB);
+    w.apply(&mut p, &moves);
+    assert!(
+        moves
+            .iter()
+            .any(|m| m.reason == MoveReason::DemoteOverWatermark),
+        "{moves:?}"
+    );
+    assert!(
+        w.tiers[0].used <= 16 * MIB,
+        "drained then refilled past the low watermark: {} MiB",
+        w.tiers[0].used / MIB
+    );
+    // A minute later, still within min_residency: no refill past the low watermark.
+    now += MINUTE;
+    let moves = p.plan(now, &w.tiers, 1000 * MIB);
+    w.apply(&mut p, &moves);
+    assert!(w.tiers[0].used <= 16 * MIB);
+    // After min_residency the band may be filled again by heat.
+    now += 11 * MINUTE;
+    for o in 20..30 {
+        touch(&mut p, &mut now, o, 5, SECOND);
+    }
+    let moves = p.plan(now, &w.tiers, 1000 * MIB);
+    w.apply(&mut p, &moves);
+    assert_eq!(w.tiers[0].used, 19 * MIB, "{moves:?}");
+}
+
+#[test]
+fn a_much_hotter_newcomer_displaces_a_cold_young_resident() {
+    // A fresh fast tier is filled on a few touches per object; one minute later another
+    // object has clearly been much hotter. It must not wait min_residency (10 minutes) to
+    // take the place of the coldest young resident.
+    let mut p = KaisoPolicy::default();
+    let sizes = vec![MIB; 20];
+    let mut w = World::new(&mut p, &[10 * MIB, 100 * MIB], &sizes, 1);
+    let mut now = 0;
+    for o in 0..9 {
+        touch(&mut p, &mut now, o, 2 + o % 2, SECOND);
+    }
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    assert_eq!(moves.len(), 9, "filled to the high watermark (90 %)");
+    w.apply(&mut p, &moves);
+    // The residents keep their pace; object 15 is read 40 times in the next minute.
+    for o in 0..9 {
+        touch(&mut p, &mut now, o, 2 + o % 2, SECOND);
+    }
+    touch(&mut p, &mut now, 15, 40, SECOND);
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    assert_eq!(moves.len(), 2, "{moves:?}");
+    assert_eq!(moves[0].reason, MoveReason::Evict);
+    let victim = moves[0].object;
+    assert!(victim % 2 == 0, "the coldest resident goes: {victim}");
+    assert_eq!(
+        (moves[1].object, moves[1].reason),
+        (15, MoveReason::Promote)
+    );
+    w.apply(&mut p, &moves);
+    assert!(
+        p.explain(victim, now).contains("min_residency"),
+        "{}",
+        p.explain(victim, now)
+    );
+    // The victim, now hotter than the newcomer, still cannot come straight back.
+    touch(&mut p, &mut now, victim, 200, SECOND);
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    assert!(moves.iter().all(|m| m.object != victim), "{moves:?}");
+}
+
+#[test]
+fn a_young_resident_is_not_displaced_by_noise_or_a_small_lead() {
+    let setup = || {
+        let mut p = KaisoPolicy::default();
+        let sizes = vec![MIB; 20];
+        let mut w = World::new(&mut p, &[10 * MIB, 100 * MIB], &sizes, 1);
+        let mut now = 0;
+        for o in 0..9 {
+            touch(&mut p, &mut now, o, 3, SECOND);
+        }
+        let moves = p.plan(now, &w.tiers, 100 * MIB);
+        assert_eq!(moves.len(), 9);
+        w.apply(&mut p, &moves);
+        (p, w, now)
+    };
+    // Twice as hot as the residents' 3 touches, but 6 vs 3 is within counting noise.
+    let (mut p, w, mut now) = setup();
+    touch(&mut p, &mut now, 15, 6, SECOND);
+    assert!(p.plan(now, &w.tiers, 100 * MIB).is_empty());
+    // A clear lead but less than young_swap_ratio: residents at 30 touches, newcomer 50.
+    let (mut p, w, mut now) = setup();
+    for o in 0..9 {
+        touch(&mut p, &mut now, o, 27, 100 * crate::time::MILLISECOND);
+    }
+    touch(&mut p, &mut now, 15, 50, 100 * crate::time::MILLISECOND);
+    assert!(p.plan(now, &w.tiers, 100 * MIB).is_empty());
+    // The rule can be turned off.
+    let mut p = KaisoPolicy::new(KaisoConfig {
+        young_swap_ratio: 0.0,
+        ..KaisoConfig::default()
+    })
+    .unwrap();
+    let sizes = vec![MIB; 20];
+    let mut w = World::new(&mut p, &[10 * MIB, 100 * MIB], &sizes, 1);
+    let mut now = 0;
+    for o in 0..9 {
+        touch(&mut p, &mut now, o, 2, SECOND);
+    }
+    let moves = p.plan(now, &w.tiers, 100 * MIB);
+    w.apply(&mut p, &moves);
+    touch(&mut p, &mut now, 15, 100, SECOND);
+    assert!(p.plan(now, &w.tiers, 100 * MIB).is_empty());
+    assert!(
+        KaisoPolicy::new(KaisoConfig {
+            young_swap_ratio: 0.5,
+            ..KaisoConfig::default()
+        })
+        .is_err()
+    );
 }

@@ -112,6 +112,40 @@ pub struct Migration {
     /// Source attributes a read of the file returned for free (NFS post-op attributes),
     /// by store inode: used by `complete` instead of another `stat` round trip.
     after_read: Mutex<HashMap<Ino, (SourcePath, SourceAttr)>>,
+    /// Unit buffers, reused across fetches.
+    buffers: BufferPool,
+}
+
+/// A few unit-sized buffers kept for reuse: a fetch takes one and gives it back, so a
+/// 10 MiB unit does not cost a fresh zeroed allocation (page faults, then unmapping)
+/// each time. Keeps at most `keep` buffers; more fetches at once allocate their own.
+struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+}
+
+impl BufferPool {
+    fn new(keep: usize) -> Self {
+        Self {
+            free: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    /// A buffer of exactly `len` bytes (contents unspecified).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let reused = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut b = reused.unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    fn give(&self, b: Vec<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < self.keep {
+            free.push(b);
+        }
+    }
 }
 
 pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
@@ -162,6 +196,7 @@ impl Migration {
         let db =
             MigrationDb::open(&dir.join(DB_FILE)).map_err(|e| format!("{}: {e}", dir.display()))?;
         let described = source.describe();
+        let cfg_workers = cfg.crawl_workers;
         let root_ino = ensure_target(store, &cfg.target)?;
         let m = Arc::new(Self {
             throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
@@ -177,6 +212,7 @@ impl Migration {
             rename_hook: Mutex::new(None),
             recounted: AtomicBool::new(false),
             after_read: Mutex::new(HashMap::new()),
+            buffers: BufferPool::new(cfg_workers + 2),
         });
         let e = |e: std::io::Error| e.to_string();
         match m.db.meta("source").map_err(e)? {
@@ -333,7 +369,7 @@ impl Migration {
                 // before its row went: clients may have used the entries since, so it is
                 // not listed again; only the tail (times, metadata, row) is redone. (A
                 // crash before that point leaves it unlisted: listed again, idempotently.)
-                self.finish_dir(store, row.ino, &row)?;
+                self.finish_dir(store, row.ino, &row, None)?;
                 continue;
             }
             let done = match row.kind {
@@ -394,57 +430,80 @@ impl Migration {
 
     /// Lists the source directory of dummy directory `ino` and creates every entry.
     fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
-        let entries = match self.source.read_dir(&row.src_path) {
+        let _pg = super::prof::g(0);
+        let (entries, dir_attr) = match self.source.read_dir_with_attr(&row.src_path) {
             Ok(e) => e,
             Err(e) => return self.give_up_or_retry(store, ino, &e, true),
         };
         // Every entry is created while the directory is still unlisted, so a concurrent
         // lookup waits (per-directory fill gate) instead of seeing a half-listed directory;
         // the store's own fill path re-entered from here (a hard link into this directory)
-        // is recognised by the gate and passes. Rows are stored after each entry's
-        // creation and this directory's own row is removed last, so a crash anywhere in
-        // between re-expands it idempotently at the next start.
-        let mut rows = Vec::new();
-        let mut anchors = Vec::new();
-        for entry in &entries {
-            let name = OsStr::from_bytes(&entry.name);
-            let child_src = match row.src_path.join(&entry.name) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = self.db.skip(&row.src_path, e.kind, &e.message);
-                    continue;
+        // is recognised by the gate and passes. Rows are stored after their entries'
+        // creation, a chunk at a time: the store's stub rows of the chunk in one
+        // transaction (`stub_batch`), then its migration rows in one (never a migration
+        // row without the store's). This directory's own row is removed last, so a crash
+        // anywhere in between re-expands it idempotently at the next start.
+        let pc = super::prof::g(1);
+        for chunk in entries.chunks(256) {
+            let mut rows = Vec::new();
+            let mut anchors = Vec::new();
+            store.stub_batch(|| {
+                for entry in chunk {
+                    let name = OsStr::from_bytes(&entry.name);
+                    let child_src = match row.src_path.join(&entry.name) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            let _ = self.db.skip(&row.src_path, e.kind, &e.message);
+                            continue;
+                        }
+                    };
+                    match self.create_entry(store, ino, name, &child_src, &entry.attr, &mut anchors)
+                    {
+                        Ok(Some(r)) => rows.push(r),
+                        Ok(None) => {}
+                        Err(e) => {
+                            let _ = self.db.skip(
+                                &child_src,
+                                SourceErrorKind::Io,
+                                &format!(
+                                    "could not create on the destination: errno {}",
+                                    e.errno()
+                                ),
+                            );
+                        }
+                    }
                 }
-            };
-            match self.create_entry(store, ino, name, &child_src, &entry.attr, &mut anchors) {
-                Ok(Some(r)) => rows.push(r),
-                Ok(None) => {}
-                Err(e) => {
-                    let _ = self.db.skip(
-                        &child_src,
-                        SourceErrorKind::Io,
-                        &format!("could not create on the destination: errno {}", e.errno()),
-                    );
-                }
-            }
-            if rows.len() >= 256 {
-                self.db.insert(&rows, &anchors).map_err(io)?;
-                rows.clear();
-                anchors.clear();
-            }
+                Ok(())
+            })?;
+            let _p = super::prof::g(2);
+            self.db.insert(&rows, &anchors).map_err(io)?;
         }
-        self.db.insert(&rows, &anchors).map_err(io)?;
+        drop(pc);
         // The store must never hold a listed directory whose entries' rows a power loss
         // could take back (they would be stubs nobody can fill): one fsync per listing,
         // shared with concurrent listings (see `state`).
-        self.db.sync().map_err(io)?;
-        store.stub_dir_listed(ino)?;
-        self.finish_dir(store, ino, row)
+        { let _p = super::prof::g(3); self.db.sync().map_err(io)?; }
+        { let _p = super::prof::g(4); store.stub_dir_listed(ino)?; }
+        let _p = super::prof::g(5);
+        self.finish_dir(store, ino, row, dir_attr)
     }
 
     /// The tail of a listing: the directory's own times and metadata, then its row goes.
-    fn finish_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
+    /// `listed` are the directory's attributes the listing returned, if any (else one
+    /// `stat` of the source).
+    fn finish_dir(
+        &self,
+        store: &Store,
+        ino: Ino,
+        row: &StubRow,
+        listed: Option<SourceAttr>,
+    ) -> FsResult<()> {
         // Creating the entries touched the directory: give it the source's times back.
-        if let Ok(attr) = self.source.stat(&row.src_path) {
+        let attr = match listed {
+            Some(a) => Ok(a),
+            None => self.source.stat(&row.src_path),
+        };
+        if let Ok(attr) = attr {
             let set = SetAttr {
                 atime: Some(TimeSet::At(to_system_time(attr.atime))),
                 mtime: Some(TimeSet::At(to_system_time(attr.mtime))),
@@ -688,6 +747,7 @@ impl Migration {
         if row.kind != StubKind::DummyFile {
             return Ok(());
         }
+        let _p = super::prof::g(6);
         self.copy_metadata(store, row.ino, &row.src_path);
         self.db
             .set_kind(row.ino, StubKind::PartialFile)
@@ -703,6 +763,7 @@ impl Migration {
     /// if the destination still looks like that (a client that wrote or truncated it
     /// changed the mtime: counted as modified, not compared).
     fn complete(&self, row: &StubRow) -> FsResult<()> {
+        let _p = super::prof::g(9);
         let ino = row.ino;
         let after_read = self
             .after_read
@@ -864,47 +925,61 @@ impl Migration {
         let from = missing.iter().map(|m| m.0).min().unwrap_or(at);
         let to = missing.iter().map(|m| m.1).max().unwrap_or(at);
         let read_to = to.min(minsize.max(from));
+        let mut data = self.buffers.take((to - from) as usize);
+        let pr = super::prof::g(7);
         let result = if from < read_to {
-            self.source
-                .read_with_attr(&row.src_path, from, (read_to - from) as usize)
+            self.source.read_into(
+                &row.src_path,
+                from,
+                &mut data[..(read_to - from) as usize],
+            )
         } else {
-            Ok((Vec::new(), None))
+            Ok((0, None))
         };
+        drop(pr);
         if !crawler {
             self.counters
                 .demand_in_flight
                 .fetch_sub(1, Ordering::AcqRel);
         }
-        let mut data = match result {
-            Ok((d, attr)) => {
+        let got = match result {
+            Ok((n, attr)) => {
                 if let Some(a) = attr {
                     self.after_read
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .insert(row.ino, (row.src_path.clone(), a));
                 }
-                d
+                n
             }
-            Err(e) => return self.give_up_or_retry(store, row.ino, &e, false),
+            Err(e) => {
+                self.buffers.give(data);
+                return self.give_up_or_retry(store, row.ino, &e, false);
+            }
         };
-        if (data.len() as u64) < read_to - from {
+        if (got as u64) < read_to - from {
             let _ = self.db.skip(
                 &row.src_path,
                 SourceErrorKind::Changed,
                 &format!(
-                    "source file shorter than listed: {} bytes at offset {from}, expected {}",
-                    data.len(),
+                    "source file shorter than listed: {got} bytes at offset {from}, expected {}",
                     read_to - from
                 ),
             );
         }
-        data.resize((to - from) as usize, 0);
-        for &(s, e) in missing {
+        // What the source did not give (past `minsize`, or a source shorter than listed)
+        // is written as zeros.
+        data[got..].fill(0);
+        let _pw = super::prof::g(8);
+        let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
             store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
             self.counters
                 .bytes_fetched
                 .fetch_add(e - s, Ordering::Relaxed);
-        }
+            Ok(())
+        });
+        self.buffers.give(data);
+        written?;
         if crawler {
             self.counters.crawl_fetches.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -1089,6 +1164,15 @@ impl StubFiller for Migrations {
             if let Err(e) = m.forget_if_gone(store, ino) {
                 tracing::warn!(ino, errno = e.errno(), "stub removal not recorded");
             }
+        }
+    }
+
+    /// The owner's state database is synced (group commit: one fsync of its WAL covers
+    /// every change committed so far, e.g. this file's dummy → partial step).
+    fn sync_state(&self, _store: &Store, ino: Ino) -> FsResult<()> {
+        match self.owner(ino)? {
+            Some((m, _)) => m.db.sync().map_err(io),
+            None => Ok(()),
         }
     }
 

@@ -196,11 +196,13 @@ struct Setup {
     high_wm: f64,
     warmup: u64,
     measure: u64,
+    /// The tiered store's flash write budget (`promote_dwpd`).
+    promote_dwpd: f64,
 }
 
 impl Setup {
-    /// Files the fast tier holds: under its low watermark (all promotions may fill), its
-    /// high watermark, and its hard capacity.
+    /// Files the fast tier holds: under its low watermark, its high watermark (heat
+    /// promotions fill up to it), and its hard capacity.
     fn fits(&self) -> [usize; 3] {
         let files = |f: f64| ((self.fast_cap as f64 * f) as u64 / self.fsize) as usize;
         [files(self.low_wm), files(self.high_wm), files(1.0)]
@@ -219,6 +221,8 @@ struct SkewRow {
     /// Files on the fast tier at the end, and the share of reads they draw.
     on_fast: usize,
     kaiso_share: f64,
+    /// Popularity ranks (0-based) of the files on the fast tier at the end.
+    fast_ranks: Vec<usize>,
     /// Moves (files, bytes) during the warm-up and during the measured window.
     moves_warm: Option<(u64, u64)>,
     moves_measured: Option<(u64, u64)>,
@@ -298,12 +302,19 @@ pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Resul
             .measure
             .unwrap_or(if args.quick { 8 } else { 20 })
             .max(1),
+        promote_dwpd: args.tier_promote_dwpd,
     };
+    if !(setup.promote_dwpd.is_finite() && setup.promote_dwpd >= 0.0) {
+        bail!(
+            "--tier-promote-dwpd: {} is not a number of drive writes per day (>= 0)",
+            setup.promote_dwpd
+        );
+    }
     let skews = skews(args)?;
     println!(
         "\ntiering: {n} files x {} KiB, Zipf s={}, {} KiB reads; fast tier {} MiB (10% of the data, \
-         watermarks {}/{}); slow tier emulated {}; warm-up {} s, then {} s per configuration \
-         measured in turns of 1/4 s",
+         watermarks {}/{}, flash write budget {} drive writes/day); slow tier emulated {}; \
+         warm-up {} s, then {} s per configuration measured in turns of 1/4 s",
         fsize / 1024,
         skews
             .iter()
@@ -314,6 +325,7 @@ pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Resul
         setup.fast_cap / MIB,
         setup.low_wm,
         setup.high_wm,
+        setup.promote_dwpd,
         args.slow_device,
         setup.warmup,
         setup.measure,
@@ -346,6 +358,21 @@ pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Resul
     println!("{t}");
     report.push_str(&t);
     Ok(())
+}
+
+/// Mounts the tiered store: the bench's usual configuration (mover planning every
+/// 500 ms) plus the fast tier's flash write budget.
+fn mount_tiered(work: &WorkDir, tag: &str, setup: &Setup, tiers: &[BenchTier]) -> Result<Mounted> {
+    let state = work.sub(&format!("state-{tag}"))?;
+    let cfg = work.root.join(format!("{tag}.toml"));
+    write_config(&cfg, &state, tiers, 500)?;
+    let mut text = fs::read_to_string(&cfg)?;
+    writeln!(text, "\n[policy]\npromote_dwpd = {:?}", setup.promote_dwpd)?;
+    fs::write(&cfg, text).with_context(|| format!("write {}", cfg.display()))?;
+    let mnt = work.sub(&format!("mnt-{tag}"))?;
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("mount").arg(&cfg).arg(&mnt);
+    Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
 }
 
 struct Dirs<'a> {
@@ -383,9 +410,10 @@ fn run_skew(
     let m_fast = one("fast", dirs.ref_fast, None)?;
     let m_slow = one("slow", dirs.ref_slow, Some(&args.slow_device))?;
     let tag = format!("tiered-{i}");
-    let m_tiered = mount_kaiso(
+    let m_tiered = mount_tiered(
         work,
         &tag,
+        setup,
         &[
             BenchTier {
                 name: "fast",
@@ -402,7 +430,6 @@ fn run_skew(
                 watermarks: None,
             },
         ],
-        500,
     )?;
     let cfg = work.root.join(format!("{tag}.toml"));
     let workload = |m: &Mounted| {
@@ -456,6 +483,7 @@ fn run_skew(
         args.seed,
     );
     let fast_rank: Vec<bool> = ranked.files.iter().map(|f| on_fast.contains(f)).collect();
+    let fast_ranks: Vec<usize> = (0..setup.n).filter(|&r| fast_rank[r]).collect();
     let kaiso_share = (0..setup.n)
         .filter(|&r| fast_rank[r])
         .map(|r| ranked.zipf.mass(r))
@@ -471,6 +499,7 @@ fn run_skew(
         slow_served: stats(served_slow.iter().map(|x| x.1).collect()),
         on_fast: on_fast.len(),
         kaiso_share,
+        fast_ranks,
         moves_warm: delta(moved0, moved1),
         moves_measured: delta(moved1, moved2),
         load: (load0, load1),
@@ -507,18 +536,19 @@ fn moves_text(m: Option<(u64, u64)>) -> String {
 }
 
 fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
-    let [fit_low, fit_high, fit_hard] = setup.fits();
+    let [_, fit_fill, fit_hard] = setup.fits();
     let mut t = String::new();
     writeln!(
         t,
         "\ntiering benefit ({} x {} KiB files, fast tier {} MiB = 10% of the data, watermarks \
-         {}/{}; {} KiB reads; slow tier: emulated {}, so every figure below depends on that \
-         device model):",
+         {}/{}, flash write budget {} drive writes/day; {} KiB reads; slow tier: emulated {}, \
+         so every figure below depends on that device model):",
         setup.n,
         setup.fsize / 1024,
         setup.fast_cap / MIB,
         setup.low_wm,
         setup.high_wm,
+        setup.promote_dwpd,
         args.read_size / 1024,
         args.slow_device
     )?;
@@ -552,29 +582,29 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
             moves_text(r.moves_warm),
             moves_text(r.moves_measured)
         )?;
+        writeln!(t, "  placement: {}", placement_text(r, fit_fill))?;
     }
     writeln!(
         t,
-        "\nsummary (best = the hottest files that fit on the fast tier, each read at the \
-         all-fast mean, every other read at the mean of the tiered run's slow-tier reads \
-         (the all-slow mean if fewer than 30); heat promotions fill the fast \
-         tier to its low watermark: {fit_low} files, spike relief to its high watermark: \
-         {fit_high}; hard capacity: {fit_hard}; \"best share\": the share of reads the hottest \
-         files draw, as many as kaiso put on the fast tier):"
+        "\nsummary (best N = the N hottest files on the fast tier, each read at the all-fast \
+         mean, every other read at the mean of the tiered run's slow-tier reads (the \
+         all-slow mean if fewer than 30); heat promotions fill the fast tier to its high \
+         watermark: {fit_fill} files; hard capacity: {fit_hard} files; \"captured\": kaiso's \
+         share of the reads over the best {fit_fill} files' share):"
     )?;
     writeln!(
         t,
-        "{:>5} {:>12} {:>15} {:>15} {:>12} {:>8} {:>12} {:>12} {:>10} {:>10}",
+        "{:>5} {:>12} {:>15} {:>15} {:>12} {:>8} {:>12} {:>12} {:>9} {:>10}",
         "s",
         "tiered/fast",
-        format!("best{fit_low}/fast"),
+        format!("best{fit_fill}/fast"),
         format!("best{fit_hard}/fast"),
         "slow/tiered",
         "on fast",
         "kaiso share",
-        "best share",
-        format!("best{fit_low} sh"),
-        format!("best{fit_hard} sh"),
+        format!("best{fit_fill} sh"),
+        "captured",
+        "best?",
     )?;
     let mut met = Vec::new();
     for r in rows {
@@ -587,19 +617,24 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
         if ratio <= 1.5 {
             met.push(r.s);
         }
+        let best_fill = a.best_share(fit_fill, r.s);
         writeln!(
             t,
-            "{:>5} {:>11.2}x {:>14.2}x {:>14.2}x {:>11.1}x {:>8} {:>11.2}% {:>11.2}% {:>9.2}% {:>9.2}%",
+            "{:>5} {:>11.2}x {:>14.2}x {:>14.2}x {:>11.1}x {:>8} {:>11.2}% {:>11.2}% {:>8.1}% {:>10}",
             r.s,
             ratio,
-            a.mean_with_share(a.best_share(fit_low, r.s)) / r.all_fast.mean.max(1e-9),
+            a.mean_with_share(best_fill) / r.all_fast.mean.max(1e-9),
             a.mean_with_share(a.best_share(fit_hard, r.s)) / r.all_fast.mean.max(1e-9),
             r.all_slow.mean / r.tiered.mean.max(1e-9),
             r.on_fast,
             100.0 * r.kaiso_share,
-            100.0 * a.best_share(r.on_fast, r.s),
-            100.0 * a.best_share(fit_low, r.s),
-            100.0 * a.best_share(fit_hard, r.s),
+            100.0 * best_fill,
+            100.0 * r.kaiso_share / best_fill.max(1e-12),
+            if reached_best(r, fit_fill) {
+                "yes"
+            } else {
+                "no"
+            },
         )?;
     }
     writeln!(
@@ -628,15 +663,61 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
         };
         writeln!(
             t,
-            "s = {}: 1.5x needs {:.2}% of the reads on the fast tier; with {fit_low} files \
+            "s = {}: 1.5x needs {:.2}% of the reads on the fast tier; with {fit_fill} files \
              {}, with {fit_hard} files {}",
             r.s,
             100.0 * need,
-            verdict(fit_low),
+            verdict(fit_fill),
             verdict(fit_hard)
         )?;
+        if a.skew_needed(fit_hard, 1.5).is_none_or(|x| x > r.s) {
+            writeln!(
+                t,
+                "  at s = {}, no whole-file placement within the fast tier's capacity can \
+                 meet 1.5x on this device model: the target is out of reach for any policy",
+                r.s
+            )?;
+        }
     }
     Ok(t)
+}
+
+/// Whether kaiso ended with exactly the `fill` hottest files on the fast tier.
+fn reached_best(r: &SkewRow, fill: usize) -> bool {
+    r.fast_ranks.len() == fill && r.fast_ranks.iter().all(|&k| k < fill)
+}
+
+/// Which of the `fill` hottest files kaiso left off the fast tier, and which colder ones
+/// it holds instead (1-based popularity ranks).
+fn placement_text(r: &SkewRow, fill: usize) -> String {
+    let missing: Vec<String> = (0..fill)
+        .filter(|k| !r.fast_ranks.contains(k))
+        .map(|k| (k + 1).to_string())
+        .collect();
+    let extra: Vec<String> = r
+        .fast_ranks
+        .iter()
+        .filter(|&&k| k >= fill)
+        .map(|k| (k + 1).to_string())
+        .collect();
+    if missing.is_empty() && extra.is_empty() {
+        format!("the {fill} hottest files, exactly (best possible)")
+    } else {
+        format!(
+            "{} files; of the {fill} hottest, missing rank(s) {}; holds rank(s) {} instead",
+            r.fast_ranks.len(),
+            if missing.is_empty() {
+                "none".into()
+            } else {
+                missing.join(",")
+            },
+            if extra.is_empty() {
+                "none".into()
+            } else {
+                extra.join(",")
+            }
+        )
+    }
 }
 
 /// What the best whole-file placement can reach on this workload, from the measured
@@ -795,6 +876,7 @@ mod tests {
             high_wm: 0.95,
             warmup: 1,
             measure: 1,
+            promote_dwpd: 1.0,
         };
         assert_eq!(s.fits(), [12, 15, 16]);
     }

@@ -1,0 +1,364 @@
+//! Which worker thread reads the next FUSE request.
+//!
+//! Every fuser worker blocks in `read(/dev/fuse)`, and the kernel hands a new request to
+//! the thread that has waited longest (its wait queue is first in, first out). With
+//! several idle workers each request therefore wakes a different, cold thread, usually
+//! on the other CPU: on the project's 2-vCPU VM that made a create+close cost 3–4 times
+//! the CPU of a single worker (`examples/fuse_floor.rs`, docs/tiering.md).
+//!
+//! The [`WorkerGate`] keeps one worker reading while the others stand by: a worker that
+//! finishes a request while another worker is already reading does not go back to the
+//! kernel but parks here. So the thread that just answered is the one that reads the
+//! next request, and it stays hot. Parked workers are not lost: a watchdog hands one of
+//! them back to the kernel whenever no worker is reading and a request has been running
+//! for [`STALL`] (a slow tier, a migration fetch, a FIFO open waiting for its peer), so a
+//! slow request never holds up the others for longer than that.
+//!
+//! Parked workers also return to the kernel after [`PARK_TIMEOUT`]: fuser gives no sign
+//! when the session ends from outside (`fusermount3 -u`), and a worker must be reading to
+//! see the end and let the session finish.
+//!
+//! Setting the environment variable [`ALL_READ_ENV`] to `1` turns the gate off (every
+//! worker reads, as fuser does by itself), for comparisons.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a request may run, with no other worker reading, before a parked worker is
+/// handed back to the kernel.
+pub const STALL: Duration = Duration::from_millis(1);
+/// Longest time a worker stays parked before it reads again.
+pub const PARK_TIMEOUT: Duration = Duration::from_secs(1);
+/// Environment variable that turns the gate off when set to `1`.
+pub const ALL_READ_ENV: &str = "KAISO_FUSE_ALL_READ";
+/// The watchdog sleeps until the next request after this many idle checks.
+const IDLE_CHECKS: u32 = 100;
+
+#[derive(Default)]
+struct State {
+    /// Workers outside a request (reading from the kernel, or about to).
+    readers: usize,
+    /// Requests being served: (id, start).
+    busy: Vec<(u64, Instant)>,
+    next_id: u64,
+    parked: usize,
+    /// Parked workers told to go back to reading, not yet gone.
+    released: usize,
+    closing: bool,
+    watchdog_asleep: bool,
+    /// Parked workers handed back by the watchdog (for tests and logs).
+    stall_releases: u64,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    parked: Condvar,
+    watchdog: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The stand-by rule for one session's workers (see the module documentation). Cloning
+/// gives another handle to the same gate.
+#[derive(Clone)]
+pub struct WorkerGate {
+    inner: Option<Arc<Inner>>,
+}
+
+/// One request being served; dropping it (after the reply) ends the request, and may
+/// park the worker.
+#[must_use = "the request ends when this is dropped"]
+pub struct Serving<'a> {
+    gate: Option<&'a Inner>,
+    id: u64,
+}
+
+impl WorkerGate {
+    /// A gate for `threads` workers (all reading at first). With one worker there is
+    /// nothing to choose and the gate does nothing; nor with [`ALL_READ_ENV`] set.
+    pub fn new(threads: usize) -> WorkerGate {
+        if threads <= 1 || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
+            return WorkerGate { inner: None };
+        }
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                readers: threads,
+                ..State::default()
+            }),
+            parked: Condvar::new(),
+            watchdog: Condvar::new(),
+        });
+        let w = inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("kaiso-fuse-gate".into())
+            .spawn(move || watchdog(&w));
+        if let Err(e) = spawned {
+            // Without a watchdog a parked worker could wait behind a slow request.
+            tracing::warn!(error = %e, "cannot start the FUSE worker watchdog; every worker reads");
+            return WorkerGate { inner: None };
+        }
+        WorkerGate { inner: Some(inner) }
+    }
+
+    /// A request starts on this worker.
+    pub fn serve(&self) -> Serving<'_> {
+        let Some(g) = self.inner.as_deref() else {
+            return Serving { gate: None, id: 0 };
+        };
+        let mut s = g.lock();
+        s.readers = s.readers.saturating_sub(1);
+        let id = s.next_id;
+        s.next_id += 1;
+        s.busy.push((id, Instant::now()));
+        if s.watchdog_asleep {
+            s.watchdog_asleep = false;
+            g.watchdog.notify_one();
+        }
+        Serving { gate: Some(g), id }
+    }
+
+    /// The session ends: no worker parks any more, parked ones go back to the kernel (to
+    /// see the end), and the watchdog stops.
+    pub fn close(&self) {
+        if let Some(g) = self.inner.as_deref() {
+            g.lock().closing = true;
+            g.parked.notify_all();
+            g.watchdog.notify_all();
+        }
+    }
+
+    /// Workers parked right now, and how often the watchdog has handed one back.
+    pub fn stats(&self) -> (usize, u64) {
+        match self.inner.as_deref() {
+            Some(g) => {
+                let s = g.lock();
+                (s.parked, s.stall_releases)
+            }
+            None => (0, 0),
+        }
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        let Some(g) = self.gate else { return };
+        let mut s = g.lock();
+        if let Some(i) = s.busy.iter().position(|(id, _)| *id == self.id) {
+            s.busy.swap_remove(i);
+        }
+        if s.readers > 0 && !s.closing {
+            // Another worker is reading: stand by instead of queueing behind it.
+            s.parked += 1;
+            let deadline = Instant::now() + PARK_TIMEOUT;
+            loop {
+                if s.released > 0 {
+                    s.released -= 1;
+                    break;
+                }
+                let now = Instant::now();
+                if s.closing || now >= deadline {
+                    break;
+                }
+                s = g
+                    .parked
+                    .wait_timeout(s, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            s.parked -= 1;
+        }
+        s.readers += 1;
+    }
+}
+
+/// Hands a parked worker back to the kernel when nobody reads and a request is stuck.
+fn watchdog(g: &Inner) {
+    let mut idle = 0u32;
+    let mut s = g.lock();
+    loop {
+        if s.closing {
+            return;
+        }
+        if idle >= IDLE_CHECKS {
+            // Nothing served for a while: sleep until the next request.
+            s.watchdog_asleep = true;
+            while s.watchdog_asleep && !s.closing {
+                s = g.watchdog.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            idle = 0;
+            continue;
+        }
+        s = g
+            .watchdog
+            .wait_timeout(s, STALL)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+        if s.busy.is_empty() {
+            idle += 1;
+            continue;
+        }
+        idle = 0;
+        let stuck = s.busy.iter().any(|(_, at)| at.elapsed() >= STALL);
+        if stuck && s.readers + s.released == 0 && s.parked > s.released {
+            s.released += 1;
+            s.stall_releases += 1;
+            g.parked.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Workers of a fake session: each loops "read a request (take one from the queue),
+    /// serve it under the gate". Requests are closures.
+    type Job = Box<dyn FnOnce() + Send>;
+
+    struct Fake {
+        gate: WorkerGate,
+        queue: Arc<(Mutex<std::collections::VecDeque<Job>>, Condvar)>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+        done: Arc<AtomicUsize>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Fake {
+        fn new(threads: usize) -> Fake {
+            let gate = WorkerGate::new(threads);
+            let queue: Arc<(Mutex<std::collections::VecDeque<Job>>, Condvar)> =
+                Arc::new((Mutex::new(Default::default()), Condvar::new()));
+            let done = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let workers = (0..threads)
+                .map(|_| {
+                    let (gate, queue, done, stop) =
+                        (gate.clone(), queue.clone(), done.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        loop {
+                            let job = {
+                                let mut q = queue.0.lock().unwrap();
+                                loop {
+                                    if let Some(j) = q.pop_front() {
+                                        break j;
+                                    }
+                                    if stop.load(Ordering::SeqCst) {
+                                        return;
+                                    }
+                                    q = queue.1.wait(q).unwrap();
+                                }
+                            };
+                            let _serving = gate.serve();
+                            job();
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            Fake {
+                gate,
+                queue,
+                workers,
+                done,
+                stop,
+            }
+        }
+
+        fn submit(&self, job: impl FnOnce() + Send + 'static) {
+            self.queue.0.lock().unwrap().push_back(Box::new(job));
+            self.queue.1.notify_one();
+        }
+
+        fn wait_done(&self, n: usize, within: Duration) -> bool {
+            let end = Instant::now() + within;
+            while self.done.load(Ordering::SeqCst) < n {
+                if Instant::now() > end {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            true
+        }
+
+        fn finish(self) {
+            self.gate.close();
+            self.stop.store(true, Ordering::SeqCst);
+            self.queue.1.notify_all();
+            for w in self.workers {
+                w.join().unwrap();
+            }
+        }
+    }
+
+    /// Serial requests leave all workers but one parked.
+    #[test]
+    fn idle_workers_stand_by() {
+        let f = Fake::new(4);
+        for i in 0..50 {
+            f.submit(|| {});
+            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
+        }
+        // The last worker to finish went back to reading; the others wait here.
+        let end = Instant::now() + Duration::from_secs(5);
+        while f.gate.stats().0 != 3 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(f.gate.stats().0, 3);
+        f.finish();
+    }
+
+    /// A request that blocks until a later one has run (a FIFO open waiting for its peer)
+    /// completes: the watchdog hands a parked worker back to read the later request.
+    #[test]
+    fn a_stuck_request_does_not_hold_up_the_next() {
+        let f = Fake::new(3);
+        for i in 0..10 {
+            f.submit(|| {});
+            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
+        }
+        let peer = Arc::new((Mutex::new(false), Condvar::new()));
+        let p = peer.clone();
+        f.submit(move || {
+            let mut opened = p.0.lock().unwrap();
+            let end = Instant::now() + Duration::from_secs(10);
+            while !*opened && Instant::now() < end {
+                opened = p.1.wait_timeout(opened, Duration::from_millis(10)).unwrap().0;
+            }
+            assert!(*opened, "the peer request was never served");
+        });
+        let p = peer.clone();
+        f.submit(move || {
+            *p.0.lock().unwrap() = true;
+            p.1.notify_all();
+        });
+        assert!(f.wait_done(12, Duration::from_secs(5)));
+        assert!(f.gate.stats().1 >= 1, "the watchdog released a worker");
+        f.finish();
+    }
+
+    /// Closing sends parked workers back at once.
+    #[test]
+    fn close_releases_parked_workers() {
+        let f = Fake::new(4);
+        for i in 0..20 {
+            f.submit(|| {});
+            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
+        }
+        let t = Instant::now();
+        f.finish();
+        assert!(t.elapsed() < PARK_TIMEOUT, "parked workers waited for their timeout");
+    }
+
+    #[test]
+    fn one_worker_needs_no_gate() {
+        let g = WorkerGate::new(1);
+        let s = g.serve();
+        drop(s);
+        assert_eq!(g.stats(), (0, 0));
+    }
+}

@@ -1,0 +1,251 @@
+//! One authenticated SMB session over one TCP connection, and what keeps it honest:
+//! TCP_NODELAY, background closes, and shutting it at once when the server is gone.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use smb::{Client, ClientConfig, Connection, FileAccessMask, FileCreateArgs, Resource, UncPath};
+
+use super::{ResourceExt, SmbConfig};
+
+
+/// One authenticated session with the share over one TCP connection.
+pub(super) struct Link {
+    client: Client,
+    connection: Arc<Connection>,
+    /// Set once a request failed for want of the server: the link is shut and replaced
+    /// on the next call.
+    pub(super) broken: Arc<AtomicBool>,
+    /// Handles to close: a call does not wait for its CLOSE round trip.
+    closer: Mutex<Option<std::sync::mpsc::Sender<Resource>>>,
+}
+
+/// Threads closing handles in the background for one link (a source has several links).
+const CLOSER_THREADS: usize = 2;
+
+impl Link {
+    pub(super) fn connect(config: &SmbConfig, share: &UncPath) -> Result<Self, smb::Error> {
+        let mut cc = ClientConfig::default();
+        cc.connection.port = Some(config.port);
+        cc.connection.timeout = Some(config.timeout);
+        // Samba (and every SMB 2+ server) answers the SMB2 negotiate directly: this saves
+        // the SMB1 round trip of the multi-protocol negotiation.
+        cc.connection.smb2_only_negotiate = true;
+        let client = Client::new(cc);
+        // Connect first, then switch Nagle off on the socket before the session setup:
+        // the crate writes each message as a 4-byte transport header and then the body,
+        // so with Nagle on, the body waits for the ACK of the header, which the server
+        // delays (40 ms on Linux): every request cost a delayed-ACK timeout.
+        let connection = client.connect(&config.host)?;
+        let addr = smb::transport::utils::TransportUtils::parse_socket_address(&config.host)?;
+        set_nodelay_on_sockets_to(SocketAddr::new(addr.ip(), config.port));
+        let broken = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel::<Resource>();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..CLOSER_THREADS {
+            let (rx, conn, broken) = (rx.clone(), connection.clone(), broken.clone());
+            let _ = std::thread::Builder::new()
+                .name("smb-close".into())
+                .spawn(move || {
+                    loop {
+                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok(r) = next else { break };
+                        if let Err(e) = r.close_quietly()
+                            && is_unreachable(&e)
+                        {
+                            shut_connection(&conn, &broken);
+                        }
+                    }
+                });
+        }
+        let link = Self {
+            client,
+            connection,
+            broken,
+            closer: Mutex::new(Some(tx)),
+        };
+        if let Err(e) = link
+            .client
+            .share_connect(share, &config.user, config.password.clone())
+        {
+            link.shut();
+            return Err(e);
+        }
+        Ok(link)
+    }
+
+    /// Passes `r` through; an error that means the server is gone or silent shuts the
+    /// link at once, so the requests still to come on it (closes) fail without waiting.
+    pub(super) fn check<T>(&self, r: smb::Result<T>) -> smb::Result<T> {
+        if let Err(e) = &r
+            && is_unreachable(e)
+        {
+            self.shut();
+        }
+        r
+    }
+
+    /// Stops the connection's worker threads (no request is sent), so pending and later
+    /// requests on this link fail immediately instead of each waiting for the timeout.
+    pub(super) fn shut(&self) {
+        shut_connection(&self.connection, &self.broken);
+    }
+
+    /// Closes a handle in the background; a failure is of no consequence to the call
+    /// (but a silent server still shuts the link).
+    pub(super) fn close(&self, r: Resource) {
+        let queued = match self
+            .closer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(tx) => tx.send(r).map_err(|e| e.0),
+            None => Err(r),
+        };
+        if let Err(r) = queued {
+            let _ = self.check(r.close_quietly());
+        }
+    }
+
+    /// Opens an existing object; a failure is labelled "open" for [`SmbSource::call`].
+    pub(super) fn open(
+        &self,
+        share: &UncPath,
+        p: &str,
+        access: FileAccessMask,
+    ) -> Result<Resource, (String, smb::Error)> {
+        let target = share.clone().with_path(p);
+        self.check(
+            self.client
+                .create_file(&target, &FileCreateArgs::make_open_existing(access)),
+        )
+        .map_err(|e| ("open".into(), e))
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Ends the closer threads once they have closed what is queued.
+        self.closer
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+}
+
+/// Stops a connection's worker threads once (see [`Link::shut`]).
+fn shut_connection(connection: &Connection, broken: &AtomicBool) {
+    if broken.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    // smb 0.12's threaded worker `stop` unwraps a channel send that fails if its sender
+    // thread already ended; that must not take the caller down.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = connection.close();
+    }));
+}
+
+/// Sets TCP_NODELAY on this process's TCP sockets connected to `peer`. The `smb` crate
+/// (0.12) does not set it and keeps its socket private; any other socket to the same SMB
+/// server wants it too.
+pub(super) fn set_nodelay_on_sockets_to(peer: SocketAddr) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    let mut n = 0;
+    for entry in dir.flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if peer_of(fd) == Some(peer) {
+            let one: libc::c_int = 1;
+            // SAFETY: plain setsockopt on a descriptor number; a descriptor closed and
+            // reused meanwhile at worst gets TCP_NODELAY (or ENOTSOCK).
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NODELAY,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The remote address of socket `fd`, if it is a connected TCP/IP socket.
+fn peer_of(fd: i32) -> Option<SocketAddr> {
+    // SAFETY: getpeername writes at most `len` bytes into the zeroed storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: libc::sockaddr_in =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                a.sin6_addr.s6_addr,
+                u16::from_be(a.sin6_port),
+            )))
+        }
+        _ => None,
+    }
+}
+
+
+
+/// Errors that mean the server is gone, silent, or the link to it was shut.
+pub(super) fn is_unreachable(e: &smb::Error) -> bool {
+    matches!(
+        e,
+        smb::Error::IoError(_)
+            | smb::Error::ConnectionStopped
+            | smb::Error::TransportError(_)
+            | smb::Error::OperationTimeout(..)
+            | smb::Error::ChannelRecvError(_)
+            // What the crate returns once its worker threads are stopped.
+            | smb::Error::MessageProcessingError(_)
+    )
+}
+
+/// Drops a session on a thread of its own: a polite tree disconnect and logoff on a
+/// link that has not noticed its server died would wait for the timeout twice.
+pub(super) fn drop_in_background(link: Arc<Link>) {
+    if link.broken.load(Ordering::SeqCst) {
+        drop(link);
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("smb-logoff".into())
+        .spawn(move || drop(link));
+}

@@ -1,0 +1,148 @@
+//! A client fsync of a partially fetched file makes its stub state durable.
+//!
+//! The store's database commits without fsync (`synchronous=NORMAL`); after a power loss
+//! an older stub row could come back and a later fetch would overwrite bytes the client
+//! wrote and synced. What survives a power loss is what is in the main database file or
+//! fsynced in its WAL; the test looks at the main database file alone (as if the WAL
+//! were lost) right after the client's fsync, and at the filler's own sync.
+
+mod common;
+
+use common::TestStore;
+use kaiso_store::{FileKind, FsResult, Ino, Store, StubEntry, StubFiller};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const SIZE: u64 = 300_000;
+
+fn byte(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// A remote directory holding one file whose bytes are computed; counts state syncs.
+#[derive(Default)]
+struct Remote {
+    state_syncs: AtomicU64,
+}
+
+impl StubFiller for Remote {
+    fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
+        let now = std::time::SystemTime::now();
+        let e = StubEntry {
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            size: SIZE,
+            mtime: now,
+            atime: now,
+            symlink_target: None,
+            rdev: 0,
+            unlisted: false,
+        };
+        store.stub_create(ino, "f".as_ref(), &e)?;
+        store.stub_dir_listed(ino)
+    }
+
+    fn fill_range(
+        &self,
+        store: &Store,
+        ino: Ino,
+        _path: &Path,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        let data: Vec<u8> = (offset..offset + len).map(byte).collect();
+        store.stub_write(ino, offset, &data)
+    }
+
+    fn sync_state(&self, _store: &Store, _ino: Ino) -> FsResult<()> {
+        self.state_syncs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The missing ranges of `ino` as the main database file alone holds them (no WAL):
+/// `None` when it has no row.
+fn durable_missing(state_dir: &Path, ino: Ino) -> Option<Vec<(u64, u64)>> {
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::copy(state_dir.join("kaiso.db"), copy.path().join("kaiso.db")).unwrap();
+    let conn = rusqlite::Connection::open(copy.path().join("kaiso.db")).unwrap();
+    let blob: Option<Vec<u8>> = conn
+        .query_row(
+            "SELECT missing FROM stubs WHERE ino=?1",
+            [ino as i64],
+            |r| r.get(0),
+        )
+        .ok();
+    blob.map(|b| {
+        b.chunks_exact(16)
+            .map(|c| {
+                (
+                    u64::from_le_bytes(c[..8].try_into().unwrap()),
+                    u64::from_le_bytes(c[8..].try_into().unwrap()),
+                )
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn client_fsync_of_a_partial_file_makes_its_ranges_durable() {
+    let t = TestStore::new(&["64MiB"]);
+    let s = t.s().clone();
+    let dir = s
+        .mkdir(
+            kaiso_store::ROOT_INO,
+            "mig".as_ref(),
+            0o755,
+            0,
+            kaiso_store::Caller::ROOT,
+        )
+        .unwrap()
+        .ino;
+    s.stub_mark(
+        dir,
+        kaiso_store::StubState {
+            unlisted_dir: true,
+            missing: vec![],
+        },
+    )
+    .unwrap();
+    let remote = Arc::new(Remote::default());
+    s.set_stub_filler(remote.clone());
+    let ino = t.lookup_path("mig/f").unwrap().ino;
+    let state_dir = t.dir.path().join("state");
+
+    // A client writes into the middle: the overlapped range is fetched first, then
+    // overwritten; the rest stays missing.
+    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+    s.write(o.fh, 100_000, b"client bytes").unwrap();
+    let expect = vec![(0, 100_000), (100_012, SIZE)];
+    assert_eq!(s.stub_state(ino).missing, expect);
+    assert_eq!(remote.state_syncs.load(Ordering::SeqCst), 0);
+
+    s.fsync(o.fh, true).unwrap();
+    assert_eq!(
+        durable_missing(&state_dir, ino).as_deref(),
+        Some(&expect[..]),
+        "after fsync the main database file holds the file's current missing ranges"
+    );
+    assert_eq!(
+        remote.state_syncs.load(Ordering::SeqCst),
+        1,
+        "the filler synced its own state"
+    );
+
+    // Completing the file and fsyncing again leaves no row behind (no stale ranges that
+    // a later fetch could write over the client's bytes).
+    let all = s.read(o.fh, 0, SIZE as u32).unwrap();
+    assert_eq!(&all[100_000..100_012], b"client bytes");
+    assert_eq!(all[0], byte(0));
+    assert_eq!(all[SIZE as usize - 1], byte(SIZE - 1));
+    assert!(s.stub_state(ino).missing.is_empty());
+    s.fsync(o.fh, false).unwrap();
+    assert_eq!(durable_missing(&state_dir, ino), None);
+    s.release(o.fh).unwrap();
+}
