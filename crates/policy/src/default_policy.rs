@@ -17,7 +17,7 @@ mod tests;
 use std::collections::HashMap;
 
 pub use config::{ConfigError, KaisoConfig};
-use object::{NO_PIN, ObjectState, UNPLACED, decay, secs};
+use object::{JUST_OPENED, NO_PIN, ObjectState, UNPLACED, decay, secs};
 
 use crate::engine::{Access, Move, ObjectId, Op, PlacementPolicy, TierId, TierState};
 use crate::prefetch::RegionLayout;
@@ -301,9 +301,13 @@ impl PlacementPolicy for KaisoPolicy {
         let elapsed = access.at.saturating_sub(s.last_access);
         let in_episode =
             s.touched && (elapsed as f64) <= cfg.episode_gap_secs * crate::time::SECOND as f64;
+        // Every open is a touch, and the first read or write after it belongs to it
+        // wherever it starts: a file served by kernel passthrough shows the policy its opens
+        // only, and must not look colder than one whose reads the daemon sees.
         let continues = match access.op {
-            Op::Read | Op::Write => access.offset == s.seq_next,
-            Op::Open | Op::Create | Op::Truncate | Op::Delete => true,
+            Op::Read | Op::Write => access.offset == s.seq_next || s.seq_next == JUST_OPENED,
+            Op::Open => false,
+            Op::Create | Op::Truncate | Op::Delete => true,
         };
         let weight = if in_episode && continues {
             cfg.sequential_weight
@@ -321,7 +325,8 @@ impl PlacementPolicy for KaisoPolicy {
         s.last_access = s.last_access.max(access.at);
         s.seq_next = match access.op {
             Op::Read | Op::Write => access.offset.saturating_add(access.len),
-            Op::Open | Op::Create => 0,
+            Op::Open => JUST_OPENED,
+            Op::Create => 0,
             Op::Truncate | Op::Delete => s.seq_next,
         };
     }

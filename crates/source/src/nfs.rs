@@ -130,11 +130,7 @@ impl NfsSource {
             .map_err(|_| unreachable_error(&cfg, "mount timed out"))?
             .map_err(|e| connect_error(&cfg, &e.to_string()))?;
             let root = conn.root_nfs_fh3();
-            Ok::<_, SourceError>((
-                conn.nfs3_port,
-                root,
-                conn.into_nfs3_client(),
-            ))
+            Ok::<_, SourceError>((conn.nfs3_port, root, conn.into_nfs3_client()))
         })?;
         let mut handles = HashMap::new();
         handles.insert(SourcePath::root(), root.clone());

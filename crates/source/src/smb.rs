@@ -59,7 +59,6 @@ use link::{Link, drop_in_background, is_unreachable};
 use prefetch::{Fetched, Prefetch};
 use read::read_pieces;
 
-
 /// The bytes one SMB2 credit pays for; a READ of N bytes costs N / 64 KiB credits.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
 
@@ -75,7 +74,6 @@ pub const SMB_DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Sessions (TCP connections) a source opens by default.
 pub const SMB_DEFAULT_CONNECTIONS: usize = 8;
-
 
 /// Where and how to reach an SMB share.
 #[derive(Clone, Debug)]
@@ -207,7 +205,9 @@ impl SmbSource {
                         loop {
                             let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                             let Ok(path) = next else { break };
-                            let Some(shared) = shared.upgrade() else { break };
+                            let Some(shared) = shared.upgrade() else {
+                                break;
+                            };
                             shared.prefetch_one(&path);
                         }
                     });
@@ -218,7 +218,9 @@ impl SmbSource {
             if e.attr.kind != FileKind::Regular {
                 continue;
             }
-            let Ok(path) = dir.join(&e.name) else { continue };
+            let Ok(path) = dir.join(&e.name) else {
+                continue;
+            };
             if jobs.try_send(path).is_err() {
                 break; // queue full: the engine's calls fetch the rest themselves
             }
@@ -538,13 +540,10 @@ impl Shared {
             let h = r.handle();
             let (eas, sd, streams) = std::thread::scope(|s| {
                 let eas = s.spawn(|| l.check(r.as_handle_query_eas()));
-                let streams = (!r.is_dir()).then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
+                let streams =
+                    (!r.is_dir()).then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
                 let sd = l.check(h.query_security_info(Self::sd_info()));
-                (
-                    join(eas),
-                    sd,
-                    streams.map(join),
-                )
+                (join(eas), sd, streams.map(join))
             });
             l.close(r);
             Ok((eas, sd, streams))
@@ -677,7 +676,6 @@ fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
         .unwrap_or_default();
     SourceError::new(kind, path, format!("{what}: {e}{status}"))
 }
-
 
 impl Source for Shared {
     fn describe(&self) -> String {

@@ -1,7 +1,8 @@
 //! Source locations as URLs, for the command line and configuration:
 //!
 //! - `/srv/old` or `posix:/srv/old`: a directory on this host (e.g. a kernel NFS/SMB mount)
-//! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&unprivileged=1]`
+//! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&unprivileged=1&subdir=PATH]`:
+//!   `subdir` migrates one directory inside the export as the share
 //! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS]`: the password comes
 //!   from the environment variable `KAISO_SMB_PASSWORD` (never from the command line);
 //!   `timeout` bounds each SMB request (default 15 s) before the call fails and the
@@ -181,6 +182,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
                     "connections",
                     "unprivileged",
                     "rsize",
+                    "subdir",
                 ],
             )?;
             let mut c = NfsConfig::new(host, export);
@@ -194,6 +196,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             c.connections = q(&query, "connections")?.unwrap_or(c.connections);
             c.read_size = q(&query, "rsize")?.unwrap_or(c.read_size);
             c.privileged_port = q::<u8>(&query, "unprivileged")?.unwrap_or(0) == 0;
+            c.subdir = q(&query, "subdir")?;
             if port.is_some() && c.mount_port.is_none() {
                 return Err(invalid("with an explicit NFS port give ?mountport=N too"));
             }

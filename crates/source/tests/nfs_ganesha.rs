@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
 use kaiso_source::{NfsConfig, NfsSource};
@@ -59,6 +60,27 @@ fn nfs_source_against_ganesha() {
             assert!(h.join().unwrap() == want);
         }
     });
+
+    // READDIRPLUS brings the directory's own attributes along (no GETATTR per listing).
+    let (_, own) = source
+        .read_dir_with_attr(&SourcePath::parse(b"a").unwrap())
+        .unwrap();
+    assert_eq!(
+        own.map(|a| a.ino),
+        Some(std::fs::metadata(export.path().join("a")).unwrap().ino())
+    );
+
+    // A directory inside the export migrated as the share: its paths are relative to it.
+    let mut cfg = server.config();
+    cfg.subdir = Some("a/b".into());
+    let sub = NfsSource::connect(cfg).expect("connect to a subdirectory of the export");
+    assert!(sub.describe().ends_with("?subdir=a/b"), "{}", sub.describe());
+    let n = common::check_exact(&sub, &export.path().join("a/b"));
+    assert!(n > 2, "only {n} objects checked below a/b");
+    let mut cfg = server.config();
+    cfg.subdir = Some("no/such/dir".into());
+    let e = NfsSource::connect(cfg).err().expect("missing subdirectory");
+    assert_eq!(e.kind, SourceErrorKind::NotFound, "{e}");
 
     // Permission denied for an unprivileged AUTH_UNIX identity on a 0600 root file.
     let mut cfg = server.config();

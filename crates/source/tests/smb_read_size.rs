@@ -30,7 +30,7 @@ fn smb_large_reads_in_flight() {
         std::thread::spawn(move || {
             let p = SourcePath::parse(b"big").unwrap();
             let unit = 10 << 20;
-            let mut off = (t * 3 << 20) % len;
+            let mut off = ((t * 3) << 20) % len;
             let mut ok = true;
             for _ in 0..len.div_ceil(unit) + 1 {
                 let want = unit.min(len - off);
@@ -51,6 +51,9 @@ fn smb_large_reads_in_flight() {
     }
     // Past the end: short, then empty.
     let p = SourcePath::parse(b"big").unwrap();
-    assert_eq!(source.read(&p, len as u64 - 5, 100).unwrap(), data[len - 5..]);
+    assert_eq!(
+        source.read(&p, len as u64 - 5, 100).unwrap(),
+        data[len - 5..]
+    );
     assert!(source.read(&p, len as u64 + 1, 100).unwrap().is_empty());
 }

@@ -32,7 +32,7 @@ fn backing_flags(flags: i32) -> i32 {
 
 thread_local! {
     /// Stub rows of a [`Store::stub_batch`] under way on this thread.
-    static STUB_ROWS: std::cell::RefCell<Option<Vec<(Ino, bool, Vec<(u64, u64)>)>>> =
+    static STUB_ROWS: std::cell::RefCell<Option<Vec<crate::db::StubRow>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -976,7 +976,9 @@ impl Store {
             return f();
         }
         let r = f();
-        let rows = STUB_ROWS.with(|b| b.borrow_mut().take()).unwrap_or_default();
+        let rows = STUB_ROWS
+            .with(|b| b.borrow_mut().take())
+            .unwrap_or_default();
         let committed = self.commit_stub_rows(&rows);
         let v = r?;
         committed?;
@@ -999,7 +1001,7 @@ impl Store {
         Ok(())
     }
 
-    fn commit_stub_rows(&self, rows: &[(Ino, bool, Vec<(u64, u64)>)]) -> FsResult<()> {
+    fn commit_stub_rows(&self, rows: &[crate::db::StubRow]) -> FsResult<()> {
         if rows.is_empty() {
             return Ok(());
         }

@@ -274,8 +274,7 @@ pub fn run(args: Args) -> Result<()> {
             bail!("--datasets: unknown dataset {d:?} (a, b, c)");
         }
     }
-    let source_wanted =
-        |k: &str| args.sources.is_empty() || args.sources.iter().any(|s| s == k);
+    let source_wanted = |k: &str| args.sources.is_empty() || args.sources.iter().any(|s| s == k);
     servers::install_signal_cleanup();
     if !(args.delay_ms >= 0.0 && args.delay_ms < 10_000.0) || args.workers == 0 {
         bail!("--delay-ms must be in [0, 10000) and --workers > 0");

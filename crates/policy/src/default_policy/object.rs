@@ -6,6 +6,8 @@ use crate::time::{Nanos, SECOND};
 pub(crate) const UNPLACED: u8 = u8::MAX;
 /// Pin value meaning "not pinned".
 pub(crate) const NO_PIN: u8 = u8::MAX;
+/// `seq_next` after an open: the next read or write continues the open's touch.
+pub(crate) const JUST_OPENED: u64 = u64::MAX - 1;
 
 /// What the planner last decided about an object, for `explain`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +53,8 @@ pub(crate) struct ObjectState {
     pub size: u64,
     /// Time of the last access (the reference time of both decayed counters).
     pub last_access: Nanos,
-    /// Where the last read or write ended: the next access continues a run if it starts here.
+    /// Where the last read or write ended: the next access continues a run if it starts here
+    /// ([`JUST_OPENED`] after an open).
     pub seq_next: u64,
     /// Decayed touch count (long half-life) at `last_access`.
     pub heat: f32,

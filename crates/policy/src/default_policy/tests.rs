@@ -931,3 +931,41 @@ fn a_young_resident_is_not_displaced_by_noise_or_a_small_lead() {
         .is_err()
     );
 }
+
+#[test]
+fn an_open_counts_as_much_as_an_open_and_a_read() {
+    // A file served by kernel passthrough shows the policy its opens only; one served by
+    // the daemon shows the open and the read. The same use must give the same heat.
+    let mut p = KaisoPolicy::default();
+    let mut now = 0;
+    for k in 0..100u64 {
+        now += 10 * crate::time::MILLISECOND;
+        for (object, with_read) in [(1, false), (2, true)] {
+            p.record(&Access {
+                at: now,
+                object,
+                op: Op::Open,
+                offset: 0,
+                len: 0,
+            });
+            if with_read {
+                p.record(&read(now, object, (k * 7 % 16) * 65536));
+            }
+        }
+    }
+    let (a, b) = (p.score(1, now).unwrap(), p.score(2, now).unwrap());
+    assert!((a - b).abs() < 1e-6, "opens only {a}, opens and reads {b}");
+    assert!(a > 90.0, "rapid re-opens must count: {a}");
+    // A sequential pass after one open is still one touch.
+    p.record(&Access {
+        at: now,
+        object: 3,
+        op: Op::Open,
+        offset: 0,
+        len: 0,
+    });
+    for k in 0..100u64 {
+        p.record(&read(now + k, 3, k * 4096));
+    }
+    assert!(p.score(3, now + 100).unwrap() < 1.6);
+}

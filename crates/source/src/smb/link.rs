@@ -9,7 +9,6 @@ use smb::{Client, ClientConfig, Connection, FileAccessMask, FileCreateArgs, Reso
 
 use super::{ResourceExt, SmbConfig};
 
-
 /// One authenticated session with the share over one TCP connection.
 pub(super) struct Link {
     client: Client,
@@ -221,8 +220,6 @@ fn peer_of(fd: i32) -> Option<SocketAddr> {
         _ => None,
     }
 }
-
-
 
 /// Errors that mean the server is gone, silent, or the link to it was shut.
 pub(super) fn is_unreachable(e: &smb::Error) -> bool {

@@ -20,11 +20,14 @@ const TTL: Duration = Duration::from_secs(30);
 /// Paths kept at most; beyond it the expired ones go, then everything.
 const CAPACITY: usize = 16_384;
 
+/// Extended attributes as (name, value) pairs.
+pub(super) type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The answers for one path; `None` = not fetched, or already handed out.
 #[derive(Default)]
 pub(super) struct Fetched {
     pub attr: Option<SourceResult<SourceAttr>>,
-    pub xattrs: Option<SourceResult<Vec<(Vec<u8>, Vec<u8>)>>>,
+    pub xattrs: Option<SourceResult<Xattrs>>,
     pub acl: Option<SourceResult<SourceAcl>>,
     pub streams: Option<SourceResult<Vec<SourceStream>>>,
 }
@@ -168,12 +171,24 @@ mod tests {
                 ..Fetched::default()
             },
         );
-        assert!(cache.take(&path, |f| f.acl.take()).is_none(), "failure kept");
+        assert!(
+            cache.take(&path, |f| f.acl.take()).is_none(),
+            "failure kept"
+        );
         assert!(cache.take(&p("a"), |f| f.xattrs.take()).is_none());
         let x = cache.take(&path, |f| f.xattrs.take()).unwrap().unwrap();
         assert_eq!(x, vec![(b"user.x".to_vec(), b"1".to_vec())]);
-        assert!(cache.take(&path, |f| f.xattrs.take()).is_none(), "given twice");
-        assert!(cache.take(&path, |f| f.streams.take()).unwrap().unwrap().is_empty());
+        assert!(
+            cache.take(&path, |f| f.xattrs.take()).is_none(),
+            "given twice"
+        );
+        assert!(
+            cache
+                .take(&path, |f| f.streams.take())
+                .unwrap()
+                .unwrap()
+                .is_empty()
+        );
         assert!(cache.map.lock().unwrap().is_empty(), "empty entry left");
     }
 

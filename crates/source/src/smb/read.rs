@@ -78,8 +78,7 @@ pub(super) fn read_pieces(
                 if want_attr && i == n - 1 {
                     s.spawn(query_attr);
                 }
-                let Some(chunk) = chunks[i].lock().unwrap_or_else(|p| p.into_inner()).take()
-                else {
+                let Some(chunk) = chunks[i].lock().unwrap_or_else(|p| p.into_inner()).take() else {
                     continue;
                 };
                 let at = offset + (i * piece) as u64;

@@ -608,6 +608,18 @@ pub fn check_exact(source: &dyn Source, root: &Path) -> usize {
         let names: Vec<&[u8]> = listed.iter().map(|e| e.name.as_slice()).collect();
         let want: Vec<&[u8]> = expect.iter().map(|e| e.0.as_slice()).collect();
         assert_eq!(names, want, "entries of {sp}");
+        // The listing with the directory's own attributes lists the same entries, and
+        // the attributes are the directory's (what the engine restores its times from).
+        let (mut again, own) = source
+            .read_dir_with_attr(&sp)
+            .unwrap_or_else(|e| panic!("read_dir_with_attr {sp}: {e}"));
+        again.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(again, listed, "read_dir_with_attr entries of {sp}");
+        if let Some(own) = own {
+            let m = fs::symlink_metadata(root.join(std::ffi::OsStr::from_bytes(d)))
+                .expect("directory metadata");
+            assert_attr_matches(&own, &m, &format!("{sp} (its own attributes)"));
+        }
         for (entry, (_, m)) in listed.iter().zip(&expect) {
             assert_attr_matches(
                 &entry.attr,

@@ -107,7 +107,6 @@ impl RoundMark {
 }
 
 struct Shared {
-    t0: Instant,
     part: Mutex<CrawlPartition<Ino>>,
     wake: Condvar,
     state: Mutex<CrawlState>,
@@ -157,7 +156,6 @@ impl Crawler {
     pub fn start(store: Arc<Store>, migration: Arc<Migration>) -> Self {
         migration.stop.store(false, Ordering::Release);
         let shared = Arc::new(Shared {
-            t0: Instant::now(),
             part: Mutex::new(CrawlPartition::new(
                 migration.cfg.order,
                 migration.root_ino(),
@@ -337,7 +335,6 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                 }
                 if part.pass().is_some() && part.pass_done() {
                     if part.next_pass() {
-                        super::prof::mark(13, sh.t0);
                         sh.wake.notify_all();
                         continue;
                     }
@@ -345,7 +342,6 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     // other worker closes it too); the reconcile runs unlocked, so client
                     // renames are not held up by it.
                     drop(part);
-                    super::prof::mark(14, sh.t0);
                     close_round(store, m, sh);
                     sh.wake.notify_all();
                     part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
@@ -465,7 +461,6 @@ fn visit_dir(store: &Store, sh: &Shared, dir: Ino) {
 
 /// Lists a directory through the store (expanding it if it is a dummy).
 fn list(store: &Store, dir: Ino) -> crate::FsResult<Vec<(Ino, ChildKind)>> {
-    let _p = super::prof::g(11);
     let fh = store.opendir(dir)?;
     let mut out = Vec::new();
     let mut offset = 0;
@@ -502,7 +497,6 @@ fn list(store: &Store, dir: Ino) -> crate::FsResult<Vec<(Ino, ChildKind)>> {
 /// treat with the old row (copying the old file's metadata or completing the new
 /// file's row without data). The row is read only once the file is open.
 fn fetch_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -> bool {
-    let _p = super::prof::g(10);
     // Only regular files have stub rows; never open anything else (opening a FIFO
     // would block).
     let is_stub_file = matches!(m.db.get(ino), Ok(Some(_)))
@@ -512,11 +506,9 @@ fn fetch_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -
     if !is_stub_file {
         return !should_stop(m);
     }
-    let po = super::prof::g(12);
     let Ok(opened) = store.open_file(ino, libc::O_RDONLY | libc::O_NONBLOCK, false) else {
         return !should_stop(m); // gone, or not a regular file
     };
-    drop(po);
     let go_on = visit_leaf(store, m, sh, ino, pass, opened.fh);
     let _ = store.release(opened.fh);
     go_on

@@ -430,7 +430,6 @@ impl Migration {
 
     /// Lists the source directory of dummy directory `ino` and creates every entry.
     fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
-        let _pg = super::prof::g(0);
         let (entries, dir_attr) = match self.source.read_dir_with_attr(&row.src_path) {
             Ok(e) => e,
             Err(e) => return self.give_up_or_retry(store, ino, &e, true),
@@ -443,7 +442,6 @@ impl Migration {
         // transaction (`stub_batch`), then its migration rows in one (never a migration
         // row without the store's). This directory's own row is removed last, so a crash
         // anywhere in between re-expands it idempotently at the next start.
-        let pc = super::prof::g(1);
         for chunk in entries.chunks(256) {
             let mut rows = Vec::new();
             let mut anchors = Vec::new();
@@ -475,16 +473,13 @@ impl Migration {
                 }
                 Ok(())
             })?;
-            let _p = super::prof::g(2);
             self.db.insert(&rows, &anchors).map_err(io)?;
         }
-        drop(pc);
         // The store must never hold a listed directory whose entries' rows a power loss
         // could take back (they would be stubs nobody can fill): one fsync per listing,
         // shared with concurrent listings (see `state`).
-        { let _p = super::prof::g(3); self.db.sync().map_err(io)?; }
-        { let _p = super::prof::g(4); store.stub_dir_listed(ino)?; }
-        let _p = super::prof::g(5);
+        self.db.sync().map_err(io)?;
+        store.stub_dir_listed(ino)?;
         self.finish_dir(store, ino, row, dir_attr)
     }
 
@@ -747,7 +742,6 @@ impl Migration {
         if row.kind != StubKind::DummyFile {
             return Ok(());
         }
-        let _p = super::prof::g(6);
         self.copy_metadata(store, row.ino, &row.src_path);
         self.db
             .set_kind(row.ino, StubKind::PartialFile)
@@ -763,7 +757,6 @@ impl Migration {
     /// if the destination still looks like that (a client that wrote or truncated it
     /// changed the mtime: counted as modified, not compared).
     fn complete(&self, row: &StubRow) -> FsResult<()> {
-        let _p = super::prof::g(9);
         let ino = row.ino;
         let after_read = self
             .after_read
@@ -926,17 +919,12 @@ impl Migration {
         let to = missing.iter().map(|m| m.1).max().unwrap_or(at);
         let read_to = to.min(minsize.max(from));
         let mut data = self.buffers.take((to - from) as usize);
-        let pr = super::prof::g(7);
         let result = if from < read_to {
-            self.source.read_into(
-                &row.src_path,
-                from,
-                &mut data[..(read_to - from) as usize],
-            )
+            self.source
+                .read_into(&row.src_path, from, &mut data[..(read_to - from) as usize])
         } else {
             Ok((0, None))
         };
-        drop(pr);
         if !crawler {
             self.counters
                 .demand_in_flight
@@ -970,7 +958,6 @@ impl Migration {
         // What the source did not give (past `minsize`, or a source shorter than listed)
         // is written as zeros.
         data[got..].fill(0);
-        let _pw = super::prof::g(8);
         let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
             store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
             self.counters

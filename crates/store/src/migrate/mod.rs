@@ -7,7 +7,6 @@
 //! - [`finish`]: verification against the source and removal of all stub state.
 
 pub mod crawler;
-pub mod prof;
 pub mod engine;
 pub mod finish;
 pub mod source;

@@ -34,7 +34,6 @@ pub(super) fn migrate_all(
         std::thread::sleep(Duration::from_millis(1));
     };
     let took = t.elapsed();
-    kaiso_store::migrate::prof::dump();
     drop(crawler);
     if st != CrawlState::Done {
         bail!("crawl of {sub} ended {}", st.as_str());
