@@ -14,7 +14,12 @@
 //! ```
 //!
 //! `--kaiso CONFIG` also mounts that kaiso store in this process (as `kaiso mount` does,
-//! with the same thread count) and measures it in the same rounds.
+//! with the same thread count) and measures it in the same rounds. `--serve MOUNTPOINT`
+//! only mounts the floor, in a process of its own like `kaiso mount`, until it is
+//! unmounted (`fusermount3 -u MOUNTPOINT`), for loops run from other processes: a
+//! request that crosses processes costs more than one between threads of a process.
+//! `--all-read` lets every worker read from the kernel (kaiso's default keeps one
+//! reading, see `kaiso_fuse::gate`).
 //! BASELINE_DIR is the directory to compare with (e.g. a fresh ext4); OTHER_DIRs (e.g. a
 //! kaiso mount) are measured in the same rounds, the targets taking turns. The floor's
 //! mountpoint is a temporary directory. Needs root (or fusermount3) and /dev/fuse.
@@ -297,6 +302,24 @@ fn metadata(dir: &Path, n: usize) -> std::io::Result<[Phase; 3]> {
     Ok([create, stat, unlink])
 }
 
+/// `--serve`: the floor as a process of its own (as `kaiso mount` is), until unmounted.
+fn serve(mp: &Path, threads: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let opts = kaiso_fuse::MountOptions {
+        threads,
+        ..kaiso_fuse::MountOptions::default()
+    };
+    let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
+    let gate = kaiso_fuse::WorkerGate::new(threads);
+    let session = fuser::spawn_mount(MemFs::new(gate.clone()), mp, &cfg)?;
+    println!("floor mounted on {} (pid {})", mp.display(), std::process::id());
+    while !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    gate.close();
+    session.join()?;
+    Ok(())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -308,12 +331,13 @@ struct Args {
     threads: usize,
     floor: bool,
     all_read: bool,
+    serve: Option<PathBuf>,
     kaiso: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
 }
 
 const USAGE: &str = "usage: fuse_floor [-n FILES=10000] [-r ROUNDS=3] [-t THREADS=4] [--no-floor] [--all-read] \
-                     BASELINE_DIR [OTHER_DIR...]";
+                     BASELINE_DIR [OTHER_DIR...]  |  fuse_floor [-t THREADS] [--all-read] --serve MOUNTPOINT";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -322,6 +346,7 @@ fn parse_args() -> Result<Args, String> {
         threads: 4,
         floor: true,
         all_read: false,
+        serve: None,
         kaiso: Vec::new(),
         dirs: Vec::new(),
     };
@@ -339,6 +364,7 @@ fn parse_args() -> Result<Args, String> {
             "-t" => a.threads = num("-t")?,
             "--no-floor" => a.floor = false,
             "--all-read" => a.all_read = true,
+            "--serve" => a.serve = Some(it.next().ok_or("--serve needs a mountpoint")?.into()),
             "--kaiso" => a
                 .kaiso
                 .push(it.next().ok_or("--kaiso needs a store config")?.into()),
@@ -346,7 +372,7 @@ fn parse_args() -> Result<Args, String> {
             _ => a.dirs.push(PathBuf::from(s)),
         }
     }
-    if a.dirs.is_empty() {
+    if a.dirs.is_empty() && a.serve.is_none() {
         return Err(USAGE.into());
     }
     Ok(a)
@@ -365,6 +391,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if args.all_read {
         // Every worker reads from the kernel (no stand-by), here and in the kaiso mounts.
         unsafe { std::env::set_var(kaiso_fuse::gate::ALL_READ_ENV, "1") };
+    }
+    if let Some(mp) = &args.serve {
+        return serve(mp, args.threads);
     }
     let label = |t: usize| {
         let rule = if args.all_read || t == 1 { "" } else { ", one reads" };

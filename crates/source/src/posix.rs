@@ -67,10 +67,19 @@ impl PosixSource {
     fn open_path(&self, path: &SourcePath, flags: libc::c_int) -> SourceResult<OwnedFd> {
         let components: Vec<&[u8]> = path.components().collect();
         let Some((last, parents)) = components.split_last() else {
-            // SAFETY: duplicating a descriptor we own.
-            let dir = unsafe { libc::fcntl(self.root_fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+            // A new open file description of the root, not a `dup`: a dup shares the
+            // directory offset, so a second listing of the root (or two at once) would
+            // start where the last one stopped and miss entries.
+            // SAFETY: root_fd is open; "." is NUL-terminated.
+            let dir = unsafe {
+                libc::openat(
+                    self.root_fd.as_raw_fd(),
+                    c".".as_ptr(),
+                    flags | libc::O_CLOEXEC,
+                )
+            };
             if dir < 0 {
-                return Err(errno_error(path, "dup root"));
+                return Err(errno_error(path, "open root"));
             }
             // SAFETY: dir is a fresh descriptor we own.
             return Ok(unsafe { OwnedFd::from_raw_fd(dir) });
