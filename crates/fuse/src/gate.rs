@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 /// How long a request may run, with no other worker reading, before a parked worker is
 /// handed back to the kernel.
-pub const STALL: Duration = Duration::from_millis(1);
+pub const STALL: Duration = Duration::from_millis(2);
 /// Longest time a worker stays parked before it reads again.
 pub const PARK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Environment variable that turns the gate off when set to `1`.

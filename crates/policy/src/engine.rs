@@ -45,9 +45,11 @@ pub struct TierState {
     pub capacity: u64,
     /// Bytes in use now.
     pub used: u64,
-    /// Above this fraction of capacity the tier must be drained (demotions).
+    /// Above this fraction of capacity the tier must be drained (demotions). kaiso's
+    /// default policy fills the tier by heat up to it (`promote_to_high_watermark`).
     pub high_watermark: f64,
-    /// Draining stops at this fraction; promotions fill only up to it.
+    /// Draining stops at this fraction (and, in kaiso's default policy, promotions stop
+    /// here for a while after a drain, or while their source device is busy).
     pub low_watermark: f64,
     /// Foreground utilisation of the tier's device over the last interval, 0.0..=1.0
     /// (iostat %util). Moves back off as it rises.

@@ -290,9 +290,20 @@ impl Shared {
         Ok(source)
     }
 
-    /// The next session in turn.
+    /// The next live session in turn. A slot that is being connected (locked for up to
+    /// the timeout) is passed over for the next live one; only if none is live does the
+    /// call wait for its own slot (connecting it if needed).
     fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
-        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
+        let n = self.links.len();
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % n;
+        for k in 0..n {
+            if let Ok(slot) = self.links[(i + k) % n].try_lock()
+                && let Some(l) = slot.as_ref()
+                && !l.broken.load(Ordering::SeqCst)
+            {
+                return Ok(l.clone());
+            }
+        }
         self.link_in(i, path)
     }
 
@@ -309,10 +320,14 @@ impl Shared {
             drop_in_background(old);
         }
         let started = std::time::Instant::now();
-        let l = Arc::new(
-            Link::connect(&self.config, &self.share)
-                .map_err(|e| self.error(path, &format!("connect to share {}", self.share), &e))?,
-        );
+        let l = match Link::connect(&self.config, &self.share) {
+            Ok(l) => Arc::new(l),
+            Err(e) => {
+                // Unlocked first: an unreachable server shuts every slot, this one too.
+                drop(slot);
+                return Err(self.error(path, &format!("connect to share {}", self.share), &e));
+            }
+        };
         tracing::debug!(slot = i, took = ?started.elapsed(), "smb: session connected");
         *slot = Some(l.clone());
         Ok(l)
@@ -321,9 +336,16 @@ impl Shared {
     /// The server is gone or silent: every session is shut now (their pending requests
     /// fail at once) and reconnected by the next call on it, instead of each waiting out
     /// the timeout on its own. What was fetched ahead is forgotten.
+    /// A slot locked meanwhile is skipped: it is being connected (a session that fails
+    /// on its own) or handed out this instant (its call notices the server by itself);
+    /// waiting for it could mean waiting for a connect to a silent server.
     fn shut_all(&self) {
         for slot in self.links.iter() {
-            let slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = match slot.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
             if let Some(l) = slot.as_ref() {
                 l.shut();
             }

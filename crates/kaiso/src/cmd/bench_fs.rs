@@ -55,6 +55,10 @@ pub struct Args {
     /// Skip the mergerfs comparison.
     #[arg(long)]
     pub no_mergerfs: bool,
+    /// FUSE worker threads of the kaiso mount in the data and metadata test
+    /// [default: `kaiso mount`'s].
+    #[arg(long)]
+    pub kaiso_threads: Option<usize>,
     /// Rounds of the data and metadata tests; the targets take turns within a round and
     /// the median of the rounds is reported [default: 3].
     #[arg(long)]
@@ -333,12 +337,23 @@ fn write_config(path: &Path, state: &Path, tiers: &[BenchTier], mover_ms: u64) -
 }
 
 fn mount_kaiso(work: &WorkDir, tag: &str, tiers: &[BenchTier], mover_ms: u64) -> Result<Mounted> {
+    mount_kaiso_with(work, tag, tiers, mover_ms, &[])
+}
+
+/// [`mount_kaiso`] with more `kaiso mount` arguments.
+fn mount_kaiso_with(
+    work: &WorkDir,
+    tag: &str,
+    tiers: &[BenchTier],
+    mover_ms: u64,
+    extra: &[String],
+) -> Result<Mounted> {
     let state = work.sub(&format!("state-{tag}"))?;
     let cfg = work.root.join(format!("{tag}.toml"));
     write_config(&cfg, &state, tiers, mover_ms)?;
     let mnt = work.sub(&format!("mnt-{tag}"))?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("mount").arg(&cfg).arg(&mnt);
+    cmd.arg("mount").args(extra).arg(&cfg).arg(&mnt);
     Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
 }
 
@@ -556,7 +571,11 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             watermarks: None,
         },
     ];
-    let m = mount_kaiso(work, "kaiso", &tiers, 2000)?;
+    let extra: Vec<String> = match args.kaiso_threads {
+        Some(n) => vec!["--threads".into(), n.to_string()],
+        None => Vec::new(),
+    };
+    let m = mount_kaiso_with(work, "kaiso", &tiers, 2000, &extra)?;
     let dir = m.path.join("kaiso");
     fs::create_dir_all(&dir)?;
     targets.push(("kaiso", dir, Some(m.pid())));

@@ -30,8 +30,9 @@ pub struct KaisoConfig {
     /// not scaled: it is a measurement window that must hold enough IOs to be more than noise
     /// (the 002 paper's reason for one-minute samples).
     pub time_scale: f64,
-    /// Heat added by one *touch*: an access that starts a new episode (random offset, or a
-    /// gap longer than `episode_gap_secs`). 1.0 makes heat read as "decayed touch count".
+    /// Heat added by one *touch*: an open, or an access that starts a new episode (random
+    /// offset, or a gap longer than `episode_gap_secs`); the first read or write after an
+    /// open belongs to the open's touch. 1.0 makes heat read as "decayed touch count".
     pub touch_weight: f64,
     /// Heat added by an access that continues a sequential run within the same episode.
     /// 0.0: a sequential pass counts once however long it is (scan resistance).

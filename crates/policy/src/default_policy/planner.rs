@@ -720,9 +720,10 @@ impl KaisoPolicy {
     }
 
     /// With `queue_by_mover_rate`: `max_in_flight_secs` of the mover's observed
-    /// throughput, when that is less than half of `move_bytes_per_sec` (None otherwise). A mover yielding to a busy HDD may do
-    /// 1 MiB/s: a plan queueing `move_bytes_per_sec`' worth would be carried out on heat
-    /// tens of seconds stale, while the plans after it would know better.
+    /// throughput, when that is less than half of `move_bytes_per_sec` (None otherwise).
+    /// A mover yielding to a busy HDD may do 1 MiB/s: a plan queueing
+    /// `move_bytes_per_sec`' worth would be carried out on heat tens of seconds stale,
+    /// while the plans after it would know better.
     fn slow_mover_cap(&self) -> Option<u64> {
         let configured = self.cfg.move_bytes_per_sec as f64;
         match self.mover_rate {

@@ -882,6 +882,34 @@ mod tests {
     }
 
     #[test]
+    fn placement_report_names_missing_and_extra_ranks() {
+        let row = |ranks: Vec<usize>| SkewRow {
+            s: 3.0,
+            all_fast: stats(vec![1.0]),
+            tiered: stats(vec![1.0]),
+            all_slow: stats(vec![1.0]),
+            fast_served: stats(vec![]),
+            slow_served: stats(vec![]),
+            on_fast: ranks.len(),
+            kaiso_share: 0.0,
+            fast_ranks: ranks,
+            moves_warm: None,
+            moves_measured: None,
+            load: (0.0, 0.0),
+        };
+        let best = row((0..15).collect());
+        assert!(reached_best(&best, 15));
+        assert!(placement_text(&best, 15).contains("exactly"));
+        let off = row((0..11).chain([12, 13, 14, 17]).collect());
+        assert!(!reached_best(&off, 15));
+        let t = placement_text(&off, 15);
+        assert!(t.contains("missing rank(s) 12;"), "{t}");
+        assert!(t.contains("holds rank(s) 18 instead"), "{t}");
+        // Fewer files than the fill is not the best placement either.
+        assert!(!reached_best(&row((0..12).collect()), 15));
+    }
+
+    #[test]
     fn latency_stats() {
         let s = stats((1..=100).map(|x| x as f64).collect());
         assert_eq!(s.n, 100);
