@@ -311,7 +311,11 @@ fn serve(mp: &Path, threads: usize) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
     let gate = kaiso_fuse::WorkerGate::new(threads);
     let session = fuser::spawn_mount(MemFs::new(gate.clone()), mp, &cfg)?;
-    println!("floor mounted on {} (pid {})", mp.display(), std::process::id());
+    println!(
+        "floor mounted on {} (pid {})",
+        mp.display(),
+        std::process::id()
+    );
     while !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -396,7 +400,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return serve(mp, args.threads);
     }
     let label = |t: usize| {
-        let rule = if args.all_read || t == 1 { "" } else { ", one reads" };
+        let rule = if args.all_read || t == 1 {
+            ""
+        } else {
+            ", one reads"
+        };
         format!("{t} threads{rule}")
     };
     let mnt = tempfile::tempdir()?;
@@ -452,7 +460,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some((s, gate)) = session {
         let (parked, released) = gate.stats();
-        eprintln!("floor workers: {parked} parked at the end, {released} handed back by the watchdog");
+        eprintln!(
+            "floor workers: {parked} parked at the end, {released} handed back by the watchdog"
+        );
         gate.close();
         s.umount_and_join()?;
     }

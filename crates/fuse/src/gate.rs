@@ -327,7 +327,10 @@ mod tests {
             let mut opened = p.0.lock().unwrap();
             let end = Instant::now() + Duration::from_secs(10);
             while !*opened && Instant::now() < end {
-                opened = p.1.wait_timeout(opened, Duration::from_millis(10)).unwrap().0;
+                opened =
+                    p.1.wait_timeout(opened, Duration::from_millis(10))
+                        .unwrap()
+                        .0;
             }
             assert!(*opened, "the peer request was never served");
         });
@@ -351,7 +354,10 @@ mod tests {
         }
         let t = Instant::now();
         f.finish();
-        assert!(t.elapsed() < PARK_TIMEOUT, "parked workers waited for their timeout");
+        assert!(
+            t.elapsed() < PARK_TIMEOUT,
+            "parked workers waited for their timeout"
+        );
     }
 
     #[test]

@@ -180,7 +180,11 @@ fn a_create_replies_with_the_new_files_attributes() {
         let seen = std::fs::metadata(&p).unwrap();
         let backing = std::fs::symlink_metadata(e.dir.path().join("t0").join(format!("new{i}")))
             .expect("new files go to the fast tier");
-        assert_eq!(seen.mode() & 0o7777, mode & !umask & 0o7777, "mode {mode:o}");
+        assert_eq!(
+            seen.mode() & 0o7777,
+            mode & !umask & 0o7777,
+            "mode {mode:o}"
+        );
         assert_eq!(seen.mode(), backing.mode());
         assert_eq!((seen.uid(), seen.gid()), (backing.uid(), backing.gid()));
         assert_eq!(seen.len(), 0);
@@ -189,15 +193,24 @@ fn a_create_replies_with_the_new_files_attributes() {
         f.write_all(b"x").unwrap();
         drop(f);
         let ino = seen.ino();
-        assert_eq!(e.store.lookup(1, std::ffi::OsStr::new(&format!("new{i}"))).unwrap().ino, ino);
+        assert_eq!(
+            e.store
+                .lookup(1, std::ffi::OsStr::new(&format!("new{i}")))
+                .unwrap()
+                .ino,
+            ino
+        );
     }
     // A symlink and a FIFO take the same path.
     std::os::unix::fs::symlink("new0", e.mnt().join("link")).unwrap();
     let l = std::fs::symlink_metadata(e.mnt().join("link")).unwrap();
     assert!(l.file_type().is_symlink());
-    assert_eq!(std::fs::read_link(e.mnt().join("link")).unwrap(), PathBuf::from("new0"));
-    let fifo = std::ffi::CString::new(e.mnt().join("fifo").into_os_string().into_encoded_bytes())
-        .unwrap();
+    assert_eq!(
+        std::fs::read_link(e.mnt().join("link")).unwrap(),
+        PathBuf::from("new0")
+    );
+    let fifo =
+        std::ffi::CString::new(e.mnt().join("fifo").into_os_string().into_encoded_bytes()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
     let m = std::fs::metadata(e.mnt().join("fifo")).unwrap();
     assert_eq!(m.mode() & libc::S_IFMT, libc::S_IFIFO);

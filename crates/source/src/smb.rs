@@ -28,6 +28,9 @@
 //!   queries together; listing a directory also queries its attributes, EAs and
 //!   descriptor on the listing's handle. The answers nobody asked for yet wait briefly
 //!   for the calls that follow (see `prefetch`).
+//! - Every regular file of a listing is queued for background threads that fetch its
+//!   EAs, descriptor and streams on sessions otherwise idle, so the crawl's metadata pass
+//!   finds them waiting instead of spending two round trips per file.
 //! - Reads keep [`SmbConfig::parallel_reads`] READs in flight (a sliding window), and
 //!   [`Source::read_with_attr`] asks for the file's attributes together with the last
 //!   READ instead of a separate stat. Handles are closed in the background.

@@ -74,7 +74,11 @@ fn nfs_source_against_ganesha() {
     let mut cfg = server.config();
     cfg.subdir = Some("a/b".into());
     let sub = NfsSource::connect(cfg).expect("connect to a subdirectory of the export");
-    assert!(sub.describe().ends_with("?subdir=a/b"), "{}", sub.describe());
+    assert!(
+        sub.describe().ends_with("?subdir=a/b"),
+        "{}",
+        sub.describe()
+    );
     let n = common::check_exact(&sub, &export.path().join("a/b"));
     assert!(n > 2, "only {n} objects checked below a/b");
     let mut cfg = server.config();

@@ -1024,14 +1024,24 @@ impl Store {
             (self.tiers[f.tier as usize].path(&p), f.state.clone())
         };
         let _g = state.gate.read().unwrap_or_else(|e| e.into_inner());
-        let before = util::lstat(&path)?;
+        // One path lookup per unit: the times are read and put back on the descriptor.
         let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+        let before = util::fstat(&f)?;
         f.write_all_at(data, offset)?;
-        util::lutimens(
-            &path,
-            util::UTime::At(util::ts(before.st_atime, before.st_atime_nsec)),
-            util::UTime::At(util::ts(before.st_mtime, before.st_mtime_nsec)),
-        )?;
+        let times = [
+            libc::timespec {
+                tv_sec: before.st_atime,
+                tv_nsec: before.st_atime_nsec,
+            },
+            libc::timespec {
+                tv_sec: before.st_mtime,
+                tv_nsec: before.st_mtime_nsec,
+            },
+        ];
+        // SAFETY: f is open; times holds two valid timespecs.
+        if unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&f), times.as_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
         let missing = {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {

@@ -1039,8 +1039,14 @@ mod tests {
         s.shutdown();
         // The promotion's 4 requests each yield to the user for at most 250 ms; the
         // demotion also waits up to 2 s for the HDD's utilisation to fall first.
-        assert!(promote < Duration::from_millis(1800), "promotion took {promote:?}");
-        assert!(demote >= Duration::from_millis(1900), "demotion took {demote:?}");
+        assert!(
+            promote < Duration::from_millis(1800),
+            "promotion took {promote:?}"
+        );
+        assert!(
+            demote >= Duration::from_millis(1900),
+            "demotion took {demote:?}"
+        );
     }
 
     #[test]

@@ -370,6 +370,26 @@ mod tests {
         }
     }
 
+    /// The stat a create left is used once, and only for the inode it belongs to.
+    #[test]
+    fn fresh_stat_is_taken_once_by_its_own_inode() {
+        let mut ns = Namespace::new(vec![1], 2);
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        st.st_ino = 42;
+        ns.fresh_stat = Some((7, st));
+        assert!(
+            ns.take_fresh_stat(8).is_none(),
+            "another inode's stat was used"
+        );
+        assert!(
+            ns.take_fresh_stat(7).is_none(),
+            "a look at another inode clears it"
+        );
+        ns.fresh_stat = Some((7, st));
+        assert_eq!(ns.take_fresh_stat(7).map(|s| s.st_ino), Some(42));
+        assert!(ns.take_fresh_stat(7).is_none(), "taken twice");
+    }
+
     /// A backing inode number reused after an unlink must not hand the new file the number
     /// of the unlinked one while the kernel still refers to it, nor the number of a file
     /// that has moved to another tier.

@@ -21,11 +21,13 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::readahead::ListingCache;
 use super::source::{
-    FileKind as SrcKind, Source, SourceAttr, SourceError, SourceErrorKind, SourcePath, Timestamp,
+    FileKind as SrcKind, Source, SourceAttr, SourceEntry, SourceError, SourceErrorKind, SourcePath,
+    Timestamp,
 };
 use super::state::{MigrationDb, Progress, StubKind, StubRow};
 use crate::Store;
@@ -114,6 +116,10 @@ pub struct Migration {
     after_read: Mutex<HashMap<Ino, (SourcePath, SourceAttr)>>,
     /// Unit buffers, reused across fetches.
     buffers: BufferPool,
+    /// Source listings of subdirectories read ahead of their expansion.
+    listings: ListingCache,
+    /// This migration, for read-ahead threads.
+    me: Weak<Migration>,
 }
 
 /// A few unit-sized buffers kept for reuse: a fetch takes one and gives it back, so a
@@ -198,7 +204,9 @@ impl Migration {
         let described = source.describe();
         let cfg_workers = cfg.crawl_workers;
         let root_ino = ensure_target(store, &cfg.target)?;
-        let m = Arc::new(Self {
+        let m = Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            listings: ListingCache::default(),
             throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
             cfg,
             source,
@@ -430,10 +438,15 @@ impl Migration {
 
     /// Lists the source directory of dummy directory `ino` and creates every entry.
     fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
-        let (entries, dir_attr) = match self.source.read_dir_with_attr(&row.src_path) {
+        let listed = match self.listings.take(&row.src_path) {
+            Some(l) => Ok(l),
+            None => self.source.read_dir_with_attr(&row.src_path),
+        };
+        let (entries, dir_attr) = match listed {
             Ok(e) => e,
             Err(e) => return self.give_up_or_retry(store, ino, &e, true),
         };
+        self.read_ahead(&row.src_path, &entries);
         // Every entry is created while the directory is still unlisted, so a concurrent
         // lookup waits (per-directory fill gate) instead of seeing a half-listed directory;
         // the store's own fill path re-entered from here (a hard link into this directory)
@@ -481,6 +494,33 @@ impl Migration {
         self.db.sync().map_err(io)?;
         store.stub_dir_listed(ino)?;
         self.finish_dir(store, ino, row, dir_attr)
+    }
+
+    /// Starts background listings of the subdirectories of `dir` (see `readahead`), so
+    /// the next level of a deep tree does not wait a source round trip per directory.
+    fn read_ahead(&self, dir: &SourcePath, entries: &[SourceEntry]) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        for e in entries.iter().filter(|e| e.attr.kind == SrcKind::Directory) {
+            let Ok(path) = dir.join(&e.name) else {
+                continue;
+            };
+            if !self.listings.claim(&path) {
+                continue;
+            }
+            let m = me.clone();
+            let p = path.clone();
+            let spawned = std::thread::Builder::new()
+                .name("kaiso-readahead".into())
+                .spawn(move || {
+                    let listing = m.source.read_dir_with_attr(&p).ok();
+                    m.listings.fulfil(&p, listing);
+                });
+            if spawned.is_err() {
+                self.listings.fulfil(&path, None);
+            }
+        }
     }
 
     /// The tail of a listing: the directory's own times and metadata, then its row goes.

@@ -5,10 +5,12 @@
 //! - [`engine`]: [`Migration`] and [`Migrations`], the store's stub filler.
 //! - [`crawler`]: the background crawl.
 //! - [`finish`]: verification against the source and removal of all stub state.
+//! - `readahead`: source listings of subdirectories fetched ahead of their expansion.
 
 pub mod crawler;
 pub mod engine;
 pub mod finish;
+mod readahead;
 pub mod source;
 pub mod state;
 

@@ -33,7 +33,9 @@
 //!   (group commit: concurrent callers share one fsync). The engine calls it where an
 //!   older state would be wrong rather than merely old: before the store marks a listed
 //!   directory as listed (the store must never hold an expanded entry whose stub row could
-//!   vanish), after the share's root row is created, and at a clean close. Every other
+//!   vanish), after the share's root row is created, at a clean close, and when a client
+//!   fsyncs a file of the share (`StubFiller::sync_state`; the store makes the file's
+//!   missing ranges durable itself, see `Store::fsync`). Every other
 //!   change only moves a stub forward (dummy → partial → gone, `done` records, skip
 //!   report); losing it puts the stub back a step, and redoing that step is idempotent: a
 //!   partial file's data is taken from the ranges *the store* reports missing, never from

@@ -588,7 +588,7 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
         t,
         "\nsummary (best N = the N hottest files on the fast tier, each read at the all-fast \
          mean, every other read at the mean of the tiered run's slow-tier reads (the \
-         all-slow mean if fewer than 30); heat promotions fill the fast tier to its high \
+         all-slow mean if fewer than 30); promotions may fill the fast tier to its high \
          watermark: {fit_fill} files; hard capacity: {fit_hard} files; \"captured\": kaiso's \
          share of the reads over the best {fit_fill} files' share):"
     )?;
