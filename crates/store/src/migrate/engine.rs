@@ -498,7 +498,16 @@ impl Migration {
 
     /// Starts background listings of the subdirectories of `dir` (see `readahead`), so
     /// the next level of a deep tree does not wait a source round trip per directory.
+    /// A crawler's expansion reads nothing ahead while demand fetches are in flight or
+    /// the crawl is paused or stopping (clients' expansions always may).
     fn read_ahead(&self, dir: &SourcePath, entries: &[SourceEntry]) {
+        if on_crawler_thread()
+            && (self.counters.demand_in_flight.load(Ordering::Acquire) > 0
+                || self.paused.load(Ordering::Acquire)
+                || self.stop.load(Ordering::Acquire))
+        {
+            return;
+        }
         let Some(me) = self.me.upgrade() else {
             return;
         };
