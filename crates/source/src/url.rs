@@ -3,10 +3,11 @@
 //! - `/srv/old` or `posix:/srv/old`: a directory on this host (e.g. a kernel NFS/SMB mount)
 //! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&unprivileged=1&subdir=PATH]`:
 //!   `subdir` migrates one directory inside the export as the share
-//! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS]`: the password comes
-//!   from the environment variable `KAISO_SMB_PASSWORD` (never from the command line);
-//!   `timeout` bounds each SMB request (default 15 s) before the call fails and the
-//!   next one reconnects
+//! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N]`: the
+//!   password comes from the environment variable `KAISO_SMB_PASSWORD` (never from the
+//!   command line); `timeout` bounds each SMB request (default 15 s) before the call
+//!   fails and the next one reconnects; `connections` is the number of SMB sessions, each
+//!   on its own TCP connection (default 8, 1 to 64)
 //!
 //! HOST must be a literal IP address for NFS (the user-space client does no DNS).
 
@@ -209,7 +210,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             share,
             query,
         } => {
-            check_keys(&query, &["uid", "gid", "timeout"])?;
+            check_keys(&query, &["uid", "gid", "timeout", "connections"])?;
             let password = std::env::var("KAISO_SMB_PASSWORD").unwrap_or_default();
             let mut c = SmbConfig::new(host, share, user, password);
             if let Some(p) = port {
@@ -219,6 +220,14 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             c.gid = q(&query, "gid")?.unwrap_or(0);
             if let Some(t) = q::<f64>(&query, "timeout")? {
                 c.timeout = timeout_secs(t)?;
+            }
+            if let Some(n) = q::<usize>(&query, "connections")? {
+                if !(1..=64).contains(&n) {
+                    return Err(invalid(format!(
+                        "bad connections={n} for SMB (sessions, 1 to 64)"
+                    )));
+                }
+                c.connections = n;
             }
             Ok(Box::new(SmbSource::connect(c)?))
         }
@@ -289,6 +298,17 @@ mod tests {
                 .unwrap();
             assert_eq!(e.kind, SourceErrorKind::Invalid, "timeout={t}: {e}");
             assert!(e.message.contains("timeout"), "{e}");
+        }
+    }
+
+    #[test]
+    fn smb_connections_out_of_range_is_refused_by_name() {
+        for n in ["0", "65", "x"] {
+            let e = open_source(&format!("smb://u@127.0.0.1:1/s?connections={n}"))
+                .err()
+                .expect("refused before connecting");
+            assert_eq!(e.kind, SourceErrorKind::Invalid, "connections={n}: {e}");
+            assert!(e.message.contains("connections"), "{e}");
         }
     }
 

@@ -820,7 +820,12 @@ impl Migration {
             // a new object that got the inode number of a deleted one: not ours.
             _ => return Ok(()),
         }
-        let done = match self.source_changed(row, after_read) {
+        let Ok(changed) = self.source_changed(row, after_read) else {
+            // Unreachable: the data is here, but whether the source kept still is not
+            // known. The row stays; the crawl completes it once the source answers.
+            return Ok(());
+        };
+        let done = match changed {
             // Not recorded as done, so `finish` reports it instead of failing on it.
             Some(why) => {
                 self.db
@@ -841,16 +846,28 @@ impl Migration {
 
     /// Whether the source file no longer matches its listing (it should be read-only):
     /// a description for the skip report, or `None`. A file that cannot be stat'ed now is
-    /// also reported (it vanished or became unreadable after its data was read).
-    fn source_changed(&self, row: &StubRow, after_read: Option<SourceAttr>) -> Option<String> {
+    /// also reported (it vanished or became unreadable after its data was read); one that
+    /// cannot be stat'ed because the source is unreachable is an error: its stub stays, so
+    /// the crawl retries it instead of skipping it for good.
+    fn source_changed(
+        &self,
+        row: &StubRow,
+        after_read: Option<SourceAttr>,
+    ) -> FsResult<Option<String>> {
         if row.kind == StubKind::DummyDir {
-            return None;
+            return Ok(None);
         }
         let now = match after_read {
             Some(a) => Ok(a),
             None => self.source.stat(&row.src_path),
         };
-        match now {
+        if let Err(e) = &now
+            && matches!(e.kind, SourceErrorKind::Unreachable | SourceErrorKind::Io)
+        {
+            tracing::warn!("source: {e} (completion of {} retried)", row.src_path);
+            return Err(FsError::IO);
+        }
+        Ok(match now {
             Ok(a) if a.size == row.listed_size && ns_of(a.mtime) == row.listed_mtime_ns => None,
             Ok(a) => Some(format!(
                 "source changed during migration although it should be read-only: size {} -> {}, mtime {} -> {} ns; the copy may mix old and new contents",
@@ -860,7 +877,7 @@ impl Migration {
                 ns_of(a.mtime)
             )),
             Err(e) => Some(format!("source file changed during migration: {e}")),
-        }
+        })
     }
 
     /// What to do when the source refused: permanent problems are reported and the stub

@@ -41,6 +41,20 @@ impl Source for Subtree {
     fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
         self.inner.read_dir(&self.map(p)?)
     }
+    fn read_dir_with_attr(
+        &self,
+        p: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
+        self.inner.read_dir_with_attr(&self.map(p)?)
+    }
+    fn read_into(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        self.inner.read_into(&self.map(p)?, offset, buf)
+    }
     fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
         self.inner.read(&self.map(p)?, offset, len)
     }
