@@ -274,6 +274,15 @@ mod tests {
             self.queue.1.notify_one();
         }
 
+        /// Serves `n` empty requests one after the other (the others' workers stand by).
+        fn serial(&self, n: usize) {
+            for _ in 0..n {
+                let next = self.done.load(Ordering::SeqCst) + 1;
+                self.submit(|| {});
+                assert!(self.wait_done(next, Duration::from_secs(5)));
+            }
+        }
+
         fn wait_done(&self, n: usize, within: Duration) -> bool {
             let end = Instant::now() + within;
             while self.done.load(Ordering::SeqCst) < n {
@@ -299,10 +308,7 @@ mod tests {
     #[test]
     fn idle_workers_stand_by() {
         let f = Fake::new(4);
-        for i in 0..50 {
-            f.submit(|| {});
-            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
-        }
+        f.serial(50);
         // The last worker to finish went back to reading; the others wait here.
         let end = Instant::now() + Duration::from_secs(5);
         while f.gate.stats().0 != 3 && Instant::now() < end {
@@ -317,10 +323,7 @@ mod tests {
     #[test]
     fn a_stuck_request_does_not_hold_up_the_next() {
         let f = Fake::new(3);
-        for i in 0..10 {
-            f.submit(|| {});
-            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
-        }
+        f.serial(10);
         let peer = Arc::new((Mutex::new(false), Condvar::new()));
         let p = peer.clone();
         f.submit(move || {
@@ -348,10 +351,7 @@ mod tests {
     #[test]
     fn close_releases_parked_workers() {
         let f = Fake::new(4);
-        for i in 0..20 {
-            f.submit(|| {});
-            assert!(f.wait_done(i + 1, Duration::from_secs(5)));
-        }
+        f.serial(20);
         let t = Instant::now();
         f.finish();
         assert!(

@@ -196,8 +196,11 @@ pub fn mount(
     let cfg = session_config(fsname, opts);
     let fs = KaisoFs::new(store, opts);
     let gate = fs.gate();
-    let session = fuser::spawn_mount(fs, mountpoint, &cfg)
-        .map_err(|e| MountError::Mount(mountpoint.to_path_buf(), e))?;
+    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| {
+        // No session will close the gate: stop its watchdog thread here.
+        gate.close();
+        MountError::Mount(mountpoint.to_path_buf(), e)
+    })?;
     Ok(Mounted {
         session: Some(session),
         gate,

@@ -5,6 +5,7 @@
 //! plan every 500 ms when idle. After a 25 s warm-up the fast tier must hold the best
 //! placement the high watermark allows: the 15 hottest files.
 
+use kaiso_policy::cache::rng::SplitMix64;
 use kaiso_policy::default_policy::{KaisoConfig, KaisoPolicy};
 use kaiso_policy::time::{MICROSECOND, MILLISECOND, SECOND};
 use kaiso_policy::{Access, Move, Nanos, Op, PlacementPolicy, TierState};
@@ -21,20 +22,6 @@ fn move_time(hdd_busy: f64) -> Nanos {
     ((0.1 + hdd_busy.clamp(0.0, 1.0)) * SECOND as f64) as Nanos
 }
 const PLAN_EVERY: Nanos = 500 * MILLISECOND;
-
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// Cumulative Zipf(s) over ranks 0..n.
 fn zipf_cdf(n: usize, s: f64) -> Vec<f64> {
@@ -55,11 +42,11 @@ fn zipf_cdf(n: usize, s: f64) -> Vec<f64> {
 /// the number of moves completed.
 fn run(cfg: KaisoConfig, s: f64, seed: u64, warmup_secs: u64) -> (Vec<usize>, usize) {
     let mut p = KaisoPolicy::new(cfg).unwrap();
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64::new(seed);
     // Rank -> object id: a seeded permutation, so the hot objects are not the low ids.
     let mut ids: Vec<u64> = (0..FILES as u64).collect();
     for i in (1..FILES).rev() {
-        ids.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        ids.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
     }
     let mut rank_of = vec![0usize; FILES];
     for (r, &id) in ids.iter().enumerate() {
@@ -98,7 +85,7 @@ fn run(cfg: KaisoConfig, s: f64, seed: u64, warmup_secs: u64) -> (Vec<usize>, us
         let u = rng.unit();
         let rank = cdf.partition_point(|c| *c < u).min(FILES - 1);
         let id = ids[rank];
-        let off = (rng.next() % 16) * 65536;
+        let off = (rng.next_u64() % 16) * 65536;
         p.record(&Access {
             at: now,
             object: id,

@@ -341,13 +341,7 @@ impl Source for PosixSource {
         if let Some(e) = failure {
             return Err(e);
         }
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fd is open, st is large enough.
-        if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-            return Err(errno_error(path, "fstat"));
-        }
-        // SAFETY: fstat succeeded and filled st.
-        let dir = attr_from_stat(&unsafe { st.assume_init() });
+        let dir = fstat_attr(&fd, path)?;
         Ok((entries, Some(dir)))
     }
 
@@ -396,13 +390,7 @@ impl Source for PosixSource {
                 Err(e) => return Err(io_error(path, "read", &e)),
             }
         }
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: file is open, st is large enough.
-        if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-            return Err(errno_error(path, "fstat"));
-        }
-        // SAFETY: fstat succeeded and filled st.
-        let after = attr_from_stat(&unsafe { st.assume_init() });
+        let after = fstat_attr(&file, path)?;
         Ok((done, Some(after)))
     }
 
@@ -485,6 +473,17 @@ fn ts(secs: i64, nanos: i64) -> Timestamp {
         secs,
         nanos: nanos.clamp(0, 999_999_999) as u32,
     }
+}
+
+/// The attributes of the open file `fd` (of `path`, for the error).
+fn fstat_attr(fd: &impl AsRawFd, path: &SourcePath) -> SourceResult<SourceAttr> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fd is open, st is large enough.
+    if unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(errno_error(path, "fstat"));
+    }
+    // SAFETY: fstat succeeded and filled st.
+    Ok(attr_from_stat(&unsafe { st.assume_init() }))
 }
 
 fn attr_from_stat(st: &libc::stat) -> SourceAttr {

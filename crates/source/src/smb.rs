@@ -164,6 +164,15 @@ struct Shared {
 /// One session slot of a source.
 type Slot = Mutex<Option<Arc<Link>>>;
 
+/// The slot, unless it is locked right now (being connected or handed out).
+fn try_slot(slot: &Slot) -> Option<std::sync::MutexGuard<'_, Option<Arc<Link>>>> {
+    match slot.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 // NTSTATUS values this source distinguishes.
 const STATUS_NO_SUCH_FILE: u32 = 0xC000_000F;
 const STATUS_OBJECT_NAME_NOT_FOUND: u32 = 0xC000_0034;
@@ -343,12 +352,7 @@ impl Shared {
     /// on its own) or handed out this instant (its call notices the server by itself);
     /// waiting for it could mean waiting for a connect to a silent server.
     fn shut_all(&self) {
-        for slot in self.links.iter() {
-            let slot = match slot.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => continue,
-            };
+        for slot in self.links.iter().filter_map(try_slot) {
             if let Some(l) = slot.as_ref() {
                 l.shut();
             }
@@ -371,6 +375,24 @@ impl Shared {
         });
         tracing::trace!(%path, what, took = ?started.elapsed(), ok = r.is_ok(), "smb call");
         r
+    }
+
+    /// Opens `path` with `access`, runs `query` on the handle and closes it: one call's
+    /// worth of a single object query (the query's own failure is left to the caller).
+    fn query_one<T>(
+        &self,
+        path: &SourcePath,
+        what: &str,
+        access: FileAccessMask,
+        query: impl FnOnce(&Link, &Resource) -> T,
+    ) -> SourceResult<T> {
+        let p = Self::win_path(path)?;
+        self.call(path, what, |l| {
+            let r = l.open(&self.share, &p, access)?;
+            let out = query(l, &r);
+            l.close(r);
+            Ok(out)
+        })
     }
 
     /// The source error for `e`; an unreachable server also shuts every session.
@@ -668,14 +690,9 @@ fn status_of(e: &smb::Error) -> Option<u32> {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        for slot in self.links.iter() {
-            // A slot still locked is being connected in the background: that thread
-            // holds the slots and drops its session when it ends.
-            let mut slot = match slot.try_lock() {
-                Ok(g) => g,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => continue,
-            };
+        // A slot still locked is being connected in the background: that thread holds
+        // the slots and drops its session when it ends.
+        for mut slot in self.links.iter().filter_map(try_slot) {
             if let Some(l) = slot.take() {
                 drop_in_background(l);
             }
@@ -723,14 +740,11 @@ impl Source for Shared {
         if let Some(r) = self.prefetch.take(path, |f| f.attr.take()) {
             return r;
         }
-        let p = Self::win_path(path)?;
         let access = FileAccessMask::new().with_file_read_attributes(true);
-        let info = self.call(path, "stat", |l| {
-            let r = l.open(&self.share, &p, access)?;
-            let info = l.check(r.as_handle_query_all());
-            l.close(r);
-            info.map_err(|e| ("query info".into(), e))
+        let info = self.query_one(path, "stat", access, |l, r| {
+            l.check(r.as_handle_query_all())
         })?;
+        let info = info.map_err(|e| self.error(path, "query info", &e))?;
         Ok(self.attr_from_all(&info))
     }
 
@@ -801,12 +815,8 @@ impl Source for Shared {
             path,
             |f| f.xattrs.take(),
             || {
-                let p = Self::win_path(path)?;
-                let r = self.call(path, "query EAs", |l| {
-                    let r = l.open(&self.share, &p, Self::read_access())?;
-                    let res = l.check(r.as_handle_query_eas());
-                    l.close(r);
-                    Ok(res)
+                let r = self.query_one(path, "query EAs", Self::read_access(), |l, r| {
+                    l.check(r.as_handle_query_eas())
                 })?;
                 self.eas_result(path, r)
             },
@@ -818,16 +828,9 @@ impl Source for Shared {
             path,
             |f| f.acl.take(),
             || {
-                let p = Self::win_path(path)?;
-                let r = self.call(path, "query security", |l| {
-                    let r = l.open(
-                        &self.share,
-                        &p,
-                        FileAccessMask::new().with_read_control(true),
-                    )?;
-                    let sd = l.check(r.handle().query_security_info(Self::sd_info()));
-                    l.close(r);
-                    Ok(sd)
+                let access = FileAccessMask::new().with_read_control(true);
+                let r = self.query_one(path, "query security", access, |l, r| {
+                    l.check(r.handle().query_security_info(Self::sd_info()))
                 })?;
                 self.acl_result(path, r)
             },
@@ -839,16 +842,8 @@ impl Source for Shared {
             path,
             |f| f.streams.take(),
             || {
-                let p = Self::win_path(path)?;
-                let r = self.call(path, "query streams", |l| {
-                    let r = l.open(&self.share, &p, Self::read_access())?;
-                    if r.is_dir() {
-                        l.close(r);
-                        return Ok(None);
-                    }
-                    let info = l.check(r.as_handle_query_streams());
-                    l.close(r);
-                    Ok(Some(info))
+                let r = self.query_one(path, "query streams", Self::read_access(), |l, r| {
+                    (!r.is_dir()).then(|| l.check(r.as_handle_query_streams()))
                 })?;
                 match r {
                     Some(r) => self.streams_result(path, r),

@@ -1289,11 +1289,21 @@ fn only_an_unclean_stop_recounts_at_open() {
 
 /// The POSIX source behind a slow link whose file reads can be cut off: `read_delay`
 /// per data read; while `down` is set, data reads fail as if the server were
-/// unreachable (listings and stats still answer, so only data is stuck).
+/// unreachable (listings and stats still answer, so only data is stuck); while
+/// `stat_down` is set, `stat` of a regular file fails the same way (data still flows).
 struct SlowLink {
     inner: PosixSource,
     read_delay: Duration,
     down: Arc<std::sync::atomic::AtomicBool>,
+    stat_down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn link_down(p: &SourcePath) -> kaiso_store::migrate::SourceError {
+    kaiso_store::migrate::SourceError::new(
+        kaiso_store::migrate::SourceErrorKind::Unreachable,
+        p,
+        "link down (test)",
+    )
 }
 
 impl Source for SlowLink {
@@ -1304,7 +1314,13 @@ impl Source for SlowLink {
         self.inner.features()
     }
     fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
-        self.inner.stat(p)
+        let attr = self.inner.stat(p)?;
+        if attr.kind == kaiso_store::migrate::FileKind::Regular
+            && self.stat_down.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(link_down(p));
+        }
+        Ok(attr)
     }
     fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
         self.inner.read_dir(p)
@@ -1312,11 +1328,7 @@ impl Source for SlowLink {
     fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
         std::thread::sleep(self.read_delay);
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(kaiso_store::migrate::SourceError::new(
-                kaiso_store::migrate::SourceErrorKind::Unreachable,
-                p,
-                "link down (test)",
-            ));
+            return Err(link_down(p));
         }
         self.inner.read(p, offset, len)
     }
@@ -1378,6 +1390,7 @@ fn parallel_crawl_over_slow_wide_directory_ends_done_not_stuck() {
             inner: PosixSource::open(src.path()).unwrap(),
             read_delay: Duration::from_millis(25),
             down: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            stat_down: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         };
         let m = attach(&store, Box::new(source), cfg);
         let crawler = Crawler::start(store.clone(), m.clone());
@@ -1415,6 +1428,7 @@ fn unreadable_source_ends_stuck_with_a_report_and_resumes_when_back() {
         inner: PosixSource::open(src.path()).unwrap(),
         read_delay: Duration::from_millis(1),
         down: down.clone(),
+        stat_down: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     };
     let m = attach(&store, Box::new(source), cfg);
     let crawler = Crawler::start(store.clone(), m.clone());
@@ -1438,5 +1452,51 @@ fn unreadable_source_ends_stuck_with_a_report_and_resumes_when_back() {
     for (name, data) in &files {
         assert!(fs::read(dest.tier().join(name)).unwrap() == *data, "{name}");
     }
+    store.shutdown();
+}
+
+/// The "did the source change under the copy?" check at a file's completion must not
+/// take an unreachable source for a changed file: the file stays a stub (reported as
+/// failing) instead of being skipped for good, and completes once the source is back.
+/// (This link's reads return no attributes, so completion asks the source with `stat`.)
+#[test]
+fn unreachable_source_at_completion_keeps_the_stub_instead_of_skipping_it() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let src = tempfile::tempdir().unwrap();
+    let files = wide_slow_tree(src.path());
+    let dest = Dest::new();
+    let store = dest.open();
+    let mut cfg = MigrationConfig::new("statdown");
+    cfg.crawl_workers = 3;
+    let stat_down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let source = SlowLink {
+        inner: PosixSource::open(src.path()).unwrap(),
+        read_delay: Duration::from_millis(1),
+        down: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        stat_down: stat_down.clone(),
+    };
+    let m = attach(&store, Box::new(source), cfg);
+    stat_down.store(true, SeqCst);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Stuck);
+    let failures = crawler.failures();
+    drop(crawler);
+    assert!(
+        m.skipped().is_empty(),
+        "nothing skipped as changed: {:?}",
+        m.skipped()
+    );
+    assert_eq!(m.remaining(), files.len() as u64, "every file still a stub");
+    assert!(!failures.is_empty(), "the failing files are reported");
+    stat_down.store(false, SeqCst);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert!(m.skipped().is_empty(), "{:?}", m.skipped());
+    for (name, data) in &files {
+        assert!(fs::read(dest.tier().join(name)).unwrap() == *data, "{name}");
+    }
+    let report = kaiso_store::migrate::finish(&store, &m).expect("finish");
+    assert!(report.mismatches.is_empty());
     store.shutdown();
 }

@@ -414,7 +414,7 @@ impl Store {
         let new = self.creation_mode(&ns, parent, mode, umask);
         let (m, set) = (new.bits, new.chmod_after);
         let bflags = backing_flags(flags);
-        let (ino, _tier, file) =
+        let (ino, _tier, file, st) =
             self.create_entry(&mut ns, parent, name, caller, new.fs_umask, &|p| {
                 let mut o = std::fs::OpenOptions::new();
                 o.read(true).write(true).create_new(true).mode(m);
@@ -434,7 +434,7 @@ impl Store {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let (mode, reserved) = self.io_mode(&state, want_passthrough, writable);
         let fh = self.register_handle(&state, file, flags, mode, reserved);
-        let attr = self.attr_locked(&mut ns, ino)?;
+        let attr = Self::attr_of(ino, &st);
         self.add_lookup(&mut ns, ino, 1);
         Ok((attr, self.opened(fh, mode)))
     }
@@ -885,7 +885,7 @@ impl Store {
                 let target = e.symlink_target.clone();
                 let perm = e.perm & 0o7777;
                 let rdev = e.rdev;
-                let (ino, tier, _) =
+                let (ino, tier, _, _) =
                     self.create_entry(&mut ns, parent, name, caller, None, &|p| {
                         match kind {
                             FileKind::Symlink => {

@@ -110,9 +110,6 @@ impl Store {
 
     /// Attributes of an inode (index lock held).
     pub(crate) fn attr_locked(&self, ns: &mut Namespace, ino: Ino) -> FsResult<FileAttr> {
-        if let Some(st) = ns.take_fresh_stat(ino) {
-            return Ok(Self::attr_of(ino, &st));
-        }
         if let Some(d) = ns.dirs.get(&ino) {
             let (_, st) = self.dir_stat(&d.path)?;
             return Ok(Self::attr_of(ino, &st));
@@ -338,7 +335,9 @@ impl Store {
     }
 
     /// Create a non-directory entry on the placement tier with `make`, spilling down on ENOSPC.
-    /// `umask`: set around `make` ([`NewMode::fs_umask`]), or None.
+    /// `umask`: set around `make` ([`NewMode::fs_umask`]), or None. Also returns the stat
+    /// taken of the new entry (for the inode number), from which a caller that replies at
+    /// once can build the attributes without asking the tier again.
     pub(crate) fn create_entry(
         &self,
         ns: &mut Namespace,
@@ -347,7 +346,7 @@ impl Store {
         caller: Caller,
         umask: Option<u32>,
         make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
-    ) -> FsResult<(Ino, u8, Option<std::fs::File>)> {
+    ) -> FsResult<(Ino, u8, Option<std::fs::File>, libc::stat)> {
         check_name(name)?;
         if hidden(name) {
             return Err(FsError::INVAL);
@@ -405,8 +404,6 @@ impl Store {
             }
             let ino = self.assign_file_ino(ns, tier, st.st_ino)?;
             let kind = FileKind::from_mode(st.st_mode);
-            // The caller replies with the attributes under this same lock hold.
-            ns.fresh_stat = Some((ino, st));
             ns.add_file_name(ino, parent, name, || FileNode {
                 kind,
                 tier,
@@ -434,7 +431,7 @@ impl Store {
                 pl.reasons.insert(ino, rule);
             }
             self.trace_event(now, ino, Op::Create, 0, 0, 0, &rel);
-            return Ok((ino, tier, file));
+            return Ok((ino, tier, file, st));
         }
         Err(last_err)
     }
@@ -494,23 +491,24 @@ impl Store {
         let new = self.creation_mode(&ns, parent, mode, umask);
         let (m, set) = (new.bits, new.chmod_after);
         let fmt = mode & libc::S_IFMT;
-        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, new.fs_umask, &|p| {
-            if fmt == libc::S_IFREG || fmt == 0 {
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(m)
-                    .open(p)?;
-            } else {
-                util::mknod(p, fmt | m, rdev)?;
-            }
-            if set {
-                util::chmod(p, m)?;
-            }
-            Ok(None)
-        })?;
-        let attr = self.attr_locked(&mut ns, ino)?;
+        let (ino, .., st) =
+            self.create_entry(&mut ns, parent, name, caller, new.fs_umask, &|p| {
+                if fmt == libc::S_IFREG || fmt == 0 {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(m)
+                        .open(p)?;
+                } else {
+                    util::mknod(p, fmt | m, rdev)?;
+                }
+                if set {
+                    util::chmod(p, m)?;
+                }
+                Ok(None)
+            })?;
+        let attr = Self::attr_of(ino, &st);
         self.add_lookup(&mut ns, ino, 1);
         Ok(attr)
     }
@@ -585,11 +583,11 @@ impl Store {
     ) -> FsResult<FileAttr> {
         self.fill_dir_if_stub(parent)?;
         let mut ns = self.ns();
-        let (ino, _, _) = self.create_entry(&mut ns, parent, name, caller, None, &|p| {
+        let (ino, .., st) = self.create_entry(&mut ns, parent, name, caller, None, &|p| {
             std::os::unix::fs::symlink(target, p)?;
             Ok(None)
         })?;
-        let attr = self.attr_locked(&mut ns, ino)?;
+        let attr = Self::attr_of(ino, &st);
         self.add_lookup(&mut ns, ino, 1);
         Ok(attr)
     }

@@ -54,8 +54,6 @@ pub(crate) struct Namespace {
     pub next_ino_dirty: bool,
     /// Names just probed missing on every tier (see [`RecentMisses`]).
     pub recent_misses: RecentMisses,
-    /// The backing stat of the entry just created (see [`Namespace::take_fresh_stat`]).
-    pub fresh_stat: Option<(Ino, libc::stat)>,
 }
 
 /// Names a lookup just probed missing on every tier, so the create that follows it (the
@@ -128,18 +126,7 @@ impl Namespace {
             next_ino: next_ino.max(2),
             next_ino_dirty: false,
             recent_misses: RecentMisses::default(),
-            fresh_stat: None,
         }
-    }
-
-    /// The stat a create just took of its new entry, if `ino` is that entry. A create
-    /// stats what it made (for the inode number) and then replies with the attributes,
-    /// all under one hold of the namespace lock: the reply can use that stat instead of
-    /// asking the tier again. Taken once; any other inode's lookup clears it.
-    pub fn take_fresh_stat(&mut self, ino: Ino) -> Option<libc::stat> {
-        self.fresh_stat
-            .take()
-            .and_then(|(i, st)| (i == ino).then_some(st))
     }
 
     pub fn alloc_ino(&mut self) -> Ino {
@@ -368,26 +355,6 @@ mod tests {
             state: FileState::new(ino, tier, 0),
             lookups: 1,
         }
-    }
-
-    /// The stat a create left is used once, and only for the inode it belongs to.
-    #[test]
-    fn fresh_stat_is_taken_once_by_its_own_inode() {
-        let mut ns = Namespace::new(vec![1], 2);
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        st.st_ino = 42;
-        ns.fresh_stat = Some((7, st));
-        assert!(
-            ns.take_fresh_stat(8).is_none(),
-            "another inode's stat was used"
-        );
-        assert!(
-            ns.take_fresh_stat(7).is_none(),
-            "a look at another inode clears it"
-        );
-        ns.fresh_stat = Some((7, st));
-        assert_eq!(ns.take_fresh_stat(7).map(|s| s.st_ino), Some(42));
-        assert!(ns.take_fresh_stat(7).is_none(), "taken twice");
     }
 
     /// A backing inode number reused after an unlink must not hand the new file the number

@@ -16,6 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 const SIZE: u64 = 300_000;
 
+/// The remote file's modification time (a fixed one, unlike the time of its stub's creation).
+fn remote_mtime() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000)
+}
+
 fn byte(i: u64) -> u8 {
     (i % 251) as u8
 }
@@ -28,15 +33,14 @@ struct Remote {
 
 impl StubFiller for Remote {
     fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
-        let now = std::time::SystemTime::now();
         let e = StubEntry {
             kind: FileKind::File,
             perm: 0o644,
             uid: 0,
             gid: 0,
             size: SIZE,
-            mtime: now,
-            atime: now,
+            mtime: remote_mtime(),
+            atime: remote_mtime(),
             symlink_target: None,
             rdev: 0,
             unlisted: false,
@@ -88,10 +92,10 @@ fn durable_missing(state_dir: &Path, ino: Ino) -> Option<Vec<(u64, u64)>> {
     })
 }
 
-#[test]
-fn client_fsync_of_a_partial_file_makes_its_ranges_durable() {
+/// A store with the unlisted directory `mig` whose listing `remote` gives.
+fn store_with_remote() -> (TestStore, Arc<Remote>) {
     let t = TestStore::new(&["64MiB"]);
-    let s = t.s().clone();
+    let s = t.s();
     let dir = s
         .mkdir(
             kaiso_store::ROOT_INO,
@@ -112,6 +116,21 @@ fn client_fsync_of_a_partial_file_makes_its_ranges_durable() {
     .unwrap();
     let remote = Arc::new(Remote::default());
     s.set_stub_filler(remote.clone());
+    (t, remote)
+}
+
+/// The first look at a file the listing created shows the remote's times, not those the
+/// stub had when it was created (before its times were set).
+#[test]
+fn a_listed_stub_shows_the_remote_mtime() {
+    let (t, _remote) = store_with_remote();
+    assert_eq!(t.lookup_path("mig/f").unwrap().mtime, remote_mtime());
+}
+
+#[test]
+fn client_fsync_of_a_partial_file_makes_its_ranges_durable() {
+    let (t, remote) = store_with_remote();
+    let s = t.s().clone();
     let ino = t.lookup_path("mig/f").unwrap().ino;
     let state_dir = t.dir.path().join("state");
 

@@ -24,6 +24,16 @@ fn read(at: Nanos, object: ObjectId, offset: u64) -> Access {
     }
 }
 
+fn open(at: Nanos, object: ObjectId) -> Access {
+    Access {
+        at,
+        object,
+        op: Op::Open,
+        offset: 0,
+        len: 0,
+    }
+}
+
 /// A tiny test world: objects on tiers, moves applied as the store would.
 struct World {
     tiers: Vec<TierState>,
@@ -247,13 +257,7 @@ fn one_sequential_pass_does_not_make_an_object_hot() {
     let mut w = World::new(&mut p, &[100 * MIB, 10_000 * MIB], &[64 * MIB, MIB, MIB], 1);
     let mut now = 0;
     // Object 0: a 64 MiB file scanned once, 16 K reads in order.
-    p.record(&Access {
-        at: now,
-        object: 0,
-        op: Op::Open,
-        offset: 0,
-        len: 0,
-    });
+    p.record(&open(now, 0));
     for k in 0..16_384u64 {
         now += 50 * crate::time::MICROSECOND;
         p.record(&read(now, 0, k * 4096));
@@ -941,13 +945,7 @@ fn an_open_counts_as_much_as_an_open_and_a_read() {
     for k in 0..100u64 {
         now += 10 * crate::time::MILLISECOND;
         for (object, with_read) in [(1, false), (2, true)] {
-            p.record(&Access {
-                at: now,
-                object,
-                op: Op::Open,
-                offset: 0,
-                len: 0,
-            });
+            p.record(&open(now, object));
             if with_read {
                 p.record(&read(now, object, (k * 7 % 16) * 65536));
             }
@@ -957,13 +955,7 @@ fn an_open_counts_as_much_as_an_open_and_a_read() {
     assert!((a - b).abs() < 1e-6, "opens only {a}, opens and reads {b}");
     assert!(a > 90.0, "rapid re-opens must count: {a}");
     // A sequential pass after one open is still one touch.
-    p.record(&Access {
-        at: now,
-        object: 3,
-        op: Op::Open,
-        offset: 0,
-        len: 0,
-    });
+    p.record(&open(now, 3));
     for k in 0..100u64 {
         p.record(&read(now + k, 3, k * 4096));
     }

@@ -92,19 +92,11 @@ impl Prefetch {
     /// Waits (at most `limit`) while `path` is being fetched ahead, so a call does not
     /// ask the server a second time for what is already on its way.
     pub fn wait_for(&self, path: &SourcePath, limit: Duration) {
-        let until = Instant::now() + limit;
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        while pending.contains(path) {
-            let now = Instant::now();
-            if now >= until {
-                return;
-            }
-            pending = self
-                .done
-                .wait_timeout(pending, until - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self
+            .done
+            .wait_timeout_while(pending, limit, |pending| pending.contains(path))
+            .unwrap_or_else(|p| p.into_inner());
     }
 
     /// Keeps the successful answers in `f` for the calls to come.

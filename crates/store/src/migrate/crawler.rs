@@ -536,7 +536,11 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
             return true;
         };
         let Some(&(start, _)) = store.stub_state(ino).missing.first() else {
-            let _ = m.fetch_range(store, &row, 0, 0);
+            // All data is here: completion (it checks the source did not change).
+            if let Err(e) = m.fetch_range(store, &row, 0, 0) {
+                tracing::warn!(ino, errno = e.errno(), "crawler completion failed");
+                sh.fail(ino, e.errno(), "complete");
+            }
             return true;
         };
         // Through the store's fill path so the per-file fill lock orders us with clients.

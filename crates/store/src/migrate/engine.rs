@@ -387,8 +387,9 @@ impl Migration {
             };
             if !exists {
                 self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
-            } else if done {
-                self.complete(&row)?;
+            } else if done && let Err(e) = self.complete(&row) {
+                // The source is unreachable now: the row stays for the crawl.
+                tracing::warn!("{}: completion left to the crawl: {e}", row.src_path);
             }
         }
         self.db.recount().map_err(io)
@@ -820,12 +821,10 @@ impl Migration {
             // a new object that got the inode number of a deleted one: not ours.
             _ => return Ok(()),
         }
-        let Ok(changed) = self.source_changed(row, after_read) else {
-            // Unreachable: the data is here, but whether the source kept still is not
-            // known. The row stays; the crawl completes it once the source answers.
-            return Ok(());
-        };
-        let done = match changed {
+        // Unreachable: the data is here, but whether the source kept still is not known.
+        // EIO, and the row stays: the crawl reports it and completes it once the source
+        // answers.
+        let done = match self.source_changed(row, after_read)? {
             // Not recorded as done, so `finish` reports it instead of failing on it.
             Some(why) => {
                 self.db

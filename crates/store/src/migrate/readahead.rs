@@ -45,19 +45,11 @@ impl ListingCache {
     /// The listing of `path` if it was read ahead (waiting for one in flight); it is
     /// handed out once.
     pub(crate) fn take(&self, path: &SourcePath) -> Option<Listing> {
-        let deadline = Instant::now() + WAIT;
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        while g.pending.contains(path) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            g = self
-                .done
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut g, _) = self
+            .done
+            .wait_timeout_while(g, WAIT, |g| g.pending.contains(path))
+            .unwrap_or_else(|e| e.into_inner());
         match g.ready.remove(path) {
             Some((at, listing)) if at.elapsed() < FRESH => Some(listing),
             _ => None,

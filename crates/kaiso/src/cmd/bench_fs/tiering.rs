@@ -2,6 +2,7 @@
 //! tier and an emulated HDD, against all-fast and all-HDD mounts of the same data.
 
 use super::*;
+use kaiso_policy::cache::rng::SplitMix64;
 
 struct Zipf {
     cdf: Vec<f64>,
@@ -35,20 +36,6 @@ impl Zipf {
     }
 }
 
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// The skewed read workload: which file each rank is (a seeded permutation, so the hot
 /// files are not simply the first ones written), one read of `read_size` at a random
 /// aligned offset per request, each through a fresh open with the page cache of the file
@@ -58,16 +45,16 @@ struct Workload {
     file_size: u64,
     read_size: u64,
     zipf: Zipf,
-    rng: SplitMix,
+    rng: SplitMix64,
     buf: Vec<u8>,
 }
 
 impl Workload {
     fn new(files: Vec<PathBuf>, file_size: u64, read_size: u64, s: f64, seed: u64) -> Workload {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut files = files;
         for i in (1..files.len()).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
+            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
             files.swap(i, j);
         }
         let n = files.len();
@@ -86,7 +73,7 @@ impl Workload {
         let rank = self.zipf.sample(self.rng.unit());
         let path = &self.files[rank];
         let slots = (self.file_size / self.read_size).max(1);
-        let off = (self.rng.next() % slots) * self.read_size;
+        let off = (self.rng.next_u64() % slots) * self.read_size;
         let t = Instant::now();
         let f = fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
         use std::os::fd::AsRawFd;
@@ -150,13 +137,13 @@ fn stats(mut v: Vec<f64>) -> LatStats {
 }
 
 fn write_data_set(dir: &Path, n: usize, size: u64, seed: u64) -> Result<Vec<String>> {
-    let mut rng = SplitMix(seed ^ 0xda7a);
+    let mut rng = SplitMix64::new(seed ^ 0xda7a);
     let mut buf = vec![0u8; size as usize];
     let mut names = Vec::with_capacity(n);
     for i in 0..n {
         check_interrupt()?;
         for c in buf.chunks_mut(8) {
-            let v = rng.next().to_le_bytes();
+            let v = rng.next_u64().to_le_bytes();
             c.copy_from_slice(&v[..c.len()]);
         }
         let rel = format!("d{:02}/file{i:05}", i % 16);
@@ -826,7 +813,7 @@ mod tests {
     #[test]
     fn zipf_is_skewed_and_in_range() {
         let z = Zipf::new(100, 1.1);
-        let mut rng = SplitMix(1);
+        let mut rng = SplitMix64::new(1);
         let mut counts = [0u32; 100];
         for _ in 0..100_000 {
             counts[z.sample(rng.unit())] += 1;
