@@ -1010,18 +1010,23 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (s, ino) = store_with_hdd(dir.path(), 1 << 20);
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let user = {
-            let (s, stop) = (s.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let hdd = s.tiers[1].emu.as_ref().expect("emulated");
-                let mut k = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    // Random 64 KiB reads of another file, back to back.
-                    hdd.io(999, (k * 7919 % 1000) << 20, 64 << 10, false);
-                    k += 1;
-                }
+        // Three users, so the HDD's queue stays full even when the machine is loaded and
+        // one of them waits for a CPU between requests (the demotion below rightly goes
+        // ahead when the HDD really falls idle).
+        let users: Vec<_> = (0..3u64)
+            .map(|u| {
+                let (s, stop) = (s.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let hdd = s.tiers[1].emu.as_ref().expect("emulated");
+                    let mut k = u * 333;
+                    while !stop.load(Ordering::Relaxed) {
+                        // Random 64 KiB reads of another file, back to back.
+                        hdd.io(999, (k * 7919 % 1000) << 20, 64 << 10, false);
+                        k += 1;
+                    }
+                })
             })
-        };
+            .collect();
         // Let the user's load show in the HDD's utilisation sample.
         std::thread::sleep(Duration::from_millis(300));
         s.tiers[1].sample_busy();
@@ -1035,7 +1040,9 @@ mod tests {
             .expect("demote");
         let demote = t.elapsed();
         stop.store(true, Ordering::Relaxed);
-        user.join().expect("user thread");
+        for user in users {
+            user.join().expect("user thread");
+        }
         s.shutdown();
         // The promotion's 4 requests each yield to the user for at most 250 ms; the
         // demotion also waits up to 2 s for the HDD's utilisation to fall first.
