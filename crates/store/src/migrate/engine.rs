@@ -118,6 +118,11 @@ pub struct Migration {
     buffers: BufferPool,
     /// Source listings of subdirectories read ahead of their expansion.
     listings: ListingCache,
+    /// Hard-link anchors made by this process's listings, by source inode, kept from
+    /// their creation on (their rows reach the database only with their listing's chunk).
+    /// Held across the "is there an anchor?" check and the creation, so two workers
+    /// listing two directories of one link group at once agree on one anchor.
+    anchor_claims: Mutex<HashMap<u64, Ino>>,
     /// This migration, for read-ahead threads.
     me: Weak<Migration>,
 }
@@ -207,6 +212,7 @@ impl Migration {
         let m = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             listings: ListingCache::default(),
+            anchor_claims: Mutex::new(HashMap::new()),
             throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
             cfg,
             source,
@@ -562,7 +568,8 @@ impl Migration {
         Ok(())
     }
 
-    /// Creates one entry from its source attributes; returns its stub row, if any.
+    /// Creates one entry from its source attributes; returns its stub row, if any. A
+    /// possible hard link is made under `anchor_claims` (see there).
     fn create_entry(
         &self,
         store: &Store,
@@ -572,7 +579,32 @@ impl Migration {
         a: &SourceAttr,
         new_anchors: &mut Vec<(u64, Ino)>,
     ) -> FsResult<Option<StubRow>> {
+        if !(a.kind == SrcKind::Regular && self.may_be_hard_link(a)) {
+            return self.create_entry_as(store, parent, name, src, a, new_anchors, None);
+        }
+        let mut claims = self.anchor_claims.lock().unwrap_or_else(|e| e.into_inner());
+        let made = self.create_entry_as(store, parent, name, src, a, new_anchors, Some(&claims))?;
+        if let Some(row) = &made {
+            claims.insert(a.ino, row.ino);
+        }
+        Ok(made)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_entry_as(
+        &self,
+        store: &Store,
+        parent: Ino,
+        name: &OsStr,
+        src: &SourcePath,
+        a: &SourceAttr,
+        new_anchors: &mut Vec<(u64, Ino)>,
+        claims: Option<&HashMap<u64, Ino>>,
+    ) -> FsResult<Option<StubRow>> {
         let known_anchor = || -> FsResult<Option<Ino>> {
+            if let Some(&ino) = claims.and_then(|c| c.get(&a.ino)) {
+                return Ok(Some(ino));
+            }
             if let Some(&(_, ino)) = new_anchors.iter().find(|(s, _)| *s == a.ino) {
                 return Ok(Some(ino));
             }
