@@ -579,39 +579,16 @@ impl Migration {
         a: &SourceAttr,
         new_anchors: &mut Vec<(u64, Ino)>,
     ) -> FsResult<Option<StubRow>> {
-        if !(a.kind == SrcKind::Regular && self.may_be_hard_link(a)) {
-            return self.create_entry_as(store, parent, name, src, a, new_anchors, None);
-        }
-        let mut claims = self.anchor_claims.lock().unwrap_or_else(|e| e.into_inner());
-        let made = self.create_entry_as(store, parent, name, src, a, new_anchors, Some(&claims))?;
-        if let Some(row) = &made {
-            claims.insert(a.ino, row.ino);
-        }
-        Ok(made)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn create_entry_as(
-        &self,
-        store: &Store,
-        parent: Ino,
-        name: &OsStr,
-        src: &SourcePath,
-        a: &SourceAttr,
-        new_anchors: &mut Vec<(u64, Ino)>,
-        claims: Option<&HashMap<u64, Ino>>,
-    ) -> FsResult<Option<StubRow>> {
+        let mut claims = (a.kind == SrcKind::Regular && self.may_be_hard_link(a))
+            .then(|| self.anchor_claims.lock().unwrap_or_else(|e| e.into_inner()));
+        // Every anchor this process made is claimed; older ones are in the database.
         let known_anchor = || -> FsResult<Option<Ino>> {
-            if let Some(&ino) = claims.and_then(|c| c.get(&a.ino)) {
-                return Ok(Some(ino));
+            match claims.as_ref().and_then(|c| c.get(&a.ino)) {
+                Some(&ino) => Ok(Some(ino)),
+                None => self.db.anchor(a.ino).map_err(io),
             }
-            if let Some(&(_, ino)) = new_anchors.iter().find(|(s, _)| *s == a.ino) {
-                return Ok(Some(ino));
-            }
-            self.db.anchor(a.ino).map_err(io)
         };
-        if a.kind == SrcKind::Regular
-            && self.may_be_hard_link(a)
+        if claims.is_some()
             && let Some(anchor) = known_anchor()?
             && store.getattr(anchor, None).is_ok()
         {
@@ -690,9 +667,10 @@ impl Migration {
                 listed_mtime_ns: ns_of(a.mtime),
             }),
             SrcKind::Regular => {
-                if self.may_be_hard_link(a) {
+                if let Some(claims) = claims.as_mut() {
                     // Stored with the rows (same transaction), never before them.
                     new_anchors.push((a.ino, ino));
+                    claims.insert(a.ino, ino);
                 }
                 Some(StubRow {
                     ino,
