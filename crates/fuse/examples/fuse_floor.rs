@@ -302,15 +302,27 @@ fn metadata(dir: &Path, n: usize) -> std::io::Result<[Phase; 3]> {
     Ok([create, stat, unlink])
 }
 
-/// `--serve`: the floor as a process of its own (as `kaiso mount` is), until unmounted.
-fn serve(mp: &Path, threads: usize) -> Result<(), Box<dyn std::error::Error>> {
+/// Mounts the floor on `mp` as `kaiso_fuse::mount` mounts kaiso (same options, worker
+/// gate and busy-poll).
+fn mount_floor(
+    mp: &Path,
+    threads: usize,
+    busy_poll: Duration,
+) -> std::io::Result<(fuser::BackgroundSession, kaiso_fuse::WorkerGate)> {
     let opts = kaiso_fuse::MountOptions {
         threads,
         ..kaiso_fuse::MountOptions::default()
     };
     let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
-    let gate = kaiso_fuse::WorkerGate::new(threads);
-    let session = fuser::spawn_mount(MemFs::new(gate.clone()), mp, &cfg)?;
+    let gate = kaiso_fuse::WorkerGate::with_busy_poll(threads, busy_poll);
+    let session = fuser::Session::new(MemFs::new(gate.clone()), mp, &cfg)?;
+    gate.attach_device(&session)?;
+    Ok((session.spawn()?, gate))
+}
+
+/// `--serve`: the floor as a process of its own (as `kaiso mount` is), until unmounted.
+fn serve(mp: &Path, threads: usize, busy_poll: Duration) -> Result<(), Box<dyn std::error::Error>> {
+    let (session, gate) = mount_floor(mp, threads, busy_poll)?;
     println!(
         "floor mounted on {} (pid {})",
         mp.display(),
@@ -335,13 +347,15 @@ struct Args {
     threads: usize,
     floor: bool,
     all_read: bool,
+    busy_poll: Duration,
     serve: Option<PathBuf>,
     kaiso: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
 }
 
 const USAGE: &str = "usage: fuse_floor [-n FILES=10000] [-r ROUNDS=3] [-t THREADS=4] [--no-floor] [--all-read] \
-                     BASELINE_DIR [OTHER_DIR...]  |  fuse_floor [-t THREADS] [--all-read] --serve MOUNTPOINT";
+                     [--busy-poll-us US=50] BASELINE_DIR [OTHER_DIR...]  |  \
+                     fuse_floor [-t THREADS] [--all-read] [--busy-poll-us US] --serve MOUNTPOINT";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -350,6 +364,7 @@ fn parse_args() -> Result<Args, String> {
         threads: 4,
         floor: true,
         all_read: false,
+        busy_poll: kaiso_fuse::busy_poll::DEFAULT_MAX,
         serve: None,
         kaiso: Vec::new(),
         dirs: Vec::new(),
@@ -368,6 +383,13 @@ fn parse_args() -> Result<Args, String> {
             "-t" => a.threads = num("-t")?,
             "--no-floor" => a.floor = false,
             "--all-read" => a.all_read = true,
+            "--busy-poll-us" => {
+                let us: u64 = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--busy-poll-us needs a number of µs")?;
+                a.busy_poll = Duration::from_micros(us);
+            }
             "--serve" => a.serve = Some(it.next().ok_or("--serve needs a mountpoint")?.into()),
             "--kaiso" => a
                 .kaiso
@@ -397,7 +419,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         unsafe { std::env::set_var(kaiso_fuse::gate::ALL_READ_ENV, "1") };
     }
     if let Some(mp) = &args.serve {
-        return serve(mp, args.threads);
+        return serve(mp, args.threads, args.busy_poll);
     }
     let label = |t: usize| {
         let rule = if args.all_read || t == 1 {
@@ -414,18 +436,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|d| (d.display().to_string(), d.clone()))
         .collect();
     let session = if args.floor {
-        let opts = kaiso_fuse::MountOptions {
-            threads: args.threads,
-            ..kaiso_fuse::MountOptions::default()
-        };
-        let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
         targets.push((
             format!("floor ({})", label(args.threads)),
             mnt.path().to_path_buf(),
         ));
-        let gate = kaiso_fuse::WorkerGate::new(args.threads);
-        let session = fuser::spawn_mount(MemFs::new(gate.clone()), mnt.path(), &cfg)?;
-        Some((session, gate))
+        Some(mount_floor(mnt.path(), args.threads, args.busy_poll)?)
     } else {
         None
     };
@@ -440,7 +455,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             threads: args.threads,
             ..kaiso_fuse::MountOptions::default()
         };
-        let mounted = kaiso_fuse::mount(store, dir.path(), &opts)?;
+        let mounted = kaiso_fuse::mount_with_busy_poll(store, dir.path(), &opts, args.busy_poll)?;
         targets.push((
             format!("kaiso {i} ({})", label(args.threads)),
             dir.path().to_path_buf(),
@@ -460,8 +475,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some((s, gate)) = session {
         let (parked, released) = gate.stats();
+        let (caught, missed) = gate.poll_stats();
         eprintln!(
-            "floor workers: {parked} parked at the end, {released} handed back by the watchdog"
+            "floor workers: {parked} parked at the end, {released} handed back by the watchdog; \
+             busy polls: {caught} saw the next request, {missed} did not"
         );
         gate.close();
         s.umount_and_join()?;

@@ -122,7 +122,19 @@ fn time(t: Option<TimeOrNow>) -> Option<TimeSet> {
 }
 
 impl KaisoFs {
+    /// The FUSE face over `store`, its reading worker busy-polling for at most
+    /// [`crate::busy_poll::DEFAULT_MAX`] after a reply.
     pub fn new(store: Arc<Store>, opts: &MountOptions) -> KaisoFs {
+        KaisoFs::with_busy_poll(store, opts, crate::busy_poll::DEFAULT_MAX)
+    }
+
+    /// The FUSE face over `store`, busy-polling for at most `busy_poll` after a reply
+    /// (zero: never; see [`crate::busy_poll`]).
+    pub fn with_busy_poll(
+        store: Arc<Store>,
+        opts: &MountOptions,
+        busy_poll: std::time::Duration,
+    ) -> KaisoFs {
         KaisoFs {
             store,
             ttl: opts.ttl,
@@ -130,7 +142,7 @@ impl KaisoFs {
             want_passthrough: opts.passthrough,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(Backing::default()),
-            gate: WorkerGate::new(opts.threads),
+            gate: WorkerGate::with_busy_poll(opts.threads, busy_poll),
         }
     }
 
@@ -238,10 +250,11 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    /// Not gated: fuser hands a BATCH_FORGET to `forget` node by node, and a worker must
-    /// not park in the middle of one. A forget never blocks for long, so the worker counts
-    /// as reading throughout.
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    /// Gated (so the worker may busy-poll after it: an unlink's FORGET comes between its
+    /// UNLINK and the caller's next request), but never parks: fuser hands a
+    /// BATCH_FORGET to `forget` node by node (see [`WorkerGate::serve_forget`]).
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        let _serving = self.gate.serve_forget(req.unique().0);
         self.store.forget(ino.0, nlookup);
     }
 

@@ -18,10 +18,16 @@
 //! when the session ends from outside (`fusermount3 -u`), and a worker must be reading to
 //! see the end and let the session finish.
 //!
+//! The worker that goes back to reading may first busy-poll the device for a short,
+//! adaptive window ([`crate::busy_poll`]), so the next request of a burst is read without
+//! the thread going to sleep (and paying a wake-up).
+//!
 //! Setting the environment variable [`ALL_READ_ENV`] to `1` turns the gate off (every
-//! worker reads, as fuser does by itself), for comparisons.
+//! worker reads, as fuser does by itself, and none polls), for comparisons.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use crate::busy_poll::{Outcome, PollRule, PollState, Polled, poll_for_request};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long a request may run, with no other worker reading, before a parked worker is
@@ -48,12 +54,27 @@ struct State {
     watchdog_asleep: bool,
     /// Parked workers handed back by the watchdog (for tests and logs).
     stall_releases: u64,
+    /// The busy-poll window's state.
+    poll: PollState,
+    /// When the last request in service ended with no other in service, and how long
+    /// the worker then polled without seeing one (`None`: the poll saw it).
+    idle_since: Option<(Instant, Option<u64>)>,
+    /// Polls that saw the next request, and polls that did not (for tests and logs).
+    polls_caught: u64,
+    polls_missed: u64,
+    /// The request id of the last forget served (the nodes of a batch share one).
+    last_forget: Option<u64>,
 }
 
 struct Inner {
     state: Mutex<State>,
     parked: Condvar,
     watchdog: Condvar,
+    /// Whether workers stand by (more than one worker).
+    stand_by: bool,
+    rule: PollRule,
+    /// A duplicate of the session's `/dev/fuse` descriptor to poll (set once mounted).
+    device: OnceLock<OwnedFd>,
 }
 
 impl Inner {
@@ -75,23 +96,44 @@ pub struct WorkerGate {
 pub struct Serving<'a> {
     gate: Option<&'a Inner>,
     id: u64,
+    /// Whether the worker may stand by when it ends (not in the middle of a batch).
+    may_park: bool,
+    /// Whether the worker may busy-poll when it ends.
+    may_poll: bool,
 }
 
 impl WorkerGate {
-    /// A gate for `threads` workers (all reading at first). With one worker there is
-    /// nothing to choose and the gate does nothing; nor with [`ALL_READ_ENV`] set.
+    /// A gate for `threads` workers (all reading at first) that does not busy-poll.
     pub fn new(threads: usize) -> WorkerGate {
-        if threads <= 1 || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
+        WorkerGate::with_busy_poll(threads, Duration::ZERO)
+    }
+
+    /// A gate for `threads` workers whose reading worker busy-polls for at most
+    /// `busy_poll` after a reply (zero: never; the device to poll is given by
+    /// [`WorkerGate::attach_device`]). With one worker nobody stands by; with
+    /// [`ALL_READ_ENV`] set the gate does nothing.
+    pub fn with_busy_poll(threads: usize, busy_poll: Duration) -> WorkerGate {
+        let rule = PollRule::new(busy_poll);
+        let stand_by = threads > 1;
+        if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1")
+        {
             return WorkerGate { inner: None };
         }
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
-                readers: threads,
+                readers: threads.max(1),
                 ..State::default()
             }),
             parked: Condvar::new(),
             watchdog: Condvar::new(),
+            stand_by,
+            rule,
+            device: OnceLock::new(),
         });
+        if !stand_by {
+            // Nobody parks, so nobody needs handing back.
+            return WorkerGate { inner: Some(inner) };
+        }
         let w = inner.clone();
         let spawned = std::thread::Builder::new()
             .name("kaiso-fuse-gate".into())
@@ -104,12 +146,55 @@ impl WorkerGate {
         WorkerGate { inner: Some(inner) }
     }
 
+    /// Gives the gate a descriptor of the session's `/dev/fuse` to busy-poll (a
+    /// duplicate, kept until the gate is dropped). Without one the gate never polls.
+    pub fn attach_device(&self, device: &impl AsFd) -> std::io::Result<()> {
+        if let Some(g) = self.inner.as_deref() {
+            if g.rule.enabled() {
+                let fd = device.as_fd().try_clone_to_owned()?;
+                let _ = g.device.set(fd);
+            }
+        }
+        Ok(())
+    }
+
     /// A request starts on this worker.
     pub fn serve(&self) -> Serving<'_> {
+        self.start(None)
+    }
+
+    /// One node of a FORGET or BATCH_FORGET request (`unique`: the request's id) starts.
+    /// fuser hands a batch to `forget` node by node, and nothing tells which node is the
+    /// last, so: a forget never stands by (a worker must not park with the rest of its
+    /// batch unread), and a node that shares its request with the one before does not
+    /// busy-poll (the rest of its batch, not a new request, comes next). The first node
+    /// of a batch polls in vain: one window per batch.
+    pub fn serve_forget(&self, unique: u64) -> Serving<'_> {
+        self.start(Some(unique))
+    }
+
+    fn start(&self, forget: Option<u64>) -> Serving<'_> {
         let Some(g) = self.inner.as_deref() else {
-            return Serving { gate: None, id: 0 };
+            return Serving {
+                gate: None,
+                id: 0,
+                may_park: false,
+                may_poll: false,
+            };
         };
         let mut s = g.lock();
+        let batch_goes_on = forget.is_some() && forget == s.last_forget;
+        s.last_forget = forget;
+        if batch_goes_on {
+            // The previous node polled for nothing: no gap to learn.
+            s.idle_since = None;
+        } else if let Some((since, polled)) = s.idle_since.take() {
+            // The first request after an idle moment: teach the poll rule the gap.
+            if let Some(polled_ns) = polled {
+                let gap_ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                s.poll = g.rule.update(s.poll, Outcome::Slept { polled_ns, gap_ns });
+            }
+        }
         s.readers = s.readers.saturating_sub(1);
         let id = s.next_id;
         s.next_id += 1;
@@ -118,7 +203,12 @@ impl WorkerGate {
             s.watchdog_asleep = false;
             g.watchdog.notify_one();
         }
-        Serving { gate: Some(g), id }
+        Serving {
+            gate: Some(g),
+            id,
+            may_park: forget.is_none(),
+            may_poll: !batch_goes_on,
+        }
     }
 
     /// The session ends: no worker parks any more, parked ones go back to the kernel (to
@@ -141,6 +231,17 @@ impl WorkerGate {
             None => (0, 0),
         }
     }
+
+    /// Busy polls that saw the next request, and those that ended without one.
+    pub fn poll_stats(&self) -> (u64, u64) {
+        match self.inner.as_deref() {
+            Some(g) => {
+                let s = g.lock();
+                (s.polls_caught, s.polls_missed)
+            }
+            None => (0, 0),
+        }
+    }
 }
 
 impl Drop for Serving<'_> {
@@ -150,7 +251,7 @@ impl Drop for Serving<'_> {
         if let Some(i) = s.busy.iter().position(|(id, _)| *id == self.id) {
             s.busy.swap_remove(i);
         }
-        if s.readers > 0 && !s.closing {
+        if self.may_park && g.stand_by && s.readers > 0 && !s.closing {
             // Another worker is reading: stand by instead of queueing behind it.
             s.parked += 1;
             let deadline = Instant::now() + PARK_TIMEOUT;
@@ -170,8 +271,46 @@ impl Drop for Serving<'_> {
                     .0;
             }
             s.parked -= 1;
+            s.readers += 1;
+            return;
         }
         s.readers += 1;
+        if !self.may_poll || !s.busy.is_empty() || s.closing || s.readers > 1 {
+            // Other requests are in service, or another worker reads too: no gap to
+            // learn from, and nothing to gain from polling.
+            return;
+        }
+        let window = g.rule.window(&s.poll);
+        let device = g.device.get().filter(|_| !window.is_zero());
+        let idle_at = Instant::now();
+        let Some(device) = device else {
+            s.idle_since = Some((idle_at, Some(0)));
+            return;
+        };
+        // Poll without the lock: the other workers are parked or serving.
+        drop(s);
+        let polled = poll_for_request(device.as_fd(), window);
+        let mut s = g.lock();
+        match polled {
+            Polled::Ready(after) => {
+                s.polls_caught += 1;
+                let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+                s.poll = g.rule.update(s.poll, Outcome::Caught { after_ns });
+                s.idle_since = None;
+            }
+            Polled::Nothing(spent) => {
+                s.polls_missed += 1;
+                let spent_ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+                s.idle_since = Some((idle_at, Some(spent_ns.max(1))));
+            }
+            Polled::GaveWay(_) => {
+                s.polls_missed += 1;
+                s.poll = g.rule.update(s.poll, Outcome::Contended);
+                // The hold is set; the gap that follows says nothing more.
+                s.idle_since = None;
+            }
+            Polled::Closed => s.idle_since = None,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 // Nested `if let` reads more plainly here than let-chains.
 #![allow(clippy::collapsible_if)]
 
+pub mod busy_poll;
 mod fs;
 pub mod gate;
 
@@ -165,6 +166,12 @@ impl Mounted {
 
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
+        let (caught, missed) = self.gate.poll_stats();
+        tracing::info!(
+            busy_polls_caught = caught,
+            busy_polls_missed = missed,
+            "unmounting"
+        );
         // Parked workers go back to reading, where they see the unmount.
         self.gate.close();
         match self.session.take() {
@@ -185,22 +192,42 @@ impl Drop for Mounted {
     }
 }
 
-/// Mount `store` on `mountpoint` in background threads.
+/// Mount `store` on `mountpoint` in background threads (busy-polling for at most
+/// [`busy_poll::DEFAULT_MAX`] between requests, see [`mount_with_busy_poll`]).
 pub fn mount(
     store: Arc<Store>,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<Mounted, MountError> {
+    mount_with_busy_poll(store, mountpoint, opts, busy_poll::DEFAULT_MAX)
+}
+
+/// Mount `store` on `mountpoint` in background threads; after a reply the worker that
+/// reads next polls `/dev/fuse` for at most `busy_poll` while requests come in bursts
+/// (zero: never; see [`busy_poll`]).
+pub fn mount_with_busy_poll(
+    store: Arc<Store>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    busy_poll: std::time::Duration,
+) -> Result<Mounted, MountError> {
     preflight(mountpoint)?;
     let fsname = format!("kaiso:{}", store.config().state_dir.display());
     let cfg = session_config(fsname, opts);
-    let fs = KaisoFs::new(store, opts);
+    let fs = KaisoFs::with_busy_poll(store, opts, busy_poll);
     let gate = fs.gate();
-    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| {
+    let failed = |e| {
         // No session will close the gate: stop its watchdog thread here.
         gate.close();
         MountError::Mount(mountpoint.to_path_buf(), e)
-    })?;
+    };
+    let session = fuser::Session::new(fs, mountpoint, &cfg).map_err(failed)?;
+    // Every worker's cloned descriptor shares the session's request queue, so polling
+    // this one tells whether a request waits.
+    if let Err(e) = gate.attach_device(&session) {
+        tracing::warn!(error = %e, "cannot duplicate /dev/fuse; the workers will not busy-poll");
+    }
+    let session = session.spawn().map_err(failed)?;
     Ok(Mounted {
         session: Some(session),
         gate,

@@ -9,28 +9,37 @@
 //! - Names are opaque bytes in NFSv3 (`filename3`), so non-UTF-8 names round-trip exactly.
 //! - NFSv3 has no xattrs, and NFSACL is a side protocol this client does not speak: those
 //!   calls return empty results and [`SourceFeatures`] says so.
+//! - The export is mounted with the `nfs3_client` crate (portmapper, MOUNT); the pool's
+//!   connections speak ONC RPC through this module's own transport ([`rpc`]), whose READ
+//!   ([`read`]) decodes each reply's data straight into the caller's buffer.
+
+mod read;
+mod rpc;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kaiso_store::migrate::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
+use nfs3_client::Nfs3ConnectionBuilder;
 use nfs3_client::nfs3_types::nfs3::{
-    self, ACCESS3args, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result, READ3args,
-    READDIRPLUS3args, READLINK3args, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
+    self, ACCESS3args, ACCESS3res, GETATTR3args, GETATTR3res, LOOKUP3args, LOOKUP3res,
+    NFS_PROGRAM, Nfs3Option, Nfs3Result, READDIRPLUS3args, READDIRPLUS3res, READLINK3args,
+    READLINK3res, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
-use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
+use nfs3_client::tokio::TokioConnector;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-type Client = Nfs3Client<TokioIo<TcpStream>>;
+use rpc::{RpcConn, RpcFailure};
+
+type Client = RpcConn<TcpStream>;
 
 /// Where and how to reach an NFSv3 export.
 #[derive(Clone, Debug)]
@@ -84,6 +93,8 @@ pub struct NfsSource {
     runtime: tokio::runtime::Runtime,
     nfs_port: u16,
     root: nfs_fh3,
+    /// The AUTH_UNIX credential and verifier every call carries, encoded once.
+    auth: Arc<[u8]>,
     idle: Mutex<Vec<Client>>,
     slots: Semaphore,
     handles: Mutex<HashMap<SourcePath, nfs_fh3>>,
@@ -121,7 +132,7 @@ impl NfsSource {
                 )
             })?;
         let cfg = config.clone();
-        let (nfs_port, root, first) = block_on(&runtime, async move {
+        let (nfs_port, root) = block_on(&runtime, async move {
             let conn = tokio::time::timeout(
                 cfg.rpc_timeout,
                 builder(&cfg, cfg.mount_port, cfg.nfs_port).mount(),
@@ -129,18 +140,19 @@ impl NfsSource {
             .await
             .map_err(|_| unreachable_error(&cfg, "mount timed out"))?
             .map_err(|e| connect_error(&cfg, &e.to_string()))?;
-            let root = conn.root_nfs_fh3();
-            Ok::<_, SourceError>((conn.nfs3_port, root, conn.into_nfs3_client()))
+            // The crate's own NFS connection is closed here: the pool opens its own.
+            Ok::<_, SourceError>((conn.nfs3_port, conn.root_nfs_fh3()))
         })?;
         let mut handles = HashMap::new();
         handles.insert(SourcePath::root(), root.clone());
         let mut source = Self {
             slots: Semaphore::new(config.connections),
+            auth: rpc::encode_auth(&credential(&config)).into(),
             config,
             runtime,
             nfs_port,
             root,
-            idle: Mutex::new(vec![first]),
+            idle: Mutex::new(Vec::new()),
             handles: Mutex::new(handles),
             readable: Mutex::new(HashSet::new()),
         };
@@ -164,8 +176,8 @@ impl NfsSource {
     /// is dropped (and replaced on next use) instead of being returned to the pool.
     async fn call<T, F, Fut>(&self, path: &SourcePath, what: &str, f: F) -> SourceResult<T>
     where
-        F: Fn(Client) -> Fut,
-        Fut: Future<Output = (Client, Result<T, nfs3_client::RpcError>)>,
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = (Client, Result<T, RpcFailure>)>,
     {
         let _permit = self
             .slots
@@ -192,9 +204,9 @@ impl NfsSource {
             }
             Ok((_broken, Err(e))) => {
                 let kind = match e {
-                    nfs3_client::RpcError::Io(_) => SourceErrorKind::Unreachable,
-                    nfs3_client::RpcError::Auth(_) => SourceErrorKind::PermissionDenied,
-                    _ => SourceErrorKind::Io,
+                    RpcFailure::Io(_) => SourceErrorKind::Unreachable,
+                    RpcFailure::Denied(_) => SourceErrorKind::PermissionDenied,
+                    RpcFailure::Protocol(_) => SourceErrorKind::Io,
                 };
                 Err(SourceError::new(
                     kind,
@@ -230,11 +242,7 @@ impl NfsSource {
             TcpStream::connect(to).await.map_err(unreachable)?
         };
         let _ = stream.set_nodelay(true);
-        Ok(Nfs3Client::new_with_auth(
-            TokioIo::new(stream),
-            credential(&self.config),
-            opaque_auth::default(),
-        ))
+        Ok(RpcConn::new(stream, self.auth.clone(), first_xid()))
     }
 
     fn io(&self, path: &SourcePath, msg: &str) -> SourceError {
@@ -293,7 +301,9 @@ impl NfsSource {
                                     name: filename3(Opaque::owned(name)),
                                 },
                             };
-                            let r = c.lookup(&args).await;
+                            let r = c
+                                .call::<_, LOOKUP3res>(NFS_PROGRAM::NFSPROC3_LOOKUP as u32, &args)
+                                .await;
                             (c, r)
                         }
                     })
@@ -313,22 +323,14 @@ impl NfsSource {
         F: Fn() -> Fut,
         Fut: Future<Output = SourceResult<Result<T, nfsstat3>>>,
     {
-        let mut delay = Duration::from_millis(100);
-        for _ in 0..JUKEBOX_RETRIES {
+        let mut busy = Jukebox::default();
+        loop {
             match f().await? {
                 Ok(v) => return Ok(v),
-                Err(nfsstat3::NFS3ERR_JUKEBOX) => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
+                Err(nfsstat3::NFS3ERR_JUKEBOX) => busy.wait(path, what).await?,
                 Err(stat) => return Err(stat_error(path, what, stat)),
             }
         }
-        Err(SourceError::new(
-            SourceErrorKind::Unreachable,
-            path,
-            format!("{what}: server busy (JUKEBOX) after {JUKEBOX_RETRIES} retries"),
-        ))
     }
 
     async fn getattr(&self, path: &SourcePath) -> SourceResult<fattr3> {
@@ -340,7 +342,9 @@ impl NfsSource {
                     .call(path, "GETATTR", move |mut c| {
                         let args = GETATTR3args { object: fh.clone() };
                         async move {
-                            let r = c.getattr(&args).await;
+                            let r = c
+                                .call::<_, GETATTR3res>(NFS_PROGRAM::NFSPROC3_GETATTR as u32, &args)
+                                .await;
                             (c, r)
                         }
                     })
@@ -382,7 +386,12 @@ impl NfsSource {
                                     maxcount: 512 * 1024,
                                 };
                                 async move {
-                                    let r = c.readdirplus(&args).await;
+                                    let r = c
+                                        .call::<_, READDIRPLUS3res>(
+                                            NFS_PROGRAM::NFSPROC3_READDIRPLUS as u32,
+                                            &args,
+                                        )
+                                        .await;
                                     (c, r)
                                 }
                             })
@@ -445,55 +454,6 @@ impl NfsSource {
             }
         }
         Ok((out, dir_attr))
-    }
-
-    async fn read_piece(
-        &self,
-        path: &SourcePath,
-        fh: &nfs_fh3,
-        offset: u64,
-        count: u32,
-    ) -> SourceResult<(Vec<u8>, bool, Option<fattr3>)> {
-        self.retry_jukebox(path, "READ", || {
-            let fh = fh.clone();
-            async move {
-                let r = self
-                    .call(path, "READ", move |mut c| {
-                        let args = READ3args {
-                            file: fh.clone(),
-                            offset,
-                            count,
-                        };
-                        async move {
-                            let r = c.read(&args).await;
-                            (c, r)
-                        }
-                    })
-                    .await?;
-                Ok(match r {
-                    Nfs3Result::Ok(ok) => {
-                        // A server holding the file open keeps serving it after it was
-                        // unlinked; nlink 0 in the post-op attributes gives that away.
-                        if let Nfs3Option::Some(a) = &ok.file_attributes
-                            && a.nlink == 0
-                        {
-                            return Err(SourceError::new(
-                                SourceErrorKind::Changed,
-                                path,
-                                "READ: the file was removed on the source during migration",
-                            ));
-                        }
-                        let attr = match ok.file_attributes {
-                            Nfs3Option::Some(a) => Some(a),
-                            Nfs3Option::None => None,
-                        };
-                        Ok((ok.data.into_owned(), ok.eof, attr))
-                    }
-                    Nfs3Result::Err((stat, _)) => Err(stat),
-                })
-            }
-        })
-        .await
     }
 
     /// Reads `buf.len()` bytes from `offset` into `buf`; returns how many were read (fewer
@@ -567,7 +527,9 @@ impl NfsSource {
                             access: nfs3::ACCESS3_READ,
                         };
                         async move {
-                            let r = c.access(&args).await;
+                            let r = c
+                                .call::<_, ACCESS3res>(NFS_PROGRAM::NFSPROC3_ACCESS as u32, &args)
+                                .await;
                             (c, r)
                         }
                     })
@@ -581,9 +543,9 @@ impl NfsSource {
         .await
     }
 
-    /// Fills one `read_size` piece of the caller's buffer; a short reply that is not at
-    /// end of file is completed with further READs. Returns the bytes read and the
-    /// newest post-op attributes of its replies.
+    /// Fills one `read_size` piece of the caller's buffer, each READ reply's data landing
+    /// in it directly; a short reply that is not at end of file is completed with
+    /// further READs. Returns the bytes read and the newest post-op attributes.
     async fn read_piece_into(
         &self,
         path: &SourcePath,
@@ -593,19 +555,40 @@ impl NfsSource {
     ) -> SourceResult<(usize, Option<fattr3>)> {
         let mut done = 0;
         let mut newest: Option<fattr3> = None;
+        let mut busy = Jukebox::default();
         while done < out.len() {
-            let (data, eof, attr) = self
-                .read_piece(path, fh, offset + done as u64, (out.len() - done) as u32)
+            let at = offset + done as u64;
+            let rest = &mut out[done..];
+            let reply = self
+                .call(path, "READ", move |mut c| async move {
+                    let r = c.read3(fh, at, rest).await;
+                    (c, r)
+                })
                 .await?;
-            if let Some(a) = attr
-                && newest.as_ref().is_none_or(|n| attr_key(&a) >= attr_key(n))
-            {
-                newest = Some(a);
+            let reply = match reply {
+                Ok(r) => r,
+                Err(nfsstat3::NFS3ERR_JUKEBOX) => {
+                    busy.wait(path, "READ").await?;
+                    continue;
+                }
+                Err(stat) => return Err(stat_error(path, "READ", stat)),
+            };
+            if let Some(a) = reply.attr {
+                // A server holding the file open keeps serving it after it was unlinked;
+                // nlink 0 in the post-op attributes gives that away.
+                if a.nlink == 0 {
+                    return Err(SourceError::new(
+                        SourceErrorKind::Changed,
+                        path,
+                        "READ: the file was removed on the source during migration",
+                    ));
+                }
+                if newest.as_ref().is_none_or(|n| attr_key(&a) >= attr_key(n)) {
+                    newest = Some(a);
+                }
             }
-            let n = data.len().min(out.len() - done);
-            out[done..done + n].copy_from_slice(&data[..n]);
-            done += n;
-            if eof || n == 0 {
+            done += reply.len;
+            if reply.eof || reply.len == 0 {
                 break;
             }
         }
@@ -660,7 +643,12 @@ impl NfsSource {
                             symlink: fh.clone(),
                         };
                         async move {
-                            let r = c.readlink(&args).await;
+                            let r = c
+                                .call::<_, READLINK3res>(
+                                    NFS_PROGRAM::NFSPROC3_READLINK as u32,
+                                    &args,
+                                )
+                                .await;
                             (c, r)
                         }
                     })
@@ -700,6 +688,52 @@ async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Out
         .into_iter()
         .map(|o| o.expect("every future completed"))
         .collect()
+}
+
+/// Backs off while the server answers NFS3ERR_JUKEBOX ("busy, retry later").
+struct Jukebox {
+    delay: Duration,
+    retries: u32,
+}
+
+impl Default for Jukebox {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_millis(100),
+            retries: 0,
+        }
+    }
+}
+
+impl Jukebox {
+    /// Waits before the next attempt, or gives up after [`JUKEBOX_RETRIES`] of them.
+    async fn wait(&mut self, path: &SourcePath, what: &str) -> SourceResult<()> {
+        self.retries += 1;
+        if self.retries >= JUKEBOX_RETRIES {
+            return Err(SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                format!("{what}: server busy (JUKEBOX) after {JUKEBOX_RETRIES} retries"),
+            ));
+        }
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(Duration::from_secs(5));
+        Ok(())
+    }
+}
+
+/// A fresh connection's first xid, random so that a server's duplicate-request cache
+/// (keyed by address, port and xid) never mistakes a call on a reused port for a
+/// retransmission of an earlier connection's call.
+fn first_xid() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    );
+    h.finish() as u32
 }
 
 /// The AUTH_UNIX credential of the configured identity.

@@ -65,12 +65,15 @@ use read::read_pieces;
 /// The bytes one SMB2 credit pays for; a READ of N bytes costs N / 64 KiB credits.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
 
-/// The largest READ this source sends: 4 credits. The `smb` crate (0.12) waits for a
-/// READ's credits without asking the server for more and without a timeout, and Samba
-/// grants them gradually: a 4 MiB READ (64 credits) on a fresh session waited forever
-/// here, while 256 KiB READs always found their credits (and moved 24 MiB over loopback
-/// in 107 ms against 130 ms in 64 KiB READs). Several READs are kept in flight instead.
-pub const SMB_MAX_READ_PIECE: usize = 4 * SMB_CREDIT_BYTES;
+/// The largest READ this source sends: 16 credits (1 MiB), and never more than the
+/// server's negotiated maximum. The `smb` crate (0.12) waits for a READ's credits without
+/// a timeout, and a session holds only the credits the server granted so far (Samba:
+/// 33 after the session setup, then at most 32 more with each response, up to what the
+/// client asks for; see `link`): a READ costing more than a session holds while nothing
+/// else is in flight waits forever (a 4 MiB READ, 64 credits, did on a fresh session).
+/// 16 credits always fit what a session holds after its setup; several READs are kept in
+/// flight instead of larger ones.
+pub const SMB_MAX_READ_PIECE: usize = 16 * SMB_CREDIT_BYTES;
 
 /// How long one SMB request may go unanswered by default before the call fails.
 pub const SMB_DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -145,8 +148,12 @@ pub struct SmbSource {
     prefetch_jobs: OnceLock<SyncSender<SourcePath>>,
 }
 
-/// Threads fetching listed files' metadata ahead of the calls for it.
-const PREFETCH_THREADS: usize = 8;
+/// Threads fetching listed files' metadata ahead of the calls for it, per session: half
+/// the sessions at most are busy with them, so a client's call finds an idle one.
+const PREFETCH_THREADS_PER_2_LINKS: usize = 1;
+/// How long a prefetch job waits for an idle session before it takes the least busy one
+/// (so a busy crawl still sees its files fetched ahead, only later).
+const PREFETCH_YIELD: Duration = Duration::from_millis(20);
 /// Files queued for them at most; more are left to the engine's own calls.
 const PREFETCH_QUEUE: usize = 8192;
 
@@ -159,6 +166,27 @@ struct Shared {
     /// Round-robin cursor over `links`.
     next_link: AtomicUsize,
     prefetch: Prefetch,
+    /// What the share's file system says it supports (asked once at connect).
+    caps: OnceLock<ShareCaps>,
+}
+
+/// The share's file system capabilities that spare per-file queries.
+#[derive(Clone, Copy, Debug)]
+struct ShareCaps {
+    /// Named streams exist (FILE_NAMED_STREAMS): without them a file's stream list is
+    /// known to be empty and is not asked for.
+    named_streams: bool,
+    /// EAs are stored (FILE_SUPPORTS_EXTENDED_ATTRIBUTES): a listing's EaSize of 0 then
+    /// means the file has no EAs, and they are not asked for.
+    eas: bool,
+}
+
+impl ShareCaps {
+    /// What is assumed when the server does not say: ask for everything.
+    const UNKNOWN: Self = Self {
+        named_streams: true,
+        eas: false,
+    };
 }
 
 /// One session slot of a source.
@@ -209,7 +237,9 @@ impl SmbSource {
         let jobs = self.prefetch_jobs.get_or_init(|| {
             let (tx, rx) = std::sync::mpsc::sync_channel::<SourcePath>(PREFETCH_QUEUE);
             let rx = Arc::new(Mutex::new(rx));
-            for _ in 0..PREFETCH_THREADS {
+            let threads =
+                (self.shared.config.connections / 2 * PREFETCH_THREADS_PER_2_LINKS).max(1);
+            for _ in 0..threads {
                 let (rx, shared) = (rx.clone(), Arc::downgrade(&self.shared));
                 let _ = std::thread::Builder::new()
                     .name("smb-prefetch".into())
@@ -244,10 +274,10 @@ impl Shared {
     /// Fetches one file's metadata ahead unless it is already there or on its way; a
     /// failure leaves nothing (the engine's own call then reports it).
     fn prefetch_one(&self, path: &SourcePath) {
-        if !self.prefetch.begin(path) {
+        if !self.prefetch.claim(path, true) {
             return;
         }
-        let fetched = self.fetch_metadata(path).unwrap_or_default();
+        let fetched = self.fetch_metadata(path, true).unwrap_or_default();
         self.prefetch.finish(path, fetched);
     }
 
@@ -275,10 +305,22 @@ impl Shared {
             links: (0..config.connections).map(|_| Mutex::new(None)).collect(),
             next_link: AtomicUsize::new(0),
             prefetch: Prefetch::default(),
+            caps: OnceLock::new(),
             config,
             share,
         };
-        source.link_in(0, &root)?;
+        let first = source.link_in(0, &root)?;
+        // One round trip now spares one or two queries per file later; a server that
+        // does not answer gets every query.
+        let caps = first
+            .fs_attributes(&source.share)
+            .map(|a| ShareCaps {
+                named_streams: a.named_streams(),
+                eas: a.supports_extended_attributes(),
+            })
+            .unwrap_or(ShareCaps::UNKNOWN);
+        tracing::debug!(?caps, "smb: share capabilities");
+        let _ = source.caps.set(caps);
         // The other sessions connect meanwhile, so the first concurrent calls do not each
         // wait for a session setup (several round trips). A slot whose connect fails here
         // is connected again by the next call on it, which reports the error.
@@ -302,21 +344,55 @@ impl Shared {
         Ok(source)
     }
 
-    /// The next live session in turn. A slot that is being connected (locked for up to
-    /// the timeout) is passed over for the next live one; only if none is live does the
-    /// call wait for its own slot (connecting it if needed).
+    /// The live session with the fewest calls running, the next in turn among equals. A
+    /// slot that is being connected (locked for up to the timeout) is passed over; only
+    /// if none is live does the call wait for its own slot (connecting it if needed).
     fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
+        match self.least_busy(i) {
+            Some(l) => Ok(l),
+            None => self.link_in(i, path),
+        }
+    }
+
+    /// The live session with the fewest calls running, scanning from slot `from`.
+    fn least_busy(&self, from: usize) -> Option<Arc<Link>> {
         let n = self.links.len();
-        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % n;
+        let mut best: Option<Arc<Link>> = None;
         for k in 0..n {
-            if let Ok(slot) = self.links[(i + k) % n].try_lock()
+            if let Ok(slot) = self.links[(from + k) % n].try_lock()
                 && let Some(l) = slot.as_ref()
                 && !l.broken.load(Ordering::SeqCst)
             {
-                return Ok(l.clone());
+                let busy = l.busy.load(Ordering::SeqCst);
+                if busy == 0 {
+                    return Some(l.clone());
+                }
+                if best
+                    .as_ref()
+                    .is_none_or(|b| busy < b.busy.load(Ordering::SeqCst))
+                {
+                    best = Some(l.clone());
+                }
             }
         }
-        self.link_in(i, path)
+        best
+    }
+
+    /// A session for background work: an idle one, waiting up to [`PREFETCH_YIELD`] for
+    /// one while every session has calls running (the calls of clients and the crawl go
+    /// first), then the least busy.
+    fn idle_link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
+        let started = std::time::Instant::now();
+        loop {
+            let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
+            match self.least_busy(i) {
+                Some(l) if l.busy.load(Ordering::SeqCst) == 0 => return Ok(l),
+                Some(l) if started.elapsed() >= PREFETCH_YIELD => return Ok(l),
+                Some(_) => std::thread::sleep(Duration::from_micros(500)),
+                None => return self.link_in(i, path),
+            }
+        }
     }
 
     /// The live session of slot `i`, connecting a new one if there is none or the last
@@ -367,7 +443,27 @@ impl Shared {
         what: &str,
         f: impl FnOnce(&Link) -> Result<T, Failure>,
     ) -> SourceResult<T> {
-        let link = self.link(path)?;
+        self.call_on(self.link(path)?, path, what, f)
+    }
+
+    /// Like [`Shared::call`] for work nobody waits for yet: on an idle session.
+    fn call_in_background<T>(
+        &self,
+        path: &SourcePath,
+        what: &str,
+        f: impl FnOnce(&Link) -> Result<T, Failure>,
+    ) -> SourceResult<T> {
+        self.call_on(self.idle_link(path)?, path, what, f)
+    }
+
+    fn call_on<T>(
+        &self,
+        link: Arc<Link>,
+        path: &SourcePath,
+        what: &str,
+        f: impl FnOnce(&Link) -> Result<T, Failure>,
+    ) -> SourceResult<T> {
+        let _busy = link.busy_guard();
         let started = std::time::Instant::now();
         let r = f(&link).map_err(|(op, e)| {
             let op = if op.is_empty() { what.to_string() } else { op };
@@ -578,31 +674,48 @@ impl Shared {
         Ok(out)
     }
 
-    /// Opens `path` once and sends the EA, security descriptor and (files) stream queries
-    /// together: the answers to a file's three metadata calls for the round trips of one.
-    fn fetch_metadata(&self, path: &SourcePath) -> SourceResult<Fetched> {
+    fn caps(&self) -> ShareCaps {
+        self.caps.get().copied().unwrap_or(ShareCaps::UNKNOWN)
+    }
+
+    /// Opens `path` once and sends the security descriptor query together with the EA
+    /// and (files) stream queries that are still needed: the answers to a file's three
+    /// metadata calls for the round trips of one. EAs a listing showed to be absent
+    /// (kept in `prefetch`) and streams on a share without them are not asked for.
+    /// `background`: nobody waits for the answers yet (see [`Shared::idle_link`]).
+    fn fetch_metadata(&self, path: &SourcePath, background: bool) -> SourceResult<Fetched> {
         let p = Self::win_path(path)?;
-        let (eas, sd, streams) = self.call(path, "query metadata", |l| {
+        let caps = self.caps();
+        let need_eas = !self.prefetch.has(path, |f| f.xattrs.is_some());
+        let need_streams = caps.named_streams && !self.prefetch.has(path, |f| f.streams.is_some());
+        let query = |l: &Link| {
             let r = l.open(&self.share, &p, Self::read_access())?;
             let h = r.handle();
             let (eas, sd, streams) = std::thread::scope(|s| {
-                let eas = s.spawn(|| l.check(r.as_handle_query_eas()));
-                let streams =
-                    (!r.is_dir()).then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
+                let eas = need_eas.then(|| s.spawn(|| l.check(r.as_handle_query_eas())));
+                let streams = (need_streams && !r.is_dir())
+                    .then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
                 let sd = l.check(h.query_security_info(Self::sd_info()));
-                (join(eas), sd, streams.map(join))
+                (eas.map(join), sd, streams.map(join))
             });
+            let is_dir = r.is_dir();
             l.close(r);
-            Ok((eas, sd, streams))
-        })?;
+            Ok((eas, sd, streams, is_dir))
+        };
+        let (eas, sd, streams, is_dir) = if background {
+            self.call_in_background(path, "query metadata", query)?
+        } else {
+            self.call(path, "query metadata", query)?
+        };
         Ok(Fetched {
             attr: None,
-            xattrs: Some(self.eas_result(path, eas)),
+            xattrs: eas.map(|r| self.eas_result(path, r)),
             acl: Some(self.acl_result(path, sd)),
-            streams: Some(match streams {
-                Some(r) => self.streams_result(path, r),
-                None => Ok(Vec::new()),
-            }),
+            streams: match streams {
+                Some(r) => Some(self.streams_result(path, r)),
+                None if is_dir || !caps.named_streams => Some(Ok(Vec::new())),
+                None => None, // kept from before
+            },
         })
     }
 
@@ -615,38 +728,56 @@ impl Shared {
         pick: impl Fn(&mut Fetched) -> Option<SourceResult<T>>,
         alone: impl FnOnce() -> SourceResult<T>,
     ) -> SourceResult<T> {
-        // Bounded by the requests' own timeouts: an open and one query round.
-        self.prefetch.wait_for(path, 2 * self.config.timeout);
-        if let Some(r) = self.prefetch.take(path, &pick) {
-            return r;
-        }
-        match self.fetch_metadata(path) {
-            Ok(mut f) => {
-                let r = pick(&mut f);
-                self.prefetch.put(path, f);
-                r.unwrap_or_else(alone)
+        // Three rounds at most: the answer is here, or this call fetches it, or it waits
+        // for the thread fetching it (bounded by the requests' own timeouts: an open and
+        // one query round) and looks again.
+        for _ in 0..3 {
+            if let Some(r) = self.prefetch.take(path, &pick) {
+                return r;
             }
-            Err(e) if e.kind == SourceErrorKind::PermissionDenied => alone(),
-            Err(e) => Err(e),
+            if self.prefetch.claim(path, false) {
+                let fetched = self.fetch_metadata(path, false);
+                return match fetched {
+                    Ok(mut f) => {
+                        let r = pick(&mut f);
+                        self.prefetch.finish(path, f);
+                        match r {
+                            Some(r) => r,
+                            // Kept from before and handed out meanwhile: ask alone.
+                            None => alone(),
+                        }
+                    }
+                    Err(e) => {
+                        self.prefetch.finish(path, Fetched::default());
+                        if e.kind == SourceErrorKind::PermissionDenied {
+                            alone()
+                        } else {
+                            Err(e)
+                        }
+                    }
+                };
+            }
+            self.prefetch.wait_for(path, 2 * self.config.timeout);
         }
+        alone()
     }
 
-    /// Reads `len` bytes from `offset` of the main stream (`suffix` = "") or a named
-    /// stream (`suffix` = ":name"), with up to `parallel_reads` READs in flight; with
+    /// Fills `buf` from `offset` of the main stream (`suffix` = "") or a named stream
+    /// (`suffix` = ":name"), with up to `parallel_reads` READs in flight; with
     /// `want_attr` also the file's attributes, asked together with the last READ.
+    /// Returns the bytes read (fewer than `buf.len()` only at end of file).
     fn read_range(
         &self,
         path: &SourcePath,
         suffix: &str,
         offset: u64,
-        len: usize,
+        buf: &mut [u8],
         want_attr: bool,
-    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let p = format!("{}{suffix}", Self::win_path(path)?);
-        let piece = self.config.read_size.min(SMB_MAX_READ_PIECE);
         let parallel = self.config.parallel_reads;
-        let mut buf = vec![0u8; len];
         let outcome = self.call(path, "read", |l| {
+            let piece = self.config.read_size.min(l.max_read());
             let file = match l.open(&self.share, &p, Self::read_access())? {
                 Resource::File(f) => f,
                 other => {
@@ -654,15 +785,29 @@ impl Shared {
                     return Ok(None);
                 }
             };
-            let result = read_pieces(l, &file, &mut buf, offset, piece, parallel, want_attr);
+            let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
             l.close(Resource::File(file));
             result.map(Some).map_err(|e| (String::new(), e))
         })?;
         let outcome = outcome.ok_or_else(|| {
             SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
         })?;
-        buf.truncate(outcome.total);
-        Ok((buf, outcome.attr.map(|a| self.attr_from_all(&a))))
+        Ok((outcome.total, outcome.attr.map(|a| self.attr_from_all(&a))))
+    }
+
+    /// [`Shared::read_range`] into a new buffer of `len` bytes.
+    fn read_vec(
+        &self,
+        path: &SourcePath,
+        suffix: &str,
+        offset: u64,
+        len: usize,
+        want_attr: bool,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        let mut buf = vec![0u8; len];
+        let (n, attr) = self.read_range(path, suffix, offset, &mut buf, want_attr)?;
+        buf.truncate(n);
+        Ok((buf, attr))
     }
 }
 
@@ -719,6 +864,72 @@ fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
     SourceError::new(kind, path, format!("{what}: {e}{status}"))
 }
 
+impl Shared {
+    /// Lists `path` and, on the listing's handle and meanwhile, queries its attributes,
+    /// EAs and security descriptor (the last two kept for the metadata calls).
+    fn list(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, SourceResult<SourceAttr>)> {
+        let p = Self::win_path(path)?;
+        let listed = self.call(path, "list", |l| {
+            let dir = match l.open(&self.share, &p, Self::read_access())? {
+                Resource::Directory(d) => d,
+                other => {
+                    l.close(other);
+                    return Ok(None);
+                }
+            };
+            let h: &smb::ResourceHandle = &dir;
+            let (listing, all, eas, sd) = std::thread::scope(|s| {
+                let all = s.spawn(|| l.check(h.query_info::<FileAllInformation>()));
+                let eas = s.spawn(|| l.check(query_eas(h)));
+                let sd = s.spawn(|| l.check(h.query_security_info(Self::sd_info())));
+                let listing = self.list_entries(l, &dir);
+                (listing, join(all), join(eas), join(sd))
+            });
+            l.close(Resource::Directory(dir));
+            listing.map(|out| Some((out, all, eas, sd)))
+        })?;
+        let (listed, all, eas, sd) = listed
+            .ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))?;
+        self.prefetch.put(
+            path,
+            Fetched {
+                attr: None,
+                xattrs: Some(self.eas_result(path, eas)),
+                acl: Some(self.acl_result(path, sd)),
+                streams: Some(Ok(Vec::new())),
+            },
+        );
+        let caps = self.caps();
+        let mut entries = Vec::with_capacity(listed.len());
+        for (entry, ea_size) in listed {
+            // What the listing already tells about a file's EAs and streams is kept for
+            // its metadata calls, which then ask the server only for the rest.
+            let no_eas = caps.eas && ea_size == Some(0);
+            if entry.attr.kind == FileKind::Regular
+                && (no_eas || !caps.named_streams)
+                && let Ok(child) = path.join(&entry.name)
+            {
+                self.prefetch.put(
+                    &child,
+                    Fetched {
+                        xattrs: no_eas.then(|| Ok(Vec::new())),
+                        streams: (!caps.named_streams).then(|| Ok(Vec::new())),
+                        ..Fetched::default()
+                    },
+                );
+            }
+            entries.push(entry);
+        }
+        let attr = all
+            .map(|i| self.attr_from_all(&i))
+            .map_err(|e| self.error(path, "query info", &e));
+        Ok((entries, attr))
+    }
+}
+
 impl Source for Shared {
     fn describe(&self) -> String {
         format!("smb://{}/{}", self.config.server(), self.config.share)
@@ -752,45 +963,29 @@ impl Source for Shared {
     /// security descriptor are asked for the stat and metadata calls that follow a
     /// listing.
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        let p = Self::win_path(path)?;
-        let listed = self.call(path, "list", |l| {
-            let dir = match l.open(&self.share, &p, Self::read_access())? {
-                Resource::Directory(d) => d,
-                other => {
-                    l.close(other);
-                    return Ok(None);
-                }
-            };
-            let h: &smb::ResourceHandle = &dir;
-            let (listing, all, eas, sd) = std::thread::scope(|s| {
-                let all = s.spawn(|| l.check(h.query_info::<FileAllInformation>()));
-                let eas = s.spawn(|| l.check(query_eas(h)));
-                let sd = s.spawn(|| l.check(h.query_security_info(Self::sd_info())));
-                let listing = self.list_entries(l, &dir);
-                (listing, join(all), join(eas), join(sd))
-            });
-            l.close(Resource::Directory(dir));
-            listing.map(|out| Some((out, all, eas, sd)))
-        })?;
-        let (entries, all, eas, sd) = listed
-            .ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))?;
+        let (entries, attr) = self.list(path)?;
         self.prefetch.put(
             path,
             Fetched {
-                attr: Some(
-                    all.map(|i| self.attr_from_all(&i))
-                        .map_err(|e| self.error(path, "query info", &e)),
-                ),
-                xattrs: Some(self.eas_result(path, eas)),
-                acl: Some(self.acl_result(path, sd)),
-                streams: Some(Ok(Vec::new())),
+                attr: Some(attr),
+                ..Fetched::default()
             },
         );
         Ok(entries)
     }
 
+    /// The listing and the directory's attributes, queried on the listing's handle.
+    fn read_dir_with_attr(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
+        let (entries, attr) = self.list(path)?;
+        // A failed attribute query is not the listing's failure: the engine then stats.
+        Ok((entries, attr.ok()))
+    }
+
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        Ok(self.read_range(path, "", offset, len, false)?.0)
+        Ok(self.read_vec(path, "", offset, len, false)?.0)
     }
 
     fn read_with_attr(
@@ -799,7 +994,17 @@ impl Source for Shared {
         offset: u64,
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        self.read_range(path, "", offset, len, true)
+        self.read_vec(path, "", offset, len, true)
+    }
+
+    /// Straight into the caller's buffer: no buffer of our own to zero and copy out of.
+    fn read_into(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        self.read_range(path, "", offset, buf, true)
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
@@ -868,7 +1073,7 @@ impl Source for Shared {
             ));
         }
         Ok(self
-            .read_range(path, &format!(":{stream}"), offset, len, false)?
+            .read_vec(path, &format!(":{stream}"), offset, len, false)?
             .0)
     }
 }
@@ -889,6 +1094,14 @@ impl Source for SmbSource {
         self.prefetch_listed(path, &entries);
         Ok(entries)
     }
+    fn read_dir_with_attr(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
+        let (entries, attr) = self.shared.read_dir_with_attr(path)?;
+        self.prefetch_listed(path, &entries);
+        Ok((entries, attr))
+    }
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
         self.shared.read(path, offset, len)
     }
@@ -899,6 +1112,14 @@ impl Source for SmbSource {
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
         self.shared.read_with_attr(path, offset, len)
+    }
+    fn read_into(
+        &self,
+        path: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        self.shared.read_into(path, offset, buf)
     }
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
         self.shared.read_link(path)
@@ -924,8 +1145,13 @@ impl Source for SmbSource {
 }
 
 impl Shared {
-    /// Every entry of an open directory, without `.` and `..`.
-    fn list_entries(&self, l: &Link, dir: &smb::Directory) -> Result<Vec<SourceEntry>, Failure> {
+    /// Every entry of an open directory, without `.` and `..`, with the size of its EAs
+    /// (none for a reparse point).
+    fn list_entries(
+        &self,
+        l: &Link,
+        dir: &smb::Directory,
+    ) -> Result<Vec<(SourceEntry, Option<u32>)>, Failure> {
         let mut out = Vec::new();
         let iter = match l.check(dir.query::<FileIdBothDirectoryInformation>("*")) {
             Ok(iter) => iter,
@@ -953,10 +1179,13 @@ impl Shared {
                             &e.creation_time,
                         ],
                     );
-                    out.push(SourceEntry {
-                        name: name.into_bytes(),
-                        attr,
-                    });
+                    out.push((
+                        SourceEntry {
+                            name: name.into_bytes(),
+                            attr,
+                        },
+                        e.ea_size,
+                    ));
                 }
                 Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
                 Err(e) => return Err(("query directory".into(), e)),

@@ -5,7 +5,7 @@
 #![allow(clippy::collapsible_if)]
 
 use crate::error::{FsError, FsResult};
-use crate::handles::{FileState, Handle};
+use crate::handles::{FILLER_TOUCHED, FileState, Handle, STUB_ROW_CHANGED};
 use crate::store::Store;
 use crate::stub::{StubEntry, StubState};
 use crate::types::{Caller, FileAttr, FileKind, Ino, Opened};
@@ -208,7 +208,9 @@ impl Store {
             // Under the namespace lock, so an unlink (which takes the accounted size off
             // the tier) sees either the old size and no growth counted, or both.
             let ns = self.ns();
-            let linked = ns.files.get(&st.ino).is_some_and(|f| !f.names.is_empty());
+            // An unlinked file still counts on its tier while it is open.
+            let linked = ns.files.get(&st.ino).is_some_and(|f| !f.names.is_empty())
+                || st.counted_unlinked.load(Ordering::Acquire);
             let old = st.size.swap(new, Ordering::AcqRel);
             if new != old {
                 // Makes a copy in progress start over.
@@ -450,7 +452,10 @@ impl Store {
         let _g = state.fill.lock().unwrap_or_else(|e| e.into_inner());
         let path = self.ns().path_of(state.ino).unwrap_or_default();
         for (s, e) in state.missing(start, end) {
-            filler.fill_range(self, state.ino, &path, s, e - s)?;
+            let r = filler.fill_range(self, state.ino, &path, s, e - s);
+            // The filler's own state of the file may have changed, even on failure.
+            state.mark_unsynced(FILLER_TOUCHED);
+            r?;
         }
         if !state.missing(start, end).is_empty() {
             return Err(FsError::IO);
@@ -495,6 +500,9 @@ impl Store {
 
     /// A write or extension needs `need` bytes for the whole file: move it to another tier
     /// with room (slower ones first) instead of failing with ENOSPC.
+    ///
+    /// A file that has no name left (unlinked while open) moves too: the mover copies it
+    /// from an open descriptor into the other tier's orphan directory (`orphan.rs`).
     fn spill(&self, ino: Ino, from: u8, need: u64) -> FsResult<()> {
         let n = self.tiers.len() as u8;
         for t in (from + 1..n).chain(0..from) {
@@ -503,9 +511,15 @@ impl Store {
                     "spilled: tier {} is full",
                     self.tiers[from as usize].cfg.name
                 );
-                return match self.move_file(ino, t, &reason, need) {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e.errno()),
+                let mut tries = 0;
+                return loop {
+                    match self.move_file(ino, t, &reason, need) {
+                        Ok(_) => break Ok(()),
+                        // Its last name went during the copy: the next try moves it as a
+                        // file with no name (it fails alike if no handle holds it either).
+                        Err(e) if e.errno() == FsError::NOENT && tries < 2 => tries += 1,
+                        Err(e) => break Err(e.errno()),
+                    }
                 };
             }
         }
@@ -559,7 +573,9 @@ impl Store {
             }
             st.write_gen.fetch_add(1, Ordering::AcqRel);
             if let Some(s) = st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                crate::stub::subtract(&mut s.missing, start, end);
+                if crate::stub::subtract(&mut s.missing, start, end) {
+                    st.mark_unsynced(STUB_ROW_CHANGED);
+                }
             }
             drop(g);
             self.tiers[tier as usize].emulate(st.ino, start, data.len() as u64, true);
@@ -638,6 +654,8 @@ impl Store {
             st.write_gen.fetch_add(1, Ordering::AcqRel);
             let stub_changed = match st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                 Some(s) => {
+                    // Marked before the change can be seen, and again below.
+                    st.mark_unsynced(STUB_ROW_CHANGED);
                     crate::stub::subtract(&mut s.missing, size, u64::MAX);
                     Some(s.missing.clone())
                 }
@@ -645,7 +663,10 @@ impl Store {
             };
             drop(g);
             if let Some(m) = stub_changed {
-                self.db().set_stub(ino, false, &m)?;
+                // Marked even if the row is not written: the ranges changed in memory.
+                let r = self.db().set_stub(ino, false, &m);
+                st.mark_unsynced(STUB_ROW_CHANGED);
+                r?;
             }
             self.record(ino, tier, Op::Truncate, size, 0, size);
             return Ok(());
@@ -666,6 +687,12 @@ impl Store {
     /// bytes the client wrote and synced. So once the data is on disk (fetched units
     /// included: they are the same inode), the file's current missing ranges are written
     /// and made durable, and the filler syncs its own state, before fsync returns.
+    ///
+    /// That costs a checkpoint of the store database, so it is paid only when there is
+    /// something to make durable: the file's [`FileState::unsynced`] bits record a change
+    /// of its missing ranges, or a call to the filler about it, since the last fsync that
+    /// made its state durable (or since the store was opened). An fsync after rewriting
+    /// bytes already present, or of a file that never was a stub, syncs the data only.
     pub fn fsync(&self, fh: u64, datasync: bool) -> FsResult<()> {
         let h = self.handle_or_badf(fh)?;
         let f = h.file();
@@ -674,22 +701,45 @@ impl Store {
         } else {
             f.sync_all()?
         }
+        let st = &h.state;
+        if st.unsynced.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
         if let Some(filler) = self.stub_filler() {
-            let st = &h.state;
             // Serialised with fills of this file, so the row written is not older than
             // one a fill commits meanwhile.
             let _fill = st.fill.lock().unwrap_or_else(|e| e.into_inner());
-            let missing = st
-                .stub
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map(|s| s.missing.clone())
-                .unwrap_or_default();
-            self.stub_state_durable(st.ino, &missing)?;
-            filler.sync_state(self, st.ino)?;
+            // Cleared before the state is read: a change made meanwhile sets its bit
+            // again, so the next fsync covers what this one may miss.
+            let bits = st.unsynced.swap(0, Ordering::AcqRel);
+            let r = (|| -> FsResult<()> {
+                if bits & STUB_ROW_CHANGED != 0 {
+                    let missing = st
+                        .stub
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                        .map(|s| s.missing.clone())
+                        .unwrap_or_default();
+                    self.stub_state_durable(st.ino, &missing)?;
+                }
+                if bits != 0 {
+                    filler.sync_state(self, st.ino)?;
+                }
+                Ok(())
+            })();
+            if r.is_err() {
+                st.mark_unsynced(bits);
+            }
+            r?;
         }
         Ok(())
+    }
+
+    /// How many database checkpoints client fsyncs have made to persist stub state
+    /// (tests and diagnostics: an fsync with nothing to make durable makes none).
+    pub fn fsync_checkpoints(&self) -> u64 {
+        self.fsync_checkpoints.load(Ordering::Relaxed)
     }
 
     /// Writes file `ino`'s stub row (`missing` empty: no row) and makes it and every
@@ -699,6 +749,7 @@ impl Store {
     fn stub_state_durable(&self, ino: Ino, missing: &[(u64, u64)]) -> FsResult<()> {
         let db = self.db();
         db.set_stub(ino, false, missing)?;
+        self.fsync_checkpoints.fetch_add(1, Ordering::Relaxed);
         let busy: i64 = db
             .conn
             .query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get(0))
@@ -752,9 +803,17 @@ impl Store {
         }
         drop(h);
         let mut ns = self.ns();
-        if let Some(f) = ns.files.get(&st.ino) {
-            if f.names.is_empty() && f.lookups == 0 && !st.has_open_handles() {
-                ns.files.remove(&st.ino);
+        let unlinked = ns
+            .files
+            .get(&st.ino)
+            .map(|f| (f.names.is_empty(), f.lookups));
+        if let Some((true, lookups)) = unlinked {
+            if !st.has_open_handles() {
+                // The last handle of a file with no name left.
+                self.orphan_closed(&mut ns, &st);
+                if lookups == 0 {
+                    ns.files.remove(&st.ino);
+                }
             }
         }
         Ok(())
@@ -837,6 +896,8 @@ impl Store {
         if let Some(d) = ns.dirs.get_mut(&ino) {
             d.unlisted = state.unlisted_dir;
         } else if let Some(f) = ns.files.get(&ino) {
+            // Marked before the change can be seen, and again once the row is written.
+            f.state.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
             *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = if state.is_complete() {
                 None
             } else {
@@ -845,8 +906,12 @@ impl Store {
         } else {
             return Err(FsError::NOENT);
         }
-        self.db()
-            .set_stub(ino, state.unlisted_dir, &state.missing)?;
+        let fstate = ns.files.get(&ino).map(|f| f.state.clone());
+        let r = self.db().set_stub(ino, state.unlisted_dir, &state.missing);
+        if let Some(st) = fstate {
+            st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
+        }
+        r?;
         Ok(())
     }
 
@@ -914,6 +979,7 @@ impl Store {
                     }
                     if let Some(f) = ns.files.get(&ino) {
                         f.state.size.store(size, Ordering::Release);
+                        f.state.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
                         *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                             unlisted_dir: false,
                             missing: vec![(0, size)],
@@ -923,12 +989,17 @@ impl Store {
                 let p = ns
                     .file_path(ino)
                     .map(|p| self.tiers[tier as usize].path(&p));
+                let fstate = ns.files.get(&ino).map(|f| f.state.clone());
                 // The row is written with the namespace unlocked (other listings go on
                 // meanwhile) and before this call returns (before the filler marks the
                 // parent listed).
                 drop(ns);
                 if kind == FileKind::File && size > 0 {
-                    self.put_stub_row(ino, false, vec![(0, size)])?;
+                    let r = self.put_stub_row(ino, false, vec![(0, size)]);
+                    if let Some(st) = &fstate {
+                        st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
+                    }
+                    r?;
                 }
                 if let Some(p) = p {
                     util::lutimens(&p, util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
@@ -1042,6 +1113,9 @@ impl Store {
         if unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&f), times.as_ptr()) } != 0 {
             return Err(std::io::Error::last_os_error().into());
         }
+        // Marked before the change can be seen (a client may write over these bytes as
+        // soon as they are marked present, then fsync) and again once the row is written.
+        state.mark_unsynced(STUB_ROW_CHANGED);
         let missing = {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {
@@ -1061,7 +1135,9 @@ impl Store {
         if end > old {
             self.tiers[state.tier() as usize].add_used((end - old) as i64);
         }
-        self.db().set_stub(ino, false, &missing)?;
+        let r = self.db().set_stub(ino, false, &missing);
+        state.mark_unsynced(STUB_ROW_CHANGED);
+        r?;
         Ok(())
     }
 }

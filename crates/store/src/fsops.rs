@@ -131,9 +131,18 @@ impl Store {
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         if let Some(h) = f.state.open_handles().first() {
             let st = util::fstat(&h.file())?;
-            return Ok(Self::attr_of(ino, &st));
+            return Ok(Self::orphan_attr(&h.state, Self::attr_of(ino, &st)));
         }
         Err(FsError::NOENT)
+    }
+
+    /// A file with no name left shows no links, even once its data has a hidden name in
+    /// an orphan directory.
+    fn orphan_attr(state: &FileState, mut attr: FileAttr) -> FileAttr {
+        if state.orphan_path().is_some() {
+            attr.nlink = 0;
+        }
+        attr
     }
 
     pub(crate) fn fill_dir_if_stub(&self, ino: Ino) -> FsResult<()> {
@@ -195,7 +204,7 @@ impl Store {
         if let Some(fh) = fh {
             if let Some(h) = self.handle(fh) {
                 let st = util::fstat(&h.file())?;
-                return Ok(Self::attr_of(ino, &st));
+                return Ok(Self::orphan_attr(&h.state, Self::attr_of(ino, &st)));
             }
         }
         let mut ns = self.ns();
@@ -612,10 +621,16 @@ impl Store {
             return;
         }
         let size = f.state.size.load(Ordering::Relaxed);
-        if f.kind == FileKind::File {
-            self.tiers[f.tier as usize].add_used(-(size as i64));
-        }
         let open = f.state.has_open_handles();
+        if f.kind == FileKind::File {
+            if open {
+                // Its data still takes room on the tier until the last handle closes
+                // (`Store::orphan_closed` gives it back then).
+                f.state.counted_unlinked.store(true, Ordering::Release);
+            } else {
+                self.tiers[f.tier as usize].add_used(-(size as i64));
+            }
+        }
         let lookups = f.lookups;
         let had_record = ns.taken.contains(&ino) || self.placer().pins.contains_key(&ino);
         if had_record {
@@ -1213,6 +1228,9 @@ impl Store {
             let f = if i == 0 { flags } else { 0 };
             util::lsetxattr(p, name, value, f)?;
         }
+        // A migration copies xattrs when a stub becomes partial: should its record of
+        // that step be lost, redoing it would overwrite this value.
+        self.mark_filler_touched(ino);
         Ok(())
     }
 
@@ -1248,6 +1266,7 @@ impl Store {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.mark_filler_touched(ino);
         Ok(())
     }
 

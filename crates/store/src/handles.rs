@@ -4,6 +4,7 @@
 use crate::stub::StubState;
 use crate::types::{DirEntry, FileAttr, Ino};
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -32,7 +33,25 @@ pub(crate) struct FileState {
     pub stub: Mutex<Option<StubState>>,
     /// Serialises stub fills of this inode.
     pub fill: Mutex<()>,
+    /// Migration state of this file that a client fsync has not made durable yet
+    /// ([`STUB_ROW_CHANGED`], [`FILLER_TOUCHED`]); a bit is set after the change it
+    /// stands for and cleared by the fsync that makes it durable.
+    pub unsynced: AtomicU8,
+    /// The file's last name went while handles were open: its size still counts on its
+    /// tier (the data still takes room there) until the last handle closes.
+    pub counted_unlinked: AtomicBool,
+    /// Tier-relative path of the hidden copy of a file with no name left, once the mover
+    /// has put it in its tier's orphan directory (see `orphan.rs`); None otherwise.
+    /// Changed under the namespace lock.
+    pub orphan: Mutex<Option<PathBuf>>,
 }
+
+/// [`FileState::unsynced`]: the file's missing ranges changed since a client fsync last
+/// made them durable (in memory or in a row committed without fsync).
+pub(crate) const STUB_ROW_CHANGED: u8 = 1;
+/// [`FileState::unsynced`]: the stub filler was called about this file (its own state of
+/// the file may have changed) since a client fsync last synced the filler's state.
+pub(crate) const FILLER_TOUCHED: u8 = 2;
 
 impl FileState {
     pub fn new(ino: Ino, tier: u8, size: u64) -> Arc<FileState> {
@@ -47,7 +66,24 @@ impl FileState {
             passthrough_open: AtomicU32::new(0),
             stub: Mutex::new(None),
             fill: Mutex::new(()),
+            unsynced: AtomicU8::new(0),
+            counted_unlinked: AtomicBool::new(false),
+            orphan: Mutex::new(None),
         })
+    }
+
+    /// Record a change of this file's migration state that a client fsync must make
+    /// durable. Call after the change.
+    pub fn mark_unsynced(&self, bits: u8) {
+        self.unsynced.fetch_or(bits, Ordering::AcqRel);
+    }
+
+    /// The hidden copy's tier-relative path, if the file lives in an orphan directory.
+    pub fn orphan_path(&self) -> Option<PathBuf> {
+        self.orphan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn tier(&self) -> u8 {

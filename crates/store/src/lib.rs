@@ -17,6 +17,7 @@ mod mover;
 mod namespace;
 pub mod operator;
 mod opsapi;
+mod orphan;
 mod placement;
 mod store;
 pub mod stub;

@@ -11,6 +11,11 @@
 //! re-pointed at the new copy (writers are redirected). Files handed to the kernel for
 //! passthrough move only once those handles are closed, since the kernel then reads and
 //! writes the backing file directly; that is re-checked at the switch.
+//!
+//! A file with no name left (unlinked while open, an "orphan") moves the same way, with
+//! two differences: the copy is read from a descriptor of its open handles, and its
+//! destination is a hidden name in the other tier's orphan directory (`orphan.rs`), which
+//! goes at the file's last close; a crash during such a move drops every copy of it.
 
 // Nested `if let` reads more plainly here than let-chains.
 #![allow(clippy::collapsible_if)]
@@ -20,6 +25,7 @@ use crate::error::FsError;
 use crate::handles::FileState;
 use crate::namespace::Namespace;
 use crate::operator::JobProgress;
+use crate::orphan;
 use crate::store::{FailPoint, JobId, Store, TEMP_PREFIX};
 use crate::tier::Tier;
 use crate::types::{FileKind, Ino};
@@ -482,8 +488,10 @@ impl Store {
         }
         let _slot = MoveSlot(&self.mover.moving, ino);
         // 1. What to move. The source descriptor is opened under the namespace lock, so it
-        //    is this file's data whatever renames follow.
-        let (from, bino, state, names, src) = {
+        //    is this file's data whatever renames follow. A file with no name left (an
+        //    orphan: unlinked while open) is read through a descriptor of its open
+        //    handles; `names` are then its hidden copy's name on its tier, if it has one.
+        let (from, bino, state, names, src, orphan) = {
             let ns = self.ns();
             let f = ns
                 .files
@@ -496,17 +504,35 @@ impl Store {
                 return Ok(0);
             }
             let names = ns.file_paths(ino);
-            let first = names
-                .first()
-                .ok_or_else(|| MoveError::new(FsError::NOENT, "file has no name"))?
-                .clone();
-            let src = File::open(self.tiers[f.tier as usize].path(&first))?;
-            (f.tier, f.bino, f.state.clone(), names, src)
+            let (names, src, orphan) = match names.first() {
+                Some(first) => {
+                    let src = File::open(self.tiers[f.tier as usize].path(first))?;
+                    (names, src, false)
+                }
+                None => {
+                    let h = f.state.open_handles().into_iter().next().ok_or_else(|| {
+                        MoveError::new(FsError::NOENT, "file has no name and is not open")
+                    })?;
+                    let src = orphan::reopen(&h.file())?;
+                    (f.state.orphan_path().into_iter().collect(), src, true)
+                }
+            };
+            (f.tier, f.bino, f.state.clone(), names, src, orphan)
         };
         if let Some(e) = Self::not_movable(&state) {
             return Err(e);
         }
-        let names = self.link_group(from, bino, names);
+        let names = if orphan {
+            names
+        } else {
+            self.link_group(from, bino, names)
+        };
+        // Where the copy goes: the same names, or a new hidden name for an orphan.
+        let dst_names = if orphan {
+            vec![orphan::new_name(ino)]
+        } else {
+            names.clone()
+        };
         let (ft, tt) = (&self.tiers[from as usize], &self.tiers[to as usize]);
         // Reserve room on the destination first: its hard capacity is never passed.
         let reserved =
@@ -515,15 +541,24 @@ impl Store {
             })?;
         // 2. Journal.
         let tmp = PathBuf::from(format!("{TEMP_PREFIX}{ino}-{}", util::now_nanos()));
+        // An orphan's row names both hidden copies: recovery removes them all (nothing
+        // holds the file open after a restart).
+        let journal_names = |names: &[PathBuf], dst_names: &[PathBuf]| -> Vec<PathBuf> {
+            if orphan {
+                names.iter().chain(dst_names).cloned().collect()
+            } else {
+                names.to_vec()
+            }
+        };
         let row = JournalRow {
             id: 0,
-            kind: "move".into(),
+            kind: if orphan { "orphan" } else { "move" }.into(),
             ino,
             from_tier: from,
             to_tier: to,
             src_bino: bino,
             dst_bino: 0,
-            names: names.clone(),
+            names: journal_names(&names, &dst_names),
             tmp: tmp.clone(),
             state: "copying".into(),
         };
@@ -618,43 +653,72 @@ impl Store {
             cleanup(e)
         };
         let now_names = ns.file_paths(ino);
-        if now_names.is_empty() {
-            return Err(abort(
-                MoveError::new(FsError::NOENT, "file was removed during the move"),
-                ns,
-                gate,
-            ));
-        }
-        let names = if now_names != names {
-            self.link_group(from, bino, now_names)
+        let handles = state.open_handles();
+        let (names, dst_names) = if orphan {
+            // Its last handle closed meanwhile (its copy went with it), or (impossible
+            // for a file with no links) it got a name.
+            if handles.is_empty() || !now_names.is_empty() {
+                return Err(abort(
+                    MoveError::new(FsError::NOENT, "file was closed during the move"),
+                    ns,
+                    gate,
+                ));
+            }
+            (names, dst_names)
         } else {
-            names
+            if now_names.is_empty() {
+                return Err(abort(
+                    MoveError::new(FsError::NOENT, "file was removed during the move"),
+                    ns,
+                    gate,
+                ));
+            }
+            let names = if now_names != names {
+                self.link_group(from, bino, now_names)
+            } else {
+                names
+            };
+            (names.clone(), names)
         };
         // A passthrough open that arrived during the copy pins the file to its copy.
         if let Some(e) = Self::not_movable(&state) {
             return Err(abort(e, ns, gate));
         }
-        let src_first = ft.path(&names[0]);
-        let st = match util::lstat(&src_first) {
-            Ok(s) if s.st_ino == bino => s,
-            Ok(_) => {
-                return Err(abort(
-                    MoveError::new(FsError::BUSY, "source name changed during the move"),
-                    ns,
-                    gate,
-                ));
+        let st = if orphan {
+            match util::fstat(&src) {
+                Ok(s) => s,
+                Err(e) => return Err(abort(e.into(), ns, gate)),
             }
-            Err(e) => return Err(abort(e.into(), ns, gate)),
+        } else {
+            match util::lstat(&ft.path(&names[0])) {
+                Ok(s) if s.st_ino == bino => s,
+                Ok(_) => {
+                    return Err(abort(
+                        MoveError::new(FsError::BUSY, "source name changed during the move"),
+                        ns,
+                        gate,
+                    ));
+                }
+                Err(e) => return Err(abort(e.into(), ns, gate)),
+            }
         };
         let dst_bino = util::fstat(&dst).map(|s| s.st_ino).unwrap_or(0);
-        let handles = state.open_handles();
         let mut reopened: Vec<File> = Vec::with_capacity(handles.len());
         let r = (|| -> Result<(), MoveError> {
-            util::copy_xattrs(&src_first, &tmp_path)?;
+            if orphan {
+                orphan::copy_xattrs_from(&src, &tmp_path)?;
+            } else {
+                util::copy_xattrs(&ft.path(&names[0]), &tmp_path)?;
+            }
             util::copy_meta(&st, &tmp_path)?;
-            self.db().journal_set_names(id, &names, dst_bino)?;
-            for (i, n) in names.iter().enumerate() {
-                self.ensure_dir(to, &parent_of(n))?;
+            self.db()
+                .journal_set_names(id, &journal_names(&names, &dst_names), dst_bino)?;
+            for (i, n) in dst_names.iter().enumerate() {
+                if orphan {
+                    orphan::ensure_dir(tt)?;
+                } else {
+                    self.ensure_dir(to, &parent_of(n))?;
+                }
                 let p = tt.path(n);
                 if util::lstat_opt(&p)?.is_some() {
                     // Something unknown to the index sits there: keep it, do not move.
@@ -666,24 +730,27 @@ impl Store {
                 if i == 0 {
                     std::fs::rename(&tmp_path, &p)?;
                 } else {
-                    std::fs::hard_link(tt.path(&names[0]), &p)?;
+                    std::fs::hard_link(tt.path(&dst_names[0]), &p)?;
                 }
             }
-            let dirs: HashSet<PathBuf> = names.iter().map(|n| tt.path(&parent_of(n))).collect();
+            let dirs: HashSet<PathBuf> = dst_names.iter().map(|n| tt.path(&parent_of(n))).collect();
             for d in dirs {
                 util::fsync_dir(&d)?;
             }
             // Every open handle gets a descriptor of the new copy before the switch, so
             // the switch cannot leave one writing to the deleted source.
             for h in &handles {
-                reopened.push(crate::dataops::open_backing(&tt.path(&names[0]), h.flags)?);
+                reopened.push(crate::dataops::open_backing(
+                    &tt.path(&dst_names[0]),
+                    h.flags,
+                )?);
             }
             Ok(())
         })();
         // Names created on the destination go again if the switch does not happen.
         let rollback = |e: MoveError| {
             if !e.crashed {
-                for n in &names {
+                for n in &dst_names {
                     let p = tt.path(n);
                     if util::lstat(&p)
                         .map(|s| s.st_ino == dst_bino)
@@ -701,15 +768,25 @@ impl Store {
         self.fail_at(FailPoint::AfterRename)?;
         let slot = ns.slots[to as usize];
         let natural = ((slot as u64) << crate::namespace::SLOT_SHIFT) | dst_bino;
-        let remap = if natural != ino {
+        // An orphan's number is not kept across a restart (nothing of it is).
+        let remap = if natural != ino && !orphan {
             Some((slot, dst_bino, ino))
         } else {
             None
         };
-        if let Err(e) = self.db().journal_switch(id, &names, remap, ino) {
+        if let Err(e) = self
+            .db()
+            .journal_switch(id, &journal_names(&names, &dst_names), remap, ino)
+        {
             return Err(abort(rollback(e.into()), ns, gate));
         }
-        ns.set_file_location(ino, to, dst_bino);
+        if orphan {
+            *state.orphan.lock().unwrap_or_else(|e| e.into_inner()) = Some(dst_names[0].clone());
+            // Its room on the destination is given back when the last handle closes.
+            state.counted_unlinked.store(true, Ordering::Release);
+        } else {
+            ns.set_file_location(ino, to, dst_bino);
+        }
         self.fail_at(FailPoint::AfterSwitch)?;
         // Redirect open handles to the new copy.
         for (h, f) in handles.iter().zip(reopened) {
@@ -735,13 +812,18 @@ impl Store {
         for d in src_dirs {
             let _ = util::fsync_dir(&d);
         }
+        if orphan {
+            // Gone when empty; another orphan keeps it (ENOTEMPTY).
+            let _ = std::fs::remove_dir(ft.path(Path::new(orphan::ORPHAN_DIR)));
+        }
         drop(ns);
         drop(gate);
         reserved.keep();
         ft.add_used(-(copied as i64));
         self.fail_at(FailPoint::AfterDelete)?;
         self.db().journal_done(id)?;
-        {
+        if !orphan {
+            // (An orphan is no longer the policy's business: it goes at its last close.)
             let mut pl = self.placer();
             pl.placed(ino, copied, to);
             pl.reasons.insert(
@@ -907,6 +989,24 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
                 }
                 tracing::warn!(ino = row.ino, "rolled back an interrupted move");
             }
+        }
+        "orphan" => {
+            // A file with no name left: nothing holds it open after a restart, so every
+            // copy of it goes, switched or not (`Store::clean_orphans` sweeps the rest).
+            if let Some(t) = tiers.get(row.to_tier as usize) {
+                let _ = std::fs::remove_file(t.path(&row.tmp));
+            }
+            for n in row.names.iter().filter(|n| orphan::is_orphan_path(n)) {
+                for t in [row.from_tier, row.to_tier] {
+                    if let Some(t) = tiers.get(t as usize) {
+                        let _ = std::fs::remove_file(t.path(n));
+                    }
+                }
+            }
+            tracing::warn!(
+                ino = row.ino,
+                "dropped an interrupted move of an unlinked file"
+            );
         }
         "replace" => {
             if let Some(n) = row.names.first() {

@@ -6,7 +6,7 @@
 use crate::config::StoreConfig;
 use crate::db::Db;
 use crate::error::{FsError, FsResult};
-use crate::handles::{DirHandle, FileState, Handle};
+use crate::handles::{DirHandle, FILLER_TOUCHED, FileState, Handle, STUB_ROW_CHANGED};
 use crate::mover::MoverShared;
 use crate::namespace::{Assigned, FileNode, Namespace};
 use crate::operator::FsckReport;
@@ -113,6 +113,8 @@ pub struct Store {
     pub(crate) fail: Mutex<Option<FailPoint>>,
     pub(crate) stop: AtomicBool,
     pub(crate) ops: AtomicU64,
+    /// Checkpoints made by client fsyncs to persist stub state (`Store::fsync_checkpoints`).
+    pub(crate) fsync_checkpoints: AtomicU64,
     _lock: File,
 }
 
@@ -162,6 +164,7 @@ impl Store {
             fail: Mutex::new(None),
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
+            fsync_checkpoints: AtomicU64::new(0),
             _lock: lock,
         };
         let mut report = FsckReport::default();
@@ -380,6 +383,12 @@ impl Store {
             }
         }
         let mut used = vec![0u64; self.tiers.len()];
+        // Open files with no name left still take room on their tier.
+        for f in fresh.files.values() {
+            if f.state.counted_unlinked.load(Ordering::Acquire) {
+                used[f.state.tier() as usize] += f.state.size.load(Ordering::Acquire);
+            }
+        }
         let mut seen_remaps: HashSet<Ino> = HashSet::new();
         let mut new_dirs: Vec<(PathBuf, Ino)> = Vec::new();
         let mut new_remaps: Vec<(u8, u64, Ino)> = Vec::new();
@@ -400,6 +409,10 @@ impl Store {
                     let name = ent.file_name();
                     let child = rel.join(&name);
                     let full = tier.path(&child);
+                    if rel.as_os_str().is_empty() && name == crate::orphan::ORPHAN_DIR {
+                        // Hidden copies of open files with no name (`clean_orphans`).
+                        continue;
+                    }
                     if util::name_bytes(&name).starts_with(TEMP_PREFIX.as_bytes()) {
                         // Interrupted move leftovers: the journal recovery already decided
                         // which copy is authoritative, so these are garbage.
@@ -537,6 +550,7 @@ impl Store {
             tx.commit()?;
         }
         fresh.next_ino_dirty = false;
+        self.clean_orphans(&fresh, report);
         *ns = fresh;
         drop(ns);
         // Usage also counts the room held for open passthrough writers.
@@ -586,6 +600,9 @@ impl Store {
                     unlisted_dir: false,
                     missing,
                 });
+                // Read back from a database whose last commits may not be on disk yet
+                // (after a crash): the first client fsync makes them durable.
+                f.state.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
             }
         }
         Ok(())

@@ -186,6 +186,21 @@ impl crate::Store {
     pub(crate) fn stub_notify_removed(&self, ino: Ino) {
         if let Some(f) = self.stub_filler() {
             f.removed(self, ino);
+            self.mark_filler_touched(ino);
+        }
+    }
+
+    /// While a migration runs, a change to file `ino` that the filler's own state of it
+    /// must not lose (the filler was told of it, or would redo a step over it after
+    /// losing that state): the next client fsync of the file syncs the filler's state.
+    /// Call without the namespace lock, after the change.
+    pub(crate) fn mark_filler_touched(&self, ino: Ino) {
+        if self.stub_filler().is_none() {
+            return;
+        }
+        let state = self.ns().files.get(&ino).map(|f| f.state.clone());
+        if let Some(st) = state {
+            st.mark_unsynced(crate::handles::FILLER_TOUCHED);
         }
     }
 
@@ -198,7 +213,11 @@ impl crate::Store {
 }
 
 /// Sorted, disjoint set of missing ranges with subtraction.
-pub(crate) fn subtract(missing: &mut Vec<(u64, u64)>, start: u64, end: u64) {
+/// Returns whether anything was removed.
+pub(crate) fn subtract(missing: &mut Vec<(u64, u64)>, start: u64, end: u64) -> bool {
+    if missing.iter().all(|&(s, e)| e <= start || s >= end) {
+        return false;
+    }
     let mut out = Vec::with_capacity(missing.len() + 1);
     for &(s, e) in missing.iter() {
         if e <= start || s >= end {
@@ -213,6 +232,7 @@ pub(crate) fn subtract(missing: &mut Vec<(u64, u64)>, start: u64, end: u64) {
         }
     }
     *missing = out;
+    true
 }
 
 /// The parts of `[start, end)` that are missing.

@@ -165,3 +165,73 @@ fn client_fsync_of_a_partial_file_makes_its_ranges_durable() {
     assert_eq!(durable_missing(&state_dir, ino), None);
     s.release(o.fh).unwrap();
 }
+
+/// An fsync pays the database checkpoint (and the filler's sync) only when the file's
+/// stub state changed since the last one; rewriting bytes already present, or syncing a
+/// file that never was a stub, syncs the data only. The guarantee is unchanged: after
+/// each fsync the main database file holds the file's current missing ranges.
+#[test]
+fn fsync_with_no_stub_change_makes_no_checkpoint() {
+    let (t, remote) = store_with_remote();
+    let s = t.s().clone();
+    let ino = t.lookup_path("mig/f").unwrap().ino;
+    let state_dir = t.dir.path().join("state");
+    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+    s.write(o.fh, 100_000, b"client bytes").unwrap();
+    s.fsync(o.fh, true).unwrap();
+    let (ckpts, syncs) = (
+        s.fsync_checkpoints(),
+        remote.state_syncs.load(Ordering::SeqCst),
+    );
+    assert_eq!(
+        (ckpts, syncs),
+        (1, 1),
+        "the first fsync makes the state durable"
+    );
+
+    // Present bytes rewritten: the missing ranges are what the last fsync made durable.
+    s.write(o.fh, 100_000, b"CLIENT BYTES").unwrap();
+    s.fsync(o.fh, true).unwrap();
+    s.fsync(o.fh, false).unwrap();
+    assert_eq!(
+        s.fsync_checkpoints(),
+        ckpts,
+        "no checkpoint without a change"
+    );
+    assert_eq!(remote.state_syncs.load(Ordering::SeqCst), syncs);
+    assert_eq!(
+        durable_missing(&state_dir, ino).as_deref(),
+        Some(&[(0, 100_000), (100_012, SIZE)][..])
+    );
+    assert_eq!(&s.read(o.fh, 100_000, 12).unwrap(), b"CLIENT BYTES");
+
+    // A write into a missing range changes the state: the next fsync pays again.
+    s.write(o.fh, 250_000, b"tail").unwrap();
+    let expect = s.stub_state(ino).missing;
+    assert!(expect.iter().all(|&(a, b)| b <= 250_000 || a >= 250_004));
+    s.fsync(o.fh, true).unwrap();
+    assert_eq!(s.fsync_checkpoints(), ckpts + 1);
+    assert_eq!(remote.state_syncs.load(Ordering::SeqCst), syncs + 1);
+    assert_eq!(durable_missing(&state_dir, ino), Some(expect));
+    s.fsync(o.fh, true).unwrap();
+    assert_eq!(s.fsync_checkpoints(), ckpts + 1);
+    s.release(o.fh).unwrap();
+
+    // A file that never was a stub: its fsyncs never checkpoint, migration or not.
+    let (attr, o) = s
+        .create(
+            kaiso_store::ROOT_INO,
+            "plain".as_ref(),
+            0o644,
+            0,
+            libc::O_RDWR,
+            kaiso_store::Caller::ROOT,
+            false,
+        )
+        .unwrap();
+    s.write(o.fh, 0, b"plain data").unwrap();
+    s.fsync(o.fh, false).unwrap();
+    assert_eq!(s.fsync_checkpoints(), ckpts + 1, "{attr:?}");
+    assert_eq!(remote.state_syncs.load(Ordering::SeqCst), syncs + 1);
+    s.release(o.fh).unwrap();
+}

@@ -59,6 +59,10 @@ pub struct Args {
     /// [default: `kaiso mount`'s].
     #[arg(long)]
     pub kaiso_threads: Option<usize>,
+    /// Longest busy-poll of the kaiso mounts, in µs (`kaiso mount --busy-poll-us`)
+    /// [default: `kaiso mount`'s].
+    #[arg(long)]
+    pub kaiso_busy_poll_us: Option<u64>,
     /// Rounds of the data and metadata tests; the targets take turns within a round and
     /// the median of the rounds is reported [default: 3].
     #[arg(long)]
@@ -571,10 +575,13 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             watermarks: None,
         },
     ];
-    let extra: Vec<String> = match args.kaiso_threads {
+    let mut extra: Vec<String> = match args.kaiso_threads {
         Some(n) => vec!["--threads".into(), n.to_string()],
         None => Vec::new(),
     };
+    if let Some(us) = args.kaiso_busy_poll_us {
+        extra.extend(["--busy-poll-us".into(), us.to_string()]);
+    }
     let m = mount_kaiso_with(work, "kaiso", &tiers, 2000, &extra)?;
     let dir = m.path.join("kaiso");
     fs::create_dir_all(&dir)?;

@@ -2,7 +2,7 @@
 //! TCP_NODELAY, background closes, and shutting it at once when the server is gone.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smb::{Client, ClientConfig, Connection, FileAccessMask, FileCreateArgs, Resource, UncPath};
@@ -18,7 +18,22 @@ pub(super) struct Link {
     pub(super) broken: Arc<AtomicBool>,
     /// Handles to close: a call does not wait for its CLOSE round trip.
     closer: Mutex<Option<std::sync::mpsc::Sender<Resource>>>,
+    /// Source calls running on this link now (see [`Link::busy_guard`]).
+    pub(super) busy: AtomicUsize,
 }
+
+/// Counts one call on a link while it lives.
+pub(super) struct BusyGuard<'a>(&'a AtomicUsize);
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Credits a session asks the server to keep granted (the crate's default is 128): room
+/// for [`super::SMB_MAX_READ_PIECE`] READs of several calls in flight on one session.
+const CREDITS_BACKLOG: u16 = 512;
 
 /// Threads closing handles in the background for one link (a source has several links).
 const CLOSER_THREADS: usize = 2;
@@ -31,6 +46,7 @@ impl Link {
         // Samba (and every SMB 2+ server) answers the SMB2 negotiate directly: this saves
         // the SMB1 round trip of the multi-protocol negotiation.
         cc.connection.smb2_only_negotiate = true;
+        cc.connection.credits_backlog = Some(CREDITS_BACKLOG);
         let client = Client::new(cc);
         // Connect first, then switch Nagle off on the socket before the session setup:
         // the crate writes each message as a 4-byte transport header and then the body,
@@ -63,6 +79,7 @@ impl Link {
             connection,
             broken,
             closer: Mutex::new(Some(tx)),
+            busy: AtomicUsize::new(0),
         };
         if let Err(e) = link
             .client
@@ -72,6 +89,39 @@ impl Link {
             return Err(e);
         }
         Ok(link)
+    }
+
+    /// Counts a call on this link until the guard is dropped.
+    pub(super) fn busy_guard(&self) -> BusyGuard<'_> {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        BusyGuard(&self.busy)
+    }
+
+    /// The largest READ the server takes on this connection: its negotiated maximum, and
+    /// one credit's worth without the large-MTU capability (SMB 2.0.2).
+    pub(super) fn max_read(&self) -> usize {
+        let Some(info) = self.connection.conn_info() else {
+            return super::SMB_CREDIT_BYTES;
+        };
+        let neg = &info.negotiation;
+        let most = if neg.caps.large_mtu() {
+            super::SMB_MAX_READ_PIECE
+        } else {
+            super::SMB_CREDIT_BYTES
+        };
+        most.min(neg.max_read_size as usize).max(1)
+    }
+
+    /// The share's file system attributes (one open of its root, a query, a close).
+    pub(super) fn fs_attributes(
+        &self,
+        share: &UncPath,
+    ) -> Result<smb::FileSystemAttributes, smb::Error> {
+        let access = FileAccessMask::new().with_file_read_attributes(true);
+        let r = self.open(share, "", access).map_err(|(_, e)| e)?;
+        let info = self.check(r.handle().query_fs_info::<smb::FileFsAttributeInformation>());
+        self.close(r);
+        Ok(info?.attributes)
     }
 
     /// Passes `r` through; an error that means the server is gone or silent shuts the

@@ -37,6 +37,19 @@ impl Fetched {
         self.attr.is_none() && self.xattrs.is_none() && self.acl.is_none() && self.streams.is_none()
     }
 
+    /// Takes every answer `other` has over the one kept here.
+    fn merge(&mut self, other: Fetched) {
+        fn over<T>(old: &mut Option<T>, new: Option<T>) {
+            if new.is_some() {
+                *old = new;
+            }
+        }
+        over(&mut self.attr, other.attr);
+        over(&mut self.xattrs, other.xattrs);
+        over(&mut self.acl, other.acl);
+        over(&mut self.streams, other.streams);
+    }
+
     /// Drops failed answers: a failure is not kept for later (it may be transient, and a
     /// call of its own gives it with its own label).
     fn only_successes(mut self) -> Self {
@@ -53,40 +66,64 @@ impl Fetched {
     }
 }
 
-/// Fetched-ahead answers by path, and the paths being fetched ahead right now.
+/// Fetched-ahead answers by path, the paths being fetched right now, and the paths
+/// fetched lately (so a background job queued before the crawl got there does not fetch
+/// a file a second time).
 #[derive(Default)]
 pub(super) struct Prefetch {
     map: Mutex<HashMap<SourcePath, (Instant, Fetched)>>,
-    pending: Mutex<HashSet<SourcePath>>,
+    pending: Mutex<Pending>,
     done: Condvar,
 }
 
+/// Paths being fetched, and paths fetched (by anyone) within the last [`TTL`].
+#[derive(Default)]
+struct Pending {
+    fetching: HashSet<SourcePath>,
+    fetched: HashMap<SourcePath, Instant>,
+}
+
 impl Prefetch {
-    /// Claims `path` for fetching ahead: false if its answers are already here or another
-    /// thread is fetching them.
-    pub fn begin(&self, path: &SourcePath) -> bool {
-        if self
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(path)
+    /// Claims `path` for one fetch of its metadata: false while another thread fetches
+    /// it. A background claim is also refused for a path fetched within the last
+    /// [`TTL`] (its answers were kept, or already handed out to the calls).
+    pub fn claim(&self, path: &SourcePath, background: bool) -> bool {
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if p.fetching.contains(path) {
+            return false;
+        }
+        if background
+            && p
+                .fetched
+                .get(path)
+                .is_some_and(|at| at.elapsed() < TTL)
         {
             return false;
         }
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(path.clone())
+        p.fetching.insert(path.clone())
     }
 
-    /// Ends a [`Prefetch::begin`]: keeps what was fetched and wakes the callers waiting.
+    /// Ends a [`Prefetch::claim`]: keeps what was fetched and wakes the callers waiting.
     pub fn finish(&self, path: &SourcePath, f: Fetched) {
         self.put(path, f);
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(path);
+        let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        p.fetching.remove(path);
+        if p.fetched.len() >= CAPACITY {
+            p.fetched.retain(|_, at| at.elapsed() < TTL);
+            if p.fetched.len() >= CAPACITY {
+                p.fetched.clear();
+            }
+        }
+        p.fetched.insert(path.clone(), Instant::now());
+        drop(p);
         self.done.notify_all();
+    }
+
+    /// Whether `path` has an answer waiting that `pick` looks at (without taking it).
+    pub fn has(&self, path: &SourcePath, pick: impl FnOnce(&Fetched) -> bool) -> bool {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(path)
+            .is_some_and(|(at, f)| at.elapsed() < TTL && pick(f))
     }
 
     /// Waits (at most `limit`) while `path` is being fetched ahead, so a call does not
@@ -95,11 +132,12 @@ impl Prefetch {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let _ = self
             .done
-            .wait_timeout_while(pending, limit, |pending| pending.contains(path))
+            .wait_timeout_while(pending, limit, |p| p.fetching.contains(path))
             .unwrap_or_else(|p| p.into_inner());
     }
 
-    /// Keeps the successful answers in `f` for the calls to come.
+    /// Keeps the successful answers in `f` for the calls to come, next to those already
+    /// kept for `path` (a new answer replaces an old one).
     pub fn put(&self, path: &SourcePath, f: Fetched) {
         let f = f.only_successes();
         if f.is_empty() {
@@ -113,7 +151,15 @@ impl Prefetch {
                 map.clear();
             }
         }
-        map.insert(path.clone(), (now, f));
+        match map.get_mut(path) {
+            Some((at, old)) if now.duration_since(*at) < TTL => {
+                *at = now;
+                old.merge(f);
+            }
+            _ => {
+                map.insert(path.clone(), (now, f));
+            }
+        }
     }
 
     /// Hands out one answer (`pick` takes it out of the entry), if it is there and fresh.
@@ -138,6 +184,11 @@ impl Prefetch {
     /// Forgets everything (after the connection to the server broke).
     pub fn clear(&self) {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fetched
+            .clear();
     }
 }
 

@@ -150,6 +150,51 @@ pub struct Crawler {
     migration: Arc<Migration>,
     shared: Arc<Shared>,
     workers: Vec<std::thread::JoinHandle<()>>,
+    committer: Option<Committer>,
+}
+
+/// The thread that makes the workers' listings durable in the background (see
+/// `Migration::commit_listings`), so a deep tree's chain of listings does not wait for
+/// an fsync per level.
+struct Committer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Committer {
+    fn start(store: Arc<Store>, m: Arc<Migration>, sh: Arc<Shared>) -> Option<Self> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let m2 = m.clone();
+        let thread = std::thread::Builder::new()
+            .name("kaiso-commit".into())
+            .spawn(move || {
+                while !halt.load(Ordering::Acquire) {
+                    m2.wait_for_deferred_listing(Duration::from_millis(50));
+                    if let Err(e) = m2.commit_listings(&store) {
+                        tracing::warn!(errno = e.errno(), "crawler: committing listings failed");
+                        sh.fail(0, e.errno(), "commit listings");
+                    }
+                }
+                // Whatever was deferred before the workers stopped.
+                if let Err(e) = m2.commit_listings(&store) {
+                    tracing::warn!(errno = e.errno(), "crawler: committing listings failed");
+                }
+            })
+            .ok()?;
+        // Deferred only once a committer runs (without one, listings commit inline).
+        m.defer_listing_commits.store(!*super::prof::NODEFER, Ordering::Release);
+        Some(Self { stop, thread })
+    }
+
+    /// Called after the workers are joined: later listings commit inline again, and
+    /// the committer commits what is left before it ends.
+    fn stop(self, m: &Migration) {
+        m.defer_listing_commits.store(false, Ordering::Release);
+        self.stop.store(true, Ordering::Release);
+        m.wake_committer();
+        let _ = self.thread.join();
+    }
 }
 
 impl Crawler {
@@ -188,6 +233,7 @@ impl Crawler {
                 sh.wake.notify_all();
             }
         }));
+        let committer = Committer::start(store.clone(), migration.clone(), shared.clone());
         let workers = (0..migration.cfg.crawl_workers)
             .map(|i| {
                 let (store, m, sh) = (store.clone(), migration.clone(), shared.clone());
@@ -204,6 +250,7 @@ impl Crawler {
             migration,
             shared,
             workers,
+            committer,
         }
     }
 
@@ -291,6 +338,9 @@ impl Crawler {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+        if let Some(c) = self.committer.take() {
+            c.stop(&self.migration);
+        }
         let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if *s == CrawlState::Running {
             *s = CrawlState::Stopped;
@@ -334,7 +384,7 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     break w;
                 }
                 if part.pass().is_some() && part.pass_done() {
-                    if part.next_pass() {
+                    if super::prof::time("next-pass", 0, || part.next_pass()) {
                         sh.wake.notify_all();
                         continue;
                     }
@@ -342,7 +392,7 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     // other worker closes it too); the reconcile runs unlocked, so client
                     // renames are not held up by it.
                     drop(part);
-                    close_round(store, m, sh);
+                    super::prof::time("close-round", 0, || close_round(store, m, sh));
                     sh.wake.notify_all();
                     part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
                     continue;
@@ -357,11 +407,19 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
         };
         let go_on = match work {
             CrawlWork::List(dir) => {
-                visit_dir(store, sh, dir);
+                super::prof::time("visit-dir", dir, || visit_dir(store, sh, dir));
                 true
             }
             CrawlWork::Fetch(leaf, pass) => {
-                let go_on = fetch_leaf(store, m, sh, leaf, pass);
+                let go_on = super::prof::time(
+                    if pass == Pass::Metadata {
+                        "leaf-meta"
+                    } else {
+                        "leaf-data"
+                    },
+                    leaf,
+                    || fetch_leaf(store, m, sh, leaf, pass),
+                );
                 sh.part
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -379,7 +437,8 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
 /// Ends a round whose work is all done: done (counter 0), stuck (no progress since the
 /// last round), or a new round from the root.
 fn close_round(store: &Store, m: &Migration, sh: &Shared) {
-    let reconciled = m.reconcile(store);
+    // Listings still waiting for their commit hold rows: commit them before counting.
+    let reconciled = m.commit_listings(store).and_then(|()| m.reconcile(store));
     *sh.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
     let remaining = match reconciled {
         Ok(n) => n,
@@ -546,7 +605,7 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
         // Through the store's fill path so the per-file fill lock orders us with clients.
         // Reading the first missing byte makes the filler fetch its whole unit; reading
         // the unit back would only copy what was just written.
-        match store.read(fh, start, 1) {
+        match super::prof::time("store-read-unit", ino, || store.read(fh, start, 1)) {
             Ok(_) => {}
             // Paused or stopped while throttled: the loop waits, then retries the unit.
             Err(crate::FsError::BUSY) => {

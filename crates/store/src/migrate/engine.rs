@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readahead::ListingCache;
@@ -118,6 +118,15 @@ pub struct Migration {
     buffers: BufferPool,
     /// Source listings of subdirectories read ahead of their expansion.
     listings: ListingCache,
+    /// Listings made by crawler threads whose rows are not known durable yet: their
+    /// directories are still unlisted in the store (see `expand_dir`).
+    pending: Mutex<PendingListings>,
+    /// Signalled when a listing is deferred (wakes the committer).
+    pending_added: Condvar,
+    /// One commit batch at a time (see `commit_listings`).
+    commit_lock: Mutex<()>,
+    /// Set while a crawler's committer runs: only then are crawler listings deferred.
+    pub(crate) defer_listing_commits: AtomicBool,
     /// Hard-link anchors made by this process's listings, by source inode, kept from
     /// their creation on (their rows reach the database only with their listing's chunk).
     /// Held across the "is there an anchor?" check and the creation, so two workers
@@ -130,6 +139,8 @@ pub struct Migration {
 /// A few unit-sized buffers kept for reuse: a fetch takes one and gives it back, so a
 /// 10 MiB unit does not cost a fresh zeroed allocation (page faults, then unmapping)
 /// each time. Keeps at most `keep` buffers; more fetches at once allocate their own.
+/// A buffer never shrinks, so a short unit (a file's tail) followed by a full one does
+/// not zero the difference again: callers use the first `len` bytes.
 struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
     keep: usize,
@@ -143,11 +154,13 @@ impl BufferPool {
         }
     }
 
-    /// A buffer of exactly `len` bytes (contents unspecified).
+    /// A buffer of at least `len` bytes (contents unspecified).
     fn take(&self, len: usize) -> Vec<u8> {
         let reused = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut b = reused.unwrap_or_default();
-        b.resize(len, 0);
+        if b.len() < len {
+            b.resize(len, 0);
+        }
         b
     }
 
@@ -157,6 +170,13 @@ impl BufferPool {
             free.push(b);
         }
     }
+}
+
+/// Deferred listings: waiting for the next commit, and in the batch being committed.
+#[derive(Default)]
+struct PendingListings {
+    queued: Vec<Ino>,
+    committing: Vec<Ino>,
 }
 
 pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
@@ -213,6 +233,10 @@ impl Migration {
             me: me.clone(),
             listings: ListingCache::default(),
             anchor_claims: Mutex::new(HashMap::new()),
+            pending: Mutex::default(),
+            pending_added: Condvar::new(),
+            commit_lock: Mutex::new(()),
+            defer_listing_commits: AtomicBool::new(false),
             throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
             cfg,
             source,
@@ -383,7 +407,7 @@ impl Migration {
                 // before its row went: clients may have used the entries since, so it is
                 // not listed again; only the tail (times, metadata, row) is redone. (A
                 // crash before that point leaves it unlisted: listed again, idempotently.)
-                self.finish_dir(store, row.ino, &row, None)?;
+                self.finish_dir(store, row.ino, &row)?;
                 continue;
             }
             let done = match row.kind {
@@ -447,7 +471,9 @@ impl Migration {
     fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
         let listed = match self.listings.take(&row.src_path) {
             Some(l) => Ok(l),
-            None => self.source.read_dir_with_attr(&row.src_path),
+            None => super::prof::time("list-source", ino, || {
+                self.source.read_dir_with_attr(&row.src_path)
+            }),
         };
         let (entries, dir_attr) = match listed {
             Ok(e) => e,
@@ -465,42 +491,133 @@ impl Migration {
         for chunk in entries.chunks(256) {
             let mut rows = Vec::new();
             let mut anchors = Vec::new();
-            store.stub_batch(|| {
-                for entry in chunk {
-                    let name = OsStr::from_bytes(&entry.name);
-                    let child_src = match row.src_path.join(&entry.name) {
-                        Ok(p) => p,
-                        Err(e) => {
-                            let _ = self.db.skip(&row.src_path, e.kind, &e.message);
-                            continue;
-                        }
-                    };
-                    match self.create_entry(store, ino, name, &child_src, &entry.attr, &mut anchors)
-                    {
-                        Ok(Some(r)) => rows.push(r),
-                        Ok(None) => {}
-                        Err(e) => {
-                            let _ = self.db.skip(
-                                &child_src,
-                                SourceErrorKind::Io,
-                                &format!(
-                                    "could not create on the destination: errno {}",
-                                    e.errno()
-                                ),
-                            );
+            super::prof::time("create-entries", ino, || {
+                store.stub_batch(|| {
+                    for entry in chunk {
+                        let name = OsStr::from_bytes(&entry.name);
+                        let child_src = match row.src_path.join(&entry.name) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                let _ = self.db.skip(&row.src_path, e.kind, &e.message);
+                                continue;
+                            }
+                        };
+                        match self.create_entry(
+                            store,
+                            ino,
+                            name,
+                            &child_src,
+                            &entry.attr,
+                            &mut anchors,
+                        ) {
+                            Ok(Some(r)) => rows.push(r),
+                            Ok(None) => {}
+                            Err(e) => {
+                                let _ = self.db.skip(
+                                    &child_src,
+                                    SourceErrorKind::Io,
+                                    &format!(
+                                        "could not create on the destination: errno {}",
+                                        e.errno()
+                                    ),
+                                );
+                            }
                         }
                     }
-                }
-                Ok(())
+                    Ok(())
+                })
             })?;
-            self.db.insert(&rows, &anchors).map_err(io)?;
+            super::prof::time("db-insert", ino, || self.db.insert(&rows, &anchors)).map_err(io)?;
         }
+        // Creating the entries touched the directory: its own times and metadata now.
+        super::prof::time("dir-attrs", ino, || {
+            self.restore_dir_attrs(store, ino, &row.src_path, dir_attr)
+        });
         // The store must never hold a listed directory whose entries' rows a power loss
-        // could take back (they would be stubs nobody can fill): one fsync per listing,
-        // shared with concurrent listings (see `state`).
-        self.db.sync().map_err(io)?;
-        store.stub_dir_listed(ino)?;
-        self.finish_dir(store, ino, row, dir_attr)
+        // could take back (they would be stubs nobody can fill), so the directory is
+        // marked listed only once its rows are durable. A crawler's listing leaves that to
+        // the committer (see `commit_listings`) and goes on to the next level meanwhile;
+        // nobody else can reach the entries before the commit, as every client access to
+        // a directory still marked unlisted comes through `fill_dir`, which commits first.
+        if on_crawler_thread() && self.defer_listing_commits.load(Ordering::Acquire) {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.queued.push(ino);
+            self.pending_added.notify_all();
+            return Ok(());
+        }
+        // One fsync, shared with concurrent listings (see `state`).
+        super::prof::time("db-sync-listing", ino, || self.db.sync()).map_err(io)?;
+        super::prof::time("stub-dir-listed", ino, || store.stub_dir_listed(ino))?;
+        self.listing_done(ino)
+    }
+
+    /// Commits every deferred listing (see `expand_dir`): one fsync of the migration
+    /// database makes all their rows durable, then each directory is marked listed and
+    /// its row goes. One batch at a time; listings deferred meanwhile wait for the next.
+    /// After a failed fsync the batch's directories stay unlisted with their rows, so
+    /// their next access lists them again (idempotently).
+    pub(crate) fn commit_listings(&self, store: &Store) -> FsResult<()> {
+        let _one = self.commit_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let batch = {
+            let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let batch = std::mem::take(&mut p.queued);
+            p.committing.clone_from(&batch);
+            batch
+        };
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let result = super::prof::time("commit-sync", batch.len() as u64, || self.db.sync())
+            .map_err(io)
+            .and_then(|()| {
+                // In listing order, so a parent is marked before its subdirectories.
+                batch.iter().try_for_each(|&ino| {
+                    store.stub_dir_listed(ino)?;
+                    self.listing_done(ino)
+                })
+            });
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .committing
+            .clear();
+        result
+    }
+
+    /// Whether `ino` is a deferred listing: if so it is committed now (with every other
+    /// one) and true is returned once it is listed. False: `ino` still needs listing.
+    fn commit_if_pending(&self, store: &Store, ino: Ino) -> FsResult<bool> {
+        let pending = {
+            let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            p.queued.contains(&ino) || p.committing.contains(&ino)
+        };
+        if pending {
+            // Waits for a batch holding `ino` that is under way, or commits it.
+            self.commit_listings(store)?;
+        }
+        // A commit that completed since the caller looked has listed it; a failed one
+        // left it unlisted (listed again by the caller).
+        Ok(!store.stub_state(ino).unlisted_dir)
+    }
+
+    /// Wakes the committer (to stop).
+    pub(crate) fn wake_committer(&self) {
+        self.pending_added.notify_all();
+    }
+
+    /// Blocks until a listing is deferred or `limit` passes (for the committer).
+    pub(crate) fn wait_for_deferred_listing(&self, limit: Duration) {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if p.queued.is_empty() {
+            let _ = self.pending_added.wait_timeout(p, limit);
+        }
+    }
+
+    /// A listing is durable and marked listed: the directory's row goes.
+    fn listing_done(&self, ino: Ino) -> FsResult<()> {
+        self.db.remove(ino).map_err(io)?;
+        self.counters.dirs_listed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Starts background listings of the subdirectories of `dir` (see `readahead`), so
@@ -539,20 +656,26 @@ impl Migration {
         }
     }
 
-    /// The tail of a listing: the directory's own times and metadata, then its row goes.
-    /// `listed` are the directory's attributes the listing returned, if any (else one
-    /// `stat` of the source).
-    fn finish_dir(
+    /// The tail of a listing whose directory is already marked listed: its own times
+    /// and metadata, then its row goes (after a crash between the two).
+    fn finish_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
+        self.restore_dir_attrs(store, ino, &row.src_path, None);
+        self.listing_done(ino)
+    }
+
+    /// Gives a listed directory the source's times, xattrs and ACLs. `listed` are the
+    /// directory's attributes the listing returned, if any (else one `stat` of the
+    /// source).
+    fn restore_dir_attrs(
         &self,
         store: &Store,
         ino: Ino,
-        row: &StubRow,
+        src: &SourcePath,
         listed: Option<SourceAttr>,
-    ) -> FsResult<()> {
-        // Creating the entries touched the directory: give it the source's times back.
+    ) {
         let attr = match listed {
             Some(a) => Ok(a),
-            None => self.source.stat(&row.src_path),
+            None => self.source.stat(src),
         };
         if let Ok(attr) = attr {
             let set = SetAttr {
@@ -561,11 +684,8 @@ impl Migration {
                 ..SetAttr::default()
             };
             let _ = store.setattr(ino, &set, Caller::ROOT);
-            self.copy_metadata(store, ino, &row.src_path);
+            self.copy_metadata(store, ino, src);
         }
-        self.db.remove(ino).map_err(io)?;
-        self.counters.dirs_listed.fetch_add(1, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Creates one entry from its source attributes; returns its stub row, if any. A
@@ -802,10 +922,13 @@ impl Migration {
         if row.kind != StubKind::DummyFile {
             return Ok(());
         }
-        self.copy_metadata(store, row.ino, &row.src_path);
-        self.db
-            .set_kind(row.ino, StubKind::PartialFile)
-            .map_err(io)?;
+        super::prof::time("copy-metadata", row.ino, || {
+            self.copy_metadata(store, row.ino, &row.src_path)
+        });
+        super::prof::time("db-set-kind", row.ino, || {
+            self.db.set_kind(row.ino, StubKind::PartialFile)
+        })
+        .map_err(io)?;
         if store.stub_state(row.ino).missing.is_empty() {
             self.complete(row)?;
         }
@@ -834,7 +957,9 @@ impl Migration {
         // Unreachable: the data is here, but whether the source kept still is not known.
         // EIO, and the row stays: the crawl reports it and completes it once the source
         // answers.
-        let done = match self.source_changed(row, after_read)? {
+        let done = match super::prof::time("complete-stat", ino, || {
+            self.source_changed(row, after_read)
+        })? {
             // Not recorded as done, so `finish` reports it instead of failing on it.
             Some(why) => {
                 self.db
@@ -845,7 +970,11 @@ impl Migration {
             None => Some((row.listed_size, row.listed_mtime_ns)),
         };
         // Row removal, counter and completion record: one transaction.
-        if self.db.complete(ino, &row.src_path, done).map_err(io)? {
+        if super::prof::time("db-complete", ino, || {
+            self.db.complete(ino, &row.src_path, done)
+        })
+        .map_err(io)?
+        {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
@@ -993,10 +1122,15 @@ impl Migration {
         let from = missing.iter().map(|m| m.0).min().unwrap_or(at);
         let to = missing.iter().map(|m| m.1).max().unwrap_or(at);
         let read_to = to.min(minsize.max(from));
-        let mut data = self.buffers.take((to - from) as usize);
+        let mut buffer = super::prof::time("buf-take", row.ino, || {
+            self.buffers.take((to - from) as usize)
+        });
+        let data = &mut buffer[..(to - from) as usize];
         let result = if from < read_to {
-            self.source
-                .read_into(&row.src_path, from, &mut data[..(read_to - from) as usize])
+            super::prof::time("read-into", row.ino, || {
+                self.source
+                    .read_into(&row.src_path, from, &mut data[..(read_to - from) as usize])
+            })
         } else {
             Ok((0, None))
         };
@@ -1016,7 +1150,7 @@ impl Migration {
                 n
             }
             Err(e) => {
-                self.buffers.give(data);
+                self.buffers.give(buffer);
                 return self.give_up_or_retry(store, row.ino, &e, false);
             }
         };
@@ -1034,13 +1168,27 @@ impl Migration {
         // is written as zeros.
         data[got..].fill(0);
         let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
-            store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
-            self.counters
-                .bytes_fetched
-                .fetch_add(e - s, Ordering::Relaxed);
+            // In pieces: one multi-megabyte write(2) into the page cache costs several
+            // times the CPU of the same bytes written a megabyte at a time (measured:
+            // docs/reproduction/migration.md §3), and the crawl is CPU-bound.
+            let mut at = s;
+            while at < e {
+                let end = e.min(at + *super::prof::PIECE);
+                super::prof::time("stub-write", row.ino, || {
+                    store.stub_write(
+                        row.ino,
+                        at,
+                        &data[(at - from) as usize..(end - from) as usize],
+                    )
+                })?;
+                self.counters
+                    .bytes_fetched
+                    .fetch_add(end - at, Ordering::Relaxed);
+                at = end;
+            }
             Ok(())
         });
-        self.buffers.give(data);
+        self.buffers.give(buffer);
         written?;
         if crawler {
             self.counters.crawl_fetches.fetch_add(1, Ordering::Relaxed);
@@ -1084,6 +1232,9 @@ impl Migration {
         !halted()
     }
 }
+
+/// Largest piece of a unit written to the store in one call (see `fetch_unit`).
+pub(crate) const STORE_WRITE_PIECE: u64 = 1 << 20;
 
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";
@@ -1198,7 +1349,12 @@ impl StubFiller for Migrations {
             return Ok(());
         }
         match self.owner(ino)? {
-            Some((m, row)) if row.kind == StubKind::DummyDir => m.expand_dir(store, ino, &row),
+            Some((m, row)) if row.kind == StubKind::DummyDir => {
+                if m.commit_if_pending(store, ino)? {
+                    return Ok(());
+                }
+                m.expand_dir(store, ino, &row)
+            }
             // Not ours (or already done): nothing to list.
             _ => store.stub_dir_listed(ino),
         }

@@ -10,6 +10,7 @@
 pub mod crawler;
 pub mod engine;
 pub mod finish;
+mod prof;
 mod readahead;
 pub mod source;
 pub mod state;
