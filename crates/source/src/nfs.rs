@@ -27,9 +27,9 @@ use kaiso_store::migrate::{
 };
 use nfs3_client::Nfs3ConnectionBuilder;
 use nfs3_client::nfs3_types::nfs3::{
-    self, ACCESS3args, ACCESS3res, GETATTR3args, GETATTR3res, LOOKUP3args, LOOKUP3res,
-    NFS_PROGRAM, Nfs3Option, Nfs3Result, READDIRPLUS3args, READDIRPLUS3res, READLINK3args,
-    READLINK3res, diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
+    self, ACCESS3args, ACCESS3res, GETATTR3args, GETATTR3res, LOOKUP3args, LOOKUP3res, NFS_PROGRAM,
+    Nfs3Option, Nfs3Result, READDIRPLUS3args, READDIRPLUS3res, READLINK3args, READLINK3res,
+    diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;

@@ -37,12 +37,13 @@
 //! - A server found gone shuts every session at once, so the next call reconnects
 //!   instead of each session waiting out the timeout on its own.
 
+mod handles;
 mod link;
 mod prefetch;
 mod read;
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -58,6 +59,7 @@ use smb::{
     FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
 };
 
+use handles::OpenFiles;
 use link::{Link, drop_in_background, is_unreachable};
 use prefetch::{Fetched, Prefetch};
 use read::read_pieces;
@@ -148,12 +150,16 @@ pub struct SmbSource {
     prefetch_jobs: OnceLock<SyncSender<SourcePath>>,
 }
 
-/// Threads fetching listed files' metadata ahead of the calls for it, per session: half
-/// the sessions at most are busy with them, so a client's call finds an idle one.
+/// Threads fetching listed files' metadata ahead of the calls for it: one per two
+/// sessions, so half the sessions at least have no background work queued on them, and
+/// each job waits for an idle session: the calls somebody waits for (a client's, the
+/// crawl's) go first.
 const PREFETCH_THREADS_PER_2_LINKS: usize = 1;
 /// How long a prefetch job waits for an idle session before it takes the least busy one
-/// (so a busy crawl still sees its files fetched ahead, only later).
-const PREFETCH_YIELD: Duration = Duration::from_millis(20);
+/// (so a busy crawl still sees its files fetched ahead).
+const PREFETCH_YIELD: Duration = Duration::from_millis(5);
+/// Handles kept open from metadata fetches for the files' reads, per source.
+const KEPT_HANDLES: usize = 2048;
 /// Files queued for them at most; more are left to the engine's own calls.
 const PREFETCH_QUEUE: usize = 8192;
 
@@ -166,8 +172,33 @@ struct Shared {
     /// Round-robin cursor over `links`.
     next_link: AtomicUsize,
     prefetch: Prefetch,
+    /// Handles of metadata fetches kept for the files' first reads.
+    open_files: OpenFiles,
     /// What the share's file system says it supports (asked once at connect).
     caps: OnceLock<ShareCaps>,
+    /// What the calls cost in server round trips (see [`SmbStats`]).
+    stats: Counters,
+    /// Set once a listing showed a nonzero EaSize: this server computes the EA sizes of
+    /// its listings (ksmbd, for one, reports 0 for every file), so 0 means "no EAs".
+    listing_ea_sizes: AtomicBool,
+}
+
+/// Counts of what a source sent, for tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmbStats {
+    /// Opens of a file or directory to fetch its EAs, descriptor and streams.
+    pub metadata_fetches: u64,
+    /// Reads of a main stream on the handle kept from its metadata fetch (no open).
+    pub reads_on_kept_handles: u64,
+    /// Reads that opened the file themselves.
+    pub reads_opened: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    metadata_fetches: AtomicU64,
+    reads_on_kept_handles: AtomicU64,
+    reads_opened: AtomicU64,
 }
 
 /// The share's file system capabilities that spare per-file queries.
@@ -176,8 +207,9 @@ struct ShareCaps {
     /// Named streams exist (FILE_NAMED_STREAMS): without them a file's stream list is
     /// known to be empty and is not asked for.
     named_streams: bool,
-    /// EAs are stored (FILE_SUPPORTS_EXTENDED_ATTRIBUTES): a listing's EaSize of 0 then
-    /// means the file has no EAs, and they are not asked for.
+    /// EAs are stored (FILE_SUPPORTS_EXTENDED_ATTRIBUTES; Windows says so, Samba does
+    /// not): a listing's EaSize of 0 then means the file has no EAs, and they are not
+    /// asked for.
     eas: bool,
 }
 
@@ -230,6 +262,16 @@ impl SmbSource {
         })
     }
 
+    /// What this source sent so far.
+    pub fn stats(&self) -> SmbStats {
+        let c = &self.shared.stats;
+        SmbStats {
+            metadata_fetches: c.metadata_fetches.load(Ordering::Relaxed),
+            reads_on_kept_handles: c.reads_on_kept_handles.load(Ordering::Relaxed),
+            reads_opened: c.reads_opened.load(Ordering::Relaxed),
+        }
+    }
+
     /// Queues the listed regular files of `dir` for the prefetch threads, which fetch
     /// each one's EAs, security descriptor and streams (two round trips, on sessions
     /// otherwise idle) before the engine asks: the crawl then finds them waiting.
@@ -238,7 +280,7 @@ impl SmbSource {
             let (tx, rx) = std::sync::mpsc::sync_channel::<SourcePath>(PREFETCH_QUEUE);
             let rx = Arc::new(Mutex::new(rx));
             let threads =
-                (self.shared.config.connections / 2 * PREFETCH_THREADS_PER_2_LINKS).max(1);
+                (self.shared.config.connections * PREFETCH_THREADS_PER_2_LINKS / 2).max(1);
             for _ in 0..threads {
                 let (rx, shared) = (rx.clone(), Arc::downgrade(&self.shared));
                 let _ = std::thread::Builder::new()
@@ -305,7 +347,10 @@ impl Shared {
             links: (0..config.connections).map(|_| Mutex::new(None)).collect(),
             next_link: AtomicUsize::new(0),
             prefetch: Prefetch::default(),
+            open_files: OpenFiles::new(KEPT_HANDLES),
             caps: OnceLock::new(),
+            listing_ea_sizes: AtomicBool::new(false),
+            stats: Counters::default(),
             config,
             share,
         };
@@ -434,6 +479,7 @@ impl Shared {
             }
         }
         self.prefetch.clear();
+        self.open_files.close_all();
     }
 
     /// Runs one source call on a live session; errors name the server.
@@ -441,7 +487,7 @@ impl Shared {
         &self,
         path: &SourcePath,
         what: &str,
-        f: impl FnOnce(&Link) -> Result<T, Failure>,
+        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
     ) -> SourceResult<T> {
         self.call_on(self.link(path)?, path, what, f)
     }
@@ -451,7 +497,7 @@ impl Shared {
         &self,
         path: &SourcePath,
         what: &str,
-        f: impl FnOnce(&Link) -> Result<T, Failure>,
+        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
     ) -> SourceResult<T> {
         self.call_on(self.idle_link(path)?, path, what, f)
     }
@@ -461,7 +507,7 @@ impl Shared {
         link: Arc<Link>,
         path: &SourcePath,
         what: &str,
-        f: impl FnOnce(&Link) -> Result<T, Failure>,
+        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
     ) -> SourceResult<T> {
         let _busy = link.busy_guard();
         let started = std::time::Instant::now();
@@ -688,7 +734,8 @@ impl Shared {
         let caps = self.caps();
         let need_eas = !self.prefetch.has(path, |f| f.xattrs.is_some());
         let need_streams = caps.named_streams && !self.prefetch.has(path, |f| f.streams.is_some());
-        let query = |l: &Link| {
+        let query = |l: &Arc<Link>| {
+            self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
             let r = l.open(&self.share, &p, Self::read_access())?;
             let h = r.handle();
             let (eas, sd, streams) = std::thread::scope(|s| {
@@ -699,7 +746,8 @@ impl Shared {
                 (eas.map(join), sd, streams.map(join))
             });
             let is_dir = r.is_dir();
-            l.close(r);
+            // The file's first read takes this handle instead of opening it again.
+            self.open_files.keep(path, l, r);
             Ok((eas, sd, streams, is_dir))
         };
         let (eas, sd, streams, is_dir) = if background {
@@ -736,6 +784,11 @@ impl Shared {
                 return r;
             }
             if self.prefetch.claim(path, false) {
+                // The answer may have come between the look and the claim.
+                if let Some(r) = self.prefetch.take(path, &pick) {
+                    self.prefetch.finish(path, Fetched::default());
+                    return r;
+                }
                 let fetched = self.fetch_metadata(path, false);
                 return match fetched {
                     Ok(mut f) => {
@@ -776,7 +829,43 @@ impl Shared {
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let p = format!("{}{suffix}", Self::win_path(path)?);
         let parallel = self.config.parallel_reads;
+        // The kept handle is used if its session is as idle as any: a read does not
+        // queue behind background work to save one open.
+        let kept = if suffix.is_empty() {
+            self.open_files.take(path).and_then(|(link, file)| {
+                let busy = link.busy.load(Ordering::SeqCst);
+                let least = self
+                    .least_busy(0)
+                    .map_or(0, |l| l.busy.load(Ordering::SeqCst));
+                if busy <= least {
+                    Some((link, file))
+                } else {
+                    link.close(Resource::File(file));
+                    None
+                }
+            })
+        } else {
+            None
+        };
+        if let Some((link, file)) = kept {
+            let outcome = self.call_on(link, path, "read", |l| {
+                self.stats
+                    .reads_on_kept_handles
+                    .fetch_add(1, Ordering::Relaxed);
+                let piece = self.config.read_size.min(l.max_read());
+                let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
+                l.close(Resource::File(file));
+                result.map_err(|e| (String::new(), e))
+            });
+            match outcome {
+                Ok(o) => return Ok((o.total, o.attr.map(|a| self.attr_from_all(&a)))),
+                Err(e) if e.kind == SourceErrorKind::Unreachable => return Err(e),
+                // The kept handle went bad: a fresh open below.
+                Err(e) => tracing::debug!(%path, error = %e, "smb: kept handle failed"),
+            }
+        }
         let outcome = self.call(path, "read", |l| {
+            self.stats.reads_opened.fetch_add(1, Ordering::Relaxed);
             let piece = self.config.read_size.min(l.max_read());
             let file = match l.open(&self.share, &p, Self::read_access())? {
                 Resource::File(f) => f,
@@ -835,6 +924,7 @@ fn status_of(e: &smb::Error) -> Option<u32> {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        self.open_files.close_all();
         // A slot still locked is being connected in the background: that thread holds
         // the slots and drops its session when it ends.
         for mut slot in self.links.iter().filter_map(try_slot) {
@@ -903,11 +993,15 @@ impl Shared {
             },
         );
         let caps = self.caps();
+        if listed.iter().any(|(_, size)| size.is_some_and(|s| s > 0)) {
+            self.listing_ea_sizes.store(true, Ordering::Relaxed);
+        }
+        let sizes_known = caps.eas || self.listing_ea_sizes.load(Ordering::Relaxed);
         let mut entries = Vec::with_capacity(listed.len());
         for (entry, ea_size) in listed {
             // What the listing already tells about a file's EAs and streams is kept for
             // its metadata calls, which then ask the server only for the rest.
-            let no_eas = caps.eas && ea_size == Some(0);
+            let no_eas = sizes_known && ea_size == Some(0);
             if entry.attr.kind == FileKind::Regular
                 && (no_eas || !caps.named_streams)
                 && let Ok(child) = path.join(&entry.name)

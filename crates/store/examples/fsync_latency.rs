@@ -7,7 +7,8 @@
 //! and calls `fsync` (its stub state does not change); meanwhile a "crawler" thread reads
 //! the other files through the store, so stub rows keep being committed as in a real
 //! migration. Printed: fsync latency percentiles of those rounds, and of rounds that write
-//! into a missing range (the stub state changes each time) for comparison.
+//! into a missing range (the stub state changes each time), and of a file that never was
+//! a stub (the floor: the data's own fdatasync), for comparison.
 //!
 //! Run: `cargo run --release -p kaiso-store --example fsync_latency [DIR]`
 
@@ -145,11 +146,31 @@ fn main() -> anyhow::Result<()> {
         store.fsync(o.fh, true)?;
         changed.push(t.elapsed());
     }
+    // The floor: the same rewrite and fsync of a file that never was a stub.
+    let (_, p) = store.create(
+        ROOT_INO,
+        "plain".as_ref(),
+        0o644,
+        0,
+        libc::O_RDWR,
+        Caller::ROOT,
+        false,
+    )?;
+    store.write(p.fh, 0, &vec![1u8; 64 << 10])?;
+    let mut plain = Vec::with_capacity(ROUNDS);
+    for r in 0..ROUNDS {
+        store.write(p.fh, (r as u64 % 16) * 4096, &block)?;
+        let t = Instant::now();
+        store.fsync(p.fh, true)?;
+        plain.push(t.elapsed());
+    }
+    store.release(p.fh)?;
     stop.store(true, Ordering::Relaxed);
     let _ = crawler.join();
     store.release(o.fh)?;
     println!("fsync, stub state unchanged: {}", percentiles(unchanged));
     println!("fsync, stub state changed:   {}", percentiles(changed));
+    println!("fsync, never a stub (floor): {}", percentiles(plain));
     store.shutdown();
     Ok(())
 }

@@ -702,16 +702,20 @@ impl Store {
             f.sync_all()?
         }
         let st = &h.state;
-        if st.unsynced.load(Ordering::Acquire) == 0 {
+        // Nothing changed, and no other fsync holds bits it cleared but has not made
+        // durable yet (SeqCst pairs these loads with the increment and swap below).
+        if st.unsynced.load(Ordering::SeqCst) == 0 && st.syncing.load(Ordering::SeqCst) == 0 {
             return Ok(());
         }
         if let Some(filler) = self.stub_filler() {
             // Serialised with fills of this file, so the row written is not older than
-            // one a fill commits meanwhile.
+            // one a fill commits meanwhile (and with other fsyncs: one that finds no bit
+            // left returns only once the fsync that cleared them is done).
             let _fill = st.fill.lock().unwrap_or_else(|e| e.into_inner());
+            st.syncing.fetch_add(1, Ordering::SeqCst);
             // Cleared before the state is read: a change made meanwhile sets its bit
             // again, so the next fsync covers what this one may miss.
-            let bits = st.unsynced.swap(0, Ordering::AcqRel);
+            let bits = st.unsynced.swap(0, Ordering::SeqCst);
             let r = (|| -> FsResult<()> {
                 if bits & STUB_ROW_CHANGED != 0 {
                     let missing = st
@@ -731,6 +735,7 @@ impl Store {
             if r.is_err() {
                 st.mark_unsynced(bits);
             }
+            st.syncing.fetch_sub(1, Ordering::SeqCst);
             r?;
         }
         Ok(())
@@ -893,8 +898,9 @@ impl Store {
     /// Set an inode's stub state (persisted).
     pub fn stub_mark(&self, ino: Ino, state: StubState) -> FsResult<()> {
         let mut ns = self.ns();
-        if let Some(d) = ns.dirs.get_mut(&ino) {
+        let fstate = if let Some(d) = ns.dirs.get_mut(&ino) {
             d.unlisted = state.unlisted_dir;
+            None
         } else if let Some(f) = ns.files.get(&ino) {
             // Marked before the change can be seen, and again once the row is written.
             f.state.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
@@ -903,10 +909,10 @@ impl Store {
             } else {
                 Some(state.clone())
             };
+            Some(f.state.clone())
         } else {
             return Err(FsError::NOENT);
-        }
-        let fstate = ns.files.get(&ino).map(|f| f.state.clone());
+        };
         let r = self.db().set_stub(ino, state.unlisted_dir, &state.missing);
         if let Some(st) = fstate {
             st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);

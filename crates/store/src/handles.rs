@@ -37,6 +37,10 @@ pub(crate) struct FileState {
     /// ([`STUB_ROW_CHANGED`], [`FILLER_TOUCHED`]); a bit is set after the change it
     /// stands for and cleared by the fsync that makes it durable.
     pub unsynced: AtomicU8,
+    /// Client fsyncs making this file's migration state durable right now: bits they
+    /// cleared from `unsynced` stand for changes not durable until they finish, so
+    /// another fsync may not take the fast path meanwhile.
+    pub syncing: AtomicU32,
     /// The file's last name went while handles were open: its size still counts on its
     /// tier (the data still takes room there) until the last handle closes.
     pub counted_unlinked: AtomicBool,
@@ -67,6 +71,7 @@ impl FileState {
             stub: Mutex::new(None),
             fill: Mutex::new(()),
             unsynced: AtomicU8::new(0),
+            syncing: AtomicU32::new(0),
             counted_unlinked: AtomicBool::new(false),
             orphan: Mutex::new(None),
         })

@@ -13,7 +13,7 @@
 use crate::handles::FileState;
 use crate::namespace::Namespace;
 use crate::operator::FsckReport;
-use crate::store::{Store, TEMP_PREFIX};
+use crate::store::Store;
 use crate::tier::Tier;
 use crate::util;
 use std::collections::HashSet;
@@ -26,8 +26,6 @@ use std::sync::atomic::Ordering;
 
 /// Name of the orphan directory at the root of each tier.
 pub(crate) const ORPHAN_DIR: &str = ".kaiso-tmp-orphans";
-
-const _: () = assert!(ORPHAN_DIR.len() > TEMP_PREFIX.len());
 
 /// A new tier-relative name for an orphan copy of file `ino`.
 pub(crate) fn new_name(ino: u64) -> PathBuf {
@@ -77,8 +75,8 @@ pub(crate) fn copy_xattrs_from(from: &File, to: &Path) -> std::io::Result<()> {
 
 impl Store {
     /// The last handle of file `st`, which has no name left, closed: its hidden copy (if
-    /// the mover made one) goes, and the room its data took is given back. Call with the
-    /// namespace lock held (the mover switches orphans under it too).
+    /// the mover made one) goes, and the room its data took is given back. `_ns` is the
+    /// held namespace lock (the mover switches orphans under it too).
     pub(crate) fn orphan_closed(&self, _ns: &mut Namespace, st: &FileState) {
         let tier = &self.tiers[st.tier() as usize];
         if let Some(rel) = st.orphan.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -128,5 +126,22 @@ impl Store {
             }
             let _ = std::fs::remove_dir(&dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_orphan_directory_is_hidden_and_recognised() {
+        // Hidden from lookups, listings, creates and the tier scan's adoption.
+        assert!(ORPHAN_DIR.starts_with(crate::store::TEMP_PREFIX));
+        let n = new_name(42);
+        assert!(is_orphan_path(&n), "{}", n.display());
+        assert!(n.file_name().unwrap().to_str().unwrap().starts_with("42-"));
+        assert!(!is_orphan_path(Path::new(ORPHAN_DIR)));
+        assert!(!is_orphan_path(Path::new("dir/.kaiso-tmp-orphans/1-2")));
+        assert!(!is_orphan_path(Path::new("a/b")));
     }
 }

@@ -212,8 +212,8 @@ impl crate::Store {
     }
 }
 
-/// Sorted, disjoint set of missing ranges with subtraction.
-/// Returns whether anything was removed.
+/// Removes `[start, end)` from a sorted, disjoint set of missing ranges; returns whether
+/// anything was removed.
 pub(crate) fn subtract(missing: &mut Vec<(u64, u64)>, start: u64, end: u64) -> bool {
     if missing.iter().all(|&(s, e)| e <= start || s >= end) {
         return false;
@@ -250,10 +250,13 @@ mod tests {
     #[test]
     fn range_arithmetic() {
         let mut m = vec![(0, 100)];
-        subtract(&mut m, 10, 20);
+        assert!(subtract(&mut m, 10, 20));
         assert_eq!(m, vec![(0, 10), (20, 100)]);
         assert_eq!(missing_within(&m, 5, 30), vec![(5, 10), (20, 30)]);
-        subtract(&mut m, 0, 1000);
+        // Nothing missing there: no change reported (no stub state to make durable).
+        assert!(!subtract(&mut m, 10, 20));
+        assert_eq!(m, vec![(0, 10), (20, 100)]);
+        assert!(subtract(&mut m, 0, 1000));
         assert!(m.is_empty());
     }
 

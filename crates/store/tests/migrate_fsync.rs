@@ -11,8 +11,8 @@ mod common;
 use common::TestStore;
 use kaiso_store::{FileKind, FsResult, Ino, Store, StubEntry, StubFiller};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 const SIZE: u64 = 300_000;
 
@@ -25,10 +25,12 @@ fn byte(i: u64) -> u8 {
     (i % 251) as u8
 }
 
-/// A remote directory holding one file whose bytes are computed; counts state syncs.
+/// A remote directory holding one file whose bytes are computed; counts state syncs
+/// (each waits while a test holds `sync_gate`).
 #[derive(Default)]
 struct Remote {
     state_syncs: AtomicU64,
+    sync_gate: Mutex<()>,
 }
 
 impl StubFiller for Remote {
@@ -63,6 +65,7 @@ impl StubFiller for Remote {
 
     fn sync_state(&self, _store: &Store, _ino: Ino) -> FsResult<()> {
         self.state_syncs.fetch_add(1, Ordering::SeqCst);
+        drop(self.sync_gate.lock().unwrap_or_else(|e| e.into_inner()));
         Ok(())
     }
 }
@@ -233,5 +236,72 @@ fn fsync_with_no_stub_change_makes_no_checkpoint() {
     s.fsync(o.fh, false).unwrap();
     assert_eq!(s.fsync_checkpoints(), ckpts + 1, "{attr:?}");
     assert_eq!(remote.state_syncs.load(Ordering::SeqCst), syncs + 1);
+    s.release(o.fh).unwrap();
+}
+
+/// After a restart the stub state read back from the database may not be on disk yet
+/// (its last commits were never synced): the first fsync of a stub makes it durable,
+/// the next ones with no change do not checkpoint again.
+#[test]
+fn first_fsync_after_a_restart_makes_the_restored_state_durable() {
+    let (mut t, remote) = store_with_remote();
+    let ino = t.lookup_path("mig/f").unwrap().ino;
+    {
+        let s = t.s().clone();
+        let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+        s.write(o.fh, 0, b"head").unwrap();
+        s.release(o.fh).unwrap();
+    }
+    // A crash: nothing was fsynced.
+    let s = t.crash_and_reopen();
+    s.set_stub_filler(remote.clone());
+    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+    s.fsync(o.fh, true).unwrap();
+    assert_eq!(s.fsync_checkpoints(), 1);
+    assert_eq!(
+        durable_missing(&t.dir.path().join("state"), ino),
+        Some(s.stub_state(ino).missing)
+    );
+    s.fsync(o.fh, true).unwrap();
+    assert_eq!(s.fsync_checkpoints(), 1);
+    s.release(o.fh).unwrap();
+}
+
+/// Two fsyncs of a changed file at once: the one that finds the change already taken by
+/// the other returns only once that other one has made it durable.
+#[test]
+fn an_fsync_waits_for_a_concurrent_one_that_took_the_change() {
+    let (t, remote) = store_with_remote();
+    let s = t.s().clone();
+    let ino = t.lookup_path("mig/f").unwrap().ino;
+    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+    s.write(o.fh, 1_000, b"client bytes").unwrap();
+    let gate = remote.sync_gate.lock().unwrap();
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || s.fsync(o.fh, true))
+    };
+    // The first fsync took the change and now waits in the filler's sync.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while remote.state_syncs.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first fsync never synced"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let second = {
+        let s = s.clone();
+        std::thread::spawn(move || s.fsync(o.fh, true))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(
+        !second.is_finished(),
+        "returned before the change it covers was durable"
+    );
+    drop(gate);
+    assert_eq!(first.join().unwrap(), Ok(()));
+    assert_eq!(second.join().unwrap(), Ok(()));
+    assert_eq!(s.fsync_checkpoints(), 1);
     s.release(o.fh).unwrap();
 }

@@ -5,9 +5,19 @@
 mod common;
 
 use common::{TestStore, pattern};
-use kaiso_store::{FailPoint, FsError, ROOT_INO};
+use kaiso_store::{FailPoint, FsError, Ino, ROOT_INO, Store};
 use std::ffi::OsStr;
 use std::path::Path;
+use std::sync::Arc;
+
+/// A store whose fast tier (256 KiB) holds `fill` (100 000 bytes) and `name` (50 000).
+fn store_with(name: &str) -> (TestStore, Arc<Store>, Ino) {
+    let t = TestStore::new(&["256KiB", "4MiB"]);
+    let s = t.s().clone();
+    t.put("fill", &pattern(100_000, 1));
+    let ino = t.put(name, &pattern(50_000, 2));
+    (t, s, ino)
+}
 
 /// Every entry (files and directories, hidden ones included) under tier `i`, relative.
 fn tier_entries(t: &TestStore, i: usize) -> Vec<String> {
@@ -48,10 +58,7 @@ fn read_all(t: &TestStore, fh: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn an_unlinked_open_file_spills_and_leaves_nothing_after_close() {
-    let t = TestStore::new(&["256KiB", "4MiB"]);
-    let s = t.s().clone();
-    t.put("fill", &pattern(100_000, 1));
-    let ino = t.put("victim", &pattern(50_000, 2));
+    let (t, s, ino) = store_with("victim");
     let writer = s.open_file(ino, libc::O_RDWR, false).unwrap();
     let reader = s.open_file(ino, libc::O_RDONLY, false).unwrap();
     s.unlink(ROOT_INO, OsStr::new("victim")).unwrap();
@@ -130,10 +137,7 @@ fn an_orphan_spills_again_from_its_hidden_copy() {
 /// name it still has.
 #[test]
 fn a_hard_linked_file_whose_open_name_is_gone_spills_under_its_other_name() {
-    let t = TestStore::new(&["256KiB", "4MiB"]);
-    let s = t.s().clone();
-    t.put("fill", &pattern(100_000, 1));
-    let ino = t.put("a", &pattern(50_000, 2));
+    let (t, s, ino) = store_with("a");
     s.link(ino, ROOT_INO, OsStr::new("b")).unwrap();
     let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
     s.unlink(ROOT_INO, OsStr::new("a")).unwrap();
@@ -163,10 +167,7 @@ fn a_crash_during_an_orphan_move_leaves_no_orphan_after_restart() {
         // The move done, the file still open at the crash.
         None,
     ] {
-        let mut t = TestStore::new(&["256KiB", "4MiB"]);
-        let s = t.s().clone();
-        t.put("fill", &pattern(100_000, 1));
-        let ino = t.put("victim", &pattern(50_000, 2));
+        let (mut t, s, ino) = store_with("victim");
         let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
         s.unlink(ROOT_INO, OsStr::new("victim")).unwrap();
         s.set_fail_point(fp);
@@ -202,10 +203,7 @@ fn a_crash_during_an_orphan_move_leaves_no_orphan_after_restart() {
 /// `fsck` on a live store removes orphan copies no open file holds and keeps the others.
 #[test]
 fn fsck_removes_stray_orphans_and_keeps_held_ones() {
-    let t = TestStore::new(&["256KiB", "4MiB"]);
-    let s = t.s().clone();
-    t.put("fill", &pattern(100_000, 1));
-    let ino = t.put("victim", &pattern(50_000, 2));
+    let (t, s, ino) = store_with("victim");
     let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
     s.unlink(ROOT_INO, OsStr::new("victim")).unwrap();
     s.write(o.fh, 50_000, &pattern(300_000, 3)).unwrap();
@@ -252,4 +250,22 @@ fn unlink_during_a_spill_still_lets_the_write_succeed() {
         assert!(tier_entries(&t, 1).is_empty(), "round {round}");
         assert_eq!(used(&t), vec![1 << 20, 0], "round {round}");
     }
+}
+
+/// A file whose only remaining name is a hard link made directly in the tier directory
+/// (unknown to the store until looked up) spills under that name, which keeps the data.
+#[test]
+fn a_file_whose_other_name_the_store_does_not_know_spills_under_that_name() {
+    let (t, s, ino) = store_with("a");
+    std::fs::hard_link(t.tier(0).join("a"), t.tier(0).join("direct")).unwrap();
+    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
+    s.unlink(ROOT_INO, OsStr::new("a")).unwrap();
+    let more = pattern(300_000, 3);
+    s.write(o.fh, 50_000, &more).unwrap();
+    s.release(o.fh).unwrap();
+    let mut expect = pattern(50_000, 2);
+    expect.extend_from_slice(&more);
+    assert_eq!(tier_entries(&t, 0), vec!["fill"]);
+    assert_eq!(tier_entries(&t, 1), vec!["direct"]);
+    assert_eq!(t.get("direct"), expect);
 }

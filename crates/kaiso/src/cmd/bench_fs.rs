@@ -55,8 +55,7 @@ pub struct Args {
     /// Skip the mergerfs comparison.
     #[arg(long)]
     pub no_mergerfs: bool,
-    /// FUSE worker threads of the kaiso mount in the data and metadata test
-    /// [default: `kaiso mount`'s].
+    /// FUSE worker threads of the kaiso mounts [default: `kaiso mount`'s].
     #[arg(long)]
     pub kaiso_threads: Option<usize>,
     /// Longest busy-poll of the kaiso mounts, in µs (`kaiso mount --busy-poll-us`)
@@ -340,11 +339,20 @@ fn write_config(path: &Path, state: &Path, tiers: &[BenchTier], mover_ms: u64) -
     fs::write(path, s).with_context(|| format!("write {}", path.display()))
 }
 
-fn mount_kaiso(work: &WorkDir, tag: &str, tiers: &[BenchTier], mover_ms: u64) -> Result<Mounted> {
-    mount_kaiso_with(work, tag, tiers, mover_ms, &[])
+/// The `kaiso mount` arguments the bench's options ask for (threads, busy-poll).
+fn kaiso_mount_args(args: &Args) -> Vec<String> {
+    let mut extra: Vec<String> = match args.kaiso_threads {
+        Some(n) => vec!["--threads".into(), n.to_string()],
+        None => Vec::new(),
+    };
+    if let Some(us) = args.kaiso_busy_poll_us {
+        extra.extend(["--busy-poll-us".into(), us.to_string()]);
+    }
+    extra
 }
 
-/// [`mount_kaiso`] with more `kaiso mount` arguments.
+/// Mounts a kaiso store of `tiers` (mover planning every `mover_ms`) with `kaiso mount`,
+/// passing `extra` arguments.
 fn mount_kaiso_with(
     work: &WorkDir,
     tag: &str,
@@ -575,14 +583,7 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
             watermarks: None,
         },
     ];
-    let mut extra: Vec<String> = match args.kaiso_threads {
-        Some(n) => vec!["--threads".into(), n.to_string()],
-        None => Vec::new(),
-    };
-    if let Some(us) = args.kaiso_busy_poll_us {
-        extra.extend(["--busy-poll-us".into(), us.to_string()]);
-    }
-    let m = mount_kaiso_with(work, "kaiso", &tiers, 2000, &extra)?;
+    let m = mount_kaiso_with(work, "kaiso", &tiers, 2000, &kaiso_mount_args(args))?;
     let dir = m.path.join("kaiso");
     fs::create_dir_all(&dir)?;
     targets.push(("kaiso", dir, Some(m.pid())));

@@ -137,7 +137,13 @@ mod tests {
     #[test]
     fn read_reply_split_across_reads_lands_in_the_slice() {
         let data = pattern(100_003); // not a multiple of 4: padding follows
-        for (chunk, fragment) in [(1, 1 << 20), (5, 1000), (4096, 4096), (1 << 20, 7), (1 << 20, 1 << 20)] {
+        for (chunk, fragment) in [
+            (1, 1 << 20),
+            (5, 1000),
+            (4096, 4096),
+            (1 << 20, 7),
+            (1 << 20, 1 << 20),
+        ] {
             let mut wire = read_reply(9, &data, false, fragment);
             // A second reply on the same connection proves the first was consumed exactly.
             wire.extend_from_slice(&read_reply(10, &data[..10], true, fragment));
@@ -147,10 +153,18 @@ mod tests {
             assert_eq!(r.len, data.len(), "chunk {chunk} fragment {fragment}");
             assert!(!r.eof);
             assert_eq!(&out[..r.len], &data[..]);
-            assert!(out[r.len..].iter().all(|b| *b == 0), "nothing written past the data");
+            assert!(
+                out[r.len..].iter().all(|b| *b == 0),
+                "nothing written past the data"
+            );
             let a = r.attr.expect("post-op attributes");
-            assert_eq!((a.type_, a.fileid, a.size, a.nlink), (ftype3::NF3REG, 42, 100_003, 1));
-            let r = block(conn.read3(&handle(), 0, &mut out[..10])).unwrap().unwrap();
+            assert_eq!(
+                (a.type_, a.fileid, a.size, a.nlink),
+                (ftype3::NF3REG, 42, 100_003, 1)
+            );
+            let r = block(conn.read3(&handle(), 0, &mut out[..10]))
+                .unwrap()
+                .unwrap();
             assert_eq!((r.len, r.eof), (10, true));
         }
     }
@@ -163,7 +177,9 @@ mod tests {
             3,
         );
         let mut out = vec![0u8; 1 << 20];
-        let r = block(conn.read3(&handle(), 1 << 30, &mut out)).unwrap().unwrap();
+        let r = block(conn.read3(&handle(), 1 << 30, &mut out))
+            .unwrap()
+            .unwrap();
         assert_eq!((r.len, r.eof), (4, true));
         assert_eq!(&out[..4], b"tail");
         // The call asked for the whole slice at the offset given.
@@ -184,9 +200,13 @@ mod tests {
         wire.extend_from_slice(&read_reply(3, b"ok!", true, 1 << 20));
         let mut conn = RpcConn::new(Scripted::new(wire, 3), test_auth(), 1);
         let mut out = [0u8; 16];
-        let e = block(conn.read3(&handle(), 0, &mut out)).unwrap().unwrap_err();
+        let e = block(conn.read3(&handle(), 0, &mut out))
+            .unwrap()
+            .unwrap_err();
         assert_eq!(e, nfsstat3::NFS3ERR_ACCES);
-        let e = block(conn.read3(&handle(), 0, &mut out)).unwrap().unwrap_err();
+        let e = block(conn.read3(&handle(), 0, &mut out))
+            .unwrap()
+            .unwrap_err();
         assert_eq!(e, nfsstat3::NFS3ERR_JUKEBOX);
         let r = block(conn.read3(&handle(), 0, &mut out)).unwrap().unwrap();
         assert_eq!(&out[..r.len], b"ok!");
@@ -198,18 +218,27 @@ mod tests {
         let mut conn = RpcConn::new(Scripted::new(wire, 1 << 20), test_auth(), 76);
         let mut out = [0u8; 16];
         let e = block(conn.read3(&handle(), 0, &mut out)).unwrap_err();
-        assert!(matches!(e, RpcFailure::Protocol(ref m) if m.contains("xid")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Protocol(ref m) if m.contains("xid")),
+            "{e}"
+        );
 
         let wire = read_reply(5, &pattern(32), false, 1 << 20);
         let mut conn = RpcConn::new(Scripted::new(wire, 1 << 20), test_auth(), 5);
         let e = block(conn.read3(&handle(), 0, &mut out)).unwrap_err();
-        assert!(matches!(e, RpcFailure::Protocol(ref m) if m.contains("32 bytes")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Protocol(ref m) if m.contains("32 bytes")),
+            "{e}"
+        );
         assert_eq!(out, [0u8; 16], "nothing written on error");
 
         let mut body = accepted(6);
         body.extend_from_slice(&words(&[0xffff, 0]));
         let mut conn = RpcConn::new(Scripted::new(record(&body, 64), 64), test_auth(), 6);
         let e = block(conn.read3(&handle(), 0, &mut out)).unwrap_err();
-        assert!(matches!(e, RpcFailure::Protocol(ref m) if m.contains("65535")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Protocol(ref m) if m.contains("65535")),
+            "{e}"
+        );
     }
 }

@@ -158,7 +158,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
         self.begin_record().await?;
         let got = self.read_u32().await?;
         if got != xid {
-            return Err(protocol(format!("reply with xid {got:#x} to call {xid:#x}")));
+            return Err(protocol(format!(
+                "reply with xid {got:#x} to call {xid:#x}"
+            )));
         }
         if self.read_u32().await? != MSG_REPLY {
             return Err(protocol("a call where a reply was expected"));
@@ -184,7 +186,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
                 )))
             }
             3 => Err(protocol("procedure unavailable (PROC_UNAVAIL)")),
-            4 => Err(protocol("server could not decode the arguments (GARBAGE_ARGS)")),
+            4 => Err(protocol(
+                "server could not decode the arguments (GARBAGE_ARGS)",
+            )),
             5 => Err(protocol("server error (SYSTEM_ERR)")),
             other => Err(protocol(format!("accept status {other}"))),
         }
@@ -202,7 +206,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
                 }
                 1 => {
                     let stat = self.read_u32().await?;
-                    Ok(RpcFailure::Denied(format!("AUTH_ERROR {}", auth_stat_name(stat))))
+                    Ok(RpcFailure::Denied(format!(
+                        "AUTH_ERROR {}",
+                        auth_stat_name(stat)
+                    )))
                 }
                 other => Ok(protocol(format!("reject status {other}"))),
             }
@@ -443,7 +450,11 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         let pieces: Vec<&[u8]> = body.chunks(fragment).collect();
         for (i, p) in pieces.iter().enumerate() {
-            let last = if i + 1 == pieces.len() { LAST_FRAGMENT } else { 0 };
+            let last = if i + 1 == pieces.len() {
+                LAST_FRAGMENT
+            } else {
+                0
+            };
             out.extend_from_slice(&(p.len() as u32 | last).to_be_bytes());
             out.extend_from_slice(p);
         }
@@ -486,7 +497,11 @@ pub(crate) mod tests {
         assert_eq!(&w[28..28 + cred.len()], &cred[..]);
         let rest = &w[28 + cred.len()..];
         assert_eq!(&rest[..8], &words(&[0, 0])[..], "AUTH_NONE verifier");
-        assert_eq!(&rest[8..], &[&words(&[8])[..], &[9; 8]].concat()[..], "the handle");
+        assert_eq!(
+            &rest[8..],
+            &[&words(&[8])[..], &[9; 8]].concat()[..],
+            "the handle"
+        );
         // The next call takes the next xid.
         assert_eq!(block(conn.send_call(1, &args)).unwrap(), 0x11);
     }
@@ -498,7 +513,11 @@ pub(crate) mod tests {
         let mut body = accepted(5);
         body.extend_from_slice(&words(&[70]));
         for (chunk, fragment) in [(1, 3), (3, 4), (7, 1000), (4096, 8)] {
-            let mut conn = RpcConn::new(Scripted::new(record(&body, fragment), chunk), test_auth(), 5);
+            let mut conn = RpcConn::new(
+                Scripted::new(record(&body, fragment), chunk),
+                test_auth(),
+                5,
+            );
             let r: GETATTR3res = block(conn.call(1, &getattr_args())).unwrap();
             match r {
                 Nfs3Result::Err((stat, _)) => {
@@ -515,7 +534,10 @@ pub(crate) mod tests {
         body.extend_from_slice(&words(&[70]));
         let mut conn = RpcConn::new(Scripted::new(record(&body, 64), 64), test_auth(), 5);
         let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
-        assert!(matches!(e, RpcFailure::Protocol(ref m) if m.contains("xid")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Protocol(ref m) if m.contains("xid")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -524,12 +546,18 @@ pub(crate) mod tests {
         let denied = words(&[5, MSG_REPLY, MSG_DENIED, 1, 5]);
         let mut conn = RpcConn::new(Scripted::new(record(&denied, 64), 64), test_auth(), 5);
         let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
-        assert!(matches!(e, RpcFailure::Denied(ref m) if m.contains("TOOWEAK")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Denied(ref m) if m.contains("TOOWEAK")),
+            "{e}"
+        );
         // Accepted with a 4-byte verifier, then PROG_MISMATCH 2..=2.
         let mismatch = words(&[5, MSG_REPLY, MSG_ACCEPTED, 1, 4, 0xdead, 2, 2, 2]);
         let mut conn = RpcConn::new(Scripted::new(record(&mismatch, 64), 64), test_auth(), 5);
         let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
-        assert!(matches!(e, RpcFailure::Protocol(ref m) if m.contains("2..=2")), "{e}");
+        assert!(
+            matches!(e, RpcFailure::Protocol(ref m) if m.contains("2..=2")),
+            "{e}"
+        );
     }
 
     #[test]

@@ -91,6 +91,10 @@ impl Link {
         Ok(link)
     }
 
+    pub(super) fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
     /// Counts a call on this link until the guard is dropped.
     pub(super) fn busy_guard(&self) -> BusyGuard<'_> {
         self.busy.fetch_add(1, Ordering::SeqCst);

@@ -183,7 +183,7 @@ impl Committer {
             })
             .ok()?;
         // Deferred only once a committer runs (without one, listings commit inline).
-        m.defer_listing_commits.store(!*super::prof::NODEFER, Ordering::Release);
+        m.defer_listing_commits.store(true, Ordering::Release);
         Some(Self { stop, thread })
     }
 
@@ -384,7 +384,7 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     break w;
                 }
                 if part.pass().is_some() && part.pass_done() {
-                    if super::prof::time("next-pass", 0, || part.next_pass()) {
+                    if part.next_pass() {
                         sh.wake.notify_all();
                         continue;
                     }
@@ -392,7 +392,7 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     // other worker closes it too); the reconcile runs unlocked, so client
                     // renames are not held up by it.
                     drop(part);
-                    super::prof::time("close-round", 0, || close_round(store, m, sh));
+                    close_round(store, m, sh);
                     sh.wake.notify_all();
                     part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
                     continue;
@@ -407,19 +407,11 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
         };
         let go_on = match work {
             CrawlWork::List(dir) => {
-                super::prof::time("visit-dir", dir, || visit_dir(store, sh, dir));
+                visit_dir(store, sh, dir);
                 true
             }
             CrawlWork::Fetch(leaf, pass) => {
-                let go_on = super::prof::time(
-                    if pass == Pass::Metadata {
-                        "leaf-meta"
-                    } else {
-                        "leaf-data"
-                    },
-                    leaf,
-                    || fetch_leaf(store, m, sh, leaf, pass),
-                );
+                let go_on = fetch_leaf(store, m, sh, leaf, pass);
                 sh.part
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -605,7 +597,7 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
         // Through the store's fill path so the per-file fill lock orders us with clients.
         // Reading the first missing byte makes the filler fetch its whole unit; reading
         // the unit back would only copy what was just written.
-        match super::prof::time("store-read-unit", ino, || store.read(fh, start, 1)) {
+        match store.read(fh, start, 1) {
             Ok(_) => {}
             // Paused or stopped while throttled: the loop waits, then retries the unit.
             Err(crate::FsError::BUSY) => {

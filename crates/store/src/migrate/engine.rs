@@ -157,11 +157,16 @@ impl BufferPool {
     /// A buffer of at least `len` bytes (contents unspecified).
     fn take(&self, len: usize) -> Vec<u8> {
         let reused = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut b = reused.unwrap_or_default();
-        if b.len() < len {
-            b.resize(len, 0);
+        match reused {
+            Some(mut b) => {
+                if b.len() < len {
+                    b.resize(len, 0);
+                }
+                b
+            }
+            // Zeroed by the allocator (fresh pages), not written over.
+            None => vec![0; len],
         }
-        b
     }
 
     fn give(&self, b: Vec<u8>) {
@@ -471,9 +476,7 @@ impl Migration {
     fn expand_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
         let listed = match self.listings.take(&row.src_path) {
             Some(l) => Ok(l),
-            None => super::prof::time("list-source", ino, || {
-                self.source.read_dir_with_attr(&row.src_path)
-            }),
+            None => self.source.read_dir_with_attr(&row.src_path),
         };
         let (entries, dir_attr) = match listed {
             Ok(e) => e,
@@ -491,48 +494,38 @@ impl Migration {
         for chunk in entries.chunks(256) {
             let mut rows = Vec::new();
             let mut anchors = Vec::new();
-            super::prof::time("create-entries", ino, || {
-                store.stub_batch(|| {
-                    for entry in chunk {
-                        let name = OsStr::from_bytes(&entry.name);
-                        let child_src = match row.src_path.join(&entry.name) {
-                            Ok(p) => p,
-                            Err(e) => {
-                                let _ = self.db.skip(&row.src_path, e.kind, &e.message);
-                                continue;
-                            }
-                        };
-                        match self.create_entry(
-                            store,
-                            ino,
-                            name,
-                            &child_src,
-                            &entry.attr,
-                            &mut anchors,
-                        ) {
-                            Ok(Some(r)) => rows.push(r),
-                            Ok(None) => {}
-                            Err(e) => {
-                                let _ = self.db.skip(
-                                    &child_src,
-                                    SourceErrorKind::Io,
-                                    &format!(
-                                        "could not create on the destination: errno {}",
-                                        e.errno()
-                                    ),
-                                );
-                            }
+            store.stub_batch(|| {
+                for entry in chunk {
+                    let name = OsStr::from_bytes(&entry.name);
+                    let child_src = match row.src_path.join(&entry.name) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            let _ = self.db.skip(&row.src_path, e.kind, &e.message);
+                            continue;
+                        }
+                    };
+                    match self.create_entry(store, ino, name, &child_src, &entry.attr, &mut anchors)
+                    {
+                        Ok(Some(r)) => rows.push(r),
+                        Ok(None) => {}
+                        Err(e) => {
+                            let _ = self.db.skip(
+                                &child_src,
+                                SourceErrorKind::Io,
+                                &format!(
+                                    "could not create on the destination: errno {}",
+                                    e.errno()
+                                ),
+                            );
                         }
                     }
-                    Ok(())
-                })
+                }
+                Ok(())
             })?;
-            super::prof::time("db-insert", ino, || self.db.insert(&rows, &anchors)).map_err(io)?;
+            self.db.insert(&rows, &anchors).map_err(io)?;
         }
         // Creating the entries touched the directory: its own times and metadata now.
-        super::prof::time("dir-attrs", ino, || {
-            self.restore_dir_attrs(store, ino, &row.src_path, dir_attr)
-        });
+        self.restore_dir_attrs(store, ino, &row.src_path, dir_attr);
         // The store must never hold a listed directory whose entries' rows a power loss
         // could take back (they would be stubs nobody can fill), so the directory is
         // marked listed only once its rows are durable. A crawler's listing leaves that to
@@ -546,8 +539,8 @@ impl Migration {
             return Ok(());
         }
         // One fsync, shared with concurrent listings (see `state`).
-        super::prof::time("db-sync-listing", ino, || self.db.sync()).map_err(io)?;
-        super::prof::time("stub-dir-listed", ino, || store.stub_dir_listed(ino))?;
+        self.db.sync().map_err(io)?;
+        store.stub_dir_listed(ino)?;
         self.listing_done(ino)
     }
 
@@ -567,15 +560,13 @@ impl Migration {
         if batch.is_empty() {
             return Ok(());
         }
-        let result = super::prof::time("commit-sync", batch.len() as u64, || self.db.sync())
-            .map_err(io)
-            .and_then(|()| {
-                // In listing order, so a parent is marked before its subdirectories.
-                batch.iter().try_for_each(|&ino| {
-                    store.stub_dir_listed(ino)?;
-                    self.listing_done(ino)
-                })
-            });
+        let result = self.db.sync().map_err(io).and_then(|()| {
+            // In listing order, so a parent is marked before its subdirectories.
+            batch.iter().try_for_each(|&ino| {
+                store.stub_dir_listed(ino)?;
+                self.listing_done(ino)
+            })
+        });
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -922,13 +913,10 @@ impl Migration {
         if row.kind != StubKind::DummyFile {
             return Ok(());
         }
-        super::prof::time("copy-metadata", row.ino, || {
-            self.copy_metadata(store, row.ino, &row.src_path)
-        });
-        super::prof::time("db-set-kind", row.ino, || {
-            self.db.set_kind(row.ino, StubKind::PartialFile)
-        })
-        .map_err(io)?;
+        self.copy_metadata(store, row.ino, &row.src_path);
+        self.db
+            .set_kind(row.ino, StubKind::PartialFile)
+            .map_err(io)?;
         if store.stub_state(row.ino).missing.is_empty() {
             self.complete(row)?;
         }
@@ -957,9 +945,7 @@ impl Migration {
         // Unreachable: the data is here, but whether the source kept still is not known.
         // EIO, and the row stays: the crawl reports it and completes it once the source
         // answers.
-        let done = match super::prof::time("complete-stat", ino, || {
-            self.source_changed(row, after_read)
-        })? {
+        let done = match self.source_changed(row, after_read)? {
             // Not recorded as done, so `finish` reports it instead of failing on it.
             Some(why) => {
                 self.db
@@ -970,11 +956,7 @@ impl Migration {
             None => Some((row.listed_size, row.listed_mtime_ns)),
         };
         // Row removal, counter and completion record: one transaction.
-        if super::prof::time("db-complete", ino, || {
-            self.db.complete(ino, &row.src_path, done)
-        })
-        .map_err(io)?
-        {
+        if self.db.complete(ino, &row.src_path, done).map_err(io)? {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
@@ -1122,15 +1104,11 @@ impl Migration {
         let from = missing.iter().map(|m| m.0).min().unwrap_or(at);
         let to = missing.iter().map(|m| m.1).max().unwrap_or(at);
         let read_to = to.min(minsize.max(from));
-        let mut buffer = super::prof::time("buf-take", row.ino, || {
-            self.buffers.take((to - from) as usize)
-        });
+        let mut buffer = self.buffers.take((to - from) as usize);
         let data = &mut buffer[..(to - from) as usize];
         let result = if from < read_to {
-            super::prof::time("read-into", row.ino, || {
-                self.source
-                    .read_into(&row.src_path, from, &mut data[..(read_to - from) as usize])
-            })
+            self.source
+                .read_into(&row.src_path, from, &mut data[..(read_to - from) as usize])
         } else {
             Ok((0, None))
         };
@@ -1173,14 +1151,12 @@ impl Migration {
             // docs/reproduction/migration.md §3), and the crawl is CPU-bound.
             let mut at = s;
             while at < e {
-                let end = e.min(at + *super::prof::PIECE);
-                super::prof::time("stub-write", row.ino, || {
-                    store.stub_write(
-                        row.ino,
-                        at,
-                        &data[(at - from) as usize..(end - from) as usize],
-                    )
-                })?;
+                let end = e.min(at + STORE_WRITE_PIECE);
+                store.stub_write(
+                    row.ino,
+                    at,
+                    &data[(at - from) as usize..(end - from) as usize],
+                )?;
                 self.counters
                     .bytes_fetched
                     .fetch_add(end - at, Ordering::Relaxed);
@@ -1234,7 +1210,7 @@ impl Migration {
 }
 
 /// Largest piece of a unit written to the store in one call (see `fetch_unit`).
-pub(crate) const STORE_WRITE_PIECE: u64 = 1 << 20;
+const STORE_WRITE_PIECE: u64 = 1 << 20;
 
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";

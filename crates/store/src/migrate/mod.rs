@@ -10,10 +10,11 @@
 pub mod crawler;
 pub mod engine;
 pub mod finish;
-mod prof;
 mod readahead;
 pub mod source;
 pub mod state;
+#[cfg(test)]
+mod tests;
 
 pub use crawler::{CrawlFailure, CrawlState, Crawler};
 pub use engine::{Migration, MigrationConfig, Migrations};

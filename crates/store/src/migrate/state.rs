@@ -255,6 +255,15 @@ impl MigrationDb {
         self.committed.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Commits made so far, and how many of them are known durable.
+    #[cfg(test)]
+    pub(crate) fn commit_marks(&self) -> (u64, u64) {
+        (
+            self.committed.load(Ordering::Acquire),
+            self.synced.load(Ordering::Acquire),
+        )
+    }
+
     /// Progress figures. `missing_of(ino)` gives the byte ranges the store still misses
     /// of a partial file; without it (no store at hand) a partial file counts as wholly
     /// missing. Dummy files have nothing fetched yet. Every figure is clamped to the

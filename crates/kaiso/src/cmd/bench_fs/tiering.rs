@@ -68,31 +68,46 @@ impl Workload {
         }
     }
 
-    /// One request: the rank of the file it read and its latency.
-    fn request(&mut self) -> Result<(usize, Duration)> {
+    /// One request: the rank of the file it read, its latency, and the time of each of
+    /// its steps (open, fadvise, read, close).
+    fn request(&mut self) -> Result<Ranked> {
         let rank = self.zipf.sample(self.rng.unit());
         let path = &self.files[rank];
         let slots = (self.file_size / self.read_size).max(1);
         let off = (self.rng.next_u64() % slots) * self.read_size;
         let t = Instant::now();
         let f = fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
+        let opened = Instant::now();
         use std::os::fd::AsRawFd;
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let advised = Instant::now();
         let n = self.buf.len();
         f.read_exact_at(&mut self.buf[..n], off)
             .with_context(|| format!("read {}", path.display()))?;
+        let read = Instant::now();
         drop(f);
-        Ok((rank, t.elapsed()))
+        let closed = Instant::now();
+        let us = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e6;
+        Ok(Ranked {
+            rank,
+            us: us(t, closed),
+            steps_us: [
+                us(t, opened),
+                us(opened, advised),
+                us(advised, read),
+                us(read, closed),
+            ],
+            at: t,
+        })
     }
 
-    /// Run for `secs`: (rank, latency in microseconds) per read.
+    /// Run for `secs`: every read, with its rank and times.
     fn run_ranked(&mut self, secs: f64) -> Result<Vec<Ranked>> {
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut lat = Vec::new();
         while Instant::now() < end {
             check_interrupt()?;
-            let (rank, d) = self.request()?;
-            lat.push((rank, d.as_secs_f64() * 1e6));
+            lat.push(self.request()?);
         }
         Ok(lat)
     }
@@ -102,13 +117,66 @@ impl Workload {
         Ok(self
             .run_ranked(secs as f64)?
             .into_iter()
-            .map(|(_, l)| l)
+            .map(|r| r.us)
             .collect())
     }
 }
 
-/// One read: the rank of its file and its latency in microseconds.
-type Ranked = (usize, f64);
+/// One read: the rank of its file, its latency and the time of each step (open, fadvise,
+/// read, close), in microseconds.
+#[derive(Clone, Copy)]
+struct Ranked {
+    rank: usize,
+    us: f64,
+    steps_us: [f64; 4],
+    /// When it started.
+    at: Instant,
+}
+
+/// Environment variable naming a file to which the measured reads are written, one per
+/// line (configuration, start in µs since the first, rank, open, fadvise, read and close
+/// µs), for looking at their time line.
+const READS_DUMP_ENV: &str = "KAISO_BENCH_READS";
+
+fn dump_reads(s: f64, sets: &[(&str, &[Ranked])]) -> Result<()> {
+    let Some(path) = std::env::var_os(READS_DUMP_ENV) else {
+        return Ok(());
+    };
+    let Some(t0) = sets.iter().flat_map(|(_, v)| v.iter().map(|r| r.at)).min() else {
+        return Ok(());
+    };
+    let mut out = String::new();
+    for (name, reads) in sets {
+        for r in *reads {
+            let [o, f, rd, c] = r.steps_us;
+            writeln!(
+                out,
+                "{s} {name} {:.0} {} {o:.1} {f:.1} {rd:.1} {c:.1}",
+                (r.at - t0).as_secs_f64() * 1e6,
+                r.rank
+            )?;
+        }
+    }
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("{READS_DUMP_ENV}: cannot open {}", Path::new(&path).display()))?;
+    f.write_all(out.as_bytes())?;
+    Ok(())
+}
+
+/// Mean time of each step (open, fadvise, read, close) of `reads`, µs.
+fn step_means<'a>(reads: impl Iterator<Item = &'a Ranked>) -> [f64; 4] {
+    let (mut sum, mut n) = ([0.0; 4], 0usize);
+    for r in reads {
+        for (s, v) in sum.iter_mut().zip(r.steps_us) {
+            *s += v;
+        }
+        n += 1;
+    }
+    sum.map(|s| s / n.max(1) as f64)
+}
 
 struct LatStats {
     n: usize,
@@ -205,6 +273,10 @@ struct SkewRow {
     /// Tiered reads of files that were on the fast tier / on the slow tier at the end.
     fast_served: LatStats,
     slow_served: LatStats,
+    /// Mean µs of each step (open, fadvise, read, close) of the all-fast reads and of the
+    /// tiered reads of fast-tier files.
+    steps_all_fast: [f64; 4],
+    steps_fast_served: [f64; 4],
     /// Files on the fast tier at the end, and the share of reads they draw.
     on_fast: usize,
     kaiso_share: f64,
@@ -349,7 +421,13 @@ pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Resul
 
 /// Mounts the tiered store: the bench's usual configuration (mover planning every
 /// 500 ms) plus the fast tier's flash write budget.
-fn mount_tiered(work: &WorkDir, tag: &str, setup: &Setup, tiers: &[BenchTier]) -> Result<Mounted> {
+fn mount_tiered(
+    work: &WorkDir,
+    tag: &str,
+    setup: &Setup,
+    tiers: &[BenchTier],
+    extra: &[String],
+) -> Result<Mounted> {
     let state = work.sub(&format!("state-{tag}"))?;
     let cfg = work.root.join(format!("{tag}.toml"));
     write_config(&cfg, &state, tiers, 500)?;
@@ -358,7 +436,7 @@ fn mount_tiered(work: &WorkDir, tag: &str, setup: &Setup, tiers: &[BenchTier]) -
     fs::write(&cfg, text).with_context(|| format!("write {}", cfg.display()))?;
     let mnt = work.sub(&format!("mnt-{tag}"))?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("mount").arg(&cfg).arg(&mnt);
+    cmd.arg("mount").args(extra).arg(&cfg).arg(&mnt);
     Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
 }
 
@@ -380,8 +458,9 @@ fn run_skew(
 ) -> Result<SkewRow> {
     let big = setup.n as u64 * setup.fsize * 4;
     println!("  Zipf s = {s}:");
+    let extra = kaiso_mount_args(args);
     let one = |tag: &str, path: &Path, device: Option<&str>| -> Result<Mounted> {
-        mount_kaiso(
+        mount_kaiso_with(
             work,
             &format!("{tag}-{i}"),
             &[BenchTier {
@@ -392,6 +471,7 @@ fn run_skew(
                 watermarks: None,
             }],
             500,
+            &extra,
         )
     };
     let m_fast = one("fast", dirs.ref_fast, None)?;
@@ -417,6 +497,7 @@ fn run_skew(
                 watermarks: None,
             },
         ],
+        &extra,
     )?;
     let cfg = work.root.join(format!("{tag}.toml"));
     let workload = |m: &Mounted| {
@@ -448,9 +529,9 @@ fn run_skew(
     let (mut l_fast, mut l_slow, mut l_tiered) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..setup.measure * TURNS_PER_SEC {
         let turn = 1.0 / TURNS_PER_SEC as f64;
-        l_fast.extend(w_fast.run_ranked(turn)?.into_iter().map(|x| x.1));
+        l_fast.extend(w_fast.run_ranked(turn)?);
         l_tiered.extend(w_tiered.run_ranked(turn)?);
-        l_slow.extend(w_slow.run_ranked(turn)?.into_iter().map(|x| x.1));
+        l_slow.extend(w_slow.run_ranked(turn)?);
     }
     let moved2 = moved_so_far(&cfg);
     let load1 = load_average_1min();
@@ -476,14 +557,18 @@ fn run_skew(
         .map(|r| ranked.zipf.mass(r))
         .sum();
     let (served_fast, served_slow): (Vec<Ranked>, Vec<Ranked>) =
-        l_tiered.iter().partition(|(r, _)| fast_rank[*r]);
+        l_tiered.iter().partition(|r| fast_rank[r.rank]);
+    dump_reads(s, &[("fast", &l_fast), ("tiered", &l_tiered), ("slow", &l_slow)])?;
+    let us = |v: &[Ranked]| v.iter().map(|x| x.us).collect::<Vec<_>>();
     let row = SkewRow {
         s,
-        all_fast: stats(l_fast),
-        tiered: stats(l_tiered.iter().map(|x| x.1).collect()),
-        all_slow: stats(l_slow),
-        fast_served: stats(served_fast.iter().map(|x| x.1).collect()),
-        slow_served: stats(served_slow.iter().map(|x| x.1).collect()),
+        all_fast: stats(us(&l_fast)),
+        tiered: stats(us(&l_tiered)),
+        all_slow: stats(us(&l_slow)),
+        fast_served: stats(us(&served_fast)),
+        slow_served: stats(us(&served_slow)),
+        steps_all_fast: step_means(l_fast.iter()),
+        steps_fast_served: step_means(served_fast.iter()),
         on_fast: on_fast.len(),
         kaiso_share,
         fast_ranks,
@@ -563,6 +648,18 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
                 name, s.mean, s.p50, s.p99, s.n
             )?;
         }
+        let steps = |v: [f64; 4]| {
+            v.iter()
+                .map(|x| format!("{x:.0}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        writeln!(
+            t,
+            "  steps (open / fadvise / read / close, mean us): all-fast {}; tiered, fast-tier files {}",
+            steps(r.steps_all_fast),
+            steps(r.steps_fast_served)
+        )?;
         writeln!(
             t,
             "  files moved during warm-up: {}; during the measured window: {}",

@@ -1,0 +1,400 @@
+//! Engine tests over an in-memory source: crawler listings committed in the background
+//! (never marked listed before their rows are durable; a client commits first), and the
+//! hard-link anchor claim under a forced race of two listings.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::engine::mark_crawler_thread;
+use super::source::{
+    FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
+    SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+};
+use super::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
+use crate::types::{Ino, ROOT_INO};
+use crate::{Store, StoreConfig};
+
+/// A read-only tree held in memory. Objects are keyed by path; a file's bytes by its
+/// inode number (two paths with one inode are hard links).
+struct MemSource {
+    objects: HashMap<Vec<u8>, SourceAttr>,
+    data: HashMap<u64, Vec<u8>>,
+    unix_ids: bool,
+    meet: Arc<MeetAt>,
+}
+
+/// The next `calls` calls of `features` meet (armed by a test).
+#[derive(Default)]
+struct MeetAt {
+    calls: AtomicUsize,
+    meeting: Meeting,
+}
+
+/// Two threads wait for each other (bounded: a thread that comes alone goes on after a
+/// while, so a broken engine fails the test's assertions instead of hanging it).
+#[derive(Default)]
+struct Meeting {
+    arrived: Mutex<usize>,
+    all_here: Condvar,
+}
+
+impl Meeting {
+    fn meet(&self, parties: usize) {
+        let mut n = self.arrived.lock().unwrap();
+        *n += 1;
+        self.all_here.notify_all();
+        let until = Instant::now() + Duration::from_secs(5);
+        while *n < parties && Instant::now() < until {
+            n = self
+                .all_here
+                .wait_timeout(n, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+    }
+}
+
+fn attr(kind: FileKind, ino: u64, size: u64, nlink: u32) -> SourceAttr {
+    let t = Timestamp {
+        secs: 1_000_000_000,
+        nanos: 0,
+    };
+    SourceAttr {
+        kind,
+        perm: if kind == FileKind::Directory {
+            0o755
+        } else {
+            0o644
+        },
+        uid: 0,
+        gid: 0,
+        size,
+        nlink,
+        ino,
+        rdev: (0, 0),
+        atime: t,
+        mtime: t,
+        ctime: t,
+        btime: None,
+        dos_attributes: None,
+    }
+}
+
+/// The bytes of file `ino` (`len` of them).
+fn content(ino: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u64 * 31 + ino) as u8).collect()
+}
+
+impl MemSource {
+    /// `dirs` and `files` (path, inode, size) below the root; a file's link count is the
+    /// number of its paths when `unix_ids`, else 1 (as SMB listings say).
+    fn new(dirs: &[&str], files: &[(&str, u64, usize)], unix_ids: bool) -> Self {
+        let mut objects = HashMap::new();
+        objects.insert(Vec::new(), attr(FileKind::Directory, 1, 0, 2));
+        for (i, d) in dirs.iter().enumerate() {
+            objects.insert(
+                d.as_bytes().to_vec(),
+                attr(FileKind::Directory, 100 + i as u64, 0, 2),
+            );
+        }
+        let mut data = HashMap::new();
+        for &(p, ino, len) in files {
+            let links = files.iter().filter(|f| f.1 == ino).count() as u32;
+            let nlink = if unix_ids { links } else { 1 };
+            objects.insert(
+                p.as_bytes().to_vec(),
+                attr(FileKind::Regular, ino, len as u64, nlink),
+            );
+            data.insert(ino, content(ino, len));
+        }
+        Self {
+            objects,
+            data,
+            unix_ids,
+            meet: Arc::default(),
+        }
+    }
+
+    fn get(&self, path: &SourcePath) -> SourceResult<&SourceAttr> {
+        self.objects
+            .get(path.as_bytes())
+            .ok_or_else(|| SourceError::new(SourceErrorKind::NotFound, path, "no such object"))
+    }
+}
+
+impl Source for MemSource {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
+    fn features(&self) -> SourceFeatures {
+        let armed = self
+            .meet
+            .calls
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if armed {
+            self.meet.meeting.meet(2);
+        }
+        SourceFeatures {
+            unix_ids: self.unix_ids,
+            symlinks: true,
+            ..SourceFeatures::default()
+        }
+    }
+
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        self.get(path).cloned()
+    }
+
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.get(path)?;
+        let mut out: Vec<SourceEntry> = self
+            .objects
+            .iter()
+            .filter_map(|(p, a)| {
+                let p = SourcePath::parse(p).ok()?;
+                (!p.is_root() && p.parent()? == *path).then(|| SourceEntry {
+                    name: p.file_name().unwrap_or_default().to_vec(),
+                    attr: a.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        let a = self.get(path)?;
+        let bytes = self.data.get(&a.ino).map(Vec::as_slice).unwrap_or_default();
+        let from = (offset as usize).min(bytes.len());
+        let to = from.saturating_add(len).min(bytes.len());
+        Ok(bytes[from..to].to_vec())
+    }
+
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        Err(SourceError::new(
+            SourceErrorKind::WrongKind,
+            path,
+            "no symlinks here",
+        ))
+    }
+
+    fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        Ok(Vec::new())
+    }
+
+    fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+        Ok(SourceAcl::default())
+    }
+
+    fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        Ok(Vec::new())
+    }
+
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        _stream: &str,
+        _offset: u64,
+        _len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        Err(SourceError::new(
+            SourceErrorKind::Unsupported,
+            path,
+            "no streams",
+        ))
+    }
+}
+
+/// A fresh one-tier store with `source` attached as migration "t".
+struct Setup {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    m: Arc<Migration>,
+}
+
+impl Setup {
+    fn new(source: MemSource, workers: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        let store = Store::open(StoreConfig::from_toml_str(&cfg, "test.toml").unwrap()).unwrap();
+        let mut mc = MigrationConfig::new("t");
+        mc.crawl_workers = workers;
+        mc.unit_size = 64 << 10;
+        let m = Migration::open(&store, Box::new(source), mc).unwrap();
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        Self {
+            _dir: dir,
+            store,
+            m,
+        }
+    }
+
+    fn lookup(&self, parent: Ino, name: &str) -> Ino {
+        let a = self.store.lookup(parent, OsStr::new(name)).unwrap();
+        self.store.forget(a.ino, 1);
+        a.ino
+    }
+
+    fn resolve(&self, path: &str) -> Ino {
+        path.split('/')
+            .fold(ROOT_INO, |ino, name| self.lookup(ino, name))
+    }
+
+    fn read_all(&self, ino: Ino) -> Vec<u8> {
+        let fh = self.store.open_file(ino, libc::O_RDONLY, false).unwrap().fh;
+        let size = self.store.getattr(ino, None).unwrap().size;
+        let data = self.store.read(fh, 0, size as u32).unwrap();
+        self.store.release(fh).unwrap();
+        data
+    }
+
+    /// Lists `dir` as a crawler worker does (on a crawler thread).
+    fn list_as_crawler(&self, dir: Ino) {
+        let store = self.store.clone();
+        std::thread::spawn(move || {
+            mark_crawler_thread();
+            let fh = store.opendir(dir).unwrap();
+            store.releasedir(fh).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_crawler_listing_is_marked_listed_only_once_durable_and_a_client_commits_it_first() {
+    let s = Setup::new(MemSource::new(&["a", "a/b"], &[("a/f", 7, 1000)], true), 1);
+    // What a running committer asks for, without the committer: nothing commits behind
+    // the test's back.
+    s.m.defer_listing_commits.store(true, Ordering::Release);
+    s.list_as_crawler(ROOT_INO);
+    let (committed, synced) = s.m.db.commit_marks();
+    assert!(synced < committed, "the listing's rows are not durable yet");
+    assert!(
+        s.store.stub_state(ROOT_INO).unlisted_dir,
+        "a listing whose rows are not durable is not marked listed"
+    );
+    assert_eq!(s.m.counters.dirs_listed.load(Ordering::Acquire), 0);
+
+    // A client's lookup in it makes the rows durable, marks it listed and goes on.
+    let a = s.lookup(ROOT_INO, "a");
+    assert!(s.m.db.commit_marks().1 >= committed);
+    assert!(!s.store.stub_state(ROOT_INO).unlisted_dir);
+    assert_eq!(s.m.counters.dirs_listed.load(Ordering::Acquire), 1);
+    assert!(s.m.db.get(ROOT_INO).unwrap().is_none(), "its row is gone");
+
+    // A client's own listing is never deferred.
+    let f = s.lookup(a, "f");
+    assert!(!s.store.stub_state(a).unlisted_dir);
+    assert_eq!(s.read_all(f), content(7, 1000));
+    assert_eq!(s.m.remaining(), 1, "only a/b is left");
+}
+
+#[test]
+fn a_crawl_of_a_deep_chain_commits_every_listing_in_the_background() {
+    let depth = 30;
+    let dirs: Vec<String> = (1..=depth)
+        .map(|d| {
+            (0..d)
+                .map(|i| format!("d{i}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect();
+    let files: Vec<(String, u64, usize)> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (format!("{d}/f"), 1000 + i as u64, 3000 + i))
+        .collect();
+    let dir_refs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    let file_refs: Vec<(&str, u64, usize)> =
+        files.iter().map(|(p, i, n)| (p.as_str(), *i, *n)).collect();
+    let s = Setup::new(MemSource::new(&dir_refs, &file_refs, true), 4);
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+    assert!(s.m.defer_listing_commits.load(Ordering::Acquire));
+    drop(crawler);
+    assert!(
+        !s.m.defer_listing_commits.load(Ordering::Acquire),
+        "listings commit inline again once the crawler is gone"
+    );
+    assert_eq!(s.m.remaining(), 0);
+    assert_eq!(
+        s.m.counters.dirs_listed.load(Ordering::Acquire),
+        depth as u64 + 1
+    );
+    let (committed, synced) = s.m.db.commit_marks();
+    assert!(committed > 0 && synced > 0);
+    for (path, ino, len) in &files {
+        let got = s.resolve(path);
+        assert!(!s.store.stub_state(got).unlisted_dir);
+        assert_eq!(s.read_all(got), content(*ino, *len), "{path}");
+    }
+}
+
+#[test]
+fn a_crawler_stopped_with_listings_deferred_commits_them_before_it_ends() {
+    let s = Setup::new(
+        MemSource::new(&["a", "b"], &[("a/f", 7, 10), ("b/g", 8, 10)], true),
+        1,
+    );
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    crawler.pause();
+    // A listing on a crawler thread while the committer runs is deferred, then committed
+    // in the background or, at the latest, when the crawler stops.
+    s.list_as_crawler(ROOT_INO);
+    drop(crawler);
+    assert!(!s.store.stub_state(ROOT_INO).unlisted_dir);
+    assert!(s.m.db.get(ROOT_INO).unwrap().is_none());
+    let (committed, synced) = s.m.db.commit_marks();
+    assert!(synced > 0 && synced <= committed);
+}
+
+/// Two workers list two directories of one link group at the same moment: the source
+/// holds both right before the "is there an anchor?" check (its `features` call) until
+/// the other arrives, so both look at once. They must agree on one anchor.
+#[test]
+fn two_listings_of_one_link_group_at_once_agree_on_one_anchor() {
+    for round in 0..5 {
+        // SMB-like: listings say one link, every file is anchored by its file id.
+        let source = MemSource::new(
+            &["d1", "d2"],
+            &[("d1/f", 77, 5000), ("d2/f", 77, 5000)],
+            false,
+        );
+        let meet = source.meet.clone();
+        let s = Setup::new(source, 2);
+        let (d1, d2) = (s.lookup(ROOT_INO, "d1"), s.lookup(ROOT_INO, "d2"));
+        meet.calls.store(2, Ordering::Release);
+        let listers: Vec<_> = [d1, d2]
+            .into_iter()
+            .map(|d| {
+                let store = s.store.clone();
+                std::thread::spawn(move || {
+                    mark_crawler_thread();
+                    let fh = store.opendir(d).unwrap();
+                    store.releasedir(fh).unwrap();
+                })
+            })
+            .collect();
+        for l in listers {
+            l.join().unwrap();
+        }
+        let (f1, f2) = (s.lookup(d1, "f"), s.lookup(d2, "f"));
+        assert_eq!(f1, f2, "round {round}: one inode for both links");
+        assert_eq!(s.store.getattr(f1, None).unwrap().nlink, 2, "round {round}");
+        assert_eq!(s.read_all(f2), content(77, 5000));
+    }
+}
