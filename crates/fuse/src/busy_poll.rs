@@ -13,8 +13,10 @@
 //! (so a mount with sparse requests never polls, and an idle mount costs no CPU), and
 //! backs off exponentially when polls keep ending just before the next request arrives.
 //! A poll also stops, and the rule holds off, as soon as another thread wants its CPU
-//! (a yield that took long): on a busy machine the vCPUs do not halt, so a wake-up is
-//! cheap there and polling would only take time from others.
+//! (a yield that took long); and nobody polls while the machine's 1-minute load average
+//! is at or above its CPU count ([`MachineLoad`]): on a busy machine the vCPUs do not
+//! halt, so a wake-up is cheap there, and polling would only take CPU time from others
+//! (and keep the scheduler from moving waiting threads onto the polling CPU).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -206,6 +208,62 @@ pub fn poll_for_request(fd: BorrowedFd<'_>, window: Duration) -> Polled {
     }
 }
 
+/// Environment variable that, set to `1` when a mount starts, lets its workers poll
+/// whatever the machine's load (for tests and comparisons on a busy machine).
+pub const ANY_LOAD_ENV: &str = "KAISO_FUSE_POLL_UNDER_LOAD";
+
+/// How often the load average is read again.
+const LOAD_RECHECK: Duration = Duration::from_millis(500);
+
+/// Whether polling may pay off on this machine: some CPU is idle much of the time (the
+/// 1-minute load average is below the number of CPUs), so wake-ups may land on a halted
+/// vCPU.
+pub fn worth_polling(load1: f64, cpus: usize) -> bool {
+    load1.is_finite() && load1 < cpus as f64
+}
+
+/// The machine's load, read from `/proc/loadavg` at most every [`LOAD_RECHECK`].
+#[derive(Debug)]
+pub struct MachineLoad {
+    cpus: usize,
+    checked: Option<Instant>,
+    idle_cpus: bool,
+    /// Poll whatever the load ([`ANY_LOAD_ENV`]).
+    any_load: bool,
+}
+
+impl Default for MachineLoad {
+    fn default() -> Self {
+        MachineLoad {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            checked: None,
+            idle_cpus: false,
+            any_load: std::env::var(ANY_LOAD_ENV).is_ok_and(|v| v == "1"),
+        }
+    }
+}
+
+impl MachineLoad {
+    /// Whether the machine has idle CPUs now (see [`worth_polling`]); without a load
+    /// average to read, it assumes so.
+    pub fn idle_cpus(&mut self, now: Instant) -> bool {
+        if self.any_load {
+            return true;
+        }
+        if self
+            .checked
+            .is_none_or(|t| now.duration_since(t) >= LOAD_RECHECK)
+        {
+            self.checked = Some(now);
+            self.idle_cpus = std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+                .is_none_or(|l| worth_polling(l, self.cpus));
+        }
+        self.idle_cpus
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +308,31 @@ mod tests {
     }
 
     #[test]
+    fn polls_only_below_one_runnable_thread_per_cpu() {
+        assert!(worth_polling(0.3, 2));
+        assert!(worth_polling(1.9, 2));
+        assert!(!worth_polling(2.0, 2));
+        assert!(!worth_polling(11.0, 2));
+        assert!(worth_polling(11.0, 16));
+        assert!(!worth_polling(f64::NAN, 2));
+    }
+
+    #[test]
+    fn the_load_is_read_at_most_twice_a_second() {
+        let mut m = MachineLoad {
+            any_load: false,
+            ..MachineLoad::default()
+        };
+        let t = Instant::now();
+        let first = m.idle_cpus(t);
+        let checked = m.checked;
+        assert_eq!(m.idle_cpus(t + Duration::from_millis(100)), first);
+        assert_eq!(m.checked, checked);
+        m.idle_cpus(t + LOAD_RECHECK);
+        assert_eq!(m.checked, Some(t + LOAD_RECHECK));
+    }
+
+    #[test]
     fn starts_closed_and_never_polls_when_off() {
         let s = PollState::default();
         assert_eq!(rule().window(&s), Duration::ZERO);
@@ -276,13 +359,19 @@ mod tests {
         assert_eq!(r.window(&s), Duration::ZERO);
     }
 
+    /// The state once the window opened and 100 requests were caught `after_us` each.
+    fn settled(r: PollRule, after_us: u64) -> PollState {
+        let mut s = r.update(PollState::default(), slept(0, 30));
+        for _ in 0..100 {
+            s = r.update(s, caught(after_us));
+        }
+        s
+    }
+
     #[test]
     fn the_window_follows_the_gaps_seen() {
         let r = rule();
-        let mut s = r.update(PollState::default(), slept(0, 30));
-        for _ in 0..100 {
-            s = r.update(s, caught(8));
-        }
+        let mut s = settled(r, 8);
         // About twice the gap, never below the floor.
         assert_eq!(r.window(&s), Duration::from_micros(16));
         // A longer gap widens it at once, up to the limit.
@@ -299,10 +388,7 @@ mod tests {
     #[test]
     fn a_near_miss_widens_the_window() {
         let r = rule();
-        let mut s = r.update(PollState::default(), slept(0, 30));
-        for _ in 0..100 {
-            s = r.update(s, caught(5));
-        }
+        let mut s = settled(r, 5);
         assert_eq!(r.window(&s), Duration::from_micros(10));
         s = r.update(s, slept(10, 40));
         assert_eq!(r.window(&s), Duration::from_micros(20));
@@ -326,7 +412,10 @@ mod tests {
             polled_sparse += w;
             s2 = r.update(s2, slept(w, 10_000));
         }
-        assert!(polled_sparse <= 50, "polled {polled_sparse} µs over sparse requests");
+        assert!(
+            polled_sparse <= 50,
+            "polled {polled_sparse} µs over sparse requests"
+        );
         assert_eq!(r.window(&s2), Duration::ZERO);
     }
 

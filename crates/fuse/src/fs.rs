@@ -122,19 +122,9 @@ fn time(t: Option<TimeOrNow>) -> Option<TimeSet> {
 }
 
 impl KaisoFs {
-    /// The FUSE face over `store`, its reading worker busy-polling for at most
-    /// [`crate::busy_poll::DEFAULT_MAX`] after a reply.
-    pub fn new(store: Arc<Store>, opts: &MountOptions) -> KaisoFs {
-        KaisoFs::with_busy_poll(store, opts, crate::busy_poll::DEFAULT_MAX)
-    }
-
     /// The FUSE face over `store`, busy-polling for at most `busy_poll` after a reply
     /// (zero: never; see [`crate::busy_poll`]).
-    pub fn with_busy_poll(
-        store: Arc<Store>,
-        opts: &MountOptions,
-        busy_poll: std::time::Duration,
-    ) -> KaisoFs {
+    pub fn new(store: Arc<Store>, opts: &MountOptions, busy_poll: std::time::Duration) -> KaisoFs {
         KaisoFs {
             store,
             ttl: opts.ttl,

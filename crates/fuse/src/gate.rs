@@ -25,7 +25,7 @@
 //! Setting the environment variable [`ALL_READ_ENV`] to `1` turns the gate off (every
 //! worker reads, as fuser does by itself, and none polls), for comparisons.
 
-use crate::busy_poll::{Outcome, PollRule, PollState, Polled, poll_for_request};
+use crate::busy_poll::{MachineLoad, Outcome, PollRule, PollState, Polled, poll_for_request};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -56,9 +56,9 @@ struct State {
     stall_releases: u64,
     /// The busy-poll window's state.
     poll: PollState,
-    /// When the last request in service ended with no other in service, and how long
-    /// the worker then polled without seeing one (`None`: the poll saw it).
-    idle_since: Option<(Instant, Option<u64>)>,
+    /// When the last request in service ended with no other in service, if the worker
+    /// then went to sleep in `read`, and how long it polled before (ns, 0: not at all).
+    idle_since: Option<(Instant, u64)>,
     /// Polls that saw the next request, and polls that did not (for tests and logs).
     polls_caught: u64,
     polls_missed: u64,
@@ -75,6 +75,8 @@ struct Inner {
     rule: PollRule,
     /// A duplicate of the session's `/dev/fuse` descriptor to poll (set once mounted).
     device: OnceLock<OwnedFd>,
+    /// Whether the machine has idle CPUs (read by the worker about to poll).
+    load: Mutex<MachineLoad>,
 }
 
 impl Inner {
@@ -115,8 +117,7 @@ impl WorkerGate {
     pub fn with_busy_poll(threads: usize, busy_poll: Duration) -> WorkerGate {
         let rule = PollRule::new(busy_poll);
         let stand_by = threads > 1;
-        if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1")
-        {
+        if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
             return WorkerGate { inner: None };
         }
         let inner = Arc::new(Inner {
@@ -129,6 +130,7 @@ impl WorkerGate {
             stand_by,
             rule,
             device: OnceLock::new(),
+            load: Mutex::new(MachineLoad::default()),
         });
         if !stand_by {
             // Nobody parks, so nobody needs handing back.
@@ -185,15 +187,12 @@ impl WorkerGate {
         let mut s = g.lock();
         let batch_goes_on = forget.is_some() && forget == s.last_forget;
         s.last_forget = forget;
-        if batch_goes_on {
-            // The previous node polled for nothing: no gap to learn.
-            s.idle_since = None;
-        } else if let Some((since, polled)) = s.idle_since.take() {
-            // The first request after an idle moment: teach the poll rule the gap.
-            if let Some(polled_ns) = polled {
-                let gap_ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                s.poll = g.rule.update(s.poll, Outcome::Slept { polled_ns, gap_ns });
-            }
+        let idle = s.idle_since.take();
+        if let (false, Some((since, polled_ns))) = (batch_goes_on, idle) {
+            // The first request after an idle moment teaches the poll rule the gap (not
+            // the next node of a batch: the previous one polled for nothing).
+            let gap_ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            s.poll = g.rule.update(s.poll, Outcome::Slept { polled_ns, gap_ns });
         }
         s.readers = s.readers.saturating_sub(1);
         let id = s.next_id;
@@ -284,11 +283,21 @@ impl Drop for Serving<'_> {
         let device = g.device.get().filter(|_| !window.is_zero());
         let idle_at = Instant::now();
         let Some(device) = device else {
-            s.idle_since = Some((idle_at, Some(0)));
+            s.idle_since = Some((idle_at, 0));
             return;
         };
         // Poll without the lock: the other workers are parked or serving.
         drop(s);
+        let idle_cpus = g
+            .load
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle_cpus(idle_at);
+        if !idle_cpus {
+            // A busy machine: wake-ups are cheap there, and polling takes CPU from others.
+            g.lock().idle_since = Some((idle_at, 0));
+            return;
+        }
         let polled = poll_for_request(device.as_fd(), window);
         let mut s = g.lock();
         match polled {
@@ -301,7 +310,7 @@ impl Drop for Serving<'_> {
             Polled::Nothing(spent) => {
                 s.polls_missed += 1;
                 let spent_ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-                s.idle_since = Some((idle_at, Some(spent_ns.max(1))));
+                s.idle_since = Some((idle_at, spent_ns.max(1)));
             }
             Polled::GaveWay(_) => {
                 s.polls_missed += 1;

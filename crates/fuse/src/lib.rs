@@ -164,6 +164,12 @@ impl Mounted {
         self.session.as_ref().is_none_or(|s| s.guard.is_finished())
     }
 
+    /// Busy polls so far that saw the next request, and those that ended without one
+    /// (see [`busy_poll`]).
+    pub fn busy_polls(&self) -> (u64, u64) {
+        self.gate.poll_stats()
+    }
+
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
         let (caught, missed) = self.gate.poll_stats();
@@ -214,7 +220,7 @@ pub fn mount_with_busy_poll(
     preflight(mountpoint)?;
     let fsname = format!("kaiso:{}", store.config().state_dir.display());
     let cfg = session_config(fsname, opts);
-    let fs = KaisoFs::with_busy_poll(store, opts, busy_poll);
+    let fs = KaisoFs::new(store, opts, busy_poll);
     let gate = fs.gate();
     let failed = |e| {
         // No session will close the gate: stop its watchdog thread here.

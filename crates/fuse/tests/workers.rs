@@ -216,3 +216,40 @@ fn a_create_replies_with_the_new_files_attributes() {
     assert_eq!(m.mode() & libc::S_IFMT, libc::S_IFIFO);
     assert_eq!(m.mode() & 0o777, 0o640 & !umask);
 }
+
+/// Busy-polling off (`kaiso mount --busy-poll-us 0`): the mount works and never polls.
+#[test]
+fn busy_polling_off_never_polls() {
+    if !fuse_available() {
+        eprintln!("skipping: /dev/fuse is not available");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["t0", "mnt"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    let text = format!(
+        "[store]\nstate_dir = \"{0}/state\"\n[store.mover]\nenabled = false\n\
+         [[tier]]\nname = \"fast\"\npath = \"{0}/t0\"\ncapacity = \"64MiB\"\n",
+        dir.path().display()
+    );
+    let store = Store::open(StoreConfig::from_toml_str(&text, "t").unwrap()).unwrap();
+    let mnt = dir.path().join("mnt");
+    let m = kaiso_fuse::mount_with_busy_poll(
+        store.clone(),
+        &mnt,
+        &kaiso_fuse::MountOptions::default(),
+        Duration::ZERO,
+    )
+    .unwrap();
+    let d = mnt.join("a");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..200 {
+        let p = d.join(format!("f{i}"));
+        std::fs::File::create(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+    }
+    assert_eq!(m.busy_polls(), (0, 0));
+    m.unmount().unwrap();
+    store.shutdown();
+}

@@ -20,20 +20,30 @@
 //!
 //! How it keeps the server busy (each request costs a network round trip):
 //! - Several sessions, each on its own TCP connection ([`SmbConfig::connections`]; Samba
-//!   serves each connection with a process of its own), used in turn by concurrent calls;
-//!   each session also carries many requests at once (READs in flight, queries sent
-//!   together).
+//!   serves each connection with a process of its own); a call takes the session with
+//!   the fewest calls running. Each session also carries many requests at once (READs
+//!   in flight, queries sent together).
 //! - One handle per object for everything asked about it at once: the first of a
-//!   file's EA / security descriptor / stream calls opens it once and sends the three
-//!   queries together; listing a directory also queries its attributes, EAs and
-//!   descriptor on the listing's handle. The answers nobody asked for yet wait briefly
-//!   for the calls that follow (see `prefetch`).
-//! - Every regular file of a listing is queued for background threads that fetch its
-//!   EAs, descriptor and streams on sessions otherwise idle, so the crawl's metadata pass
-//!   finds them waiting instead of spending two round trips per file.
-//! - Reads keep [`SmbConfig::parallel_reads`] READs in flight (a sliding window), and
-//!   [`Source::read_with_attr`] asks for the file's attributes together with the last
-//!   READ instead of a separate stat. Handles are closed in the background.
+//!   file's EA / security descriptor / stream calls opens it once and sends the queries
+//!   together; listing a directory also queries its attributes, EAs and descriptor on
+//!   the listing's handle. The answers nobody asked for yet wait briefly for the calls
+//!   that follow (see `prefetch`); one fetch per file, however many threads ask.
+//! - Queries whose answer is already known are not sent: streams on a share whose file
+//!   system has no named streams (asked once at connect), EAs of a file whose listing
+//!   entry says EaSize 0 once the server has shown that it fills that field in.
+//! - The handle of a file's metadata fetch is kept for its first read (see `handles`),
+//!   which then needs no open of its own.
+//! - Every regular file of a listing is queued for background threads (one per two
+//!   sessions) that fetch its metadata on idle sessions, so the crawl's metadata pass
+//!   finds it waiting; they wait for an idle session first, so a client's call does not
+//!   queue behind them.
+//! - Reads keep [`SmbConfig::parallel_reads`] READs of up to 1 MiB in flight (a sliding
+//!   window) straight into the caller's buffer ([`Source::read_into`]), and ask for the
+//!   file's attributes together with the last READ instead of a separate stat. Handles
+//!   are closed in the background.
+//! - The crate's receive thread waits for a reply as long as a request may (see
+//!   `link::set_receive_timeout`: its own 100 ms poll lost the framing of replies that
+//!   stalled half-way).
 //! - A server found gone shuts every session at once, so the next call reconnects
 //!   instead of each session waiting out the timeout on its own.
 
@@ -62,7 +72,7 @@ use smb::{
 use handles::OpenFiles;
 use link::{Link, drop_in_background, is_unreachable};
 use prefetch::{Fetched, Prefetch};
-use read::read_pieces;
+use read::{ReadOutcome, read_pieces};
 
 /// The bytes one SMB2 credit pays for; a READ of N bytes costs N / 64 KiB credits.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
@@ -828,7 +838,6 @@ impl Shared {
         want_attr: bool,
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let p = format!("{}{suffix}", Self::win_path(path)?);
-        let parallel = self.config.parallel_reads;
         // The kept handle is used if its session is as idle as any: a read does not
         // queue behind background work to save one open.
         let kept = if suffix.is_empty() {
@@ -852,10 +861,7 @@ impl Shared {
                 self.stats
                     .reads_on_kept_handles
                     .fetch_add(1, Ordering::Relaxed);
-                let piece = self.config.read_size.min(l.max_read());
-                let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
-                l.close(Resource::File(file));
-                result.map_err(|e| (String::new(), e))
+                self.read_and_close(l, file, buf, offset, want_attr)
             });
             match outcome {
                 Ok(o) => return Ok((o.total, o.attr.map(|a| self.attr_from_all(&a)))),
@@ -866,7 +872,6 @@ impl Shared {
         }
         let outcome = self.call(path, "read", |l| {
             self.stats.reads_opened.fetch_add(1, Ordering::Relaxed);
-            let piece = self.config.read_size.min(l.max_read());
             let file = match l.open(&self.share, &p, Self::read_access())? {
                 Resource::File(f) => f,
                 other => {
@@ -874,14 +879,30 @@ impl Shared {
                     return Ok(None);
                 }
             };
-            let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
-            l.close(Resource::File(file));
-            result.map(Some).map_err(|e| (String::new(), e))
+            self.read_and_close(l, file, buf, offset, want_attr)
+                .map(Some)
         })?;
         let outcome = outcome.ok_or_else(|| {
             SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
         })?;
         Ok((outcome.total, outcome.attr.map(|a| self.attr_from_all(&a))))
+    }
+
+    /// Reads into `buf` on `file` with up to `parallel_reads` READs of at most what the
+    /// session takes in flight, then closes the handle (in the background).
+    fn read_and_close(
+        &self,
+        l: &Link,
+        file: smb::File,
+        buf: &mut [u8],
+        offset: u64,
+        want_attr: bool,
+    ) -> Result<ReadOutcome, Failure> {
+        let piece = self.config.read_size.min(l.max_read());
+        let parallel = self.config.parallel_reads;
+        let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
+        l.close(Resource::File(file));
+        result.map_err(|e| (String::new(), e))
     }
 
     /// [`Shared::read_range`] into a new buffer of `len` bytes.

@@ -92,7 +92,11 @@ fn smb_metadata_is_fetched_once_and_its_handle_serves_the_read() {
     assert_eq!(source.xattrs(&p).unwrap().len(), 1);
     assert_eq!(source.read(&p, 0, 10).unwrap(), data[0][..10]);
     let after = source.stats();
-    assert_eq!(after.metadata_fetches, stats.metadata_fetches + 1, "{after:?}");
+    assert_eq!(
+        after.metadata_fetches,
+        stats.metadata_fetches + 1,
+        "{after:?}"
+    );
     assert_eq!(after.reads_opened, 1, "{after:?}");
     assert_eq!(
         after.reads_on_kept_handles,

@@ -363,9 +363,15 @@ fn mount_kaiso_with(
     let state = work.sub(&format!("state-{tag}"))?;
     let cfg = work.root.join(format!("{tag}.toml"));
     write_config(&cfg, &state, tiers, mover_ms)?;
+    start_kaiso_mount(work, tag, &cfg, extra)
+}
+
+/// Runs `kaiso mount` of the configuration `cfg` on a fresh mountpoint of `tag`, passing
+/// `extra` arguments.
+fn start_kaiso_mount(work: &WorkDir, tag: &str, cfg: &Path, extra: &[String]) -> Result<Mounted> {
     let mnt = work.sub(&format!("mnt-{tag}"))?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("mount").args(extra).arg(&cfg).arg(&mnt);
+    cmd.arg("mount").args(extra).arg(cfg).arg(&mnt);
     Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
 }
 

@@ -27,8 +27,10 @@ pub struct MountArgs {
     /// requests come in bursts the worker that reads next polls for the next one instead
     /// of sleeping, which saves a thread wake-up per request; the window adapts to the
     /// gaps between requests and closes when they are sparse, so an idle mount costs
-    /// no CPU.
-    #[arg(long, default_value_t = kaiso_fuse::busy_poll::DEFAULT_MAX.as_micros() as u64)]
+    /// no CPU. At most 1000: a longer window would count requests a few milliseconds
+    /// apart as a burst and keep a CPU spinning between them.
+    #[arg(long, default_value_t = kaiso_fuse::busy_poll::DEFAULT_MAX.as_micros() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub busy_poll_us: u64,
 }
 

@@ -476,6 +476,13 @@ pub(crate) mod tests {
             .block_on(f)
     }
 
+    /// The failure of a GETATTR call (xid 5) answered by `wire`, read `chunk` bytes at a
+    /// time.
+    fn getattr_failure(wire: Vec<u8>, chunk: usize) -> RpcFailure {
+        let mut conn = RpcConn::new(Scripted::new(wire, chunk), test_auth(), 5);
+        block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err()
+    }
+
     #[test]
     fn call_is_one_record_with_the_credential() {
         let mut conn = RpcConn::new(Scripted::new(Vec::new(), 1), test_auth(), 0x10);
@@ -532,8 +539,7 @@ pub(crate) mod tests {
     fn a_mismatched_xid_is_an_error() {
         let mut body = accepted(99);
         body.extend_from_slice(&words(&[70]));
-        let mut conn = RpcConn::new(Scripted::new(record(&body, 64), 64), test_auth(), 5);
-        let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
+        let e = getattr_failure(record(&body, 64), 64);
         assert!(
             matches!(e, RpcFailure::Protocol(ref m) if m.contains("xid")),
             "{e}"
@@ -544,16 +550,14 @@ pub(crate) mod tests {
     fn refused_credentials_and_unaccepted_calls_are_errors() {
         // MSG_DENIED, AUTH_ERROR, AUTH_TOOWEAK.
         let denied = words(&[5, MSG_REPLY, MSG_DENIED, 1, 5]);
-        let mut conn = RpcConn::new(Scripted::new(record(&denied, 64), 64), test_auth(), 5);
-        let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
+        let e = getattr_failure(record(&denied, 64), 64);
         assert!(
             matches!(e, RpcFailure::Denied(ref m) if m.contains("TOOWEAK")),
             "{e}"
         );
         // Accepted with a 4-byte verifier, then PROG_MISMATCH 2..=2.
         let mismatch = words(&[5, MSG_REPLY, MSG_ACCEPTED, 1, 4, 0xdead, 2, 2, 2]);
-        let mut conn = RpcConn::new(Scripted::new(record(&mismatch, 64), 64), test_auth(), 5);
-        let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
+        let e = getattr_failure(record(&mismatch, 64), 64);
         assert!(
             matches!(e, RpcFailure::Protocol(ref m) if m.contains("2..=2")),
             "{e}"
@@ -565,13 +569,11 @@ pub(crate) mod tests {
         // The record says 24 bytes but the connection ends after 10.
         let mut bytes = (24u32 | LAST_FRAGMENT).to_be_bytes().to_vec();
         bytes.extend_from_slice(&accepted(5)[..10]);
-        let mut conn = RpcConn::new(Scripted::new(bytes, 3), test_auth(), 5);
-        let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
+        let e = getattr_failure(bytes, 3);
         assert!(matches!(e, RpcFailure::Io(_)), "{e}");
         // A record whose contents end before the result does.
         let body = accepted(5);
-        let mut conn = RpcConn::new(Scripted::new(record(&body, 64), 64), test_auth(), 5);
-        let e = block(conn.call::<_, GETATTR3res>(1, &getattr_args())).unwrap_err();
+        let e = getattr_failure(record(&body, 64), 64);
         assert!(matches!(e, RpcFailure::Protocol(_)), "{e}");
     }
 }

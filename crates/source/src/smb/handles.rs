@@ -74,6 +74,13 @@ impl OpenFiles {
                 }
             }
             inner.order.push_back((now, path.clone()));
+            // Taken handles leave their positions behind until they expire: at a fast
+            // crawl's pace that is many more than the handles kept, so drop them now
+            // and then (amortised: at most once per `capacity` keeps).
+            if inner.order.len() > 2 * self.capacity {
+                let Inner { by_path, order } = &mut *inner;
+                order.retain(|(at, p)| by_path.get(p).is_some_and(|k| k.at == *at));
+            }
             if let Some(old) = inner.by_path.insert(
                 path.clone(),
                 Kept {
@@ -115,14 +122,5 @@ impl OpenFiles {
         for k in kept {
             k.link.close(Resource::File(k.file));
         }
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .by_path
-            .len()
     }
 }

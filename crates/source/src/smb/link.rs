@@ -13,6 +13,11 @@ use super::{ResourceExt, SmbConfig};
 pub(super) struct Link {
     client: Client,
     connection: Arc<Connection>,
+    /// The connection's socket (descriptor and local address), when it was found.
+    socket: Option<(i32, SocketAddr)>,
+    /// The server's address: with the local one, what tells our socket from another
+    /// that reused its descriptor number.
+    peer: SocketAddr,
     /// Set once a request failed for want of the server: the link is shut and replaced
     /// on the next call.
     pub(super) broken: Arc<AtomicBool>,
@@ -52,9 +57,23 @@ impl Link {
         // the crate writes each message as a 4-byte transport header and then the body,
         // so with Nagle on, the body waits for the ACK of the header, which the server
         // delays (40 ms on Linux): every request cost a delayed-ACK timeout.
-        let connection = client.connect(&config.host)?;
         let addr = smb::transport::utils::TransportUtils::parse_socket_address(&config.host)?;
-        set_nodelay_on_sockets_to(SocketAddr::new(addr.ip(), config.port));
+        let peer = SocketAddr::new(addr.ip(), config.port);
+        // The socket this connect makes: the ones to the server after it, less those
+        // before (connects are one at a time in this process, so no other appears).
+        let (connection, socket) = {
+            let _one = CONNECTING.lock().unwrap_or_else(|p| p.into_inner());
+            let before = sockets_to(peer);
+            let connection = client.connect(&config.host)?;
+            let socket = sockets_to(peer)
+                .into_iter()
+                .find(|s| !before.iter().any(|b| b.1 == s.1));
+            (connection, socket)
+        };
+        set_nodelay_on_sockets_to(peer);
+        if let Some(s) = socket {
+            set_receive_timeout(s, config.timeout);
+        }
         let broken = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel::<Resource>();
         let rx = Arc::new(Mutex::new(rx));
@@ -77,6 +96,8 @@ impl Link {
         let link = Self {
             client,
             connection,
+            socket,
+            peer,
             broken,
             closer: Mutex::new(Some(tx)),
             busy: AtomicUsize::new(0),
@@ -123,7 +144,10 @@ impl Link {
     ) -> Result<smb::FileSystemAttributes, smb::Error> {
         let access = FileAccessMask::new().with_file_read_attributes(true);
         let r = self.open(share, "", access).map_err(|(_, e)| e)?;
-        let info = self.check(r.handle().query_fs_info::<smb::FileFsAttributeInformation>());
+        let info = self.check(
+            r.handle()
+                .query_fs_info::<smb::FileFsAttributeInformation>(),
+        );
         self.close(r);
         Ok(info?.attributes)
     }
@@ -142,6 +166,17 @@ impl Link {
     /// Stops the connection's worker threads (no request is sent), so pending and later
     /// requests on this link fail immediately instead of each waiting for the timeout.
     pub(super) fn shut(&self) {
+        if !self.broken.load(Ordering::SeqCst)
+            && let Some((fd, local)) = self.socket
+            && local_of(fd) == Some(local)
+            && peer_of(fd) == Some(self.peer)
+        {
+            // Wakes the crate's receive thread at once (its read waits up to the
+            // timeout now, see `set_receive_timeout`); checked to still be our socket,
+            // as a descriptor number can be reused once the crate closed it.
+            // SAFETY: shutdown on a descriptor that is this connection's socket.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
         shut_connection(&self.connection, &self.broken);
     }
 
@@ -200,6 +235,44 @@ fn shut_connection(connection: &Connection, broken: &AtomicBool) {
     }));
 }
 
+/// Serialises connects, so the socket a connect makes can be told from the others.
+static CONNECTING: Mutex<()> = Mutex::new(());
+
+/// This process's TCP sockets connected to `peer`: descriptor and local address.
+fn sockets_to(peer: SocketAddr) -> Vec<(i32, SocketAddr)> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&fd| peer_of(fd) == Some(peer))
+        .filter_map(|fd| Some((fd, local_of(fd)?)))
+        .collect()
+}
+
+/// Makes the crate's receive thread wait for data as long as a request may (its 100 ms
+/// poll of the socket loses framing when it expires in the middle of a message: the
+/// bytes read so far are dropped, the next read starts inside the message, and the
+/// connection fails with "bad magic" until the request times out; seen with 1 MiB READ
+/// replies on a loaded machine). The wait only delays noticing a stop, which
+/// [`Link::shut`] shortens by shutting the socket down.
+fn set_receive_timeout(socket: (i32, SocketAddr), timeout: std::time::Duration) {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: setsockopt with a timeval of the right size on the connection's socket.
+    unsafe {
+        libc::setsockopt(
+            socket.0,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        );
+    }
+}
+
 /// Sets TCP_NODELAY on this process's TCP sockets connected to `peer`. The `smb` crate
 /// (0.12) does not set it and keeps its socket private; any other socket to the same SMB
 /// server wants it too.
@@ -239,11 +312,22 @@ pub(super) fn set_nodelay_on_sockets_to(peer: SocketAddr) -> usize {
 
 /// The remote address of socket `fd`, if it is a connected TCP/IP socket.
 fn peer_of(fd: i32) -> Option<SocketAddr> {
-    // SAFETY: getpeername writes at most `len` bytes into the zeroed storage.
+    socket_addr(fd, libc::getpeername)
+}
+
+/// The local address of socket `fd`, if it is a TCP/IP socket.
+fn local_of(fd: i32) -> Option<SocketAddr> {
+    socket_addr(fd, libc::getsockname)
+}
+
+type NameFn = unsafe extern "C" fn(i32, *mut libc::sockaddr, *mut libc::socklen_t) -> i32;
+
+fn socket_addr(fd: i32, name: NameFn) -> Option<SocketAddr> {
+    // SAFETY: get{peer,sock}name writes at most `len` bytes into the zeroed storage.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     let rc = unsafe {
-        libc::getpeername(
+        name(
             fd,
             (&mut ss as *mut libc::sockaddr_storage).cast(),
             &mut len,

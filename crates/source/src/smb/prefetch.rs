@@ -6,7 +6,8 @@
 //! first call opens once and sends every query at the same time; the answers the caller
 //! did not ask for wait here for the calls that follow. Each answer is handed out once
 //! and only for a short while, so a later call (a `finish` check, a second look at the
-//! same path) asks the server again.
+//! same path) asks the server again. One thread at a time fetches a path (the others
+//! wait for its answers), and a background job skips a path fetched lately.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex};
@@ -92,12 +93,7 @@ impl Prefetch {
         if p.fetching.contains(path) {
             return false;
         }
-        if background
-            && p
-                .fetched
-                .get(path)
-                .is_some_and(|at| at.elapsed() < TTL)
-        {
+        if background && p.fetched.get(path).is_some_and(|at| at.elapsed() < TTL) {
             return false;
         }
         p.fetching.insert(path.clone())
@@ -233,6 +229,35 @@ mod tests {
                 .is_empty()
         );
         assert!(cache.map.lock().unwrap().is_empty(), "empty entry left");
+    }
+
+    #[test]
+    fn one_fetch_at_a_time_and_background_jobs_skip_fetched_paths() {
+        let cache = Prefetch::default();
+        let path = p("f");
+        assert!(cache.claim(&path, true));
+        assert!(!cache.claim(&path, false), "claimed twice while fetching");
+        // What a listing knew stays next to what the fetch brings.
+        cache.put(
+            &path,
+            Fetched {
+                xattrs: Some(Ok(Vec::new())),
+                ..Fetched::default()
+            },
+        );
+        cache.finish(
+            &path,
+            Fetched {
+                streams: Some(Ok(Vec::new())),
+                ..Fetched::default()
+            },
+        );
+        assert!(cache.has(&path, |f| f.xattrs.is_some() && f.streams.is_some()));
+        assert!(!cache.claim(&path, true), "background job fetched it again");
+        assert!(cache.claim(&path, false), "a call may always ask again");
+        cache.finish(&path, Fetched::default());
+        cache.clear();
+        assert!(cache.claim(&path, true), "forgotten after clear");
     }
 
     #[test]

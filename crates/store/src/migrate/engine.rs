@@ -746,9 +746,22 @@ impl Migration {
             // The entry exists without a stub row: created just before a crash that came
             // before its row was stored (the rows of a listing are stored in batches).
             // Its parent is still unlisted, so nobody can have used it: make sure it is a
-            // full stub again, not an empty directory or a file of zeros.
+            // full stub again, not an empty directory or a file of zeros, with the
+            // source's times (a crash right after the creation, before the times were
+            // set, left the time of the creation; a directory gets its times when it is
+            // listed itself).
             let state = store.stub_state(ino);
-            let size = store.getattr(ino, None).map(|x| x.size).unwrap_or(0);
+            let now = store.getattr(ino, None).ok();
+            let size = now.as_ref().map_or(0, |x| x.size);
+            let mtime = to_system_time(a.mtime);
+            if a.kind == SrcKind::Regular && now.is_some_and(|x| x.mtime != mtime) {
+                let set = SetAttr {
+                    atime: Some(TimeSet::At(to_system_time(a.atime))),
+                    mtime: Some(TimeSet::At(mtime)),
+                    ..SetAttr::default()
+                };
+                store.setattr(ino, &set, Caller::ROOT)?;
+            }
             if a.kind == SrcKind::Directory && !state.unlisted_dir {
                 store.stub_mark(
                     ino,

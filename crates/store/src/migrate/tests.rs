@@ -398,3 +398,53 @@ fn two_listings_of_one_link_group_at_once_agree_on_one_anchor() {
         assert_eq!(s.read_all(f2), content(77, 5000));
     }
 }
+
+/// A crash between creating an entry and storing its row (or setting its times) leaves
+/// an entry without a row in a directory that is still unlisted: listing it again makes
+/// the entry a full stub again with the source's times.
+#[test]
+fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() {
+    let s = Setup::new(MemSource::new(&["a"], &[("a/f", 7, 3000)], true), 1);
+    let a = s.lookup(ROOT_INO, "a");
+    let f = s.lookup(a, "f");
+    let row = s.m.db.get(f).unwrap().expect("a stub row for a/f");
+    // What the crash left: the entry with the time of its creation and no row, its
+    // directory unlisted with its row back.
+    let set = crate::types::SetAttr {
+        mtime: Some(crate::types::TimeSet::Now),
+        ..Default::default()
+    };
+    s.store
+        .setattr(f, &set, crate::types::Caller::ROOT)
+        .unwrap();
+    s.m.db.remove(f).unwrap();
+    s.store
+        .stub_mark(
+            a,
+            crate::stub::StubState {
+                unlisted_dir: true,
+                missing: Vec::new(),
+            },
+        )
+        .unwrap();
+    let dir_row = super::state::StubRow {
+        ino: a,
+        kind: super::state::StubKind::DummyDir,
+        src_path: SourcePath::parse(b"a").unwrap(),
+        src_ino: 100,
+        minsize: 0,
+        listed_size: 0,
+        listed_mtime_ns: 0,
+    };
+    s.m.db.insert(&[dir_row], &[]).unwrap();
+
+    assert_eq!(s.lookup(a, "f"), f, "the entry is kept");
+    assert_eq!(s.m.db.get(f).unwrap(), Some(row), "and is a stub again");
+    let mtime = s.store.getattr(f, None).unwrap().mtime;
+    assert_eq!(
+        mtime,
+        std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000),
+        "with the source's mtime"
+    );
+    assert_eq!(s.read_all(f), content(7, 3000));
+}

@@ -161,7 +161,12 @@ fn dump_reads(s: f64, sets: &[(&str, &[Ranked])]) -> Result<()> {
         .create(true)
         .append(true)
         .open(&path)
-        .with_context(|| format!("{READS_DUMP_ENV}: cannot open {}", Path::new(&path).display()))?;
+        .with_context(|| {
+            format!(
+                "{READS_DUMP_ENV}: cannot open {}",
+                Path::new(&path).display()
+            )
+        })?;
     f.write_all(out.as_bytes())?;
     Ok(())
 }
@@ -434,10 +439,7 @@ fn mount_tiered(
     let mut text = fs::read_to_string(&cfg)?;
     writeln!(text, "\n[policy]\npromote_dwpd = {:?}", setup.promote_dwpd)?;
     fs::write(&cfg, text).with_context(|| format!("write {}", cfg.display()))?;
-    let mnt = work.sub(&format!("mnt-{tag}"))?;
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("mount").args(extra).arg(&cfg).arg(&mnt);
-    Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
+    start_kaiso_mount(work, tag, &cfg, extra)
 }
 
 struct Dirs<'a> {
@@ -558,7 +560,10 @@ fn run_skew(
         .sum();
     let (served_fast, served_slow): (Vec<Ranked>, Vec<Ranked>) =
         l_tiered.iter().partition(|r| fast_rank[r.rank]);
-    dump_reads(s, &[("fast", &l_fast), ("tiered", &l_tiered), ("slow", &l_slow)])?;
+    dump_reads(
+        s,
+        &[("fast", &l_fast), ("tiered", &l_tiered), ("slow", &l_slow)],
+    )?;
     let us = |v: &[Ranked]| v.iter().map(|x| x.us).collect::<Vec<_>>();
     let row = SkewRow {
         s,
@@ -966,6 +971,20 @@ mod tests {
     }
 
     #[test]
+    fn step_means_average_each_step() {
+        let at = Instant::now();
+        let r = |o: f64, c: f64| Ranked {
+            rank: 0,
+            us: o + c,
+            steps_us: [o, 0.0, 1.0, c],
+            at,
+        };
+        let reads = [r(10.0, 2.0), r(30.0, 4.0)];
+        assert_eq!(step_means(reads.iter()), [20.0, 0.0, 1.0, 3.0]);
+        assert_eq!(step_means([].iter()), [0.0; 4]);
+    }
+
+    #[test]
     fn placement_report_names_missing_and_extra_ranks() {
         let row = |ranks: Vec<usize>| SkewRow {
             s: 3.0,
@@ -974,6 +993,8 @@ mod tests {
             all_slow: stats(vec![1.0]),
             fast_served: stats(vec![]),
             slow_served: stats(vec![]),
+            steps_all_fast: [0.0; 4],
+            steps_fast_served: [0.0; 4],
             on_fast: ranks.len(),
             kaiso_share: 0.0,
             fast_ranks: ranks,

@@ -3,17 +3,34 @@
 
 use super::*;
 
+/// What one run cost: elapsed time and CPU time (user + system).
+#[derive(Clone, Copy)]
+struct Cost {
+    wall: Duration,
+    cpu: Duration,
+}
+
+/// CPU time (user + system) of this process (`RUSAGE_SELF`) or of its waited-for
+/// descendants (`RUSAGE_CHILDREN`).
+fn cpu_time(who: libc::c_int) -> Duration {
+    // SAFETY: all-zero is a valid `rusage`; getrusage only writes into it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out pointer.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 /// Runs a migration to the end with the crawler; returns the elapsed time, from attaching
-/// the source (connect + migration open) to the last stub gone. The destination store is
-/// created before the clock starts: a store that takes over a share is already running,
-/// just as rsync's destination file system is.
-pub(super) fn migrate_all(
-    s: &Setup,
-    kind: SrcKind,
-    sub: &str,
-    order: CrawlOrder,
-) -> Result<Duration> {
+/// the source (connect + migration open) to the last stub gone, and this process's CPU
+/// time meanwhile. The destination store is created before the clock starts: a store
+/// that takes over a share is already running, just as rsync's destination file system
+/// is.
+fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result<Cost> {
     let dest = fresh_dest(s)?;
+    let cpu = cpu_time(libc::RUSAGE_SELF);
     let t = Instant::now();
     let mut cfg = MigrationConfig::new("bench");
     cfg.order = order;
@@ -33,7 +50,10 @@ pub(super) fn migrate_all(
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let took = t.elapsed();
+    let took = Cost {
+        wall: t.elapsed(),
+        cpu: cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu),
+    };
     drop(crawler);
     if st != CrawlState::Done {
         bail!("crawl of {sub} ended {}", st.as_str());
@@ -45,15 +65,19 @@ pub(super) fn migrate_all(
     Ok(took)
 }
 
-fn rsync(from: &str, to: &Path) -> Result<Duration> {
+fn rsync(from: &str, to: &Path) -> Result<Cost> {
     fs::create_dir_all(to)?;
+    let cpu = cpu_time(libc::RUSAGE_CHILDREN);
     let t = Instant::now();
     let st = Command::new("rsync")
         .args(["-aHAX", from])
         .arg(format!("{}/", to.display()))
         .status()
         .context("run rsync")?;
-    let took = t.elapsed();
+    let took = Cost {
+        wall: t.elapsed(),
+        cpu: cpu_time(libc::RUSAGE_CHILDREN).saturating_sub(cpu),
+    };
     if !st.success() {
         bail!("rsync {from} failed: {st}");
     }
@@ -61,25 +85,46 @@ fn rsync(from: &str, to: &Path) -> Result<Duration> {
     Ok(took)
 }
 
-/// One row of the total-time table: rsync time `r`, kaiso time `k`, and their ratio.
-fn total_row(out: &mut String, head: &str, setup: &str, r: Duration, k: Result<Duration>) {
-    let r = r.as_secs_f64();
+/// One row of the total-time table: rsync's cost `r`, kaiso's `k`, and their ratios.
+/// CPU columns only where both CPU figures are like for like (`cpu`: the local rows;
+/// over the network kaiso's process also runs the delay proxies, rsync's daemon is not
+/// counted).
+fn total_row(out: &mut String, head: &str, setup: &str, r: Cost, k: Result<Cost>, cpu: bool) {
+    let rw = r.wall.as_secs_f64();
     let _ = match k {
         Ok(k) => {
-            let k = k.as_secs_f64();
-            writeln!(out, "{head} {setup} | {r:.2} | {k:.2} | {:.2}× |", k / r)
+            let kw = k.wall.as_secs_f64();
+            let cpu_cols = if cpu {
+                let (rc, kc) = (r.cpu.as_secs_f64(), k.cpu.as_secs_f64());
+                format!("{rc:.2} | {kc:.2} | {:.2}×", kc / rc.max(1e-3))
+            } else {
+                "— | — | —".to_string()
+            };
+            writeln!(
+                out,
+                "{head} {setup} | {rw:.2} | {kw:.2} | {:.2}× | {cpu_cols} |",
+                kw / rw
+            )
         }
-        Err(e) => writeln!(out, "{head} {setup} | {r:.2} | failed: {e:#} | — |"),
+        Err(e) => writeln!(
+            out,
+            "{head} {setup} | {rw:.2} | failed: {e:#} | — | — | — | — |"
+        ),
     };
     println!("{}", out.lines().last().unwrap_or_default());
 }
 
-/// The best (shortest) of `reps` runs of `f`: this machine is shared, and the minimum is
-/// the figure least disturbed by other load, for rsync and kaiso alike.
-fn best_of(reps: usize, mut f: impl FnMut() -> Result<Duration>) -> Result<Duration> {
+/// The best of `reps` runs of `f`, elapsed and CPU time each at its minimum: this
+/// machine is shared, and the minimum is the figure least disturbed by other load, for
+/// rsync and kaiso alike.
+fn best_of(reps: usize, mut f: impl FnMut() -> Result<Cost>) -> Result<Cost> {
     let mut best = f()?;
     for _ in 1..reps {
-        best = best.min(f()?);
+        let c = f()?;
+        best = Cost {
+            wall: best.wall.min(c.wall),
+            cpu: best.cpu.min(c.cpu),
+        };
     }
     Ok(best)
 }
@@ -96,7 +141,7 @@ pub(super) fn bench_total(
     let reps = if s.quick { 3 } else { 1 };
     let mut out = format!(
         "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
-         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|\n"
+         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync | rsync CPU (s) | kaiso CPU (s) | CPU kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     let networked: Vec<SrcKind> = kinds(s)
         .into_iter()
@@ -125,7 +170,7 @@ pub(super) fn bench_total(
             for &kind in &networked {
                 let k = best_of(reps, || migrate_all(s, kind, sub, CrawlOrder::default()));
                 let setup = format!("delayed: rsync daemon vs {}, same proxy", kind.label());
-                total_row(&mut out, &head, &setup, r, k);
+                total_row(&mut out, &head, &setup, r, k, false);
             }
         }
         if s.posix {
@@ -134,14 +179,15 @@ pub(super) fn bench_total(
             let k = best_of(reps, || {
                 migrate_all(s, SrcKind::Posix, sub, CrawlOrder::default())
             });
-            total_row(&mut out, &head, "local: directory → directory", r, k);
+            total_row(&mut out, &head, "local: directory → directory", r, k, true);
         }
     }
     let _ = writeln!(
         out,
         "\nkaiso: {} crawler threads, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
-         rsync: a fresh destination each time. Best of {reps} runs each. Source trees are in the \
-         page cache for every row. Delayed rows: {}.\n",
+         rsync: a fresh destination each time. Best of {reps} runs each (time and CPU each at \
+         their minimum). CPU: user + system time of kaiso's process (every thread) and of rsync's \
+         processes during the run, local rows only. Source trees are in the page cache for every row. Delayed rows: {}.\n",
         s.workers,
         s.delay_note()
     );
