@@ -1,6 +1,6 @@
 //! Busy-polling through a real mount (`kaiso_fuse::busy_poll`): a burst of requests is
-//! polled for, an idle mount costs no CPU, and the mount still serves requests and
-//! unmounts cleanly. One test in this binary: it sets an environment variable (polling
+//! polled for, an idle mount costs no CPU, the mount still serves requests and unmounts
+//! cleanly, and a mount with polling off never polls. One test in this binary: it sets an environment variable (polling
 //! whatever the machine's load) before any other thread runs.
 
 use kaiso_store::{Store, StoreConfig};
@@ -104,5 +104,12 @@ fn an_idle_mount_does_not_poll() {
         t.elapsed()
     );
     assert!(!kaiso_fuse::is_mountpoint(&mnt));
+
+    // Busy-polling off (`kaiso mount --busy-poll-us 0`): the same burst is never polled
+    // for, although this binary lets the workers poll whatever the machine's load.
+    let m = kaiso_fuse::mount_with_busy_poll(store.clone(), &mnt, &opts, Duration::ZERO).unwrap();
+    burst(&mnt.join("c"), 200);
+    assert_eq!(m.busy_polls(), (0, 0));
+    m.unmount().unwrap();
     store.shutdown();
 }

@@ -100,9 +100,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `smb` crate's worker threads log the end of every connection at ERROR level, also
+/// the ones kaiso closes on purpose; kaiso reports SMB failures itself (with the server's
+/// address, from `kaiso_source::smb`), so the crate's own logs stay off unless the filter
+/// names them.
+const QUIET_CRATES: &str = "smb=off,smb_transport=off";
+
 fn init_logging(filter: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = if filter.contains("smb") {
+        filter.to_string()
+    } else {
+        format!("{filter},{QUIET_CRATES}")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn,{QUIET_CRATES}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -1104,7 +1104,12 @@ impl Store {
         // One path lookup per unit: the times are read and put back on the descriptor.
         let f = std::fs::OpenOptions::new().write(true).open(&path)?;
         let before = util::fstat(&f)?;
-        f.write_all_at(data, offset)?;
+        // In pieces: one multi-megabyte write(2) into the page cache cost up to several
+        // times the CPU of the same bytes written a megabyte at a time (measured:
+        // docs/reproduction/migration.md §3), and a crawl is CPU-bound.
+        for (i, piece) in data.chunks(STUB_WRITE_PIECE).enumerate() {
+            f.write_all_at(piece, offset + (i * STUB_WRITE_PIECE) as u64)?;
+        }
         let times = [
             libc::timespec {
                 tv_sec: before.st_atime,
@@ -1147,3 +1152,7 @@ impl Store {
         Ok(())
     }
 }
+
+/// Largest piece of a fetched unit written to a stub file in one `write(2)` (see
+/// `Store::stub_write`).
+const STUB_WRITE_PIECE: usize = 1 << 20;

@@ -1166,7 +1166,11 @@ mod tests {
                 s.tiers[1].sample_busy()
             })
             .find(|&b| b > 0.9);
-        assert!(busy.is_some(), "HDD never over 90% busy: {}", s.tiers[1].busy());
+        assert!(
+            busy.is_some(),
+            "HDD never over 90% busy: {}",
+            s.tiers[1].busy()
+        );
         let t = Instant::now();
         s.move_file_inner(ino, 0, "test", Some(MoveReason::Promote))
             .expect("promote");

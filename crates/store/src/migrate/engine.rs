@@ -1159,22 +1159,11 @@ impl Migration {
         // is written as zeros.
         data[got..].fill(0);
         let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
-            // In pieces: one multi-megabyte write(2) into the page cache costs several
-            // times the CPU of the same bytes written a megabyte at a time (measured:
-            // docs/reproduction/migration.md §3), and the crawl is CPU-bound.
-            let mut at = s;
-            while at < e {
-                let end = e.min(at + STORE_WRITE_PIECE);
-                store.stub_write(
-                    row.ino,
-                    at,
-                    &data[(at - from) as usize..(end - from) as usize],
-                )?;
-                self.counters
-                    .bytes_fetched
-                    .fetch_add(end - at, Ordering::Relaxed);
-                at = end;
-            }
+            // One call per missing range: the store writes it in pieces itself.
+            store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
+            self.counters
+                .bytes_fetched
+                .fetch_add(e - s, Ordering::Relaxed);
             Ok(())
         });
         self.buffers.give(buffer);
@@ -1221,9 +1210,6 @@ impl Migration {
         !halted()
     }
 }
-
-/// Largest piece of a unit written to the store in one call (see `fetch_unit`).
-const STORE_WRITE_PIECE: u64 = 1 << 20;
 
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";
