@@ -465,15 +465,23 @@ fn clients_outside_the_allow_list_are_disconnected() {
         // 127.0.0.2 is loopback too, but not in 127.0.0.1/32.
         let sock = tokio::net::TcpSocket::new_v4().unwrap();
         sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
-        let stream = sock
+        let mut stream = sock
             .connect(format!("127.0.0.1:{port}").parse().unwrap())
             .await
             .unwrap();
-        let mut mnt = nfs3_client::MountClient::new(nfs3_client::tokio::TokioIo::new(stream));
-        let r = tokio::time::timeout(Duration::from_secs(10), mnt.null())
+        // Read the socket itself: the server closes it, which shows as end of stream (no
+        // request reached it yet) or as a reset (one did). `nfs3_client` is not used
+        // here because it does not end a call at end of stream.
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = stream.write_all(&[0x80, 0, 0, 0]).await;
+        let mut buf = [0u8; 64];
+        let r = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
             .await
             .expect("refusal is immediate");
-        assert!(r.is_err(), "a refused client gets no RPC reply");
+        assert!(
+            matches!(r, Ok(0) | Err(_)),
+            "a refused client gets no RPC reply: {r:?}"
+        );
         // The allowed address works.
         let (mut c, root) = connect(port).await;
         c.getattr(&GETATTR3args { object: root })
