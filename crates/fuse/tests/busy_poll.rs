@@ -1,19 +1,12 @@
 //! Busy-polling through a real mount (`kaiso_fuse::busy_poll`): a burst of requests is
 //! polled for, an idle mount costs no CPU, the mount still serves requests and unmounts
-//! cleanly, and a mount with polling off never polls. One test in this binary: it sets an environment variable (polling
-//! whatever the machine's load) before any other thread runs.
+//! cleanly, and a mount with polling off never polls. One test in this binary: it sets an
+//! environment variable (polling whatever the machine's load) before any other thread runs.
 
+mod common;
+use common::{fuse_available, metadata_burst};
 use kaiso_store::{Store, StoreConfig};
-use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn fuse_available() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok()
-}
 
 /// CPU time (ns) of this process's FUSE threads (fuser workers and the gate's watchdog).
 fn fuse_threads_cpu_ns() -> u64 {
@@ -29,17 +22,6 @@ fn fuse_threads_cpu_ns() -> u64 {
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
-}
-
-/// Create, stat and unlink `n` files one after the other (a metadata burst).
-fn burst(dir: &Path, n: usize) {
-    std::fs::create_dir_all(dir).unwrap();
-    for i in 0..n {
-        let p = dir.join(format!("f{i}"));
-        std::fs::File::create(&p).unwrap();
-        std::fs::metadata(&p).unwrap();
-        std::fs::remove_file(&p).unwrap();
-    }
 }
 
 #[test]
@@ -70,7 +52,7 @@ fn an_idle_mount_does_not_poll() {
     let window = Duration::from_micros(500);
     let m = kaiso_fuse::mount_with_busy_poll(store.clone(), &mnt, &opts, window).unwrap();
 
-    burst(&mnt.join("a"), 500);
+    metadata_burst(&mnt.join("a"), 500);
     let (caught, missed) = m.busy_polls();
     assert!(
         caught + missed > 0,
@@ -92,7 +74,7 @@ fn an_idle_mount_does_not_poll() {
     );
 
     // Still serving after the idle time.
-    burst(&mnt.join("b"), 50);
+    metadata_burst(&mnt.join("b"), 50);
     std::fs::write(mnt.join("data"), b"still served").unwrap();
     assert_eq!(std::fs::read(mnt.join("data")).unwrap(), b"still served");
 
@@ -108,7 +90,7 @@ fn an_idle_mount_does_not_poll() {
     // Busy-polling off (`kaiso mount --busy-poll-us 0`): the same burst is never polled
     // for, although this binary lets the workers poll whatever the machine's load.
     let m = kaiso_fuse::mount_with_busy_poll(store.clone(), &mnt, &opts, Duration::ZERO).unwrap();
-    burst(&mnt.join("c"), 200);
+    metadata_burst(&mnt.join("c"), 200);
     assert_eq!(m.busy_polls(), (0, 0));
     m.unmount().unwrap();
     store.shutdown();

@@ -1,5 +1,7 @@
 //! Smoke tests through a real FUSE mount (the full POSIX suite lives in crates/kaiso/tests).
 
+mod common;
+use common::fuse_available;
 use kaiso_store::{Store, StoreConfig};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -28,14 +30,6 @@ impl Drop for Env {
         }
         self.store.shutdown();
     }
-}
-
-fn fuse_available() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok()
 }
 
 fn setup(passthrough: bool) -> Option<Env> {

@@ -3,20 +3,14 @@
 //! unmount from outside still ends the session. Also: a create's reply carries the new
 //! file's attributes (taken once, when it was made).
 
+mod common;
+use common::fuse_available;
 use kaiso_store::{Store, StoreConfig};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn fuse_available() -> bool {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok()
-}
 
 struct Env {
     dir: tempfile::TempDir,
@@ -76,14 +70,7 @@ fn setup(slow_read: Duration, seed: &[(&str, &[u8])]) -> Option<Env> {
 
 /// Serial requests (the workers then stand by), as in a metadata loop.
 fn serial_ops(e: &Env, n: usize) {
-    let d = e.mnt().join("serial");
-    std::fs::create_dir_all(&d).unwrap();
-    for i in 0..n {
-        let p = d.join(format!("f{i}"));
-        std::fs::File::create(&p).unwrap();
-        std::fs::metadata(&p).unwrap();
-        std::fs::remove_file(&p).unwrap();
-    }
+    common::metadata_burst(&e.mnt().join("serial"), n);
 }
 
 /// A read from the slow tier occupies its worker for seconds; meanwhile other requests

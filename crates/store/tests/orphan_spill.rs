@@ -133,12 +133,9 @@ fn an_orphan_spills_again_from_its_hidden_copy() {
     assert_eq!(used(&t), vec![0, 0, 0]);
 }
 
-/// A file with two names, opened through the one that is then removed, spills under the
-/// name it still has.
-#[test]
-fn a_hard_linked_file_whose_open_name_is_gone_spills_under_its_other_name() {
-    let (t, s, ino) = store_with("a");
-    s.link(ino, ROOT_INO, OsStr::new("b")).unwrap();
+/// Opens `ino`, unlinks its name `a`, writes 300 000 bytes at 50 000 (past the fast tier's
+/// room, so the file spills) and closes it: the contents the file must now have.
+fn grow_after_unlinking_a(s: &Store, ino: Ino) -> Vec<u8> {
     let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
     s.unlink(ROOT_INO, OsStr::new("a")).unwrap();
     let more = pattern(300_000, 3);
@@ -146,6 +143,16 @@ fn a_hard_linked_file_whose_open_name_is_gone_spills_under_its_other_name() {
     s.release(o.fh).unwrap();
     let mut expect = pattern(50_000, 2);
     expect.extend_from_slice(&more);
+    expect
+}
+
+/// A file with two names, opened through the one that is then removed, spills under the
+/// name it still has.
+#[test]
+fn a_hard_linked_file_whose_open_name_is_gone_spills_under_its_other_name() {
+    let (t, s, ino) = store_with("a");
+    s.link(ino, ROOT_INO, OsStr::new("b")).unwrap();
+    let expect = grow_after_unlinking_a(&s, ino);
     assert_eq!(t.get("b"), expect);
     assert_eq!(t.holders("b", 2), vec![1]);
     assert_eq!(tier_entries(&t, 0), vec!["fill"]);
@@ -258,13 +265,7 @@ fn unlink_during_a_spill_still_lets_the_write_succeed() {
 fn a_file_whose_other_name_the_store_does_not_know_spills_under_that_name() {
     let (t, s, ino) = store_with("a");
     std::fs::hard_link(t.tier(0).join("a"), t.tier(0).join("direct")).unwrap();
-    let o = s.open_file(ino, libc::O_RDWR, false).unwrap();
-    s.unlink(ROOT_INO, OsStr::new("a")).unwrap();
-    let more = pattern(300_000, 3);
-    s.write(o.fh, 50_000, &more).unwrap();
-    s.release(o.fh).unwrap();
-    let mut expect = pattern(50_000, 2);
-    expect.extend_from_slice(&more);
+    let expect = grow_after_unlinking_a(&s, ino);
     assert_eq!(tier_entries(&t, 0), vec!["fill"]);
     assert_eq!(tier_entries(&t, 1), vec!["direct"]);
     assert_eq!(t.get("direct"), expect);
