@@ -309,15 +309,22 @@ fn mount_floor(
     threads: usize,
     busy_poll: Duration,
 ) -> std::io::Result<(fuser::BackgroundSession, kaiso_fuse::WorkerGate)> {
-    let opts = kaiso_fuse::MountOptions {
-        threads,
-        ..kaiso_fuse::MountOptions::default()
-    };
+    let opts = floor_options(threads, busy_poll);
     let cfg = kaiso_fuse::session_config("fuse-floor".into(), &opts);
-    let gate = kaiso_fuse::WorkerGate::with_busy_poll(threads, busy_poll);
+    let gate = kaiso_fuse::WorkerGate::with_busy_poll(threads, opts.busy_poll);
     let session = fuser::Session::new(MemFs::new(gate.clone()), mp, &cfg)?;
     gate.attach_device(&session)?;
     Ok((session.spawn()?, gate))
+}
+
+/// kaiso's mount options with `threads` workers polling for at most `busy_poll`.
+fn floor_options(threads: usize, busy_poll: Duration) -> kaiso_fuse::MountOptions {
+    let mut opts = kaiso_fuse::MountOptions {
+        threads,
+        ..kaiso_fuse::MountOptions::default()
+    };
+    opts.busy_poll.max = busy_poll;
+    opts
 }
 
 /// `--serve`: the floor as a process of its own (as `kaiso mount` is), until unmounted.
@@ -451,11 +458,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = kaiso_store::Store::open(cfg)?;
         let background = store.start_background();
         let dir = tempfile::tempdir()?;
-        let opts = kaiso_fuse::MountOptions {
-            threads: args.threads,
-            ..kaiso_fuse::MountOptions::default()
-        };
-        let mounted = kaiso_fuse::mount_with_busy_poll(store, dir.path(), &opts, args.busy_poll)?;
+        let opts = floor_options(args.threads, args.busy_poll);
+        let mounted = kaiso_fuse::mount(store, dir.path(), &opts)?;
         targets.push((
             format!("kaiso {i} ({})", label(args.threads)),
             dir.path().to_path_buf(),
@@ -475,10 +479,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some((s, gate)) = session {
         let (parked, released) = gate.stats();
-        let (caught, missed) = gate.poll_stats();
+        let p = gate.poll_stats();
         eprintln!(
             "floor workers: {parked} parked at the end, {released} handed back by the watchdog; \
-             busy polls: {caught} saw the next request, {missed} did not"
+             busy polls: {} saw the next request, {} did not, {} gave way to another task, \
+             {} not started while tasks waited for a CPU",
+            p.caught, p.missed, p.gave_way, p.held_for_others
         );
         gate.close();
         s.umount_and_join()?;

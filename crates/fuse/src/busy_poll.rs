@@ -12,11 +12,20 @@
 //! narrows to about twice the gaps seen, closes at once after a gap longer than a burst's
 //! (so a mount with sparse requests never polls, and an idle mount costs no CPU), and
 //! backs off exponentially when polls keep ending just before the next request arrives.
-//! A poll also stops, and the rule holds off, as soon as another thread wants its CPU
-//! (a yield that took long); and nobody polls while the machine's 1-minute load average
-//! is at or above its CPU count ([`MachineLoad`]): on a busy machine the vCPUs do not
-//! halt, so a wake-up is cheap there, and polling would only take CPU time from others
-//! (and keep the scheduler from moving waiting threads onto the polling CPU).
+//!
+//! A poll must never take CPU time that another runnable task wants. Two signs say so:
+//! - the machine's runnable tasks ([`DemandRule`]): sampled from `/proc/loadavg` at most
+//!   every [`DEMAND_SAMPLE_EVERY`] and smoothed over about [`DEMAND_TAU`], the tasks
+//!   beyond one per CPU are tasks waiting for a CPU (the sample counts the poller and
+//!   the caller it has just answered); while there are, nobody polls. A metadata
+//!   burst's own tasks, the caller and the polling worker, fit on two CPUs, so they never
+//!   stop it; unrelated CPU hogs stop it within a few ms;
+//! - the poller's own evidence: a `sched_yield` that let another task run (the thread's
+//!   involuntary context switches, `getrusage(RUSAGE_THREAD)`, grew) ends the poll, and
+//!   the rule holds off for a while ([`Outcome::Contended`]).
+//!
+//! [`BusyPoll::under_load`] (default: the [`ANY_LOAD_ENV`] environment variable) skips
+//! the first sign, for comparisons on a busy machine.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
@@ -31,8 +40,6 @@ const MISS_LIMIT: u32 = 4;
 /// First and longest hold after a run of misses, in requests.
 const FIRST_HOLD: u32 = 16;
 const MAX_HOLD: u32 = 4096;
-/// One poll and yield taking longer than this means another thread ran on this CPU.
-const CONTENDED: Duration = Duration::from_micros(30);
 
 /// The adaptive window (a pure rule: time is passed in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,18 +171,28 @@ pub enum Polled {
     Ready(Duration),
     /// Nothing came within the window.
     Nothing(Duration),
-    /// Another thread ran on this CPU during a yield (after this long): stopped.
+    /// A yield let another task run on this CPU (after this long): stopped.
     GaveWay(Duration),
     /// The session ended (or polling failed): read at once.
     Closed,
 }
 
+/// This thread's involuntary context switches so far. A `sched_yield` that switched to
+/// another task counts as one (the yielding thread stays runnable).
+fn involuntary_switches() -> Option<i64> {
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD with a valid pointer.
+    (unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } == 0).then_some(u.ru_nivcsw)
+}
+
 /// Polls `fd` (a `/dev/fuse` descriptor of the session) until a request is waiting or
 /// `window` has passed, yielding the CPU between polls so a caller woken on this CPU runs;
-/// stops when a yield let another thread run.
+/// stops when a yield let another task run (unless that task was the caller, whose
+/// request the next poll then sees).
 pub fn poll_for_request(fd: BorrowedFd<'_>, window: Duration) -> Polled {
     let start = Instant::now();
-    let mut last = start;
+    let switches = involuntary_switches();
     loop {
         let mut p = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -194,73 +211,197 @@ pub fn poll_for_request(fd: BorrowedFd<'_>, window: Duration) -> Polled {
         if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return Polled::Closed;
         }
-        let now = Instant::now();
-        let spent = now - start;
-        if now - last > CONTENDED {
+        let spent = start.elapsed();
+        if switches.is_some() && involuntary_switches() != switches {
             return Polled::GaveWay(spent);
         }
-        last = now;
         if spent >= window {
             return Polled::Nothing(spent);
         }
-        // SAFETY: no arguments; lets another runnable thread of this CPU go first.
+        // SAFETY: no arguments; lets another runnable task of this CPU go first.
         unsafe { libc::sched_yield() };
     }
 }
 
-/// Environment variable that, set to `1` when a mount starts, lets its workers poll
-/// whatever the machine's load (for tests and comparisons on a busy machine).
+/// Environment variable that, set to `1` in the mounting process, is the default of
+/// [`BusyPoll::under_load`]: poll even while other tasks want the CPUs (for tests and
+/// comparisons on a busy machine).
 pub const ANY_LOAD_ENV: &str = "KAISO_FUSE_POLL_UNDER_LOAD";
 
-/// How often the load average is read again.
-const LOAD_RECHECK: Duration = Duration::from_millis(500);
-
-/// Whether polling may pay off on this machine: some CPU is idle much of the time (the
-/// 1-minute load average is below the number of CPUs), so wake-ups may land on a halted
-/// vCPU.
-pub fn worth_polling(load1: f64, cpus: usize) -> bool {
-    load1.is_finite() && load1 < cpus as f64
+/// A mount's busy-poll settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusyPoll {
+    /// Longest poll after a reply (zero: never poll).
+    pub max: Duration,
+    /// Poll even while tasks wait for a CPU (the poller's own evidence, a yield that let
+    /// another task run, still stops a poll). Default: [`ANY_LOAD_ENV`] is `1`.
+    pub under_load: bool,
 }
 
-/// The machine's load, read from `/proc/loadavg` at most every [`LOAD_RECHECK`].
-#[derive(Debug)]
-pub struct MachineLoad {
-    cpus: usize,
-    checked: Option<Instant>,
-    idle_cpus: bool,
-    /// Poll whatever the load ([`ANY_LOAD_ENV`]).
-    any_load: bool,
-}
-
-impl Default for MachineLoad {
+impl Default for BusyPoll {
     fn default() -> Self {
-        MachineLoad {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            checked: None,
-            idle_cpus: false,
-            any_load: std::env::var(ANY_LOAD_ENV).is_ok_and(|v| v == "1"),
+        BusyPoll {
+            max: DEFAULT_MAX,
+            under_load: std::env::var(ANY_LOAD_ENV).is_ok_and(|v| v == "1"),
         }
     }
 }
 
-impl MachineLoad {
-    /// Whether the machine has idle CPUs now (see [`worth_polling`]); without a load
-    /// average to read, it assumes so.
-    pub fn idle_cpus(&mut self, now: Instant) -> bool {
-        if self.any_load {
-            return true;
+impl BusyPoll {
+    /// Never poll.
+    pub const OFF: BusyPoll = BusyPoll {
+        max: Duration::ZERO,
+        under_load: false,
+    };
+}
+
+/// How often the machine's runnable tasks are sampled, at most.
+pub const DEMAND_SAMPLE_EVERY: Duration = Duration::from_millis(2);
+/// Time constant of their smoothing: a sample `dt` after the last one weighs
+/// `dt / (dt + DEMAND_TAU)`, `dt` at most twice [`DEMAND_SAMPLE_EVERY`] (one sample after a
+/// quiet spell, or the first, does not decide alone: a task that ran for a moment must not
+/// stop a burst's polling).
+pub const DEMAND_TAU: Duration = Duration::from_millis(10);
+/// Smoothed waiting tasks (thousandths) from which polling stops.
+const WAITING_LIMIT_MILLI: u64 = 500;
+
+/// Whether other tasks want CPU time now (a pure rule: samples and their times, in ns
+/// from any fixed origin, are passed in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DemandRule {
+    /// CPUs of the machine.
+    pub cpus: u32,
+    pub sample_every_ns: u64,
+    pub tau_ns: u64,
+}
+
+/// The smoothed demand.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DemandState {
+    /// When the last sample was taken.
+    last_ns: Option<u64>,
+    /// Runnable tasks beyond one per CPU, smoothed, in thousandths.
+    waiting_milli: u64,
+}
+
+impl DemandState {
+    /// Smoothed runnable tasks beyond one per CPU, in thousandths.
+    pub fn waiting_milli(&self) -> u64 {
+        self.waiting_milli
+    }
+}
+
+impl DemandRule {
+    pub fn new(cpus: u32) -> DemandRule {
+        DemandRule {
+            cpus: cpus.max(1),
+            sample_every_ns: DEMAND_SAMPLE_EVERY.as_nanos() as u64,
+            tau_ns: DEMAND_TAU.as_nanos() as u64,
         }
-        if self
-            .checked
-            .is_none_or(|t| now.duration_since(t) >= LOAD_RECHECK)
-        {
-            self.checked = Some(now);
-            self.idle_cpus = std::fs::read_to_string("/proc/loadavg")
+    }
+
+    /// Whether a new sample is due at `now_ns`.
+    pub fn due(&self, s: &DemandState, now_ns: u64) -> bool {
+        s.last_ns
+            .is_none_or(|t| now_ns.saturating_sub(t) >= self.sample_every_ns)
+    }
+
+    /// The state after `runnable` tasks (the sampling thread included) were seen running
+    /// or waiting to run at `now_ns`.
+    pub fn sample(&self, s: DemandState, now_ns: u64, runnable: u32) -> DemandState {
+        let waiting = u64::from(runnable.saturating_sub(self.cpus)) * 1000;
+        let longest = self.sample_every_ns.saturating_mul(2);
+        let dt = u128::from(
+            s.last_ns
+                .map_or(longest, |t| now_ns.saturating_sub(t).min(longest)),
+        );
+        let (old, new) = (u128::from(s.waiting_milli), u128::from(waiting));
+        let w = |x: u128| x * dt / (dt + u128::from(self.tau_ns).max(1));
+        let waiting_milli = if new >= old {
+            (old + w(new - old)) as u64
+        } else {
+            (old - w(old - new)) as u64
+        };
+        DemandState {
+            last_ns: Some(now_ns),
+            waiting_milli,
+        }
+    }
+
+    /// Whether tasks are waiting for a CPU: a poll would take time they want.
+    pub fn others_wait(&self, s: &DemandState) -> bool {
+        s.waiting_milli >= WAITING_LIMIT_MILLI
+    }
+}
+
+/// The runnable tasks of the machine from the text of `/proc/loadavg`
+/// (`0.52 0.58 0.59 3/467 12345`: the fourth field's numerator).
+pub fn runnable_from_loadavg(text: &str) -> Option<u32> {
+    text.split_whitespace()
+        .nth(3)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The machine's demand for CPUs, sampled from `/proc/loadavg` (kept open and re-read at
+/// offset 0, a few µs) as [`DemandRule`] asks.
+#[derive(Debug)]
+pub struct MachineDemand {
+    rule: DemandRule,
+    state: DemandState,
+    origin: Instant,
+    loadavg: Option<std::fs::File>,
+    /// Never report waiting tasks ([`BusyPoll::under_load`]).
+    under_load: bool,
+}
+
+impl MachineDemand {
+    pub fn new(under_load: bool) -> MachineDemand {
+        // SAFETY: sysconf has no preconditions.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let cpus = u32::try_from(online)
+            .ok()
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+        MachineDemand {
+            rule: DemandRule::new(cpus),
+            state: DemandState::default(),
+            origin: Instant::now(),
+            loadavg: (!under_load)
+                .then(|| std::fs::File::open("/proc/loadavg").ok())
+                .flatten(),
+            under_load,
+        }
+    }
+
+    /// Whether tasks are waiting for a CPU now. Without `/proc/loadavg` it says no (the
+    /// poller's own evidence still stops a poll that takes another task's CPU).
+    pub fn others_wait(&mut self, now: Instant) -> bool {
+        if self.under_load {
+            return false;
+        }
+        let Some(f) = &self.loadavg else { return false };
+        let now_ns = u64::try_from(now.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX);
+        if self.rule.due(&self.state, now_ns) {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 128];
+            let runnable = f
+                .read_at(&mut buf, 0)
                 .ok()
-                .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-                .is_none_or(|l| worth_polling(l, self.cpus));
+                .and_then(|n| runnable_from_loadavg(std::str::from_utf8(&buf[..n]).ok()?));
+            if let Some(r) = runnable {
+                self.state = self.rule.sample(self.state, now_ns, r);
+            }
         }
-        self.idle_cpus
+        self.rule.others_wait(&self.state)
+    }
+
+    /// The smoothed demand (for logs and tests).
+    pub fn state(&self) -> DemandState {
+        self.state
     }
 }
 
@@ -307,29 +448,125 @@ mod tests {
         (s, polled)
     }
 
-    #[test]
-    fn polls_only_below_one_runnable_thread_per_cpu() {
-        assert!(worth_polling(0.3, 2));
-        assert!(worth_polling(1.9, 2));
-        assert!(!worth_polling(2.0, 2));
-        assert!(!worth_polling(11.0, 2));
-        assert!(worth_polling(11.0, 16));
-        assert!(!worth_polling(f64::NAN, 2));
+    const MS: u64 = 1_000_000;
+
+    /// Feeds `runnable` counts sampled every 2 ms from `t0_ms`; returns the state and the
+    /// first sample time (ms) at which `others_wait` equalled `want`, if any.
+    fn feed(
+        r: DemandRule,
+        mut s: DemandState,
+        t0_ms: u64,
+        runnable: &[u32],
+        want: bool,
+    ) -> (DemandState, Option<u64>) {
+        let mut first = None;
+        for (i, &n) in runnable.iter().enumerate() {
+            let t = (t0_ms + 2 * i as u64) * MS;
+            assert!(r.due(&s, t));
+            s = r.sample(s, t, n);
+            if first.is_none() && r.others_wait(&s) == want {
+                first = Some(t / MS);
+            }
+        }
+        (s, first)
     }
 
     #[test]
-    fn the_load_is_read_at_most_twice_a_second() {
-        let mut m = MachineLoad {
-            any_load: false,
-            ..MachineLoad::default()
-        };
+    fn a_burst_of_its_own_keeps_polling() {
+        // Two CPUs: the poller and the caller it has just answered are both runnable, now
+        // and then a third task (a kaiso background thread, a kernel worker) runs briefly.
+        let r = DemandRule::new(2);
+        let mut seen = vec![2u32; 200];
+        for i in (0..200).step_by(7) {
+            seen[i] = 3;
+        }
+        let (s, busy_at) = feed(r, DemandState::default(), 0, &seen, true);
+        assert_eq!(busy_at, None, "stopped polling: {s:?}");
+        // The caller blocked in its next request, only the poller running: as quiet.
+        let (_, busy_at) = feed(r, s, 400, &[1; 50], true);
+        assert_eq!(busy_at, None);
+    }
+
+    #[test]
+    fn cpu_hogs_stop_polling_within_a_few_ms() {
+        let r = DemandRule::new(2);
+        let (s, _) = feed(r, DemandState::default(), 0, &[2; 50], true);
+        assert!(!r.others_wait(&s));
+        // Two busy loops start at 100 ms: runnable = 2 hogs + poller (+ caller).
+        let (s, busy_at) = feed(r, s, 100, &[3, 4, 3, 4, 3, 4, 3, 4, 3, 4], true);
+        let busy_at = busy_at.expect("never noticed the hogs");
+        assert!(busy_at - 100 <= 4, "noticed after {} ms", busy_at - 100);
+        assert!(r.others_wait(&s));
+        // Hogs from the first sample on.
+        let (_, busy_at) = feed(r, DemandState::default(), 0, &[4; 10], true);
+        assert_eq!(busy_at, Some(0));
+        // A single hog on two CPUs still takes a CPU the caller wants.
+        let (_, busy_at) = feed(r, DemandState::default(), 0, &[3; 10], true);
+        assert!(busy_at.is_some_and(|t| t <= 6), "{busy_at:?}");
+        // The hogs end: polling comes back within some tens of ms.
+        let (_, quiet_at) = feed(r, s, 120, &[2; 50], false);
+        let quiet_at = quiet_at.expect("never polled again");
+        assert!(
+            quiet_at - 120 <= 40,
+            "polled again after {} ms",
+            quiet_at - 120
+        );
+    }
+
+    #[test]
+    fn samples_are_rate_limited_and_none_decides_alone() {
+        let r = DemandRule::new(4);
+        // The first sample weighs 4 / (4 + 10).
+        let s = r.sample(DemandState::default(), 10 * MS, 9);
+        assert_eq!(s.waiting_milli(), 5_000 * 4 / 14);
+        assert!(!r.due(&s, 11 * MS));
+        assert!(r.due(&s, 12 * MS));
+        // One task too many for a moment, after a quiet second: polling goes on.
+        let s = r.sample(DemandState::default(), 0, 4);
+        let s = r.sample(s, 1_000 * MS, 5);
+        assert!(!r.others_wait(&s), "{s:?}");
+        // A clock that went backwards (or the same instant) changes nothing.
+        let s2 = r.sample(s, 5 * MS, 40);
+        assert_eq!(s2.waiting_milli(), s.waiting_milli());
+    }
+
+    #[test]
+    fn one_cpu_never_polls_with_the_caller_runnable() {
+        let r = DemandRule::new(1);
+        let (_, busy_at) = feed(r, DemandState::default(), 0, &[2; 5], true);
+        assert!(busy_at.is_some_and(|t| t <= 6), "{busy_at:?}");
+        assert_eq!(DemandRule::new(0).cpus, 1);
+    }
+
+    #[test]
+    fn loadavg_text_is_parsed() {
+        assert_eq!(
+            runnable_from_loadavg("0.52 0.58 0.59 3/467 12345\n"),
+            Some(3)
+        );
+        assert_eq!(
+            runnable_from_loadavg("8.92 4.10 2.63 12/189 11096"),
+            Some(12)
+        );
+        assert_eq!(runnable_from_loadavg("0.5 0.5 0.5"), None);
+        assert_eq!(runnable_from_loadavg("0.5 0.5 0.5 x/1 2"), None);
+        assert_eq!(runnable_from_loadavg(""), None);
+    }
+
+    #[test]
+    fn this_machine_has_a_readable_demand() {
+        let mut m = MachineDemand::new(false);
         let t = Instant::now();
-        let first = m.idle_cpus(t);
-        let checked = m.checked;
-        assert_eq!(m.idle_cpus(t + Duration::from_millis(100)), first);
-        assert_eq!(m.checked, checked);
-        m.idle_cpus(t + LOAD_RECHECK);
-        assert_eq!(m.checked, Some(t + LOAD_RECHECK));
+        m.others_wait(t);
+        assert!(m.state().last_ns.is_some(), "/proc/loadavg was not sampled");
+        // Within the sample interval it is not read again.
+        let before = m.state();
+        m.others_wait(t + Duration::from_micros(100));
+        assert_eq!(m.state(), before);
+        // Polling under load never reads it.
+        let mut any = MachineDemand::new(true);
+        assert!(!any.others_wait(t));
+        assert_eq!(any.state(), DemandState::default());
     }
 
     #[test]
@@ -480,6 +717,53 @@ mod tests {
         ));
         drop(tx);
         drop(rx);
+    }
+
+    /// The poller's own evidence: with a busy loop on its CPU, a yield lets the loop run
+    /// and the poll gives way at once instead of polling out its window.
+    #[test]
+    fn a_yield_to_another_task_ends_the_poll() {
+        use std::os::fd::AsFd;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        fn pin_to_cpu0() -> bool {
+            // SAFETY: a zeroed cpu_set_t is valid; CPU_SET on index 0 is in range.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+            }
+        }
+        let (rx, _tx) = std::io::pipe().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(AtomicBool::new(false));
+        let (stop2, running2) = (stop.clone(), running.clone());
+        let hog = std::thread::spawn(move || {
+            if !pin_to_cpu0() {
+                return;
+            }
+            let end = Instant::now() + Duration::from_secs(10);
+            running2.store(true, Ordering::SeqCst);
+            while !stop2.load(Ordering::Relaxed) && Instant::now() < end {
+                std::hint::spin_loop();
+            }
+        });
+        let result = std::thread::spawn(move || {
+            assert!(pin_to_cpu0());
+            let end = Instant::now() + Duration::from_secs(5);
+            while !running.load(Ordering::SeqCst) && Instant::now() < end {
+                std::thread::yield_now();
+            }
+            poll_for_request(rx.as_fd(), Duration::from_secs(2))
+        })
+        .join()
+        .unwrap();
+        stop.store(true, Ordering::SeqCst);
+        hog.join().unwrap();
+        match result {
+            Polled::GaveWay(after) => assert!(after < Duration::from_secs(1), "{after:?}"),
+            other => panic!("polled on beside a busy loop: {other:?}"),
+        }
     }
 
     #[test]

@@ -122,9 +122,9 @@ fn time(t: Option<TimeOrNow>) -> Option<TimeSet> {
 }
 
 impl KaisoFs {
-    /// The FUSE face over `store`, busy-polling for at most `busy_poll` after a reply
-    /// (zero: never; see [`crate::busy_poll`]).
-    pub fn new(store: Arc<Store>, opts: &MountOptions, busy_poll: std::time::Duration) -> KaisoFs {
+    /// The FUSE face over `store`, mounted as `opts` says (busy-polling as
+    /// `opts.busy_poll` says, see [`crate::busy_poll`]).
+    pub fn new(store: Arc<Store>, opts: &MountOptions) -> KaisoFs {
         KaisoFs {
             store,
             ttl: opts.ttl,
@@ -132,7 +132,7 @@ impl KaisoFs {
             want_passthrough: opts.passthrough,
             passthrough: AtomicBool::new(false),
             backing: Mutex::new(Backing::default()),
-            gate: WorkerGate::with_busy_poll(opts.threads, busy_poll),
+            gate: WorkerGate::with_busy_poll(opts.threads, opts.busy_poll),
         }
     }
 

@@ -20,12 +20,14 @@
 //!
 //! The worker that goes back to reading may first busy-poll the device for a short,
 //! adaptive window ([`crate::busy_poll`]), so the next request of a burst is read without
-//! the thread going to sleep (and paying a wake-up).
+//! the thread going to sleep (and paying a wake-up), unless tasks are waiting for a CPU.
 //!
 //! Setting the environment variable [`ALL_READ_ENV`] to `1` turns the gate off (every
 //! worker reads, as fuser does by itself, and none polls), for comparisons.
 
-use crate::busy_poll::{MachineLoad, Outcome, PollRule, PollState, Polled, poll_for_request};
+use crate::busy_poll::{
+    BusyPoll, MachineDemand, Outcome, PollRule, PollState, Polled, poll_for_request,
+};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -59,9 +61,9 @@ struct State {
     /// When the last request in service ended with no other in service, if the worker
     /// then went to sleep in `read`, and how long it polled before (ns, 0: not at all).
     idle_since: Option<(Instant, u64)>,
-    /// Polls that saw the next request, and polls that did not (for tests and logs).
-    polls_caught: u64,
-    polls_missed: u64,
+    /// How busy polls ended, and how often one was not started because tasks were
+    /// waiting for a CPU.
+    polls: PollStats,
     /// The request id of the last forget served (the nodes of a batch share one).
     last_forget: Option<u64>,
 }
@@ -75,13 +77,33 @@ struct Inner {
     rule: PollRule,
     /// A duplicate of the session's `/dev/fuse` descriptor to poll (set once mounted).
     device: OnceLock<OwnedFd>,
-    /// Whether the machine has idle CPUs (read by the worker about to poll).
-    load: Mutex<MachineLoad>,
+    /// Whether tasks wait for a CPU (read by the worker about to poll).
+    demand: Mutex<MachineDemand>,
 }
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How a gate's busy polls ended (counted since the mount).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    /// Polls that saw the next request.
+    pub caught: u64,
+    /// Polls whose window ended without one.
+    pub missed: u64,
+    /// Polls that stopped because a yield let another task run.
+    pub gave_way: u64,
+    /// Polls the rule wanted but did not start, because tasks were waiting for a CPU.
+    pub held_for_others: u64,
+}
+
+impl PollStats {
+    /// Polls started.
+    pub fn started(&self) -> u64 {
+        self.caught + self.missed + self.gave_way
     }
 }
 
@@ -107,15 +129,14 @@ pub struct Serving<'a> {
 impl WorkerGate {
     /// A gate for `threads` workers (all reading at first) that does not busy-poll.
     pub fn new(threads: usize) -> WorkerGate {
-        WorkerGate::with_busy_poll(threads, Duration::ZERO)
+        WorkerGate::with_busy_poll(threads, BusyPoll::OFF)
     }
 
-    /// A gate for `threads` workers whose reading worker busy-polls for at most
-    /// `busy_poll` after a reply (zero: never; the device to poll is given by
-    /// [`WorkerGate::attach_device`]). With one worker nobody stands by; with
-    /// [`ALL_READ_ENV`] set the gate does nothing.
-    pub fn with_busy_poll(threads: usize, busy_poll: Duration) -> WorkerGate {
-        let rule = PollRule::new(busy_poll);
+    /// A gate for `threads` workers whose reading worker busy-polls as `busy_poll` says
+    /// after a reply (the device to poll is given by [`WorkerGate::attach_device`]). With
+    /// one worker nobody stands by; with [`ALL_READ_ENV`] set the gate does nothing.
+    pub fn with_busy_poll(threads: usize, busy_poll: BusyPoll) -> WorkerGate {
+        let rule = PollRule::new(busy_poll.max);
         let stand_by = threads > 1;
         if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
             return WorkerGate { inner: None };
@@ -130,7 +151,8 @@ impl WorkerGate {
             stand_by,
             rule,
             device: OnceLock::new(),
-            load: Mutex::new(MachineLoad::default()),
+            // (A gate that never polls never samples the machine: no file to keep open.)
+            demand: Mutex::new(MachineDemand::new(busy_poll.under_load || !rule.enabled())),
         });
         if !stand_by {
             // Nobody parks, so nobody needs handing back.
@@ -231,15 +253,11 @@ impl WorkerGate {
         }
     }
 
-    /// Busy polls that saw the next request, and those that ended without one.
-    pub fn poll_stats(&self) -> (u64, u64) {
-        match self.inner.as_deref() {
-            Some(g) => {
-                let s = g.lock();
-                (s.polls_caught, s.polls_missed)
-            }
-            None => (0, 0),
-        }
+    /// How the busy polls so far ended (see [`PollStats`]).
+    pub fn poll_stats(&self) -> PollStats {
+        self.inner
+            .as_deref()
+            .map_or(PollStats::default(), |g| g.lock().polls)
     }
 }
 
@@ -288,32 +306,35 @@ impl Drop for Serving<'_> {
         };
         // Poll without the lock: the other workers are parked or serving.
         drop(s);
-        let idle_cpus = g
-            .load
+        let others_wait = g
+            .demand
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .idle_cpus(idle_at);
-        if !idle_cpus {
-            // A busy machine: wake-ups are cheap there, and polling takes CPU from others.
-            g.lock().idle_since = Some((idle_at, 0));
+            .others_wait(idle_at);
+        if others_wait {
+            // Polling would take CPU time from tasks that want it (and on a busy machine
+            // the vCPUs do not halt, so a wake-up is cheap there).
+            let mut s = g.lock();
+            s.polls.held_for_others += 1;
+            s.idle_since = Some((idle_at, 0));
             return;
         }
         let polled = poll_for_request(device.as_fd(), window);
         let mut s = g.lock();
         match polled {
             Polled::Ready(after) => {
-                s.polls_caught += 1;
+                s.polls.caught += 1;
                 let after_ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
                 s.poll = g.rule.update(s.poll, Outcome::Caught { after_ns });
                 s.idle_since = None;
             }
             Polled::Nothing(spent) => {
-                s.polls_missed += 1;
+                s.polls.missed += 1;
                 let spent_ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
                 s.idle_since = Some((idle_at, spent_ns.max(1)));
             }
             Polled::GaveWay(_) => {
-                s.polls_missed += 1;
+                s.polls.gave_way += 1;
                 s.poll = g.rule.update(s.poll, Outcome::Contended);
                 // The hold is set; the gap that follows says nothing more.
                 s.idle_since = None;

@@ -11,14 +11,17 @@ pub mod busy_poll;
 mod fs;
 pub mod gate;
 
+pub use busy_poll::BusyPoll;
 pub use fs::{INIT_FLAGS, KaisoFs, negative_attr};
-pub use gate::WorkerGate;
+pub use gate::{PollStats, WorkerGate};
 
 use kaiso_store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// How to mount.
+/// How to mount. Build it from [`MountOptions::default`] with the fields you set
+/// (`MountOptions { threads: 8, ..MountOptions::default() }`), so new fields keep callers
+/// compiling.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
     /// Let other users than the mounter use the mount (`allow_other`).
@@ -31,6 +34,8 @@ pub struct MountOptions {
     /// writer of its tiers and inode numbers survive moves, so a long time is safe; changes
     /// made directly in a tier directory while mounted show after at most this long.
     pub ttl: std::time::Duration,
+    /// Busy-polling of `/dev/fuse` between the requests of a burst (see [`busy_poll`]).
+    pub busy_poll: BusyPoll,
 }
 
 impl MountOptions {
@@ -54,6 +59,7 @@ impl Default for MountOptions {
             threads: 4,
             passthrough: true,
             ttl: DEFAULT_TTL,
+            busy_poll: BusyPoll::default(),
         }
     }
 }
@@ -164,18 +170,19 @@ impl Mounted {
         self.session.as_ref().is_none_or(|s| s.guard.is_finished())
     }
 
-    /// Busy polls so far that saw the next request, and those that ended without one
-    /// (see [`busy_poll`]).
-    pub fn busy_polls(&self) -> (u64, u64) {
+    /// How the busy polls so far ended (see [`busy_poll`]).
+    pub fn busy_polls(&self) -> PollStats {
         self.gate.poll_stats()
     }
 
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
-        let (caught, missed) = self.gate.poll_stats();
+        let p = self.gate.poll_stats();
         tracing::info!(
-            busy_polls_caught = caught,
-            busy_polls_missed = missed,
+            busy_polls_caught = p.caught,
+            busy_polls_missed = p.missed,
+            busy_polls_gave_way = p.gave_way,
+            busy_polls_held_for_others = p.held_for_others,
             "unmounting"
         );
         // Parked workers go back to reading, where they see the unmount.
@@ -198,29 +205,17 @@ impl Drop for Mounted {
     }
 }
 
-/// Mount `store` on `mountpoint` in background threads (busy-polling for at most
-/// [`busy_poll::DEFAULT_MAX`] between requests, see [`mount_with_busy_poll`]).
+/// Mount `store` on `mountpoint` in background threads; after a reply the worker that
+/// reads next busy-polls `/dev/fuse` as `opts.busy_poll` says (see [`busy_poll`]).
 pub fn mount(
     store: Arc<Store>,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<Mounted, MountError> {
-    mount_with_busy_poll(store, mountpoint, opts, busy_poll::DEFAULT_MAX)
-}
-
-/// Mount `store` on `mountpoint` in background threads; after a reply the worker that
-/// reads next polls `/dev/fuse` for at most `busy_poll` while requests come in bursts
-/// (zero: never; see [`busy_poll`]).
-pub fn mount_with_busy_poll(
-    store: Arc<Store>,
-    mountpoint: &Path,
-    opts: &MountOptions,
-    busy_poll: std::time::Duration,
-) -> Result<Mounted, MountError> {
     preflight(mountpoint)?;
     let fsname = format!("kaiso:{}", store.config().state_dir.display());
     let cfg = session_config(fsname, opts);
-    let fs = KaisoFs::new(store, opts, busy_poll);
+    let fs = KaisoFs::new(store, opts);
     let gate = fs.gate();
     let failed = |e| {
         // No session will close the gate: stop its watchdog thread here.

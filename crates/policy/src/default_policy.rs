@@ -61,6 +61,9 @@ struct InFlight {
     to: TierId,
     bytes: u64,
     at: Nanos,
+    /// The object's `last_move_secs` before this move was planned: restored if the move
+    /// does not happen.
+    prev_move_secs: u32,
 }
 
 /// kaiso's default [`PlacementPolicy`]. Deterministic; `record` is O(1).
@@ -333,10 +336,21 @@ impl PlacementPolicy for KaisoPolicy {
 
     fn placed(&mut self, object: ObjectId, size: u64, tier: TierId) {
         let clock = self.clock;
-        if let Some(m) = self.in_flight.remove(&object).filter(|m| m.to == tier) {
-            self.observe_move_done(m, clock);
-        }
+        let dropped = match self.in_flight.remove(&object) {
+            Some(m) if m.to == tier => {
+                self.observe_move_done(m, clock);
+                None
+            }
+            // Reported where it was: the planned move did not happen (the caller could not
+            // carry it out). It must not count as a move, or the object would be held
+            // where it is for `min_residency_secs` as if it had just arrived.
+            Some(m) if m.from == tier => Some(m.prev_move_secs),
+            _ => None,
+        };
         let s = self.objects.entry(object).or_insert_with(ObjectState::new);
+        if let Some(prev) = dropped.filter(|_| s.tier == tier) {
+            s.last_move_secs = prev;
+        }
         if s.tier != UNPLACED && s.tier != tier {
             s.last_move_secs = secs(clock).saturating_add(1);
         }

@@ -9,10 +9,13 @@
 //! - Names are opaque bytes in NFSv3 (`filename3`), so non-UTF-8 names round-trip exactly.
 //! - NFSv3 has no xattrs, and NFSACL is a side protocol this client does not speak: those
 //!   calls return empty results and [`SourceFeatures`] says so.
-//! - The export is mounted with the `nfs3_client` crate (portmapper, MOUNT); the pool's
-//!   connections speak ONC RPC through this module's own transport ([`rpc`]), whose READ
-//!   ([`read`]) decodes each reply's data straight into the caller's buffer.
+//! - Everything speaks ONC RPC through this module's own transport ([`rpc`]): the
+//!   portmapper and MOUNT at connect ([`mount`]), bounded by
+//!   [`NfsConfig::connect_timeout`], and the pool's NFS connections, whose READ
+//!   ([`read`]) decodes each reply's data straight into the caller's buffer. A server
+//!   that closes a connection is an error at once.
 
+mod mount;
 mod read;
 mod rpc;
 
@@ -25,15 +28,15 @@ use kaiso_store::migrate::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
-use nfs3_client::Nfs3ConnectionBuilder;
-use nfs3_client::nfs3_types::nfs3::{
+use nfs3_types::mount::mountstat3;
+use nfs3_types::nfs3::{
     self, ACCESS3args, ACCESS3res, GETATTR3args, GETATTR3res, LOOKUP3args, LOOKUP3res, NFS_PROGRAM,
     Nfs3Option, Nfs3Result, READDIRPLUS3args, READDIRPLUS3res, READLINK3args, READLINK3res,
     diropargs3, fattr3, filename3, ftype3, nfs_fh3, nfsstat3,
 };
-use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
-use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::TokioConnector;
+use nfs3_types::portmap;
+use nfs3_types::rpc::{auth_unix, opaque_auth};
+use nfs3_types::xdr_codec::Opaque;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
@@ -63,6 +66,10 @@ pub struct NfsConfig {
     pub privileged_port: bool,
     /// How long one RPC may take before the server counts as unreachable.
     pub rpc_timeout: Duration,
+    /// How long connecting may take in all: portmapper, MOUNT and their TCP connects.
+    /// Short, since these are a few round trips: a service that accepts and never
+    /// answers fails the connect within this, not within `rpc_timeout`.
+    pub connect_timeout: Duration,
     /// A directory inside the export (relative, `/`-separated) to migrate instead of the
     /// whole export: looked up once at connect and used as the share root.
     pub subdir: Option<String>,
@@ -82,6 +89,7 @@ impl NfsConfig {
             gid: 0,
             privileged_port: true,
             rpc_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
             subdir: None,
         }
     }
@@ -133,15 +141,17 @@ impl NfsSource {
             })?;
         let cfg = config.clone();
         let (nfs_port, root) = block_on(&runtime, async move {
-            let conn = tokio::time::timeout(
-                cfg.rpc_timeout,
-                builder(&cfg, cfg.mount_port, cfg.nfs_port).mount(),
-            )
-            .await
-            .map_err(|_| unreachable_error(&cfg, "mount timed out"))?
-            .map_err(|e| connect_error(&cfg, &e.to_string()))?;
-            // The crate's own NFS connection is closed here: the pool opens its own.
-            Ok::<_, SourceError>((conn.nfs3_port, conn.root_nfs_fh3()))
+            tokio::time::timeout(cfg.connect_timeout, mount_export(&cfg))
+                .await
+                .map_err(|_| {
+                    unreachable_error(
+                        &cfg,
+                        &format!(
+                            "no answer from the portmapper or MOUNT service within {:?}",
+                            cfg.connect_timeout
+                        ),
+                    )
+                })?
         })?;
         let mut handles = HashMap::new();
         handles.insert(SourcePath::root(), root.clone());
@@ -221,27 +231,16 @@ impl NfsSource {
     /// which gave the root file handle), so a new connection needs no MOUNT call: one TCP
     /// connection and one source port per connection, not two, and no extra round trip.
     async fn new_client(&self, path: &SourcePath) -> SourceResult<Client> {
-        let unreachable = |e: std::io::Error| {
-            SourceError::new(
-                SourceErrorKind::Unreachable,
-                path,
-                format!("connect to the NFS service: {e}"),
-            )
-        };
-        let addr: std::net::IpAddr = self.config.host.parse().map_err(|e| {
-            SourceError::new(
-                SourceErrorKind::Invalid,
-                path,
-                format!("host {:?}: {e}", self.config.host),
-            )
-        })?;
-        let to = std::net::SocketAddr::new(addr, self.nfs_port);
-        let stream = if self.config.privileged_port {
-            connect_privileged(to).await.map_err(unreachable)?
-        } else {
-            TcpStream::connect(to).await.map_err(unreachable)?
-        };
-        let _ = stream.set_nodelay(true);
+        let ip = host_ip(&self.config, path)?;
+        let stream = open_stream((ip, self.nfs_port).into(), self.config.privileged_port)
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    SourceErrorKind::Unreachable,
+                    path,
+                    format!("connect to the NFS service: {e}"),
+                )
+            })?;
         Ok(RpcConn::new(stream, self.auth.clone(), first_xid()))
     }
 
@@ -803,34 +802,103 @@ async fn connect_privileged(to: std::net::SocketAddr) -> std::io::Result<TcpStre
     Err(last.unwrap_or_else(|| std::io::Error::other("no free privileged port")))
 }
 
-fn builder(
-    cfg: &NfsConfig,
-    mount_port: Option<u16>,
-    nfs_port: Option<u16>,
-) -> Nfs3ConnectionBuilder<TokioConnector> {
-    let mut b = Nfs3ConnectionBuilder::new(TokioConnector, cfg.host.clone(), cfg.export.clone())
-        .portmapper_port(cfg.portmapper_port)
-        .connect_from_privileged_port(cfg.privileged_port)
-        .credential(credential(cfg));
-    if let Some(p) = mount_port {
-        b = b.mount_port(p);
-    }
-    if let Some(p) = nfs_port {
-        b = b.nfs3_port(p);
-    }
-    b
+/// The server's address (a literal IP: the client does no name resolution).
+fn host_ip(cfg: &NfsConfig, path: &SourcePath) -> SourceResult<std::net::IpAddr> {
+    cfg.host.parse().map_err(|e| {
+        SourceError::new(
+            SourceErrorKind::Invalid,
+            path,
+            format!("host {:?} is not an IP address: {e}", cfg.host),
+        )
+    })
 }
 
-fn connect_error(cfg: &NfsConfig, msg: &str) -> SourceError {
-    let kind = if msg.contains("Permission denied") || msg.contains("ACCES") {
-        SourceErrorKind::PermissionDenied
+/// A TCP connection to `to`, from a privileged port if asked, without Nagle's delay.
+async fn open_stream(to: std::net::SocketAddr, privileged: bool) -> std::io::Result<TcpStream> {
+    let stream = if privileged {
+        connect_privileged(to).await?
     } else {
-        SourceErrorKind::Unreachable
+        TcpStream::connect(to).await?
+    };
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Finds the MOUNT and NFS ports (asking the portmapper for those not configured) and
+/// mounts the export: returns the NFS port and the export's root file handle.
+async fn mount_export(cfg: &NfsConfig) -> SourceResult<(u16, nfs_fh3)> {
+    let ip = host_ip(cfg, &SourcePath::root())?;
+    let (mount_port, nfs_port) = match (cfg.mount_port, cfg.nfs_port) {
+        (Some(m), Some(n)) => (m, n),
+        (m, n) => {
+            let service = format!("portmapper at {}:{}", cfg.host, cfg.portmapper_port);
+            let fail = |e| service_error(cfg, &service, e);
+            // The portmapper needs no credential nor a privileged port.
+            let stream = open_stream((ip, cfg.portmapper_port).into(), false)
+                .await
+                .map_err(|e| fail(RpcFailure::Io(e)))?;
+            let none = rpc::encode_auth(&opaque_auth::default()).into();
+            let mut pmap = RpcConn::new(stream, none, first_xid())
+                .for_program(portmap::PROGRAM, portmap::VERSION);
+            let mut port_of = async |given: Option<u16>, program: u32, name: &str| match given {
+                Some(p) => Ok(p),
+                None => match mount::getport(&mut pmap, program, 3).await.map_err(fail)? {
+                    Some(p) => Ok(p),
+                    None => Err(unreachable_error(
+                        cfg,
+                        &format!("{service}: {name} version 3 over TCP is not registered"),
+                    )),
+                },
+            };
+            let m = port_of(m, mount::MOUNT_PROGRAM_NUMBER, "MOUNT").await?;
+            let n = port_of(n, rpc::NFS_PROGRAM, "NFS").await?;
+            (m, n)
+        }
+    };
+    let service = format!("MOUNT service at {}:{mount_port}", cfg.host);
+    let stream = open_stream((ip, mount_port).into(), cfg.privileged_port)
+        .await
+        .map_err(|e| service_error(cfg, &service, RpcFailure::Io(e)))?;
+    let auth = rpc::encode_auth(&credential(cfg)).into();
+    let mut conn = RpcConn::new(stream, auth, first_xid())
+        .for_program(mount::MOUNT_PROGRAM_NUMBER, mount::MOUNT_VERSION);
+    match mount::mnt(&mut conn, &cfg.export)
+        .await
+        .map_err(|e| service_error(cfg, &service, e))?
+    {
+        Ok(fh) => Ok((nfs_port, fh)),
+        Err(stat) => Err(mount_refused(cfg, stat)),
+    }
+}
+
+/// A portmapper or MOUNT call that failed at the RPC level.
+fn service_error(cfg: &NfsConfig, service: &str, e: RpcFailure) -> SourceError {
+    let kind = match e {
+        RpcFailure::Denied(_) => SourceErrorKind::PermissionDenied,
+        RpcFailure::Io(_) | RpcFailure::Protocol(_) => SourceErrorKind::Unreachable,
     };
     SourceError::new(
         kind,
         &SourcePath::root(),
-        format!("mount {}:{}: {msg}", cfg.host, cfg.export),
+        format!("mount {}:{}: {service}: {e}", cfg.host, cfg.export),
+    )
+}
+
+/// The MOUNT service answered, and refused the export.
+fn mount_refused(cfg: &NfsConfig, stat: mountstat3) -> SourceError {
+    let kind = match stat {
+        mountstat3::MNT3ERR_PERM | mountstat3::MNT3ERR_ACCES => SourceErrorKind::PermissionDenied,
+        mountstat3::MNT3ERR_NOENT | mountstat3::MNT3ERR_NOTDIR => SourceErrorKind::NotFound,
+        mountstat3::MNT3ERR_INVAL | mountstat3::MNT3ERR_NAMETOOLONG => SourceErrorKind::Invalid,
+        _ => SourceErrorKind::Io,
+    };
+    SourceError::new(
+        kind,
+        &SourcePath::root(),
+        format!(
+            "mount {}:{}: the server refused: {stat}",
+            cfg.host, cfg.export
+        ),
     )
 }
 

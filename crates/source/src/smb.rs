@@ -70,7 +70,7 @@ use smb::{
 };
 
 use handles::OpenFiles;
-use link::{Link, drop_in_background, is_unreachable};
+use link::{Link, Requests, drop_in_background, is_unreachable};
 use prefetch::{Fetched, Prefetch};
 use read::{ReadOutcome, read_pieces};
 
@@ -188,6 +188,8 @@ struct Shared {
     caps: OnceLock<ShareCaps>,
     /// What the calls cost in server round trips (see [`SmbStats`]).
     stats: Counters,
+    /// Requests sent, by kind, on every session (see [`SmbStats`]).
+    requests: Arc<Requests>,
     /// Set once a listing showed a nonzero EaSize: this server computes the EA sizes of
     /// its listings (ksmbd, for one, reports 0 for every file), so 0 means "no EAs".
     listing_ea_sizes: AtomicBool,
@@ -202,6 +204,20 @@ pub struct SmbStats {
     pub reads_on_kept_handles: u64,
     /// Reads that opened the file themselves.
     pub reads_opened: u64,
+    /// Reads of a later unit on the handle kept from the file's previous read.
+    pub reads_continued: u64,
+    /// Requests sent after the session setups, by kind (each one message and its reply;
+    /// requests sent at the same time share a round trip). CREATE:
+    pub creates: u64,
+    /// QUERY_INFO (attributes, EAs, security descriptor, streams, file system).
+    pub queries: u64,
+    /// Directory listings; each is one QUERY_DIRECTORY per batch of entries plus the one
+    /// answered "no more files".
+    pub listings: u64,
+    /// READ requests.
+    pub reads: u64,
+    /// CLOSE requests (sent in the background: no call waits for them).
+    pub closes: u64,
 }
 
 #[derive(Default)]
@@ -209,6 +225,7 @@ struct Counters {
     metadata_fetches: AtomicU64,
     reads_on_kept_handles: AtomicU64,
     reads_opened: AtomicU64,
+    reads_continued: AtomicU64,
 }
 
 /// The share's file system capabilities that spare per-file queries.
@@ -274,11 +291,18 @@ impl SmbSource {
 
     /// What this source sent so far.
     pub fn stats(&self) -> SmbStats {
-        let c = &self.shared.stats;
+        let (c, r) = (&self.shared.stats, &self.shared.requests);
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SmbStats {
-            metadata_fetches: c.metadata_fetches.load(Ordering::Relaxed),
-            reads_on_kept_handles: c.reads_on_kept_handles.load(Ordering::Relaxed),
-            reads_opened: c.reads_opened.load(Ordering::Relaxed),
+            metadata_fetches: get(&c.metadata_fetches),
+            reads_on_kept_handles: get(&c.reads_on_kept_handles),
+            reads_opened: get(&c.reads_opened),
+            reads_continued: get(&c.reads_continued),
+            creates: get(&r.creates),
+            queries: get(&r.queries),
+            listings: get(&r.listings),
+            reads: get(&r.reads),
+            closes: get(&r.closes),
         }
     }
 
@@ -361,6 +385,7 @@ impl Shared {
             caps: OnceLock::new(),
             listing_ea_sizes: AtomicBool::new(false),
             stats: Counters::default(),
+            requests: Arc::default(),
             config,
             share,
         };
@@ -380,17 +405,18 @@ impl Shared {
         // wait for a session setup (several round trips). A slot whose connect fails here
         // is connected again by the next call on it, which reports the error.
         for i in 1..source.links.len() {
-            let (links, config, share) = (
+            let (links, config, share, requests) = (
                 source.links.clone(),
                 source.config.clone(),
                 source.share.clone(),
+                source.requests.clone(),
             );
             let _ = std::thread::Builder::new()
                 .name("smb-connect".into())
                 .spawn(move || {
                     let mut slot = links[i].lock().unwrap_or_else(|p| p.into_inner());
                     if slot.is_none()
-                        && let Ok(l) = Link::connect(&config, &share)
+                        && let Ok(l) = Link::connect(&config, &share, requests)
                     {
                         *slot = Some(Arc::new(l));
                     }
@@ -463,7 +489,7 @@ impl Shared {
             drop_in_background(old);
         }
         let started = std::time::Instant::now();
-        let l = match Link::connect(&self.config, &self.share) {
+        let l = match Link::connect(&self.config, &self.share, self.requests.clone()) {
             Ok(l) => Arc::new(l),
             Err(e) => {
                 // Unlocked first: an unreachable server shuts every slot, this one too.
@@ -748,10 +774,11 @@ impl Shared {
             self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
             let r = l.open(&self.share, &p, Self::read_access())?;
             let h = r.handle();
+            let streams_too = need_streams && !r.is_dir();
+            l.count_queries(1 + u64::from(need_eas) + u64::from(streams_too));
             let (eas, sd, streams) = std::thread::scope(|s| {
                 let eas = need_eas.then(|| s.spawn(|| l.check(r.as_handle_query_eas())));
-                let streams = (need_streams && !r.is_dir())
-                    .then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
+                let streams = streams_too.then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
                 let sd = l.check(h.query_security_info(Self::sd_info()));
                 (eas.map(join), sd, streams.map(join))
             });
@@ -858,10 +885,13 @@ impl Shared {
         };
         if let Some((link, file)) = kept {
             let outcome = self.call_on(link, path, "read", |l| {
-                self.stats
-                    .reads_on_kept_handles
-                    .fetch_add(1, Ordering::Relaxed);
-                self.read_and_close(l, file, buf, offset, want_attr)
+                let counter = if offset == 0 {
+                    &self.stats.reads_on_kept_handles
+                } else {
+                    &self.stats.reads_continued
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                self.read_and_close(l, file, buf, offset, want_attr, Some(path))
             });
             match outcome {
                 Ok(o) => return Ok((o.total, o.attr.map(|a| self.attr_from_all(&a)))),
@@ -879,7 +909,8 @@ impl Shared {
                     return Ok(None);
                 }
             };
-            self.read_and_close(l, file, buf, offset, want_attr)
+            let keep_for = suffix.is_empty().then_some(path);
+            self.read_and_close(l, file, buf, offset, want_attr, keep_for)
                 .map(Some)
         })?;
         let outcome = outcome.ok_or_else(|| {
@@ -889,19 +920,29 @@ impl Shared {
     }
 
     /// Reads into `buf` on `file` with up to `parallel_reads` READs of at most what the
-    /// session takes in flight, then closes the handle (in the background).
+    /// session takes in flight, then closes the handle (in the background), unless the
+    /// file goes on past `buf` and `keep_for` names it: then the handle is kept for the
+    /// read of its next unit, which needs no open of its own (a file of N units costs
+    /// one CREATE, not N).
     fn read_and_close(
         &self,
-        l: &Link,
+        l: &Arc<Link>,
         file: smb::File,
         buf: &mut [u8],
         offset: u64,
         want_attr: bool,
+        keep_for: Option<&SourcePath>,
     ) -> Result<ReadOutcome, Failure> {
         let piece = self.config.read_size.min(l.max_read());
         let parallel = self.config.parallel_reads;
         let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
-        l.close(Resource::File(file));
+        let end = offset + buf.len() as u64;
+        let more = matches!(&result, Ok(o) if o.total == buf.len())
+            && smb::GetLen::get_len(&file).is_ok_and(|len| len > end);
+        match keep_for {
+            Some(path) if more => self.open_files.keep(path, l, Resource::File(file)),
+            _ => l.close(Resource::File(file)),
+        }
         result.map_err(|e| (String::new(), e))
     }
 
@@ -992,6 +1033,8 @@ impl Shared {
                 }
             };
             let h: &smb::ResourceHandle = &dir;
+            l.count_queries(3);
+            Requests::add(&l.requests.listings, 1);
             let (listing, all, eas, sd) = std::thread::scope(|s| {
                 let all = s.spawn(|| l.check(h.query_info::<FileAllInformation>()));
                 let eas = s.spawn(|| l.check(query_eas(h)));
@@ -1068,6 +1111,7 @@ impl Source for Shared {
         }
         let access = FileAccessMask::new().with_file_read_attributes(true);
         let info = self.query_one(path, "stat", access, |l, r| {
+            l.count_queries(1);
             l.check(r.as_handle_query_all())
         })?;
         let info = info.map_err(|e| self.error(path, "query info", &e))?;
@@ -1136,6 +1180,7 @@ impl Source for Shared {
             |f| f.xattrs.take(),
             || {
                 let r = self.query_one(path, "query EAs", Self::read_access(), |l, r| {
+                    l.count_queries(1);
                     l.check(r.as_handle_query_eas())
                 })?;
                 self.eas_result(path, r)
@@ -1150,6 +1195,7 @@ impl Source for Shared {
             || {
                 let access = FileAccessMask::new().with_read_control(true);
                 let r = self.query_one(path, "query security", access, |l, r| {
+                    l.count_queries(1);
                     l.check(r.handle().query_security_info(Self::sd_info()))
                 })?;
                 self.acl_result(path, r)
@@ -1163,7 +1209,10 @@ impl Source for Shared {
             |f| f.streams.take(),
             || {
                 let r = self.query_one(path, "query streams", Self::read_access(), |l, r| {
-                    (!r.is_dir()).then(|| l.check(r.as_handle_query_streams()))
+                    (!r.is_dir()).then(|| {
+                        l.count_queries(1);
+                        l.check(r.as_handle_query_streams())
+                    })
                 })?;
                 match r {
                     Some(r) => self.streams_result(path, r),

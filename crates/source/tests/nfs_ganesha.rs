@@ -113,6 +113,25 @@ fn nfs_source_against_ganesha() {
         "{e}"
     );
 
+    // Ports found through a portmapper (GETPORT for MOUNT v3 and NFS v3 over TCP, then
+    // MNT, all over the source's own RPC code). The shared rpcbind may hold another test's
+    // ganesha registrations, so a portmapper answering with this server's ports stands in.
+    let pmap = PortmapperFor::start(server.mount_port, server.nfs_port);
+    let mut cfg = server.config();
+    cfg.mount_port = None;
+    cfg.nfs_port = None;
+    cfg.portmapper_port = pmap.port;
+    let via_pmap = NfsSource::connect(cfg).expect("connect through the portmapper");
+    assert!(
+        via_pmap
+            .describe()
+            .starts_with(&format!("nfs://127.0.0.1:{}", server.nfs_port)),
+        "{}",
+        via_pmap.describe()
+    );
+    assert_eq!(via_pmap.read(&odd, 0, 100).unwrap(), b"latin-1 name");
+    assert_eq!(pmap.asked(), vec![(100_005, 3, 6), (100_003, 3, 6)]);
+
     // Wrong export name and unreachable server give clear errors.
     let mut bad = server.config();
     bad.export = "/no/such/export".into();
@@ -132,4 +151,71 @@ fn nfs_source_against_ganesha() {
     dead.mount_port = Some(common::free_port());
     let e = NfsSource::connect(dead).err().expect("nothing listens");
     assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+}
+
+/// A portmapper (RFC 1833 version 2, TCP) that answers GETPORT from a fixed table
+/// (MOUNT and NFS to the given ports, anything else 0: not registered) and records the
+/// (program, version, protocol) asked for.
+struct PortmapperFor {
+    port: u16,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<(u32, u32, u32)>>>,
+}
+
+impl PortmapperFor {
+    fn start(mount_port: u16, nfs_port: u16) -> Self {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        // One connection (the source asks both questions on it), then the thread ends.
+        std::thread::spawn(move || {
+            let Ok((mut conn, _)) = listener.accept() else {
+                return;
+            };
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let word = |b: &[u8], i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+            loop {
+                let mut mark = [0u8; 4];
+                if conn.read_exact(&mut mark).is_err() {
+                    return;
+                }
+                let len = (u32::from_be_bytes(mark) & 0x7fff_ffff) as usize;
+                let mut call = vec![0u8; len];
+                conn.read_exact(&mut call).unwrap();
+                // xid, CALL, rpcvers, prog, vers, proc, then credential and verifier.
+                let (xid, proc) = (word(&call, 0), word(&call, 20));
+                assert_eq!(
+                    (word(&call, 12), word(&call, 16), proc),
+                    (100_000, 2, 3),
+                    "portmapper v2 GETPORT"
+                );
+                let cred_len = word(&call, 28) as usize;
+                let verf_at = 32 + cred_len.div_ceil(4) * 4;
+                let args = verf_at + 8 + (word(&call, verf_at + 4) as usize).div_ceil(4) * 4;
+                let (prog, vers, prot) = (
+                    word(&call, args),
+                    word(&call, args + 4),
+                    word(&call, args + 8),
+                );
+                log.lock().unwrap().push((prog, vers, prot));
+                let answer = match (prog, vers, prot) {
+                    (100_005, 3, 6) => u32::from(mount_port),
+                    (100_003, 3, 6) => u32::from(nfs_port),
+                    _ => 0,
+                };
+                let mut reply = Vec::new();
+                for w in [0x8000_0000 | 28, xid, 1, 0, 0, 0, 0, answer] {
+                    reply.extend_from_slice(&u32::to_be_bytes(w));
+                }
+                conn.write_all(&reply).unwrap();
+            }
+        });
+        Self { port, asked }
+    }
+
+    fn asked(&self) -> Vec<(u32, u32, u32)> {
+        self.asked.lock().unwrap().clone()
+    }
 }

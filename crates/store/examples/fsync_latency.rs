@@ -99,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         StubState {
             unlisted_dir: true,
             missing: vec![],
+            times: None,
         },
     )?;
     store.set_stub_filler(Arc::new(Pattern));

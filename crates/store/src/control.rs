@@ -92,7 +92,17 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
     let e = |x: crate::FsError| x.to_string();
     let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
     match req {
-        Request::Status => j(serde_json::to_value(store.status())),
+        Request::Status => {
+            let mut v = j(serde_json::to_value(store.status()))?;
+            // The planner's side of the mover (beyond `MoverStatus`): whether placement
+            // has settled (`kaiso bench fs` waits for it).
+            if let Some(m) = v.get_mut("mover").and_then(|m| m.as_object_mut()) {
+                for (k, x) in store.planner_status() {
+                    m.insert(k.into(), x.into());
+                }
+            }
+            Ok(v)
+        }
         Request::Where { path } => j(serde_json::to_value(store.where_is(&path).map_err(e)?)),
         Request::Explain { path } => j(serde_json::to_value(store.explain(&path).map_err(e)?)),
         Request::Pin {

@@ -536,6 +536,7 @@ impl Store {
             // Partial blocks of unfetched ranges must be fetched before being overwritten.
             self.fill_range(st, offset, (offset + data.len() as u64).min(fsize))?;
         }
+        self.stub_client_change(st)?;
         for _attempt in 0..8 {
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             let tier = st.tier();
@@ -619,6 +620,7 @@ impl Store {
                 };
                 (st, by_path, moves0)
             };
+            self.stub_client_change(&st)?;
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             if by_path.is_some() && st.moves.load(Ordering::Acquire) != moves0 {
                 // Moved in between: the descriptor is the old copy's.
@@ -664,7 +666,7 @@ impl Store {
             drop(g);
             if let Some(m) = stub_changed {
                 // Marked even if the row is not written: the ranges changed in memory.
-                let r = self.db().set_stub(ino, false, &m);
+                let r = self.db().set_stub(ino, false, &m, None);
                 st.mark_unsynced(STUB_ROW_CHANGED);
                 r?;
             }
@@ -718,14 +720,14 @@ impl Store {
             let bits = st.unsynced.swap(0, Ordering::SeqCst);
             let r = (|| -> FsResult<()> {
                 if bits & STUB_ROW_CHANGED != 0 {
-                    let missing = st
+                    let (missing, times) = st
                         .stub
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .as_ref()
-                        .map(|s| s.missing.clone())
+                        .map(|s| (s.missing.clone(), s.times))
                         .unwrap_or_default();
-                    self.stub_state_durable(st.ino, &missing)?;
+                    self.stub_state_durable(st.ino, &missing, times)?;
                 }
                 if bits != 0 {
                     filler.sync_state(self, st.ino)?;
@@ -751,9 +753,14 @@ impl Store {
     /// earlier commit durable: a checkpoint of the WAL into the main database file, which
     /// SQLite fsyncs (WAL before, database after). Should the checkpoint not complete
     /// (a reader in the way), the WAL itself is fsynced instead.
-    fn stub_state_durable(&self, ino: Ino, missing: &[(u64, u64)]) -> FsResult<()> {
+    fn stub_state_durable(
+        &self,
+        ino: Ino,
+        missing: &[(u64, u64)],
+        times: Option<crate::db::StubTimes>,
+    ) -> FsResult<()> {
         let db = self.db();
-        db.set_stub(ino, false, missing)?;
+        db.set_stub(ino, false, missing, times)?;
         self.fsync_checkpoints.fetch_add(1, Ordering::Relaxed);
         let busy: i64 = db
             .conn
@@ -880,6 +887,28 @@ impl Store {
 
     // ---- migration stubs -------------------------------------------------------------
 
+    /// A client is about to modify stub file `st` (write, truncate, new times): from now
+    /// on the file's own times hold, so its pending times (the source's) are dropped
+    /// first, in memory and in its row; kept, a crash or the next fetch would put them
+    /// back over the client's change. A fetch after this keeps the times it finds.
+    pub(crate) fn stub_client_change(&self, st: &FileState) -> FsResult<()> {
+        let missing = {
+            let mut s = st.stub.lock().unwrap_or_else(|e| e.into_inner());
+            match s.as_mut() {
+                Some(x) if x.times.is_some() => {
+                    x.times = None;
+                    x.missing.clone()
+                }
+                _ => return Ok(()),
+            }
+        };
+        st.mark_unsynced(STUB_ROW_CHANGED);
+        let r = self.db().set_stub(st.ino, false, &missing, None);
+        st.mark_unsynced(STUB_ROW_CHANGED);
+        r?;
+        Ok(())
+    }
+
     /// Stub state of an inode (complete/default for ordinary inodes).
     pub fn stub_state(&self, ino: Ino) -> StubState {
         let ns = self.ns();
@@ -887,6 +916,7 @@ impl Store {
             return StubState {
                 unlisted_dir: d.unlisted,
                 missing: Vec::new(),
+                times: None,
             };
         }
         ns.files
@@ -913,7 +943,9 @@ impl Store {
         } else {
             return Err(FsError::NOENT);
         };
-        let r = self.db().set_stub(ino, state.unlisted_dir, &state.missing);
+        let r = self
+            .db()
+            .set_stub(ino, state.unlisted_dir, &state.missing, state.times);
         if let Some(st) = fstate {
             st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
         }
@@ -956,20 +988,37 @@ impl Store {
                 let target = e.symlink_target.clone();
                 let perm = e.perm & 0o7777;
                 let rdev = e.rdev;
+                let (uid, gid) = (e.uid, e.gid);
+                let (atime, mtime) = (e.atime, e.mtime);
+                // Owner, mode and times are set inside the creation (a regular file through
+                // its descriptor: no path lookups), so `create_entry` finds the entry as
+                // the source has it and changes nothing after. Owner before mode: a chown
+                // clears set-id bits.
                 let (ino, tier, _, _) =
                     self.create_entry(&mut ns, parent, name, caller, None, &|p| {
                         match kind {
-                            FileKind::Symlink => {
-                                std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?
-                            }
                             FileKind::File => {
                                 let f = std::fs::OpenOptions::new()
                                     .write(true)
                                     .create_new(true)
                                     .mode(perm)
                                     .open(p)?;
-                                f.set_len(size)?;
-                                util::chmod(p, perm)?;
+                                let made = util::fstat(&f)?;
+                                let chown = made.st_uid != uid || made.st_gid != gid;
+                                if chown {
+                                    util::fchown(&f, uid, gid)?;
+                                }
+                                if chown || made.st_mode & 0o7777 != perm {
+                                    util::fchmod(&f, perm)?;
+                                }
+                                if size > 0 {
+                                    f.set_len(size)?;
+                                }
+                                util::futimens(&f, util::UTime::At(atime), util::UTime::At(mtime))?;
+                                return Ok(Some(f));
+                            }
+                            FileKind::Symlink => {
+                                std::os::unix::fs::symlink(target.clone().unwrap_or_default(), p)?
                             }
                             FileKind::Fifo => util::mknod(p, libc::S_IFIFO | perm, 0)?,
                             FileKind::Socket => util::mknod(p, libc::S_IFSOCK | perm, 0)?,
@@ -977,6 +1026,11 @@ impl Store {
                             FileKind::BlockDevice => util::mknod(p, libc::S_IFBLK | perm, rdev)?,
                             FileKind::Dir => unreachable!(),
                         }
+                        let st = util::lstat(p)?;
+                        if st.st_uid != uid || st.st_gid != gid {
+                            util::lchown(p, Some(uid), Some(gid))?;
+                        }
+                        util::lutimens(p, util::UTime::At(atime), util::UTime::At(mtime))?;
                         Ok(None)
                     })?;
                 if kind == FileKind::File && size > 0 {
@@ -989,33 +1043,28 @@ impl Store {
                         *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                             unlisted_dir: false,
                             missing: vec![(0, size)],
+                            times: Some((atime, mtime)),
                         });
                     }
                 }
-                let p = ns
-                    .file_path(ino)
-                    .map(|p| self.tiers[tier as usize].path(&p));
                 let fstate = ns.files.get(&ino).map(|f| f.state.clone());
                 // The row is written with the namespace unlocked (other listings go on
                 // meanwhile) and before this call returns (before the filler marks the
                 // parent listed).
                 drop(ns);
                 if kind == FileKind::File && size > 0 {
-                    let r = self.put_stub_row(ino, false, vec![(0, size)]);
+                    let r = self.put_stub_row(ino, false, vec![(0, size)], Some((atime, mtime)));
                     if let Some(st) = &fstate {
                         st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
                     }
                     r?;
-                }
-                if let Some(p) = p {
-                    util::lutimens(&p, util::UTime::At(e.atime), util::UTime::At(e.mtime))?;
                 }
                 ino
             }
         };
         if e.kind == FileKind::Dir {
             if e.unlisted {
-                self.put_stub_row(ino, true, Vec::new())?;
+                self.put_stub_row(ino, true, Vec::new(), None)?;
             }
             let p = self.ns().dir_path(ino).map(|p| p.to_path_buf());
             if let Some(p) = p {
@@ -1063,8 +1112,14 @@ impl Store {
     }
 
     /// Writes one stub row now, or queues it when this thread is in a [`Store::stub_batch`].
-    fn put_stub_row(&self, ino: Ino, unlisted: bool, missing: Vec<(u64, u64)>) -> FsResult<()> {
-        let row = (ino, unlisted, missing);
+    fn put_stub_row(
+        &self,
+        ino: Ino,
+        unlisted: bool,
+        missing: Vec<(u64, u64)>,
+        times: Option<crate::db::StubTimes>,
+    ) -> FsResult<()> {
+        let row = (ino, unlisted, missing, times);
         let queued = STUB_ROWS.with(|b| match b.borrow_mut().as_mut() {
             Some(rows) => {
                 rows.push(row.clone());
@@ -1073,7 +1128,7 @@ impl Store {
             None => false,
         });
         if !queued {
-            self.db().set_stub(row.0, row.1, &row.2)?;
+            self.db().set_stub(row.0, row.1, &row.2, row.3)?;
         }
         Ok(())
     }
@@ -1084,15 +1139,18 @@ impl Store {
         }
         let db = self.db();
         let tx = db.conn.unchecked_transaction()?;
-        for (ino, unlisted, missing) in rows {
-            db.set_stub(*ino, *unlisted, missing)?;
+        for (ino, unlisted, missing, times) in rows {
+            db.set_stub(*ino, *unlisted, missing, *times)?;
         }
         tx.commit()?;
         Ok(())
     }
 
     /// Write fetched bytes into a stub file and mark them present; never calls the filler.
-    /// Keeps the file's mtime (fetching is not a modification).
+    /// Fetching is not a modification: the file keeps the mtime it must show (its pending
+    /// times, see [`StubState::times`]), which are durable in its row before the bytes
+    /// are written, so a crash between the write and the restore of the mtime is undone
+    /// at the next start ([`Store::open`]). Writes do not change the atime.
     pub fn stub_write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<()> {
         let (path, state) = {
             let ns = self.ns();
@@ -1101,44 +1159,78 @@ impl Store {
             (self.tiers[f.tier as usize].path(&p), f.state.clone())
         };
         let _g = state.gate.read().unwrap_or_else(|e| e.into_inner());
-        // One path lookup per unit: the times are read and put back on the descriptor.
         let f = std::fs::OpenOptions::new().write(true).open(&path)?;
-        let before = util::fstat(&f)?;
+        let (had_stub, pending) = state
+            .stub
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or((false, None), |s| (true, s.times));
+        let times = match pending {
+            Some(t) => t,
+            None => {
+                // A client changed the file (or its row predates pending times): the
+                // times it has now are the ones to keep, made pending (and persisted)
+                // before the write.
+                let before = util::fstat(&f)?;
+                let t = (
+                    util::ts(before.st_atime, before.st_atime_nsec),
+                    util::ts(before.st_mtime, before.st_mtime_nsec),
+                );
+                let missing = {
+                    let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
+                    s.as_mut().map(|st| {
+                        st.times = Some(t);
+                        st.missing.clone()
+                    })
+                };
+                if let Some(m) = missing {
+                    state.mark_unsynced(STUB_ROW_CHANGED);
+                    let r = self.db().set_stub(ino, false, &m, Some(t));
+                    state.mark_unsynced(STUB_ROW_CHANGED);
+                    r?;
+                }
+                t
+            }
+        };
         // In pieces: one multi-megabyte write(2) into the page cache cost up to several
         // times the CPU of the same bytes written a megabyte at a time (measured:
         // docs/reproduction/migration.md §3), and a crawl is CPU-bound.
         for (i, piece) in data.chunks(STUB_WRITE_PIECE).enumerate() {
             f.write_all_at(piece, offset + (i * STUB_WRITE_PIECE) as u64)?;
         }
-        let times = [
-            libc::timespec {
-                tv_sec: before.st_atime,
-                tv_nsec: before.st_atime_nsec,
-            },
-            libc::timespec {
-                tv_sec: before.st_mtime,
-                tv_nsec: before.st_mtime_nsec,
-            },
-        ];
-        // SAFETY: f is open; times holds two valid timespecs.
-        if unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&f), times.as_ptr()) } != 0 {
-            return Err(std::io::Error::last_os_error().into());
+        if *self.fail.lock().unwrap_or_else(|e| e.into_inner())
+            == Some(crate::store::FailPoint::StubAfterWrite)
+        {
+            return Err(FsError::IO);
+        }
+        // Not over a client's change made since the pending times were read (it dropped
+        // them): its time is the one to keep.
+        let still_pending = state
+            .stub
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|s| s.times.is_some());
+        if still_pending || !had_stub {
+            util::futimens(&f, util::UTime::Omit, util::UTime::At(times.1))?;
         }
         // Marked before the change can be seen (a client may write over these bytes as
         // soon as they are marked present, then fsync) and again once the row is written.
         state.mark_unsynced(STUB_ROW_CHANGED);
-        let missing = {
+        let (missing, times) = {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {
                 Some(st) => {
                     crate::stub::subtract(&mut st.missing, offset, offset + data.len() as u64);
                     let m = st.missing.clone();
+                    let t = st.times;
                     if m.is_empty() {
                         *s = None;
                     }
-                    m
+                    (m, t)
                 }
-                None => Vec::new(),
+                None => (Vec::new(), None),
             }
         };
         let end = offset + data.len() as u64;
@@ -1146,7 +1238,7 @@ impl Store {
         if end > old {
             self.tiers[state.tier() as usize].add_used((end - old) as i64);
         }
-        let r = self.db().set_stub(ino, false, &missing);
+        let r = self.db().set_stub(ino, false, &missing, times);
         state.mark_unsynced(STUB_ROW_CHANGED);
         r?;
         Ok(())

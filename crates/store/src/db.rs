@@ -22,8 +22,34 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-/// (inode, unlisted directory, missing ranges).
-pub(crate) type StubRow = (u64, bool, Vec<(u64, u64)>);
+/// (atime, mtime) a stub file must show (see [`crate::StubState::times`]).
+pub(crate) type StubTimes = (std::time::SystemTime, std::time::SystemTime);
+
+/// (inode, unlisted directory, missing ranges, pending times).
+pub(crate) type StubRow = (u64, bool, Vec<(u64, u64)>, Option<StubTimes>);
+
+/// Pending times as stored: atime seconds (i64), nanoseconds (u32), then mtime's.
+fn encode_times(t: StubTimes) -> Vec<u8> {
+    let mut b = Vec::with_capacity(24);
+    for x in [t.0, t.1] {
+        let ts = crate::util::timespec_of(x);
+        b.extend_from_slice(&(ts.tv_sec as i64).to_le_bytes());
+        b.extend_from_slice(&(ts.tv_nsec as u32).to_le_bytes());
+    }
+    b
+}
+
+fn decode_times(b: &[u8]) -> Option<StubTimes> {
+    if b.len() != 24 {
+        return None;
+    }
+    let one = |c: &[u8]| {
+        let secs = i64::from_le_bytes(c[..8].try_into().ok()?);
+        let nanos = u32::from_le_bytes(c[8..12].try_into().ok()?);
+        Some(crate::util::ts(secs, nanos as i64))
+    };
+    Some((one(&b[..12])?, one(&b[12..])?))
+}
 
 pub(crate) struct Db {
     pub conn: Connection,
@@ -82,8 +108,15 @@ impl Db {
              CREATE TABLE IF NOT EXISTS pins(ino INTEGER PRIMARY KEY, tier INTEGER NOT NULL, path BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS heat(ino INTEGER PRIMARY KEY, heat REAL NOT NULL, last INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS reasons(ino INTEGER PRIMARY KEY, rule TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL);",
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL, times BLOB);",
         )?;
+        // Databases from before pending times lack the column (NULL: no pending times).
+        let has_times = conn
+            .prepare("SELECT 1 FROM pragma_table_info('stubs') WHERE name='times'")?
+            .exists([])?;
+        if !has_times {
+            conn.execute_batch("ALTER TABLE stubs ADD COLUMN times BLOB")?;
+        }
         Ok(Db { conn })
     }
 
@@ -331,7 +364,7 @@ impl Db {
     pub fn stubs(&self) -> rusqlite::Result<Vec<StubRow>> {
         let mut st = self
             .conn
-            .prepare("SELECT ino, unlisted, missing FROM stubs")?;
+            .prepare("SELECT ino, unlisted, missing, times FROM stubs")?;
         let rows = st.query_map([], |r| {
             let b: Vec<u8> = r.get(2)?;
             let ranges = b
@@ -343,7 +376,13 @@ impl Db {
                     )
                 })
                 .collect();
-            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? != 0, ranges))
+            let times: Option<Vec<u8>> = r.get(3)?;
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, i64>(1)? != 0,
+                ranges,
+                times.as_deref().and_then(decode_times),
+            ))
         })?;
         rows.collect()
     }
@@ -353,10 +392,13 @@ impl Db {
         ino: u64,
         unlisted: bool,
         missing: &[(u64, u64)],
+        times: Option<StubTimes>,
     ) -> rusqlite::Result<()> {
+        // Cached statements: a listing writes one row per entry, a fetch one per unit.
         if !unlisted && missing.is_empty() {
             self.conn
-                .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
+                .prepare_cached("DELETE FROM stubs WHERE ino=?1")?
+                .execute([ino as i64])?;
             return Ok(());
         }
         let mut b = Vec::with_capacity(missing.len() * 16);
@@ -364,10 +406,16 @@ impl Db {
             b.extend_from_slice(&s.to_le_bytes());
             b.extend_from_slice(&e.to_le_bytes());
         }
-        self.conn.execute(
-            "INSERT OR REPLACE INTO stubs(ino,unlisted,missing) VALUES(?1,?2,?3)",
-            params![ino as i64, unlisted as i64, b],
-        )?;
+        self.conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO stubs(ino,unlisted,missing,times) VALUES(?1,?2,?3,?4)",
+            )?
+            .execute(params![
+                ino as i64,
+                unlisted as i64,
+                b,
+                times.map(encode_times)
+            ])?;
         Ok(())
     }
 }

@@ -118,7 +118,16 @@ impl Store {
         if let Some(path) = ns.file_path(ino) {
             let t = &self.tiers[f.tier as usize];
             match util::lstat_opt(&t.path(&path))? {
-                Some(st) => return Ok(Self::attr_of(ino, &st)),
+                Some(st) => {
+                    let mut attr = Self::attr_of(ino, &st);
+                    // A stub shows its pending mtime, also while a fetch has written a
+                    // unit and not yet put the mtime back.
+                    let stub = f.state.stub.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some((_, mtime)) = stub.as_ref().and_then(|s| s.times) {
+                        attr.mtime = mtime;
+                    }
+                    return Ok(attr);
+                }
                 None => {
                     // Removed behind our back: forget the name.
                     let names = f.names.clone();
@@ -215,6 +224,13 @@ impl Store {
     pub fn setattr(&self, ino: Ino, set: &SetAttr, _caller: Caller) -> FsResult<FileAttr> {
         if let Some(size) = set.size {
             self.truncate(ino, size, set.fh)?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            // New times of a stub file are the ones it keeps from now on.
+            let st = self.ns().files.get(&ino).map(|f| f.state.clone());
+            if let Some(st) = st {
+                self.stub_client_change(&st)?;
+            }
         }
         let mut ns = self.ns();
         let paths: Vec<PathBuf> = if let Some(d) = ns.dirs.get(&ino) {

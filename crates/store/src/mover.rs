@@ -103,6 +103,12 @@ pub(crate) struct MoverShared {
     pub queued_files: AtomicU64,
     pub queued_bytes: AtomicU64,
     pub backing_off: AtomicBool,
+    /// Time background copies spent waiting for foreground I/O (busy tiers, or yielding
+    /// on an emulated device), in all, ns.
+    pub backoff_ns: AtomicU64,
+    /// Plans asked of the policy, and how many of the latest ones in a row had no move.
+    pub plans: AtomicU64,
+    pub empty_plans_in_a_row: AtomicU64,
     pub rate: Mutex<f64>,
     pub jobs: Mutex<HashMap<JobId, JobProgress>>,
     pub next_job: AtomicU64,
@@ -342,6 +348,9 @@ impl Store {
                 r.yielded >= crate::emulate::FOREGROUND_GRACE * 2,
                 Ordering::Relaxed,
             );
+            self.mover
+                .backoff_ns
+                .fetch_add(r.yielded.as_nanos() as u64, Ordering::Relaxed);
             off += n;
         }
     }
@@ -359,6 +368,9 @@ impl Store {
             }
             self.mover.backing_off.store(true, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(20));
+            self.mover
+                .backoff_ns
+                .fetch_add(20_000_000, Ordering::Relaxed);
             self.tiers[from as usize].sample_busy();
             self.tiers[to as usize].sample_busy();
         }
@@ -498,6 +510,9 @@ impl Store {
             return Err(MoveError::new(FsError::BUSY, "already being moved"));
         }
         let _slot = MoveSlot(&self.mover.moving, ino);
+        let started = Instant::now();
+        let backoff0 = self.mover.backoff_ns.load(Ordering::Relaxed);
+        tracing::info!(ino, to, reason, "move started");
         // 1. What to move. The source descriptor is opened under the namespace lock, so it
         //    is this file's data whatever renames follow. A file with no name left (an
         //    orphan: unlinked while open) is read through a descriptor of its open
@@ -862,7 +877,23 @@ impl Store {
         }
         self.mover.moved_files.fetch_add(1, Ordering::Relaxed);
         self.mover.moved_bytes.fetch_add(copied, Ordering::Relaxed);
-        tracing::info!(ino, from = %ft.cfg.name, to = %tt.cfg.name, bytes = copied, reason, attempts = attempt + 1, "moved");
+        let backed_off_ms = self
+            .mover
+            .backoff_ns
+            .load(Ordering::Relaxed)
+            .saturating_sub(backoff0)
+            / 1_000_000;
+        tracing::info!(
+            ino,
+            from = %ft.cfg.name,
+            to = %tt.cfg.name,
+            bytes = copied,
+            reason,
+            attempts = attempt + 1,
+            took_ms = started.elapsed().as_millis() as u64,
+            backed_off_ms,
+            "moved"
+        );
         Ok(copied)
     }
 
@@ -927,6 +958,15 @@ impl Store {
         let plan = self
             .placer()
             .plan(now, &states, self.cfg.mover.max_plan_bytes);
+        self.mover.plans.fetch_add(1, Ordering::Relaxed);
+        if plan.is_empty() {
+            self.mover
+                .empty_plans_in_a_row
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.mover.empty_plans_in_a_row.store(0, Ordering::Relaxed);
+        }
+        self.log_plan(now, &states, &plan);
         self.mover
             .queued_files
             .store(plan.len() as u64, Ordering::Relaxed);
@@ -950,7 +990,7 @@ impl Store {
                 Ok(n) => moved += n,
                 Err(e) => {
                     self.mover.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(ino = m.object, error = %e, "planned move skipped");
+                    tracing::info!(ino = m.object, to = m.to, error = %e, "planned move skipped");
                     // Tell the policy where the object really is, so it does not re-plan blindly.
                     let cur = self
                         .ns()
@@ -965,6 +1005,84 @@ impl Store {
             }
         }
         moved
+    }
+}
+
+impl Store {
+    /// The planner's counters for `kaiso status --json` (under `mover`): plans made, how
+    /// many of the latest in a row had no move, files being moved now, and the time
+    /// background copies spent backing off, ms.
+    pub(crate) fn planner_status(&self) -> [(&'static str, u64); 4] {
+        let m = &self.mover;
+        let moving = m.moving.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        [
+            ("plans", m.plans.load(Ordering::Relaxed)),
+            (
+                "empty_plans_in_a_row",
+                m.empty_plans_in_a_row.load(Ordering::Relaxed),
+            ),
+            ("moving_files", moving),
+            (
+                "backed_off_ms",
+                m.backoff_ns.load(Ordering::Relaxed) / 1_000_000,
+            ),
+        ]
+    }
+
+    /// Logs a plan (target `kaiso_store::plan`, info: its moves with each file's heat)
+    /// and the heat ranking it was made from (debug: the hottest files and their tiers),
+    /// so a placement can be followed from the log (`KAISO_LOG=kaiso_store::plan=debug`).
+    fn log_plan(
+        &self,
+        now: kaiso_policy::Nanos,
+        states: &[kaiso_policy::TierState],
+        plan: &[kaiso_policy::Move],
+    ) {
+        const TOP: usize = 24;
+        let busy: Vec<String> = states.iter().map(|t| format!("{:.2}", t.busy)).collect();
+        let used: Vec<u64> = states.iter().map(|t| t.used >> 10).collect();
+        if tracing::enabled!(target: "kaiso_store::plan", tracing::Level::DEBUG) {
+            let top = self.placer().hottest(now, TOP);
+            let tiers: Vec<String> = {
+                let ns = self.ns();
+                top.iter()
+                    .map(|(ino, score)| {
+                        let t = ns.files.get(ino).map_or("?".into(), |f| f.tier.to_string());
+                        format!("{ino}:{score:.1}@{t}")
+                    })
+                    .collect()
+            };
+            tracing::debug!(
+                target: "kaiso_store::plan",
+                busy = %busy.join("/"),
+                used_kib = ?used,
+                hottest = %tiers.join(" "),
+                "heat"
+            );
+        }
+        if plan.is_empty() || !tracing::enabled!(target: "kaiso_store::plan", tracing::Level::INFO)
+        {
+            return;
+        }
+        let moves: Vec<String> = {
+            let pl = self.placer();
+            plan.iter()
+                .map(|m| {
+                    let score = pl.heat_of(m.object, now);
+                    format!(
+                        "{}:{}->{}:{:?}:{score:.1}",
+                        m.object, m.from, m.to, m.reason
+                    )
+                })
+                .collect()
+        };
+        tracing::info!(
+            target: "kaiso_store::plan",
+            busy = %busy.join("/"),
+            used_kib = ?used,
+            moves = %moves.join(" "),
+            "plan"
+        );
     }
 }
 
@@ -1194,6 +1312,54 @@ mod tests {
             demote >= Duration::from_millis(1900),
             "demotion took {demote:?}"
         );
+    }
+
+    /// A planned promotion the mover cannot carry out is tried again at the next plan
+    /// once the obstacle is gone: the failed attempt must not hold the file where it is
+    /// for `min_residency_secs` (the policy took a planned move for a done one, so a hot
+    /// file whose promotion failed once stayed on the HDD for 10 minutes).
+    #[test]
+    fn a_failed_planned_promotion_is_retried_at_the_next_plan() {
+        use std::sync::atomic::AtomicBool;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (s, ino) = store_with_hdd(dir.path(), 1 << 20);
+        // Hot: opened again and again (each open is a touch).
+        for _ in 0..5 {
+            let o = s.open_file(ino, libc::O_RDONLY, false).expect("open");
+            s.release(o.fh).expect("release");
+        }
+        // Something unknown to kaiso sits at the file's name on the fast tier: the switch
+        // refuses to replace it, so the planned promotion fails.
+        let stray = dir.path().join("t0").join("cold");
+        std::fs::write(&stray, b"not kaiso's").expect("stray");
+        let stop = AtomicBool::new(false);
+        assert_eq!(
+            s.plan_and_move(&stop),
+            0,
+            "the promotion should have failed"
+        );
+        assert_eq!(s.mover.failed.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            s.where_is(std::path::Path::new("cold"))
+                .expect("where")
+                .tiers,
+            ["hdd"]
+        );
+        // The obstacle goes; the next plan promotes the file.
+        std::fs::remove_file(&stray).expect("remove stray");
+        let o = s.open_file(ino, libc::O_RDONLY, false).expect("open");
+        s.release(o.fh).expect("release");
+        assert_eq!(s.plan_and_move(&stop), 1 << 20, "{}", {
+            let e = s.explain(std::path::Path::new("cold")).expect("explain");
+            format!("{e:?}")
+        });
+        assert_eq!(
+            s.where_is(std::path::Path::new("cold"))
+                .expect("where")
+                .tiers,
+            ["fast"]
+        );
+        s.shutdown();
     }
 
     #[test]

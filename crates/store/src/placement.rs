@@ -96,6 +96,26 @@ impl Placer {
         self.policy.plan(now, tiers, max_bytes)
     }
 
+    /// The heat summary of `ino` at `now`: its opens, decayed with the policy's heat
+    /// half-life (the policy's own heat counts the same touches).
+    pub fn heat_of(&self, ino: Ino, now: Nanos) -> f64 {
+        self.heat.get(&ino).map_or(0.0, |(h, l)| {
+            *h as f64 * decay(now.saturating_sub(*l), self.half_life_ns)
+        })
+    }
+
+    /// The `k` hottest files by [`Self::heat_of`] at `now`, hottest first.
+    pub fn hottest(&self, now: Nanos, k: usize) -> Vec<(Ino, f64)> {
+        let mut v: Vec<(Ino, f64)> = self
+            .heat
+            .keys()
+            .map(|&ino| (ino, self.heat_of(ino, now)))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(k);
+        v
+    }
+
     pub fn explain(&self, ino: Ino, now: Nanos) -> String {
         let h = self
             .heat

@@ -45,6 +45,9 @@ pub enum FailPoint {
     AfterSwitch,
     /// Source deleted, journal row not yet removed.
     AfterDelete,
+    /// Migration: fetched bytes written into a stub file (`Store::stub_write`), its mtime
+    /// not yet put back.
+    StubAfterWrite,
 }
 
 /// Why a store could not be opened. Each message is one line.
@@ -592,13 +595,22 @@ impl Store {
             pl.restore(&heat);
         }
         let mut ns = self.ns();
-        for (ino, unlisted, missing) in stubs {
+        for (ino, unlisted, missing, times) in stubs {
             if let Some(d) = ns.dirs.get_mut(&ino) {
                 d.unlisted = unlisted;
-            } else if let Some(f) = ns.files.get_mut(&ino) {
+            } else if ns.files.contains_key(&ino) {
+                if let Some((_, mtime)) = times {
+                    // A crash between a fetch's write and the restore of the mtime left
+                    // the time of the write: the stub's pending mtime goes back on.
+                    self.restore_stub_mtime(&ns, ino, mtime);
+                }
+                let Some(f) = ns.files.get_mut(&ino) else {
+                    continue;
+                };
                 *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                     unlisted_dir: false,
                     missing,
+                    times,
                 });
                 // Read back from a database whose last commits may not be on disk yet
                 // (after a crash): the first client fsync makes them durable.
@@ -606,6 +618,20 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Puts `mtime` back on stub file `ino` if its backing file shows another one.
+    fn restore_stub_mtime(&self, ns: &Namespace, ino: Ino, mtime: std::time::SystemTime) {
+        let (Some(f), Some(rel)) = (ns.files.get(&ino), ns.file_path(ino)) else {
+            return;
+        };
+        let p = self.tiers[f.tier as usize].path(&rel);
+        let shown = util::lstat(&p).map(|st| util::ts(st.st_mtime, st.st_mtime_nsec));
+        if shown.is_ok_and(|t| t != mtime) {
+            if let Err(e) = util::lutimens(&p, util::UTime::Omit, util::UTime::At(mtime)) {
+                tracing::warn!(ino, error = %e, "pending mtime of a stub file not restored");
+            }
+        }
     }
 
     /// Write heat, placement reasons and usage to the database (periodically and at close).

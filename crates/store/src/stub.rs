@@ -145,6 +145,12 @@ pub struct StubState {
     pub unlisted_dir: bool,
     /// Byte ranges `[start, end)` of a file that are NOT yet present, sorted, disjoint.
     pub missing: Vec<(u64, u64)>,
+    /// (atime, mtime) a stub file must show whatever fetching does to it: the source's
+    /// times from its creation, persisted in its stub row, put back after every fetched
+    /// unit, reported by `getattr` meanwhile and applied again at start-up (a crash
+    /// between a fetch's write and the restore of the times). `None`: the file's own
+    /// times hold (a client modified it; a fetch then keeps the times it finds).
+    pub times: Option<(SystemTime, SystemTime)>,
 }
 
 impl StubState {

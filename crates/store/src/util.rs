@@ -125,6 +125,23 @@ pub(crate) fn lchown(p: &Path, uid: Option<u32>, gid: Option<u32>) -> io::Result
     check(unsafe { libc::lchown(c.as_ptr(), uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX)) })
 }
 
+/// Sets both times of the open file `f`.
+pub(crate) fn futimens(f: &File, atime: UTime, mtime: UTime) -> io::Result<()> {
+    let times = [utime_spec(atime), utime_spec(mtime)];
+    // SAFETY: f is open; times holds two valid timespecs.
+    check(unsafe { libc::futimens(f.as_raw_fd(), times.as_ptr()) })
+}
+
+/// Owner and group of the open file `f`.
+pub(crate) fn fchown(f: &File, uid: u32, gid: u32) -> io::Result<()> {
+    check(unsafe { libc::fchown(f.as_raw_fd(), uid, gid) })
+}
+
+/// Permission bits of the open file `f`.
+pub(crate) fn fchmod(f: &File, mode: u32) -> io::Result<()> {
+    check(unsafe { libc::fchmod(f.as_raw_fd(), mode as libc::mode_t) })
+}
+
 pub(crate) fn chmod(p: &Path, mode: u32) -> io::Result<()> {
     let c = cpath(p)?;
     check(unsafe { libc::chmod(c.as_ptr(), mode as libc::mode_t) })

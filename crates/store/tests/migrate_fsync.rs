@@ -114,6 +114,7 @@ fn store_with_remote() -> (TestStore, Arc<Remote>) {
         kaiso_store::StubState {
             unlisted_dir: true,
             missing: vec![],
+            times: None,
         },
     )
     .unwrap();

@@ -120,6 +120,7 @@ fn stubs_are_filled_on_demand_and_persist() {
         kaiso_store::StubState {
             unlisted_dir: true,
             missing: vec![],
+            times: None,
         },
     )
     .unwrap();

@@ -95,10 +95,15 @@ pub struct Args {
     /// Warm-up seconds before measuring (the mover promotes meanwhile) [default: 60, quick 25].
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// Longest wait, after the warm-up, for the tiered store's placement to settle (mover
+    /// idle, the policy's plans empty) before measuring anyway [default: 60, quick 30].
+    #[arg(long)]
+    pub settle_max: Option<u64>,
     /// Measured seconds of the tiering test per configuration [default: 20, quick 8].
     #[arg(long)]
     pub measure: Option<u64>,
-    /// Emulated device of the slow tier (kaiso device spec kind).
+    /// Emulated device of the slow tier (kaiso device spec kind; `none`: a plain
+    /// directory, for control runs).
     #[arg(long, default_value = "hdd")]
     pub slow_device: String,
     /// Flash write budget of the tiered store's fast tier in drive writes per day (the
@@ -369,9 +374,24 @@ fn mount_kaiso_with(
 /// Runs `kaiso mount` of the configuration `cfg` on a fresh mountpoint of `tag`, passing
 /// `extra` arguments.
 fn start_kaiso_mount(work: &WorkDir, tag: &str, cfg: &Path, extra: &[String]) -> Result<Mounted> {
+    start_kaiso_mount_logging(work, tag, cfg, extra, None)
+}
+
+/// [`start_kaiso_mount`] with the daemon's log filter set to `log_filter` (its log is
+/// `<work>/<tag>.log`).
+fn start_kaiso_mount_logging(
+    work: &WorkDir,
+    tag: &str,
+    cfg: &Path,
+    extra: &[String],
+    log_filter: Option<&str>,
+) -> Result<Mounted> {
     let mnt = work.sub(&format!("mnt-{tag}"))?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("mount").args(extra).arg(cfg).arg(&mnt);
+    if let Some(f) = log_filter {
+        cmd.env("KAISO_LOG", f);
+    }
     Mounted::start("kaiso", cmd, &mnt, &work.root.join(format!("{tag}.log")))
 }
 

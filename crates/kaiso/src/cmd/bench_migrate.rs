@@ -20,6 +20,7 @@ mod proxy;
 mod response;
 mod servers;
 mod subtree;
+mod timeline;
 mod total;
 
 use std::fmt::Write as _;
@@ -77,6 +78,10 @@ pub struct Args {
     /// Run only these parts (start, grid, total, response); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// After each total-time row, print where kaiso's time went: source calls over time
+    /// (listings, reads, idle gaps) and CPU by thread name, also the old server's.
+    #[arg(long)]
+    pub timeline: bool,
 }
 
 struct Setup {
@@ -93,6 +98,8 @@ struct Setup {
     smb_proxy: Option<DelayProxy>,
     /// Whether the POSIX (local) source is measured.
     posix: bool,
+    /// `--timeline`: report where each total-time row's time went.
+    timeline: bool,
 }
 
 impl Setup {
@@ -295,6 +302,7 @@ pub fn run(args: Args) -> Result<()> {
         samba: None,
         smb_proxy: None,
         posix: source_wanted("posix"),
+        timeline: args.timeline,
     };
     let count_div = args
         .count_div

@@ -27,8 +27,10 @@ pub struct MountArgs {
     /// requests come in bursts the worker that reads next polls for the next one instead
     /// of sleeping, which saves a thread wake-up per request; the window adapts to the
     /// gaps between requests and closes when they are sparse, so an idle mount costs
-    /// no CPU. At most 1000: a longer window would count requests a few milliseconds
-    /// apart as a burst and keep a CPU spinning between them.
+    /// no CPU, and nobody polls while other tasks wait for a CPU
+    /// (KAISO_FUSE_POLL_UNDER_LOAD=1 polls anyway). At most 1000: a longer window would
+    /// count requests a few milliseconds apart as a burst and keep a CPU spinning between
+    /// them.
     #[arg(long, default_value_t = kaiso_fuse::busy_poll::DEFAULT_MAX.as_micros() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub busy_poll_us: u64,
@@ -109,14 +111,14 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         threads: a.threads,
         passthrough: !a.no_passthrough,
         ttl: Duration::from_millis(a.ttl_ms),
+        busy_poll: kaiso_fuse::BusyPoll {
+            max: Duration::from_micros(a.busy_poll_us),
+            ..Default::default()
+        },
+        ..kaiso_fuse::MountOptions::default()
     };
     let signalled = catch_signals();
-    let mounted = kaiso_fuse::mount_with_busy_poll(
-        store.clone(),
-        &a.mountpoint,
-        &opts,
-        Duration::from_micros(a.busy_poll_us),
-    )?;
+    let mounted = kaiso_fuse::mount(store.clone(), &a.mountpoint, &opts)?;
     println!(
         "kaiso: mounted {} on {}",
         a.config.display(),

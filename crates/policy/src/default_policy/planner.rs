@@ -287,6 +287,13 @@ impl<'a> Planner<'a> {
         if let Some(b) = self.policy.buckets.get_mut(to).filter(|_| to < from) {
             b.tokens -= c.size as f64;
         }
+        let moved_at = secs(self.now).saturating_add(1);
+        let mut prev_move_secs = 0;
+        if let Some(s) = self.policy.objects.get_mut(&c.id) {
+            s.decision = decision;
+            prev_move_secs = s.last_move_secs;
+            s.last_move_secs = moved_at;
+        }
         self.policy.in_flight.insert(
             c.id,
             InFlight {
@@ -294,13 +301,9 @@ impl<'a> Planner<'a> {
                 to: to as TierId,
                 bytes: c.size,
                 at: self.now,
+                prev_move_secs,
             },
         );
-        let moved_at = secs(self.now).saturating_add(1);
-        if let Some(s) = self.policy.objects.get_mut(&c.id) {
-            s.decision = decision;
-            s.last_move_secs = moved_at;
-        }
     }
 
     fn note(&mut self, i: usize, decision: Decision) {
@@ -670,8 +673,15 @@ impl KaisoPolicy {
     /// planned after them finds their room), and returns their total bytes.
     fn reserve_in_flight(&mut self, now: Nanos, used: &mut [u64]) -> u64 {
         let timeout = (self.cfg.in_flight_timeout_secs * 1e9) as Nanos;
-        self.in_flight
-            .retain(|_, m| now.saturating_sub(m.at) < timeout);
+        let objects = &mut self.objects;
+        // A move never reported is taken as not done: its object is not young because of it.
+        self.in_flight.retain(|id, m| {
+            let live = now.saturating_sub(m.at) < timeout;
+            if let Some(s) = objects.get_mut(id).filter(|s| !live && s.tier == m.from) {
+                s.last_move_secs = m.prev_move_secs;
+            }
+            live
+        });
         let mut total = 0u64;
         for m in self.in_flight.values() {
             if let Some(u) = used.get_mut(usize::from(m.from)) {

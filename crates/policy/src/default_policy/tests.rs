@@ -550,6 +550,53 @@ fn moves_in_flight_are_not_planned_twice_and_cap_the_queue() {
     assert!(!p.plan(late, &w.tiers, u64::MAX).is_empty());
 }
 
+/// A promotion the mover could not carry out (it reports the object still on its tier)
+/// is not a move: the next plan may promote the object again, instead of holding it for
+/// `min_residency_secs` as if it had just arrived. Likewise for a move never reported.
+#[test]
+fn a_planned_move_that_did_not_happen_does_not_hold_the_object_back() {
+    let cfg = KaisoConfig {
+        promote_dwpd: 100.0,
+        ..KaisoConfig::default()
+    };
+    for never_reported in [false, true] {
+        let mut p = KaisoPolicy::new(cfg.clone()).unwrap();
+        let sizes = vec![MIB; 20];
+        let w = World::new(&mut p, &[10 * MIB, 1000 * MIB], &sizes, 1);
+        let mut now = 0;
+        for k in 0..4 {
+            now += 3 * SECOND;
+            p.record(&open(now, 7));
+            p.record(&read(now, 7, k * 65536));
+        }
+        let first = p.plan(now, &w.tiers, u64::MAX);
+        assert_eq!(
+            first.iter().map(|m| (m.object, m.to)).collect::<Vec<_>>(),
+            vec![(7, 0)]
+        );
+        let later = if never_reported {
+            // The mover dropped it without a word: taken as not done after the timeout.
+            now + 121 * SECOND
+        } else {
+            // The mover could not do it and says where the object still is.
+            p.placed(7, MIB, 1);
+            now + SECOND
+        };
+        p.record(&open(later, 7));
+        let again = p.plan(later, &w.tiers, u64::MAX);
+        assert_eq!(
+            again.iter().map(|m| (m.object, m.to)).collect::<Vec<_>>(),
+            vec![(7, 0)],
+            "never reported: {never_reported}; {}",
+            p.explain(7, later)
+        );
+        let mut w = w;
+        w.apply(&mut p, &again);
+        let e = p.explain(7, later + SECOND);
+        assert!(e.contains("tier 0"), "{e}");
+    }
+}
+
 #[test]
 fn the_mover_rate_is_a_token_bucket_and_an_idle_mover_takes_a_big_object() {
     let cfg = KaisoConfig {

@@ -4,8 +4,8 @@
 
 use std::io::Cursor;
 
-use nfs3_client::nfs3_types::nfs3::{NFS_PROGRAM, READ3args, fattr3, nfs_fh3, nfsstat3};
-use nfs3_client::nfs3_types::xdr_codec::Unpack;
+use nfs3_types::nfs3::{NFS_PROGRAM, READ3args, fattr3, nfs_fh3, nfsstat3};
+use nfs3_types::xdr_codec::Unpack;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::rpc::{RpcConn, RpcFailure, padded};
@@ -94,8 +94,8 @@ fn nfs_status(status: u32) -> Result<nfsstat3, RpcFailure> {
 mod tests {
     use super::super::rpc::tests::{Scripted, accepted, record, test_auth, words};
     use super::*;
-    use nfs3_client::nfs3_types::nfs3::ftype3;
-    use nfs3_client::nfs3_types::xdr_codec::Opaque;
+    use nfs3_types::nfs3::ftype3;
+    use nfs3_types::xdr_codec::Opaque;
 
     fn block<F: Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

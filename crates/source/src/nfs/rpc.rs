@@ -1,6 +1,7 @@
-//! ONC RPC over TCP (RFC 5531) for the NFS source's own connections: record marking,
-//! call encoding with a pre-encoded AUTH_UNIX credential, and reply decoding straight
-//! from the stream.
+//! ONC RPC over TCP (RFC 5531) for the NFS source's own connections (NFS, and the
+//! portmapper and MOUNT at connect): record marking, call encoding with a pre-encoded
+//! credential, and reply decoding straight from the stream. A server that closes the
+//! connection is an error at once, never a retry loop.
 //!
 //! One call is outstanding per connection at a time (the pool gives each caller its own
 //! connection), so a reply must carry the xid of the call just sent. Replies are read
@@ -10,8 +11,8 @@
 
 use std::io::Cursor;
 
-use nfs3_client::nfs3_types::rpc::opaque_auth;
-use nfs3_client::nfs3_types::xdr_codec::{Pack, Unpack};
+use nfs3_types::rpc::opaque_auth;
+use nfs3_types::xdr_codec::{Pack, Unpack};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub(crate) const NFS_PROGRAM: u32 = 100_003;
@@ -71,9 +72,12 @@ pub(crate) fn encode_auth(credential: &opaque_auth<'_>) -> Vec<u8> {
     out
 }
 
-/// One TCP connection (or any byte stream) speaking ONC RPC to the NFS program.
+/// One TCP connection (or any byte stream) speaking ONC RPC to one program (NFS unless
+/// [`RpcConn::for_program`] says otherwise).
 pub(crate) struct RpcConn<S> {
     stream: S,
+    program: u32,
+    version: u32,
     next_xid: u32,
     /// Encoded credential + verifier, shared by the source's connections.
     auth: std::sync::Arc<[u8]>,
@@ -94,6 +98,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
     pub(crate) fn new(stream: S, auth: std::sync::Arc<[u8]>, first_xid: u32) -> Self {
         Self {
             stream,
+            program: NFS_PROGRAM,
+            version: NFS_VERSION,
             next_xid: first_xid,
             auth,
             outbound: Vec::with_capacity(512),
@@ -106,12 +112,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
         }
     }
 
+    /// The same connection calling `program` version `version` instead of NFSv3.
+    pub(crate) fn for_program(mut self, program: u32, version: u32) -> Self {
+        self.program = program;
+        self.version = version;
+        self
+    }
+
     #[cfg(test)]
     pub(crate) fn stream_ref(&self) -> &S {
         &self.stream
     }
 
-    /// Calls NFSv3 procedure `proc` and decodes the whole result as `R`.
+    /// Calls procedure `proc` of the connection's program and decodes the whole result as `R`.
     pub(crate) async fn call<A: Pack, R: Unpack>(
         &mut self,
         proc: u32,
@@ -137,7 +150,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
         let out = &mut self.outbound;
         out.clear();
         out.extend_from_slice(&[0; 4]); // record mark, filled in below
-        for word in [xid, MSG_CALL, RPC_VERSION, NFS_PROGRAM, NFS_VERSION, proc] {
+        for word in [xid, MSG_CALL, RPC_VERSION, self.program, self.version, proc] {
             out.extend_from_slice(&word.to_be_bytes());
         }
         out.extend_from_slice(&self.auth);
@@ -178,11 +191,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
         self.skip(padded(verifier_len)).await?;
         match self.read_u32().await? {
             0 => Ok(()),
-            1 => Err(protocol("program unavailable (PROG_UNAVAIL)")),
+            1 => Err(protocol(format!(
+                "program {} not served (PROG_UNAVAIL)",
+                self.program
+            ))),
             2 => {
                 let (low, high) = (self.read_u32().await?, self.read_u32().await?);
                 Err(protocol(format!(
-                    "NFS version 3 not served (PROG_MISMATCH, versions {low}..={high})"
+                    "version {} of program {} not served (PROG_MISMATCH, versions {low}..={high})",
+                    self.version, self.program
                 )))
             }
             3 => Err(protocol("procedure unavailable (PROC_UNAVAIL)")),
@@ -364,9 +381,9 @@ fn auth_stat_name(stat: u32) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use nfs3_client::nfs3_types::nfs3::{GETATTR3args, GETATTR3res, Nfs3Result, nfs_fh3};
-    use nfs3_client::nfs3_types::rpc::auth_unix;
-    use nfs3_client::nfs3_types::xdr_codec::Opaque;
+    use nfs3_types::nfs3::{GETATTR3args, GETATTR3res, Nfs3Result, nfs_fh3};
+    use nfs3_types::rpc::auth_unix;
+    use nfs3_types::xdr_codec::Opaque;
     use std::pin::Pin;
     use std::task::{Context, Poll};
 
@@ -528,7 +545,7 @@ pub(crate) mod tests {
             let r: GETATTR3res = block(conn.call(1, &getattr_args())).unwrap();
             match r {
                 Nfs3Result::Err((stat, _)) => {
-                    assert_eq!(stat, nfs3_client::nfs3_types::nfs3::nfsstat3::NFS3ERR_STALE)
+                    assert_eq!(stat, nfs3_types::nfs3::nfsstat3::NFS3ERR_STALE)
                 }
                 Nfs3Result::Ok(_) => panic!("stale expected"),
             }

@@ -3,9 +3,11 @@
 //! A crawl asks for a file's EAs, security descriptor and streams in its metadata pass
 //! and reads the file in its data pass; each needs an open handle. Keeping the handle of
 //! the metadata fetch for the read spares the read its CREATE round trip and the CLOSE
-//! of the first handle. A kept handle is used once (by the first read of the main
-//! stream) and only for a short while; older ones are closed, and so is everything
-//! beyond a bound (a server limits the files one client holds open).
+//! of the first handle. Likewise a read that stops before the end of the file (one
+//! unit of a bigger file) keeps its handle for the file's next unit. A kept handle is
+//! used once (by the next read of the main stream) and only for a short while; older
+//! ones are closed, and so is everything beyond a bound (a server limits the files one
+//! client holds open).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

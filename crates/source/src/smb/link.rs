@@ -2,12 +2,29 @@
 //! TCP_NODELAY, background closes, and shutting it at once when the server is gone.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smb::{Client, ClientConfig, Connection, FileAccessMask, FileCreateArgs, Resource, UncPath};
 
 use super::{ResourceExt, SmbConfig};
+
+/// Requests a source sent after its session setups, by kind: each is one message to the
+/// server and one reply (see [`super::SmbStats`]).
+#[derive(Debug, Default)]
+pub(super) struct Requests {
+    pub creates: AtomicU64,
+    pub queries: AtomicU64,
+    pub listings: AtomicU64,
+    pub reads: AtomicU64,
+    pub closes: AtomicU64,
+}
+
+impl Requests {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
 
 /// One authenticated session with the share over one TCP connection.
 pub(super) struct Link {
@@ -25,6 +42,8 @@ pub(super) struct Link {
     closer: Mutex<Option<std::sync::mpsc::Sender<Resource>>>,
     /// Source calls running on this link now (see [`Link::busy_guard`]).
     pub(super) busy: AtomicUsize,
+    /// The source's request counts, shared by its links.
+    pub(super) requests: Arc<Requests>,
 }
 
 /// Counts one call on a link while it lives.
@@ -44,7 +63,11 @@ const CREDITS_BACKLOG: u16 = 512;
 const CLOSER_THREADS: usize = 2;
 
 impl Link {
-    pub(super) fn connect(config: &SmbConfig, share: &UncPath) -> Result<Self, smb::Error> {
+    pub(super) fn connect(
+        config: &SmbConfig,
+        share: &UncPath,
+        requests: Arc<Requests>,
+    ) -> Result<Self, smb::Error> {
         let mut cc = ClientConfig::default();
         cc.connection.port = Some(config.port);
         cc.connection.timeout = Some(config.timeout);
@@ -101,6 +124,7 @@ impl Link {
             broken,
             closer: Mutex::new(Some(tx)),
             busy: AtomicUsize::new(0),
+            requests,
         };
         if let Err(e) = link
             .client
@@ -108,6 +132,16 @@ impl Link {
         {
             link.shut();
             return Err(e);
+        }
+        if let Some(info) = link.connection.conn_info() {
+            let n = &info.negotiation;
+            tracing::debug!(
+                dialect = ?n.dialect_rev,
+                signing = ?n.signing_algo,
+                cipher = ?n.encryption_cipher,
+                max_read = n.max_read_size,
+                "smb: session negotiated"
+            );
         }
         Ok(link)
     }
@@ -144,6 +178,7 @@ impl Link {
     ) -> Result<smb::FileSystemAttributes, smb::Error> {
         let access = FileAccessMask::new().with_file_read_attributes(true);
         let r = self.open(share, "", access).map_err(|(_, e)| e)?;
+        self.count_queries(1);
         let info = self.check(
             r.handle()
                 .query_fs_info::<smb::FileFsAttributeInformation>(),
@@ -180,9 +215,15 @@ impl Link {
         shut_connection(&self.connection, &self.broken);
     }
 
+    /// Counts `n` QUERY_INFO requests about to be sent.
+    pub(super) fn count_queries(&self, n: u64) {
+        Requests::add(&self.requests.queries, n);
+    }
+
     /// Closes a handle in the background; a failure is of no consequence to the call
     /// (but a silent server still shuts the link).
     pub(super) fn close(&self, r: Resource) {
+        Requests::add(&self.requests.closes, 1);
         let queued = match self
             .closer
             .lock()
@@ -205,6 +246,7 @@ impl Link {
         access: FileAccessMask,
     ) -> Result<Resource, (String, smb::Error)> {
         let target = share.clone().with_path(p);
+        Requests::add(&self.requests.creates, 1);
         self.check(
             self.client
                 .create_file(&target, &FileCreateArgs::make_open_existing(access)),

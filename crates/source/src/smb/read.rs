@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use smb::FileAllInformation;
 
-use super::link::Link;
+use super::link::{Link, Requests};
 
 /// `File::read_block` (smb 0.12) turns every error into an `io::Error` holding only the
 /// message; this recovers whether the server is unreachable from that message.
@@ -62,6 +62,7 @@ pub(super) fn read_pieces(
         if attr_asked.swap(true, Ordering::SeqCst) {
             return;
         }
+        l.count_queries(1);
         let r = l.check(file.query_info::<FileAllInformation>());
         *attr.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
     };
@@ -89,9 +90,14 @@ pub(super) fn read_pieces(
                         file.read_block(&mut chunk[have..], at + have as u64, None, false)
                             .map_err(read_error),
                     ) {
+                        // Past the end of file the open reported: answered without a READ.
                         Ok(0) => break,
-                        Ok(k) => have += k,
+                        Ok(k) => {
+                            Requests::add(&l.requests.reads, 1);
+                            have += k;
+                        }
                         Err(e) => {
+                            Requests::add(&l.requests.reads, 1);
                             failure
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())

@@ -288,6 +288,7 @@ impl Migration {
                         StubState {
                             unlisted_dir: true,
                             missing: Vec::new(),
+                            times: None,
                         },
                     )
                     .map_err(|er| format!("mark target unlisted: {er:?}"))?;
@@ -768,6 +769,7 @@ impl Migration {
                     StubState {
                         unlisted_dir: true,
                         missing: Vec::new(),
+                        times: None,
                     },
                 )?;
             } else if a.kind == SrcKind::Regular && state.missing.is_empty() && size > 0 {
@@ -776,6 +778,7 @@ impl Migration {
                     StubState {
                         unlisted_dir: false,
                         missing: vec![(0, size)],
+                        times: None,
                     },
                 )?;
             }

@@ -424,6 +424,7 @@ fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() 
             crate::stub::StubState {
                 unlisted_dir: true,
                 missing: Vec::new(),
+                times: None,
             },
         )
         .unwrap();

@@ -255,6 +255,8 @@ struct Setup {
     low_wm: f64,
     high_wm: f64,
     warmup: u64,
+    /// Longest wait after the warm-up for placement to settle, s.
+    settle_max: u64,
     measure: u64,
     /// The tiered store's flash write budget (`promote_dwpd`).
     promote_dwpd: f64,
@@ -292,6 +294,8 @@ struct SkewRow {
     moves_measured: Option<(u64, u64)>,
     /// uptime's 1-minute load average at the start and end of the measurement.
     load: (f64, f64),
+    /// How the wait for settled placement after the warm-up ended.
+    settle: Settle,
 }
 
 fn load_average_1min() -> f64 {
@@ -304,6 +308,12 @@ fn load_average_1min() -> f64 {
 /// The mover's counters (files, bytes moved since mount) of the store mounted with `cfg`,
 /// through `kaiso status CONFIG --json` (the running daemon's control socket).
 fn moved_so_far(cfg: &Path) -> Option<(u64, u64)> {
+    let m = mover_status(cfg)?;
+    Some((m["moved_files"].as_u64()?, m["moved_bytes"].as_u64()?))
+}
+
+/// The `mover` part of `kaiso status CONFIG --json` of the running daemon.
+fn mover_status(cfg: &Path) -> Option<serde_json::Value> {
     let out = Command::new(std::env::current_exe().ok()?)
         .arg("status")
         .arg(cfg)
@@ -312,11 +322,103 @@ fn moved_so_far(cfg: &Path) -> Option<(u64, u64)> {
         .stderr(Stdio::null())
         .output()
         .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some((
-        v["mover"]["moved_files"].as_u64()?,
-        v["mover"]["moved_bytes"].as_u64()?,
-    ))
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(v["mover"].take())
+}
+
+/// Plans in a row with no move before placement counts as settled (plans come every
+/// 500 ms in the bench's stores).
+const SETTLED_EMPTY_PLANS: u64 = 3;
+
+/// Whether the mover's status says placement has settled: nothing queued or being
+/// moved, and the latest [`SETTLED_EMPTY_PLANS`] plans empty. None if the daemon does not
+/// report plans (an older binary).
+fn placement_settled(mover: &serde_json::Value) -> Option<bool> {
+    let empty = mover["empty_plans_in_a_row"].as_u64()?;
+    let busy = mover["queued_files"].as_u64()? + mover["moving_files"].as_u64()?;
+    Some(busy == 0 && empty >= SETTLED_EMPTY_PLANS)
+}
+
+/// How the wait for settled placement ended.
+#[derive(Clone, Debug, PartialEq)]
+enum Settle {
+    /// Settled this many seconds after the warm-up ended.
+    After(f64),
+    /// Still moving when the bound ran out: the last status seen.
+    GaveUp { secs: f64, last: String },
+    /// The daemon did not say.
+    Unknown,
+}
+
+impl Settle {
+    fn text(&self) -> String {
+        match self {
+            Settle::After(s) => format!(
+                "placement settled {s:.1} s after the warm-up (mover idle, {SETTLED_EMPTY_PLANS} \
+                 plans in a row empty)"
+            ),
+            Settle::GaveUp { secs, last } => format!(
+                "placement had NOT settled {secs:.0} s after the warm-up; measured anyway \
+                 (last mover status: {last})"
+            ),
+            Settle::Unknown => "placement settling unknown (the daemon reports no plans)".into(),
+        }
+    }
+}
+
+fn mover_summary(m: &serde_json::Value) -> String {
+    let n = |k: &str| m[k].as_u64().map_or("?".into(), |v| v.to_string());
+    format!(
+        "queued {}, moving {}, empty plans in a row {}, moved {}, failed {}",
+        n("queued_files"),
+        n("moving_files"),
+        n("empty_plans_in_a_row"),
+        n("moved_files"),
+        n("failed_moves")
+    )
+}
+
+/// UTC time of day now, `HH:MM:SS.mmm` (to line the bench's phases up with the daemon's
+/// log, whose times are UTC).
+fn utc_now() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let s = d.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Environment variable naming a file to which the tiered store's daemon log is appended
+/// after each skew: its plans with each file's heat, the hottest files every plan, and
+/// every move started, skipped or finished, after the bench's own phase times.
+const TIER_LOG_ENV: &str = "KAISO_BENCH_TIER_LOG";
+
+/// The tiered daemon's log filter when [`TIER_LOG_ENV`] is set.
+const TIER_LOG_FILTER: &str = "warn,kaiso_store::mover=info,kaiso_store::plan=debug";
+
+fn save_tier_log(work: &WorkDir, tag: &str, phases: &[(String, String)]) -> Result<()> {
+    let Some(path) = std::env::var_os(TIER_LOG_ENV) else {
+        return Ok(());
+    };
+    let mut out = String::new();
+    writeln!(out, "=== kaiso bench fs: tiered store {tag}")?;
+    for (what, at) in phases {
+        writeln!(out, "=== {at} UTC {what}")?;
+    }
+    out.push_str(&fs::read_to_string(work.root.join(format!("{tag}.log"))).unwrap_or_default());
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("{TIER_LOG_ENV}: cannot open {}", Path::new(&path).display()))?;
+    f.write_all(out.as_bytes())?;
+    Ok(())
 }
 
 fn delta(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
@@ -362,6 +464,7 @@ pub(super) fn tiering(args: &Args, work: &WorkDir, report: &mut String) -> Resul
         low_wm: 0.8,
         high_wm: 0.95,
         warmup: args.warmup.unwrap_or(if args.quick { 25 } else { 60 }),
+        settle_max: args.settle_max.unwrap_or(if args.quick { 30 } else { 60 }),
         measure: args
             .measure
             .unwrap_or(if args.quick { 8 } else { 20 })
@@ -439,7 +542,8 @@ fn mount_tiered(
     let mut text = fs::read_to_string(&cfg)?;
     writeln!(text, "\n[policy]\npromote_dwpd = {:?}", setup.promote_dwpd)?;
     fs::write(&cfg, text).with_context(|| format!("write {}", cfg.display()))?;
-    start_kaiso_mount(work, tag, &cfg, extra)
+    let filter = std::env::var_os(TIER_LOG_ENV).map(|_| TIER_LOG_FILTER);
+    start_kaiso_mount_logging(work, tag, &cfg, extra, filter)
 }
 
 struct Dirs<'a> {
@@ -477,7 +581,10 @@ fn run_skew(
         )
     };
     let m_fast = one("fast", dirs.ref_fast, None)?;
-    let m_slow = one("slow", dirs.ref_slow, Some(&args.slow_device))?;
+    // `--slow-device none`: the slow tier is a plain directory too (a control run: the
+    // tiered mount without the emulated device's slow requests).
+    let slow_device = (args.slow_device != "none").then_some(args.slow_device.as_str());
+    let m_slow = one("slow", dirs.ref_slow, slow_device)?;
     let tag = format!("tiered-{i}");
     let m_tiered = mount_tiered(
         work,
@@ -495,7 +602,7 @@ fn run_skew(
                 name: "slow",
                 path: dirs.slow,
                 capacity: big,
-                device: Some(&args.slow_device),
+                device: slow_device,
                 watermarks: None,
             },
         ],
@@ -509,6 +616,7 @@ fn run_skew(
     let (mut w_fast, mut w_slow, mut w_tiered) =
         (workload(&m_fast), workload(&m_slow), workload(&m_tiered));
     // Warm-up: the tiered store learns the heat and promotes; the other two only settle.
+    let mut phases = vec![("warm-up starts".to_string(), utc_now())];
     let moved0 = moved_so_far(&cfg);
     let t = Instant::now();
     let mut last = Instant::now();
@@ -524,9 +632,23 @@ fn run_skew(
             last = Instant::now();
         }
     }
+    // Then, still reading, wait (bounded) until placement has settled: measuring while
+    // promotions are still under way would charge the policy for the mover's backlog.
+    phases.push((
+        "warm-up ends; waiting for placement to settle".into(),
+        utc_now(),
+    ));
+    let settle = wait_settled(&mut w_tiered, &cfg, setup.settle_max)?;
+    println!("   {}", settle.text());
+    phases.push((settle.text(), utc_now()));
     w_fast.run_for(2)?;
     w_slow.run_for(2)?;
     let moved1 = moved_so_far(&cfg);
+    phases.push(("measured window starts".into(), utc_now()));
+    println!(
+        "   measured window starts {} UTC",
+        phases[phases.len() - 1].1
+    );
     let load0 = load_average_1min();
     let (mut l_fast, mut l_slow, mut l_tiered) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..setup.measure * TURNS_PER_SEC {
@@ -537,7 +659,9 @@ fn run_skew(
     }
     let moved2 = moved_so_far(&cfg);
     let load1 = load_average_1min();
+    phases.push(("measured window ends".into(), utc_now()));
     drop(m_tiered);
+    save_tier_log(work, &tag, &phases)?;
     drop(m_fast);
     drop(m_slow);
     // Which ranks ended up on the fast tier.
@@ -580,6 +704,7 @@ fn run_skew(
         moves_warm: delta(moved0, moved1),
         moves_measured: delta(moved1, moved2),
         load: (load0, load1),
+        settle,
     };
     for (name, st) in [
         ("all-fast", &row.all_fast),
@@ -592,6 +717,31 @@ fn run_skew(
         );
     }
     Ok(row)
+}
+
+/// Keeps reading the tiered store in 1/4 s steps until its placement has settled (see
+/// [`placement_settled`]), at most `max_secs`.
+fn wait_settled(w: &mut Workload, cfg: &Path, max_secs: u64) -> Result<Settle> {
+    let t = Instant::now();
+    let mut last = None;
+    loop {
+        let m = mover_status(cfg);
+        match m.as_ref().map(placement_settled) {
+            Some(Some(true)) => return Ok(Settle::After(t.elapsed().as_secs_f64())),
+            Some(None) => return Ok(Settle::Unknown),
+            _ => {}
+        }
+        if m.is_some() {
+            last = m;
+        }
+        if t.elapsed() >= Duration::from_secs(max_secs) {
+            return Ok(Settle::GaveUp {
+                secs: t.elapsed().as_secs_f64(),
+                last: last.as_ref().map_or("none".into(), mover_summary),
+            });
+        }
+        w.run_ranked(0.25)?;
+    }
 }
 
 /// What a read of a file left on the slow tier costs: the tiered run's own slow-tier
@@ -671,6 +821,7 @@ fn render(args: &Args, setup: &Setup, rows: &[SkewRow]) -> Result<String> {
             moves_text(r.moves_warm),
             moves_text(r.moves_measured)
         )?;
+        writeln!(t, "  {}", r.settle.text())?;
         writeln!(t, "  placement: {}", placement_text(r, fit_fill))?;
     }
     writeln!(
@@ -964,6 +1115,7 @@ mod tests {
             low_wm: 0.8,
             high_wm: 0.95,
             warmup: 1,
+            settle_max: 1,
             measure: 1,
             promote_dwpd: 1.0,
         };
@@ -1001,6 +1153,7 @@ mod tests {
             moves_warm: None,
             moves_measured: None,
             load: (0.0, 0.0),
+            settle: Settle::Unknown,
         };
         let best = row((0..15).collect());
         assert!(reached_best(&best, 15));
@@ -1012,6 +1165,37 @@ mod tests {
         assert!(t.contains("holds rank(s) 18 instead"), "{t}");
         // Fewer files than the fill is not the best placement either.
         assert!(!reached_best(&row((0..12).collect()), 15));
+    }
+
+    #[test]
+    fn placement_settles_only_with_an_idle_mover_and_empty_plans() {
+        let m = |queued: u64, moving: u64, empty: u64| {
+            serde_json::json!({
+                "queued_files": queued,
+                "moving_files": moving,
+                "empty_plans_in_a_row": empty,
+            })
+        };
+        assert_eq!(placement_settled(&m(0, 0, SETTLED_EMPTY_PLANS)), Some(true));
+        assert_eq!(placement_settled(&m(1, 0, 9)), Some(false));
+        assert_eq!(placement_settled(&m(0, 1, 9)), Some(false));
+        assert_eq!(
+            placement_settled(&m(0, 0, SETTLED_EMPTY_PLANS - 1)),
+            Some(false)
+        );
+        // A daemon that does not report its plans: unknown, not settled.
+        assert_eq!(
+            placement_settled(&serde_json::json!({"queued_files": 0})),
+            None
+        );
+        let gave_up = Settle::GaveUp {
+            secs: 30.0,
+            last: mover_summary(&m(2, 1, 0)),
+        };
+        let t = gave_up.text();
+        assert!(t.contains("NOT settled 30 s"), "{t}");
+        assert!(t.contains("queued 2, moving 1"), "{t}");
+        assert!(Settle::After(1.5).text().contains("settled 1.5 s"));
     }
 
     #[test]

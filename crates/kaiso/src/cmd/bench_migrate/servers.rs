@@ -122,6 +122,11 @@ pub struct Ganesha {
 }
 
 impl Ganesha {
+    /// The server's process id (for its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start(export: &Path) -> Result<Self> {
         require(&["ganesha.nfsd", "rpcbind"])?;
         if unsafe { libc::geteuid() } != 0 {
@@ -227,6 +232,11 @@ pub struct RsyncDaemon {
 }
 
 impl RsyncDaemon {
+    /// The daemon's process id (its CPU time includes the per-connection children).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start(root: &Path) -> Result<Self> {
         require(&["rsync"])?;
         let dir = tempfile::tempdir()?;

@@ -35,7 +35,26 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result
     let mut cfg = MigrationConfig::new("bench");
     cfg.order = order;
     cfg.crawl_workers = s.workers;
-    let m = dest.attach(s.source(kind, sub)?, cfg)?;
+    // `--timeline`: source calls logged, CPU by thread sampled before the threads end.
+    let log = timeline::CallLog::new();
+    let server_pid = match kind {
+        SrcKind::Nfs => s.ganesha.as_ref().map(|g| g.pid()),
+        _ => None,
+    };
+    let cpu_at_start = s.timeline.then(|| {
+        (
+            timeline::thread_cpu(std::process::id()),
+            server_pid.map(timeline::thread_cpu).unwrap_or_default(),
+            proxy::io_counts(),
+        )
+    });
+    let source = s.source(kind, sub)?;
+    let source: Box<dyn Source> = if s.timeline {
+        Box::new(timeline::Timed::new(source, log.clone()))
+    } else {
+        source
+    };
+    let m = dest.attach(source, cfg)?;
     let crawler = Crawler::start(dest.store.clone(), m.clone());
     // Polled finely: `Crawler::wait` looks every 20 ms, which would dominate small trees.
     let limit = Instant::now() + Duration::from_secs(6 * 3600);
@@ -54,6 +73,21 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result
         wall: t.elapsed(),
         cpu: cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu),
     };
+    if let Some((me, server, io)) = cpu_at_start {
+        let io_now = proxy::io_counts();
+        println!("  {}", log.report(t.elapsed()));
+        println!(
+            "  delay proxies: {} reads, {} writes",
+            io_now.0 - io.0,
+            io_now.1 - io.1
+        );
+        let me_now = timeline::thread_cpu(std::process::id());
+        println!("  {}", timeline::cpu_delta("kaiso process", &me, &me_now));
+        if let Some(pid) = server_pid {
+            let now = timeline::thread_cpu(pid);
+            println!("  {}", timeline::cpu_delta("old server", &server, &now));
+        }
+    }
     drop(crawler);
     if st != CrawlState::Done {
         bail!("crawl of {sub} ended {}", st.as_str());
@@ -163,9 +197,31 @@ pub(super) fn bench_total(
             "| ({}) | {} | {} | {gib:.2} | {:.1} |",
             sc.name, g.dirs, g.files, g.mean_depth
         );
-        if let Some((_, rproxy)) = &delayed {
+        if let Some((daemon, rproxy)) = &delayed {
             let from = format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port);
+            let before = s.timeline.then(|| {
+                (
+                    timeline::process_cpu(std::process::id()),
+                    timeline::process_cpu(daemon.pid()),
+                    proxy::io_counts(),
+                    rproxy.bytes(),
+                )
+            });
             let r = best_of(reps, || rsync(&from, &dst))?;
+            if let Some((me, d, io, by)) = before {
+                let io_now = proxy::io_counts();
+                // Over all `reps` runs; the bench process runs only the delay proxy then.
+                println!(
+                    "  rsync ({reps} runs): best {:.0} ms, client CPU {:.2} s (best), daemon CPU {:.2} s, delay proxy CPU {:.2} s, {:.0} MiB in {} reads and {} writes",
+                    r.wall.as_secs_f64() * 1e3,
+                    r.cpu.as_secs_f64(),
+                    timeline::process_cpu(daemon.pid()) - d,
+                    timeline::process_cpu(std::process::id()) - me,
+                    (rproxy.bytes() - by) as f64 / (1 << 20) as f64,
+                    io_now.0 - io.0,
+                    io_now.1 - io.1
+                );
+            }
             tracing::debug!(bytes = rproxy.bytes(), "delayed rsync traffic so far");
             for &kind in &networked {
                 let k = best_of(reps, || migrate_all(s, kind, sub, CrawlOrder::default()));

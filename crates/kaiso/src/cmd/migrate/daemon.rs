@@ -582,6 +582,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
                 threads: a.threads,
                 passthrough: false,
                 ttl: Duration::from_secs(1),
+                ..kaiso_fuse::MountOptions::default()
             };
             match kaiso_fuse::mount(store.clone(), mp, &opts) {
                 Ok(m) => Some(m),

@@ -1,0 +1,304 @@
+//! Where a migration's wall time goes (`--timeline`): a [`Source`] wrapper that records
+//! when each source call starts and ends, and a CPU breakdown by thread name of this
+//! process and of the old server's process. Printed after each kaiso row; a diagnostic
+//! for the total-time rows, not part of the table.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kaiso_store::migrate::{
+    Source, SourceAcl, SourceAttr, SourceEntry, SourceFeatures, SourcePath, SourceResult,
+    SourceStream,
+};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    List,
+    Meta,
+    Read,
+}
+
+/// One source call: what, when (from the log's start) and how many bytes it read.
+struct Event {
+    call: Call,
+    start: Duration,
+    end: Duration,
+    bytes: u64,
+}
+
+/// The calls of one migration, shared between the wrapper and the report.
+#[derive(Clone)]
+pub struct CallLog {
+    origin: Instant,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl CallLog {
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            events: Arc::default(),
+        }
+    }
+
+    fn record<T>(&self, call: Call, f: impl FnOnce() -> (T, u64)) -> T {
+        let start = self.origin.elapsed();
+        let (out, bytes) = f();
+        let end = self.origin.elapsed();
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Event {
+                call,
+                start,
+                end,
+                bytes,
+            });
+        out
+    }
+
+    /// The phases of the run that ended at `total` (from the log's start): the metadata
+    /// pass (listings), the data pass (reads), calls in flight on average, the time with
+    /// no call in flight, and the read rate in tenths of the data pass.
+    pub fn report(&self, total: Duration) -> String {
+        let ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = String::new();
+        let span = |c: Call| {
+            let mut it = ev.iter().filter(|e| e.call == c);
+            let first = it.next().map(|e| (e.start, e.end));
+            first.map(|(s0, e0)| {
+                ev.iter().filter(|e| e.call == c).fold(
+                    (s0, e0, 0usize, Duration::ZERO),
+                    |(s, e, n, busy), x| {
+                        (
+                            s.min(x.start),
+                            e.max(x.end),
+                            n + 1,
+                            busy + (x.end - x.start),
+                        )
+                    },
+                )
+            })
+        };
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let _ = write!(out, "timeline: total {:.0} ms", ms(total));
+        for (c, name) in [
+            (Call::List, "listings"),
+            (Call::Meta, "stat/readlink/…"),
+            (Call::Read, "reads"),
+        ] {
+            if let Some((s, e, n, busy)) = span(c) {
+                let _ = write!(
+                    out,
+                    "; {name} {n} from {:.0} to {:.0} ms (in flight {:.1} on average)",
+                    ms(s),
+                    ms(e),
+                    busy.as_secs_f64() / (e - s).as_secs_f64().max(1e-9)
+                );
+            }
+        }
+        // Time with no call in flight, after the first call.
+        let mut edges: Vec<(Duration, i32)> = ev
+            .iter()
+            .flat_map(|e| [(e.start, 1), (e.end, -1)])
+            .collect();
+        edges.sort();
+        let (mut depth, mut idle, mut last) = (0, Duration::ZERO, Duration::ZERO);
+        for (t, d) in &edges {
+            if depth == 0 && t > &last {
+                idle += *t - last;
+            }
+            depth += d;
+            last = *t;
+        }
+        let first = edges.first().map_or(Duration::ZERO, |e| e.0);
+        let _ = write!(
+            out,
+            "; first call at {:.0} ms, no call in flight {:.0} ms after it, {:.0} ms after the last",
+            ms(first),
+            ms(idle.saturating_sub(first)),
+            ms(total.saturating_sub(last))
+        );
+        if let Some((s, e, _, _)) = span(Call::Read) {
+            let tenth = (e - s) / 10;
+            let mut mib = [0f64; 10];
+            for x in ev.iter().filter(|x| x.call == Call::Read) {
+                let i =
+                    (((x.end - s).as_secs_f64() / tenth.as_secs_f64().max(1e-9)) as usize).min(9);
+                mib[i] += x.bytes as f64 / (1 << 20) as f64;
+            }
+            let rates: Vec<String> = mib
+                .iter()
+                .map(|m| format!("{:.0}", m / tenth.as_secs_f64().max(1e-9)))
+                .collect();
+            let _ = write!(
+                out,
+                "; read MiB/s by tenth of the data pass: {}",
+                rates.join(" ")
+            );
+        }
+        out
+    }
+}
+
+/// CPU seconds (user + system) so far of the threads of process `pid`, summed by thread
+/// name (threads that already ended are not counted: sample before they end).
+pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
+    let tick = {
+        // SAFETY: sysconf has no preconditions.
+        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if t > 0 { t as f64 } else { 100.0 }
+    };
+    let mut by_name: Vec<(String, f64)> = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        // comm is in parentheses and may hold spaces; fields follow the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let name = stat[open + 1..close].to_string();
+        let f: Vec<&str> = stat[close + 2..].split(' ').collect();
+        let cpu = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        // Fields 14 and 15 (utime, stime) are at 11 and 12 after the state field (3).
+        let secs = (cpu(11) + cpu(12)) / tick;
+        match by_name.iter_mut().find(|(n, _)| *n == name) {
+            Some(e) => e.1 += secs,
+            None => by_name.push((name, secs)),
+        }
+    }
+    by_name.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by_name
+}
+
+/// CPU seconds of process `pid` and of its children it has waited for (`/proc` stat
+/// fields utime, stime, cutime, cstime).
+pub fn process_cpu(pid: u32) -> f64 {
+    let tick = {
+        // SAFETY: sysconf has no preconditions.
+        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if t > 0 { t as f64 } else { 100.0 }
+    };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    let Some(close) = stat.rfind(')') else {
+        return 0.0;
+    };
+    let f: Vec<&str> = stat[close + 2..].split(' ').collect();
+    (11..=14)
+        .map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
+        .sum::<f64>()
+        / tick
+}
+
+/// `after - before` per thread name, largest first, as one line.
+pub fn cpu_delta(what: &str, before: &[(String, f64)], after: &[(String, f64)]) -> String {
+    let mut d: Vec<(String, f64)> = after
+        .iter()
+        .map(|(n, a)| {
+            let b = before.iter().find(|(m, _)| m == n).map_or(0.0, |x| x.1);
+            (n.clone(), a - b)
+        })
+        .filter(|(_, s)| *s > 0.005)
+        .collect();
+    d.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = d.iter().map(|x| x.1).sum();
+    let parts: Vec<String> = d.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
+    format!("{what} CPU {total:.2} s: {}", parts.join(", "))
+}
+
+/// A source whose calls are recorded in a [`CallLog`].
+pub struct Timed {
+    inner: Box<dyn Source>,
+    log: CallLog,
+}
+
+impl Timed {
+    pub fn new(inner: Box<dyn Source>, log: CallLog) -> Self {
+        Self { inner, log }
+    }
+}
+
+impl Source for Timed {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn features(&self) -> SourceFeatures {
+        self.inner.features()
+    }
+    fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
+        self.log.record(Call::Meta, || (self.inner.stat(p), 0))
+    }
+    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.log.record(Call::List, || (self.inner.read_dir(p), 0))
+    }
+    fn read_dir_with_attr(
+        &self,
+        p: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
+        self.log
+            .record(Call::List, || (self.inner.read_dir_with_attr(p), 0))
+    }
+    fn read_into(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<SourceAttr>)> {
+        self.log.record(Call::Read, || {
+            let r = self.inner.read_into(p, offset, buf);
+            let n = r.as_ref().map_or(0, |x| x.0 as u64);
+            (r, n)
+        })
+    }
+    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.log.record(Call::Read, || {
+            let r = self.inner.read(p, offset, len);
+            let n = r.as_ref().map_or(0, |x| x.len() as u64);
+            (r, n)
+        })
+    }
+    fn read_with_attr(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+        self.log.record(Call::Read, || {
+            let r = self.inner.read_with_attr(p, offset, len);
+            let n = r.as_ref().map_or(0, |x| x.0.len() as u64);
+            (r, n)
+        })
+    }
+    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.log.record(Call::Meta, || (self.inner.read_link(p), 0))
+    }
+    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.log.record(Call::Meta, || (self.inner.xattrs(p), 0))
+    }
+    fn acl(&self, p: &SourcePath) -> SourceResult<SourceAcl> {
+        self.log.record(Call::Meta, || (self.inner.acl(p), 0))
+    }
+    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        self.log.record(Call::Meta, || (self.inner.streams(p), 0))
+    }
+    fn read_stream(
+        &self,
+        p: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.log.record(Call::Read, || {
+            let r = self.inner.read_stream(p, stream, offset, len);
+            let n = r.as_ref().map_or(0, |x| x.len() as u64);
+            (r, n)
+        })
+    }
+}

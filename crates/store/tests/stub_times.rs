@@ -1,0 +1,213 @@
+//! The mtime a stub file must show (the source's) is durable in its stub row: a crash
+//! between a fetch's write and the restore of the mtime is undone at the next start, a
+//! stat never sees the time of a fetch, and a client's change of a partial file sets the
+//! time that later fetches keep.
+
+mod common;
+use common::*;
+use kaiso_store::{
+    Caller, FailPoint, FileKind, FsResult, Ino, ROOT_INO, SetAttr, Store, StubEntry, StubFiller,
+    StubState, TimeSet,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const SIZE: u64 = 3 << 20;
+const UNIT: u64 = 1 << 20;
+
+/// The source's times of the one file (with nanoseconds, as a real source has them).
+fn source_mtime() -> SystemTime {
+    UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789)
+}
+
+fn source_atime() -> SystemTime {
+    UNIX_EPOCH + Duration::new(1_100_000_000, 5)
+}
+
+/// Bytes of the source file.
+fn byte_at(i: u64) -> u8 {
+    (i * 7 + 3) as u8
+}
+
+/// A source with one directory entry, `f`, whose bytes are computed; fills one unit at a
+/// time through `Store::stub_write`.
+struct OneFile;
+
+impl StubFiller for OneFile {
+    fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
+        let e = StubEntry {
+            kind: FileKind::File,
+            perm: 0o640,
+            uid: 0,
+            gid: 0,
+            size: SIZE,
+            mtime: source_mtime(),
+            atime: source_atime(),
+            symlink_target: None,
+            rdev: 0,
+            unlisted: false,
+        };
+        store.stub_batch(|| store.stub_create(ino, "f".as_ref(), &e))?;
+        store.stub_dir_listed(ino)
+    }
+
+    fn fill_range(
+        &self,
+        store: &Store,
+        ino: Ino,
+        _path: &Path,
+        offset: u64,
+        len: u64,
+    ) -> FsResult<()> {
+        let start = offset / UNIT * UNIT;
+        let end = (offset + len).div_ceil(UNIT) * UNIT;
+        for u in (start..end.min(SIZE)).step_by(UNIT as usize) {
+            let data: Vec<u8> = (u..(u + UNIT).min(SIZE)).map(byte_at).collect();
+            store.stub_write(ino, u, &data)?;
+        }
+        Ok(())
+    }
+}
+
+/// A store whose root is an unlisted stub directory served by [`OneFile`].
+fn migrating_store() -> TestStore {
+    let t = TestStore::new(&["64MiB"]);
+    attach(t.s());
+    t.s()
+        .stub_mark(
+            ROOT_INO,
+            StubState {
+                unlisted_dir: true,
+                ..StubState::default()
+            },
+        )
+        .unwrap();
+    t
+}
+
+fn attach(s: &Arc<Store>) {
+    s.set_stub_filler(Arc::new(OneFile));
+}
+
+/// The backing file's mtime, as the tier shows it (no store in between).
+fn backing_mtime(t: &TestStore) -> SystemTime {
+    std::fs::metadata(t.tier(0).join("f"))
+        .unwrap()
+        .modified()
+        .unwrap()
+}
+
+fn read(s: &Store, ino: Ino, offset: u64, len: u32) -> Vec<u8> {
+    let fh = s.open_file(ino, libc::O_RDONLY, false).unwrap().fh;
+    let d = s.read(fh, offset, len).unwrap();
+    s.release(fh).unwrap();
+    d
+}
+
+#[test]
+fn a_crash_between_a_fetched_write_and_the_mtime_restore_is_undone_at_restart() {
+    let mut t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    assert_eq!(f.mtime, source_mtime());
+    assert_eq!(backing_mtime(&t), source_mtime(), "created with the source's mtime");
+
+    // The first unit is written, then the "crash" comes before the mtime goes back.
+    t.s().set_fail_point(Some(FailPoint::StubAfterWrite));
+    let fh = t.s().open_file(f.ino, libc::O_RDONLY, false).unwrap().fh;
+    assert!(t.s().read(fh, 0, 4096).is_err(), "the injected crash fails the read");
+    t.s().release(fh).unwrap();
+    assert_ne!(
+        backing_mtime(&t),
+        source_mtime(),
+        "the fetch's write left the time of the write on the backing file"
+    );
+    // Even now a client sees the source's time, not the fetch's.
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, source_mtime());
+
+    let s = t.crash_and_reopen();
+    assert_eq!(
+        backing_mtime(&t),
+        source_mtime(),
+        "start-up recovery put the pending mtime back"
+    );
+    attach(&s);
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, source_mtime());
+    // The rest of the migration completes the file with the source's time and bytes.
+    let all = read(&s, f.ino, 0, SIZE as u32);
+    assert!(all.iter().enumerate().all(|(i, b)| *b == byte_at(i as u64)));
+    assert!(s.stub_state(f.ino).is_complete());
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, source_mtime());
+    assert_eq!(backing_mtime(&t), source_mtime());
+    // Complete: no pending times survive a restart either.
+    drop(s);
+    let s = t.crash_and_reopen();
+    assert!(s.stub_state(f.ino).is_complete());
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, source_mtime());
+}
+
+#[test]
+fn a_client_write_into_a_partial_file_keeps_its_mtime_through_later_fetches() {
+    let mut t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    // Partial: the first unit is fetched.
+    assert_eq!(read(t.s(), f.ino, 0, 16), (0..16).map(byte_at).collect::<Vec<_>>());
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, source_mtime());
+
+    // A client writes into the fetched unit: a modification.
+    let o = t.s().open_file(f.ino, libc::O_WRONLY, false).unwrap();
+    t.s().write(o.fh, 10, b"client").unwrap();
+    t.s().release(o.fh).unwrap();
+    let written = t.s().getattr(f.ino, None).unwrap().mtime;
+    assert!(written > source_mtime() + Duration::from_secs(3600));
+
+    // Later fetches (a unit, then, after a crash, the rest) keep the client's time.
+    read(t.s(), f.ino, UNIT, 16);
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, written);
+    let s = t.crash_and_reopen();
+    assert_eq!(backing_mtime(&t), written, "no source time put back at start-up");
+    attach(&s);
+    let all = read(&s, f.ino, 0, SIZE as u32);
+    assert_eq!(&all[10..16], b"client");
+    assert_eq!(all[2 * UNIT as usize + 5], byte_at(2 * UNIT + 5));
+    assert!(s.stub_state(f.ino).is_complete());
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, written);
+}
+
+#[test]
+fn client_times_and_truncate_of_a_partial_file_replace_the_pending_mtime() {
+    let mut t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    read(t.s(), f.ino, 0, 16);
+    // utimens by a client: that time is kept through later fetches and a crash.
+    let chosen = UNIX_EPOCH + Duration::new(1_500_000_000, 42);
+    let set = SetAttr {
+        mtime: Some(TimeSet::At(chosen)),
+        ..SetAttr::default()
+    };
+    t.s().setattr(f.ino, &set, Caller::ROOT).unwrap();
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, chosen);
+    read(t.s(), f.ino, UNIT, 16);
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, chosen);
+    t.s().set_fail_point(Some(FailPoint::StubAfterWrite));
+    let fh = t.s().open_file(f.ino, libc::O_RDONLY, false).unwrap().fh;
+    assert!(t.s().read(fh, 2 * UNIT, 16).is_err());
+    t.s().release(fh).unwrap();
+    let s = t.crash_and_reopen();
+    assert_eq!(backing_mtime(&t), chosen, "the client's time is the pending one now");
+    attach(&s);
+
+    // A truncate is a modification too: its time holds afterwards.
+    let set = SetAttr {
+        size: Some(2 * UNIT + 100),
+        ..SetAttr::default()
+    };
+    s.setattr(f.ino, &set, Caller::ROOT).unwrap();
+    let truncated = s.getattr(f.ino, None).unwrap().mtime;
+    assert!(truncated > chosen);
+    let all = read(&s, f.ino, 0, (2 * UNIT + 100) as u32);
+    assert_eq!(all.len() as u64, 2 * UNIT + 100);
+    assert_eq!(all[(2 * UNIT + 99) as usize], byte_at(2 * UNIT + 99));
+    assert!(s.stub_state(f.ino).is_complete());
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, truncated);
+}
