@@ -28,6 +28,7 @@
 //! the first sign, for comparisons on a busy machine.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Default longest poll after a reply (`kaiso mount --busy-poll-us`).
@@ -359,6 +360,13 @@ pub struct MachineDemand {
 
 impl MachineDemand {
     pub fn new(under_load: bool) -> MachineDemand {
+        let loadavg = (!under_load).then_some(Path::new("/proc/loadavg"));
+        MachineDemand::sampling(loadavg)
+    }
+
+    /// The demand read from `loadavg` (a file in `/proc/loadavg`'s format; `None`: never
+    /// report waiting tasks). Tests give it a file of their own.
+    pub(crate) fn sampling(loadavg: Option<&Path>) -> MachineDemand {
         // SAFETY: sysconf has no preconditions.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
         let cpus = u32::try_from(online)
@@ -369,10 +377,8 @@ impl MachineDemand {
             rule: DemandRule::new(cpus),
             state: DemandState::default(),
             origin: Instant::now(),
-            loadavg: (!under_load)
-                .then(|| std::fs::File::open("/proc/loadavg").ok())
-                .flatten(),
-            under_load,
+            loadavg: loadavg.and_then(|p| std::fs::File::open(p).ok()),
+            under_load: loadavg.is_none(),
         }
     }
 

@@ -136,6 +136,19 @@ impl WorkerGate {
     /// after a reply (the device to poll is given by [`WorkerGate::attach_device`]). With
     /// one worker nobody stands by; with [`ALL_READ_ENV`] set the gate does nothing.
     pub fn with_busy_poll(threads: usize, busy_poll: BusyPoll) -> WorkerGate {
+        // (A gate that never polls never samples the machine: no file to keep open.)
+        let sample = !busy_poll.under_load && !busy_poll.max.is_zero();
+        let demand = MachineDemand::new(!sample);
+        WorkerGate::with_demand(threads, busy_poll, demand)
+    }
+
+    /// [`WorkerGate::with_busy_poll`] with the machine's demand for CPUs read from
+    /// `demand` (tests give it samples of their own).
+    pub(crate) fn with_demand(
+        threads: usize,
+        busy_poll: BusyPoll,
+        demand: MachineDemand,
+    ) -> WorkerGate {
         let rule = PollRule::new(busy_poll.max);
         let stand_by = threads > 1;
         if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
@@ -151,8 +164,7 @@ impl WorkerGate {
             stand_by,
             rule,
             device: OnceLock::new(),
-            // (A gate that never polls never samples the machine: no file to keep open.)
-            demand: Mutex::new(MachineDemand::new(busy_poll.under_load || !rule.enabled())),
+            demand: Mutex::new(demand),
         });
         if !stand_by {
             // Nobody parks, so nobody needs handing back.
@@ -399,7 +411,10 @@ mod tests {
 
     impl Fake {
         fn new(threads: usize) -> Fake {
-            let gate = WorkerGate::new(threads);
+            Fake::with_gate(threads, WorkerGate::new(threads))
+        }
+
+        fn with_gate(threads: usize, gate: WorkerGate) -> Fake {
             let queue: Arc<(Mutex<std::collections::VecDeque<Job>>, Condvar)> =
                 Arc::new((Mutex::new(Default::default()), Condvar::new()));
             let done = Arc::new(AtomicUsize::new(0));
@@ -527,6 +542,53 @@ mod tests {
             t.elapsed() < PARK_TIMEOUT,
             "parked workers waited for their timeout"
         );
+    }
+
+    /// A gate that polls a pipe holding a byte (every poll sees a request at once) and
+    /// reads the machine's runnable tasks from `loadavg` text of the test's own.
+    fn polling_fake(dir: &std::path::Path, loadavg: &str) -> (Fake, std::io::PipeWriter) {
+        use std::io::Write;
+        let file = dir.join("loadavg");
+        std::fs::write(&file, loadavg).unwrap();
+        let busy_poll = BusyPoll {
+            max: Duration::from_millis(1),
+            under_load: false,
+        };
+        let gate = WorkerGate::with_demand(4, busy_poll, MachineDemand::sampling(Some(&file)));
+        let (rx, mut tx) = std::io::pipe().unwrap();
+        tx.write_all(b"x").unwrap();
+        gate.attach_device(&rx).unwrap();
+        (Fake::with_gate(4, gate), tx)
+    }
+
+    /// Serial requests with no other task runnable (the sample shows one: the poller) are
+    /// polled for; the same requests with tasks waiting for every CPU are not.
+    #[test]
+    fn polls_unless_tasks_wait_for_a_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let (f, _tx) = polling_fake(dir.path(), "0.10 0.20 0.30 1/100 4242\n");
+        f.serial(200);
+        let p = f.gate.poll_stats();
+        assert!(
+            p.caught > 0,
+            "an idle machine's burst was not polled for: {p:?}"
+        );
+        assert_eq!(p.held_for_others, 0, "{p:?}");
+        f.finish();
+
+        let (f, _tx) = polling_fake(dir.path(), "9.00 9.00 9.00 1000/2000 4242\n");
+        f.serial(200);
+        let p = f.gate.poll_stats();
+        assert_eq!(
+            p.started(),
+            0,
+            "polled while tasks waited for every CPU: {p:?}"
+        );
+        assert!(
+            p.held_for_others > 0,
+            "the rule never wanted to poll: {p:?}"
+        );
+        f.finish();
     }
 
     #[test]

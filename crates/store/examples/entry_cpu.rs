@@ -1,5 +1,7 @@
 //! CPU cost of creating a listed directory's stub entries (issue 4, metadata pass).
 //!
+//! Phase `kernel` first creates the same directories and files with plain
+//! `open(O_CREAT|O_EXCL)` + `close`: the file system's own floor.
 //! A store on a real disk (a temporary directory under `$TMPDIR`, or the directory given
 //! with `--dir`) migrates an in-memory source of `--dirs` directories of `--files` small
 //! files each (the source costs next to nothing, so what is measured is the store and the
@@ -128,7 +130,11 @@ impl Source for FlatSource {
         Ok(vec![b'x'; n])
     }
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-        Err(SourceError::new(SourceErrorKind::WrongKind, path, "no symlinks"))
+        Err(SourceError::new(
+            SourceErrorKind::WrongKind,
+            path,
+            "no symlinks",
+        ))
     }
     fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(Vec::new())
@@ -146,7 +152,11 @@ impl Source for FlatSource {
         _offset: u64,
         _len: usize,
     ) -> SourceResult<Vec<u8>> {
-        Err(SourceError::new(SourceErrorKind::Unsupported, path, "no streams"))
+        Err(SourceError::new(
+            SourceErrorKind::Unsupported,
+            path,
+            "no streams",
+        ))
     }
 }
 
@@ -223,6 +233,26 @@ fn main() {
     }
     .expect("temporary directory");
 
+    // Phase kernel: the same files created directly (open O_CREAT|O_EXCL, close), the
+    // floor the backing file system sets for any copier.
+    {
+        let base = tmp.path().join("kernel");
+        let before = cpu();
+        let t = Instant::now();
+        for d in 0..dirs {
+            let dir = base.join(format!("d{d}"));
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            for f in 0..files {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dir.join(format!("f{f}")))
+                    .expect("create");
+            }
+        }
+        report("kernel", entries, t.elapsed(), before);
+    }
+
     // Phase list: a client lists every directory once.
     let (store, m) = setup(&tmp.path().join("list"), dirs, files, workers);
     let before = cpu();
@@ -258,7 +288,10 @@ fn main() {
                 let e = store
                     .lookup(a.ino, OsStr::new(&format!("f{f}")))
                     .expect("lookup file");
-                let fh = store.open_file(e.ino, libc::O_RDONLY, false).expect("open").fh;
+                let fh = store
+                    .open_file(e.ino, libc::O_RDONLY, false)
+                    .expect("open")
+                    .fh;
                 store.read(fh, 0, FILE_SIZE as u32).expect("read");
                 store.release(fh).expect("release");
                 store.forget(e.ino, 1);

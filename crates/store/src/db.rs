@@ -33,7 +33,7 @@ fn encode_times(t: StubTimes) -> Vec<u8> {
     let mut b = Vec::with_capacity(24);
     for x in [t.0, t.1] {
         let ts = crate::util::timespec_of(x);
-        b.extend_from_slice(&(ts.tv_sec as i64).to_le_bytes());
+        b.extend_from_slice(&ts.tv_sec.to_le_bytes());
         b.extend_from_slice(&(ts.tv_nsec as u32).to_le_bytes());
     }
     b

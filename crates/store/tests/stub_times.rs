@@ -110,12 +110,19 @@ fn a_crash_between_a_fetched_write_and_the_mtime_restore_is_undone_at_restart() 
     let mut t = migrating_store();
     let f = t.lookup_path("f").unwrap();
     assert_eq!(f.mtime, source_mtime());
-    assert_eq!(backing_mtime(&t), source_mtime(), "created with the source's mtime");
+    assert_eq!(
+        backing_mtime(&t),
+        source_mtime(),
+        "created with the source's mtime"
+    );
 
     // The first unit is written, then the "crash" comes before the mtime goes back.
     t.s().set_fail_point(Some(FailPoint::StubAfterWrite));
     let fh = t.s().open_file(f.ino, libc::O_RDONLY, false).unwrap().fh;
-    assert!(t.s().read(fh, 0, 4096).is_err(), "the injected crash fails the read");
+    assert!(
+        t.s().read(fh, 0, 4096).is_err(),
+        "the injected crash fails the read"
+    );
     t.s().release(fh).unwrap();
     assert_ne!(
         backing_mtime(&t),
@@ -151,7 +158,10 @@ fn a_client_write_into_a_partial_file_keeps_its_mtime_through_later_fetches() {
     let mut t = migrating_store();
     let f = t.lookup_path("f").unwrap();
     // Partial: the first unit is fetched.
-    assert_eq!(read(t.s(), f.ino, 0, 16), (0..16).map(byte_at).collect::<Vec<_>>());
+    assert_eq!(
+        read(t.s(), f.ino, 0, 16),
+        (0..16).map(byte_at).collect::<Vec<_>>()
+    );
     assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, source_mtime());
 
     // A client writes into the fetched unit: a modification.
@@ -165,7 +175,11 @@ fn a_client_write_into_a_partial_file_keeps_its_mtime_through_later_fetches() {
     read(t.s(), f.ino, UNIT, 16);
     assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, written);
     let s = t.crash_and_reopen();
-    assert_eq!(backing_mtime(&t), written, "no source time put back at start-up");
+    assert_eq!(
+        backing_mtime(&t),
+        written,
+        "no source time put back at start-up"
+    );
     attach(&s);
     let all = read(&s, f.ino, 0, SIZE as u32);
     assert_eq!(&all[10..16], b"client");
@@ -194,7 +208,11 @@ fn client_times_and_truncate_of_a_partial_file_replace_the_pending_mtime() {
     assert!(t.s().read(fh, 2 * UNIT, 16).is_err());
     t.s().release(fh).unwrap();
     let s = t.crash_and_reopen();
-    assert_eq!(backing_mtime(&t), chosen, "the client's time is the pending one now");
+    assert_eq!(
+        backing_mtime(&t),
+        chosen,
+        "the client's time is the pending one now"
+    );
     attach(&s);
 
     // A truncate is a modification too: its time holds afterwards.

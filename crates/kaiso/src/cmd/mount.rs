@@ -106,6 +106,8 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         eprintln!("kaiso: metrics on http://{bound}/metrics");
     }
+    // Every option is set today; the update keeps this compiling when options are added.
+    #[allow(clippy::needless_update)]
     let opts = kaiso_fuse::MountOptions {
         allow_other: store.config().allow_other,
         threads: a.threads,

@@ -176,9 +176,9 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
     by_name
 }
 
-/// CPU seconds of process `pid` and of its children it has waited for (`/proc` stat
-/// fields utime, stime, cutime, cstime).
-pub fn process_cpu(pid: u32) -> f64 {
+/// CPU seconds of process `pid` (`/proc` stat fields utime, stime), with those of the
+/// children it has waited for (cutime, cstime) if `children`.
+pub fn process_cpu(pid: u32, children: bool) -> f64 {
     let tick = {
         // SAFETY: sysconf has no preconditions.
         let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -191,7 +191,7 @@ pub fn process_cpu(pid: u32) -> f64 {
         return 0.0;
     };
     let f: Vec<&str> = stat[close + 2..].split(' ').collect();
-    (11..=14)
+    (11..=if children { 14 } else { 12 })
         .map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
         .sum::<f64>()
         / tick

@@ -201,8 +201,8 @@ pub(super) fn bench_total(
             let from = format!("rsync://127.0.0.1:{}/src/{sub}/", rproxy.port);
             let before = s.timeline.then(|| {
                 (
-                    timeline::process_cpu(std::process::id()),
-                    timeline::process_cpu(daemon.pid()),
+                    timeline::process_cpu(std::process::id(), false),
+                    timeline::process_cpu(daemon.pid(), true),
                     proxy::io_counts(),
                     rproxy.bytes(),
                 )
@@ -215,8 +215,8 @@ pub(super) fn bench_total(
                     "  rsync ({reps} runs): best {:.0} ms, client CPU {:.2} s (best), daemon CPU {:.2} s, delay proxy CPU {:.2} s, {:.0} MiB in {} reads and {} writes",
                     r.wall.as_secs_f64() * 1e3,
                     r.cpu.as_secs_f64(),
-                    timeline::process_cpu(daemon.pid()) - d,
-                    timeline::process_cpu(std::process::id()) - me,
+                    timeline::process_cpu(daemon.pid(), true) - d,
+                    timeline::process_cpu(std::process::id(), false) - me,
                     (rproxy.bytes() - by) as f64 / (1 << 20) as f64,
                     io_now.0 - io.0,
                     io_now.1 - io.1
