@@ -648,13 +648,20 @@ fn serve(args: &[String]) {
                 uring_queue(fd, q, !nopin, fs2, o, tx2)
             }));
         }
+        // Only the queues hold senders now: one that dies unreported ends the wait.
+        drop(tx);
         let mut ok = true;
         for _ in 0..ncpu {
-            match rx.recv().unwrap() {
-                Ok(()) => {}
-                Err(s) => {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(s)) => {
                     eprintln!("ERROR: {s}");
                     ok = false;
+                }
+                Err(_) => {
+                    eprintln!("ERROR: an io_uring queue thread ended before reporting");
+                    ok = false;
+                    break;
                 }
             }
         }

@@ -353,9 +353,8 @@ pub struct MachineDemand {
     rule: DemandRule,
     state: DemandState,
     origin: Instant,
+    /// `None`: never report waiting tasks ([`BusyPoll::under_load`], or no file to read).
     loadavg: Option<std::fs::File>,
-    /// Never report waiting tasks ([`BusyPoll::under_load`]).
-    under_load: bool,
 }
 
 impl MachineDemand {
@@ -378,16 +377,12 @@ impl MachineDemand {
             state: DemandState::default(),
             origin: Instant::now(),
             loadavg: loadavg.and_then(|p| std::fs::File::open(p).ok()),
-            under_load: loadavg.is_none(),
         }
     }
 
     /// Whether tasks are waiting for a CPU now. Without `/proc/loadavg` it says no (the
     /// poller's own evidence still stops a poll that takes another task's CPU).
     pub fn others_wait(&mut self, now: Instant) -> bool {
-        if self.under_load {
-            return false;
-        }
         let Some(f) = &self.loadavg else { return false };
         let now_ns = u64::try_from(now.saturating_duration_since(self.origin).as_nanos())
             .unwrap_or(u64::MAX);

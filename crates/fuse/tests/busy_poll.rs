@@ -10,7 +10,7 @@ use kaiso_fuse::{BusyPoll, PollStats};
 use kaiso_store::{Store, StoreConfig};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -27,6 +27,36 @@ fn store(dir: &Path) -> (Arc<Store>, PathBuf) {
     );
     let store = Store::open(StoreConfig::from_toml_str(&text, "t").unwrap()).unwrap();
     (store, dir.join("mnt"))
+}
+
+/// Waits for this binary's turn to mount; `None` (after saying so) without /dev/fuse.
+fn take_turn() -> Option<MutexGuard<'static, ()>> {
+    if !fuse_available() {
+        eprintln!("skipping: /dev/fuse is not available");
+        return None;
+    }
+    Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// A store under `dir` mounted with the default demand rule (no override), 4 workers
+/// polling for at most `max`, after `warm` serial create-stat-unlink steps.
+fn mount_warmed(
+    dir: &Path,
+    max: Duration,
+    warm: usize,
+) -> (Arc<Store>, PathBuf, kaiso_fuse::Mounted) {
+    let (store, mnt) = store(dir);
+    let m = kaiso_fuse::mount(store.clone(), &mnt, &options(max, false)).unwrap();
+    metadata_burst(&mnt.join("warm"), warm);
+    (store, mnt, m)
+}
+
+/// Polls started, and polls held off for others, from `before` to `after`.
+fn polls_since(before: PollStats, after: PollStats) -> (u64, u64) {
+    (
+        after.started() - before.started(),
+        after.held_for_others - before.held_for_others,
+    )
 }
 
 /// Mount options with 4 workers polling for at most `max`.
@@ -80,11 +110,7 @@ fn fuse_threads_cpu_ns() -> u64 {
 
 #[test]
 fn an_idle_mount_does_not_poll() {
-    if !fuse_available() {
-        eprintln!("skipping: /dev/fuse is not available");
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_turn) = take_turn() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (store, mnt) = store(dir.path());
     // A long window, so that polling while idle would show; polling even when the test
@@ -142,29 +168,15 @@ fn an_idle_mount_does_not_poll() {
 /// off instead, and the test checks that.
 #[test]
 fn a_burst_is_polled_for_on_an_idle_machine() {
-    if !fuse_available() {
-        eprintln!("skipping: /dev/fuse is not available");
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_turn) = take_turn() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (store, mnt) = store(dir.path());
-    let m = kaiso_fuse::mount(
-        store.clone(),
-        &mnt,
-        &options(kaiso_fuse::busy_poll::DEFAULT_MAX, false),
-    )
-    .unwrap();
-    metadata_burst(&mnt.join("warm"), 20);
+    let (store, mnt, m) = mount_warmed(dir.path(), kaiso_fuse::busy_poll::DEFAULT_MAX, 20);
     let quiet_before = machine_quiet();
     let before = m.busy_polls();
     metadata_burst(&mnt.join("a"), 1000);
     let p = m.busy_polls();
     let quiet_after = machine_quiet();
-    let (started, held) = (
-        p.started() - before.started(),
-        p.held_for_others - before.held_for_others,
-    );
+    let (started, held) = polls_since(before, p);
     eprintln!("3,000 requests: {started} polls started, {held} held off for others ({p:?})");
     if quiet_before && quiet_after {
         assert!(
@@ -185,22 +197,11 @@ fn a_burst_is_polled_for_on_an_idle_machine() {
 /// Busy loops on every CPU (and one more): the poller stops spinning within a few ms.
 #[test]
 fn cpu_hogs_stop_the_poller() {
-    if !fuse_available() {
-        eprintln!("skipping: /dev/fuse is not available");
-        return;
-    }
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_turn) = take_turn() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (store, mnt) = store(dir.path());
     // A long window: requests slowed down by the hogs still count as a burst, so the rule
     // keeps wanting to poll and only the demand for CPUs stops it.
-    let m = kaiso_fuse::mount(
-        store.clone(),
-        &mnt,
-        &options(Duration::from_micros(1000), false),
-    )
-    .unwrap();
-    metadata_burst(&mnt.join("warm"), 50);
+    let (store, mnt, m) = mount_warmed(dir.path(), Duration::from_micros(1000), 50);
 
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -225,10 +226,7 @@ fn cpu_hogs_stop_the_poller() {
     for h in hogs {
         h.join().unwrap();
     }
-    let (started, held) = (
-        p.started() - before.started(),
-        p.held_for_others - before.held_for_others,
-    );
+    let (started, held) = polls_since(before, p);
     eprintln!("900 requests beside busy loops in {took:?}: {started} polls, {held} held off");
     assert!(
         Instant::now() < deadline,

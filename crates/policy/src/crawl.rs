@@ -11,6 +11,11 @@
 //! - [`Phasing::MetadataFirst`] (default) runs two passes: pass 1 expands every directory
 //!   and copies every file's metadata, pass 2 copies data. [`Phasing::Bulk`] copies a
 //!   file's metadata and data together in one pass.
+//! - [`Phasing::MetadataPriority`] is metadata-first with the data pass overlapped: metadata
+//!   work (listings, leaf metadata) keeps strict priority, but a worker that finds none
+//!   during pass 1 fetches the data of a leaf whose metadata is already done, in traversal
+//!   order, instead of idling while a deep, narrow frontier has little to list. Pass 2
+//!   then skips the leaves fetched early (each leaf's data is handed out once per round).
 //!
 //! # Parallel crawl without misses or duplicates
 //! Work items are *object identities* (the store's inode ids), never paths, so a rename
@@ -55,6 +60,8 @@ pub enum Phasing {
     #[default]
     MetadataFirst,
     Bulk,
+    /// Metadata first, data of metadata-complete leaves in the gaps of pass 1.
+    MetadataPriority,
 }
 
 /// The crawl strategy: default BFS + metadata-first, as the thesis recommends.
@@ -67,7 +74,7 @@ pub struct CrawlOrder {
 }
 
 impl CrawlOrder {
-    /// Parses `bfs|dfs` and `metadata-first|bulk`.
+    /// Parses `bfs|dfs` and `metadata-first|metadata-priority|bulk`.
     pub fn parse(traversal: &str, phasing: &str) -> Result<Self, String> {
         let traversal = match traversal {
             "bfs" | "breadth-first" => Traversal::BreadthFirst,
@@ -76,10 +83,11 @@ impl CrawlOrder {
         };
         let phasing = match phasing {
             "metadata-first" | "meta" => Phasing::MetadataFirst,
+            "metadata-priority" | "overlap" => Phasing::MetadataPriority,
             "bulk" => Phasing::Bulk,
             other => {
                 return Err(format!(
-                    "unknown phasing {other:?} (metadata-first or bulk)"
+                    "unknown phasing {other:?} (metadata-first, metadata-priority or bulk)"
                 ));
             }
         };
@@ -89,8 +97,24 @@ impl CrawlOrder {
     /// The passes one complete crawl consists of.
     pub fn passes(&self) -> &'static [Pass] {
         match self.phasing {
-            Phasing::MetadataFirst => &[Pass::Metadata, Pass::Data],
+            Phasing::MetadataFirst | Phasing::MetadataPriority => &[Pass::Metadata, Pass::Data],
             Phasing::Bulk => &[Pass::Bulk],
+        }
+    }
+
+    /// Whether idle workers fetch data during the metadata pass.
+    pub fn overlapped(&self) -> bool {
+        self.phasing == Phasing::MetadataPriority
+    }
+}
+
+impl Phasing {
+    /// The name [`CrawlOrder::parse`] accepts.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Phasing::MetadataFirst => "metadata-first",
+            Phasing::MetadataPriority => "metadata-priority",
+            Phasing::Bulk => "bulk",
         }
     }
 }
@@ -140,6 +164,10 @@ pub struct CrawlStats {
     /// Leaves a worker is fetching.
     pub leaves_in_flight: usize,
     pub rescued_by_rename: u64,
+    /// Data fetches handed out during the metadata pass ([`Phasing::MetadataPriority`]).
+    pub early_data_fetches: u64,
+    /// Leaves the data pass skipped because their data was fetched early.
+    pub early_data_skipped: u64,
 }
 
 /// The shared frontier of a (possibly parallel) crawl over object ids `K`.
@@ -163,6 +191,15 @@ pub struct CrawlPartition<K: Eq + Hash + Clone> {
     claimed: HashSet<K>,
     listing: HashSet<K>,
     fetching: HashSet<K>,
+    /// Overlapped mode: leaves whose metadata is done, waiting for an idle worker (pass 1).
+    early_data: VecDeque<K>,
+    /// Early data fetches handed out and not yet reported; they keep the round open.
+    early_fetching: HashSet<K>,
+    /// Leaves whose data was handed out early this round; pass 2 does not hand them out.
+    early_handed: HashSet<K>,
+    /// At most this many early data fetches in flight at once, so workers stay free for
+    /// listings that appear meanwhile (a data fetch holds a worker for a whole file).
+    early_limit: usize,
     stats: CrawlStats,
 }
 
@@ -178,6 +215,10 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
             claimed: HashSet::new(),
             listing: HashSet::new(),
             fetching: HashSet::new(),
+            early_data: VecDeque::new(),
+            early_fetching: HashSet::new(),
+            early_handed: HashSet::new(),
+            early_limit: usize::MAX,
             stats: CrawlStats::default(),
         };
         c.start_pass(0);
@@ -188,6 +229,11 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
         self.order
     }
 
+    /// Caps the early data fetches in flight (overlapped mode; at least 1).
+    pub fn set_early_data_limit(&mut self, limit: usize) {
+        self.early_limit = limit.max(1);
+    }
+
     /// The pass under way, or `None` when all passes of this round are done (the round
     /// is being closed: see [`CrawlPartition::next_pass`]).
     pub fn pass(&self) -> Option<Pass> {
@@ -195,6 +241,14 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
     }
 
     fn start_pass(&mut self, index: usize) {
+        // Early data fetches belong to the round: they survive into pass 2 (still in
+        // flight, and skipped there) and end with it. Leaves still waiting for an early
+        // fetch are simply found again by pass 2's listings.
+        self.early_data.clear();
+        if index == 0 {
+            self.early_fetching.clear();
+            self.early_handed.clear();
+        }
         self.pass_index = index;
         self.frontier.clear();
         self.leaves.clear();
@@ -211,7 +265,7 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
         self.stats.in_flight = self.listing.len();
         self.stats.queued_dirs = self.frontier.len();
         self.stats.queued_leaves = self.leaves.len();
-        self.stats.leaves_in_flight = self.fetching.len();
+        self.stats.leaves_in_flight = self.fetching.len() + self.early_fetching.len();
     }
 
     /// Starts a new round from the root (after a round ended with stubs left, or on
@@ -222,7 +276,8 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
     }
 
     /// The next work for an idle worker: a claimed leaf if any is waiting, else the next
-    /// directory in traversal order. `None` means nothing to hand out right now (others
+    /// directory in traversal order, else (overlapped mode, pass 1 only) the data of a
+    /// leaf whose metadata is done. `None` means nothing to hand out right now (others
     /// may still be working: see [`CrawlPartition::pass_done`]).
     pub fn take(&mut self) -> Option<CrawlWork<K>> {
         let pass = self.pass()?;
@@ -233,12 +288,36 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
             let dir = match self.order.traversal {
                 Traversal::BreadthFirst => self.frontier.pop_front(),
                 Traversal::DepthFirst => self.frontier.pop_back(),
-            }?;
-            self.listing.insert(dir.clone());
-            CrawlWork::List(dir)
+            };
+            match dir {
+                Some(dir) => {
+                    self.listing.insert(dir.clone());
+                    CrawlWork::List(dir)
+                }
+                None => {
+                    if self.early_fetching.len() >= self.early_limit {
+                        return None;
+                    }
+                    let leaf = self.early_data.pop_front()?;
+                    self.early_fetching.insert(leaf.clone());
+                    self.early_handed.insert(leaf.clone());
+                    self.stats.early_data_fetches += 1;
+                    CrawlWork::Fetch(leaf, Pass::Data)
+                }
+            }
         };
         self.update_stats();
         Some(work)
+    }
+
+    /// Pass 2 of the overlapped mode: a leaf whose data was handed out early is claimed
+    /// but not queued again.
+    fn fetched_early(&mut self, leaf: &K) -> bool {
+        if self.pass() == Some(Pass::Data) && self.early_handed.contains(leaf) {
+            self.stats.early_data_skipped += 1;
+            return true;
+        }
+        false
     }
 
     /// Reports the children of a listed directory; returns how many leaves it queued
@@ -258,6 +337,9 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
                 ChildKind::Directory => new_dirs.push(child.clone()),
                 ChildKind::Leaf => {
                     self.stats.leaves_claimed += 1;
+                    if self.fetched_early(child) {
+                        continue;
+                    }
                     new_leaves += 1;
                     self.leaves.push_back(child.clone());
                 }
@@ -275,8 +357,18 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
     /// A leaf handed out by [`CrawlPartition::take`] was visited (copied, found already
     /// complete, gone, or failed: a failure is for the caller's round check, not a
     /// reason to keep the pass open).
+    ///
+    /// In the overlapped mode a leaf whose metadata is done is queued for an early data
+    /// fetch, in the order its metadata completed (which follows the traversal order).
     pub fn on_fetched(&mut self, leaf: &K) {
-        self.fetching.remove(leaf);
+        if self.early_fetching.remove(leaf) {
+            // An early data fetch (its metadata fetch was reported before it was handed out).
+        } else if self.fetching.remove(leaf)
+            && self.order.overlapped()
+            && self.pass() == Some(Pass::Metadata)
+        {
+            self.early_data.push_back(leaf.clone());
+        }
         self.update_stats();
     }
 
@@ -302,6 +394,9 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
         if self.pass().is_none() || !self.claimed.insert(obj.clone()) {
             return false;
         }
+        if kind == ChildKind::Leaf && self.fetched_early(obj) {
+            return false; // its data was handed out early: claimed, nothing to queue
+        }
         self.stats.rescued_by_rename += 1;
         match kind {
             ChildKind::Directory => self.frontier.push_back(obj.clone()),
@@ -316,11 +411,16 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
 
     /// True when the current pass has nothing queued and nothing handed out unreported.
     /// The caller then calls [`CrawlPartition::next_pass`].
+    ///
+    /// Pass 1 of the overlapped mode ends with its metadata work, not with the early data
+    /// fetches (so they never delay the metadata pass); those still in flight keep the
+    /// data pass, and so the round, open instead.
     pub fn pass_done(&self) -> bool {
         self.frontier.is_empty()
             && self.leaves.is_empty()
             && self.listing.is_empty()
             && self.fetching.is_empty()
+            && (self.pass() == Some(Pass::Metadata) || self.early_fetching.is_empty())
     }
 
     /// Moves to the next pass of the round; returns false when the round is complete
@@ -761,5 +861,307 @@ mod tests {
         );
         assert!(CrawlOrder::parse("zigzag", "bulk").is_err());
         assert!(CrawlOrder::parse("bfs", "eventually").is_err());
+        let o = CrawlOrder::parse("bfs", "metadata-priority").unwrap();
+        assert_eq!(o.phasing, Phasing::MetadataPriority);
+        assert!(o.overlapped() && !CrawlOrder::default().overlapped());
+        assert_eq!(o.passes(), &[Pass::Metadata, Pass::Data]);
+        for p in [
+            Phasing::MetadataFirst,
+            Phasing::MetadataPriority,
+            Phasing::Bulk,
+        ] {
+            assert_eq!(CrawlOrder::parse("bfs", p.as_str()).unwrap().phasing, p);
+        }
+    }
+
+    fn overlapped(traversal: Traversal) -> CrawlOrder {
+        CrawlOrder {
+            traversal,
+            phasing: Phasing::MetadataPriority,
+        }
+    }
+
+    /// Runs a whole round (every pass) with `workers` interleaved workers and random
+    /// client renames, deletes and creates. Checks: metadata work is always handed out
+    /// before early data; every object that existed at the start and still exists is
+    /// listed (directories) or has its metadata fetched (leaves) once per expanding pass,
+    /// and every such leaf's data is handed out exactly once in the round; nothing is
+    /// handed out twice; the round ends only when nothing handed out is unreported.
+    fn run_round(seed: u64, order: CrawlOrder, workers: usize, client_ops: bool) -> CrawlStats {
+        let mut rng = Rng(seed | 1);
+        let mut m = random_tree(&mut rng, 400);
+        let original: HashSet<u64> = m.all().into_iter().collect();
+        let mut crawl = CrawlPartition::new(order, 0u64);
+        if seed % 4 == 0 {
+            crawl.set_early_data_limit(1 + (seed as usize / 4) % 3);
+        }
+        // (pass index, id) → lists and metadata fetches; id → data (or bulk) fetches.
+        let mut visits: HashMap<(usize, u64), u32> = HashMap::new();
+        let mut data: HashMap<u64, u32> = HashMap::new();
+        let mut holding: Vec<Option<CrawlWork<u64>>> = vec![None; workers];
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            assert!(steps < 400_000, "model did not terminate (seed {seed})");
+            if client_ops && rng.below(3) == 0 {
+                let ids = m.all();
+                let obj = ids[rng.below(ids.len() as u64) as usize];
+                match rng.below(10) {
+                    0..=5 => {
+                        let dirs: Vec<u64> = ids.iter().copied().filter(|i| m.is_dir[i]).collect();
+                        let to = dirs[rng.below(dirs.len() as u64) as usize];
+                        if m.mv(obj, to) {
+                            let kind = if m.is_dir[&obj] {
+                                ChildKind::Directory
+                            } else {
+                                ChildKind::Leaf
+                            };
+                            crawl.on_rename(&obj, kind);
+                        }
+                    }
+                    6 => m.remove(obj),
+                    _ => {
+                        if m.is_dir.get(&obj).copied().unwrap_or(false) {
+                            m.add(obj, rng.below(2) == 0);
+                        }
+                    }
+                }
+                continue;
+            }
+            let w = rng.below(workers as u64) as usize;
+            match holding[w].take() {
+                None => {
+                    let before = crawl.stats();
+                    let pass = crawl.pass();
+                    if let Some(work) = crawl.take() {
+                        match &work {
+                            CrawlWork::Fetch(k, p @ (Pass::Data | Pass::Bulk)) => {
+                                if pass == Some(Pass::Metadata) {
+                                    assert!(order.overlapped() && *p == Pass::Data);
+                                    assert_eq!(
+                                        (before.queued_dirs, before.queued_leaves),
+                                        (0, 0),
+                                        "early data handed out before metadata work (seed {seed})"
+                                    );
+                                }
+                                *data.entry(*k).or_default() += 1;
+                            }
+                            CrawlWork::List(k) | CrawlWork::Fetch(k, Pass::Metadata) => {
+                                *visits.entry((before.pass_index, *k)).or_default() += 1;
+                            }
+                        }
+                        holding[w] = Some(work);
+                    } else if crawl.pass().is_some() && crawl.pass_done() {
+                        // Only early data fetches may outlive the metadata pass.
+                        for h in holding.iter().flatten() {
+                            assert!(
+                                crawl.pass() == Some(Pass::Metadata)
+                                    && matches!(h, CrawlWork::Fetch(_, Pass::Data)),
+                                "pass done while {h:?} is handed out (seed {seed})"
+                            );
+                        }
+                        if !crawl.next_pass() {
+                            assert!(holding.iter().all(Option::is_none));
+                            break;
+                        }
+                    }
+                }
+                Some(CrawlWork::List(d)) => match m.list(d) {
+                    Some(children) => {
+                        crawl.on_listed(&d, &children);
+                    }
+                    None => crawl.on_gone(&d),
+                },
+                Some(CrawlWork::Fetch(k, p)) => {
+                    if rng.below(3) == 0 {
+                        holding[w] = Some(CrawlWork::Fetch(k, p));
+                    } else {
+                        assert!(
+                            !crawl.pass_done()
+                                || (crawl.pass() == Some(Pass::Metadata) && p == Pass::Data),
+                            "pass done during a fetch (seed {seed})"
+                        );
+                        crawl.on_fetched(&k);
+                    }
+                }
+            }
+        }
+        for (key, n) in &visits {
+            assert_eq!(*n, 1, "{key:?} visited {n} times (seed {seed})");
+        }
+        for (id, n) in &data {
+            assert_eq!(*n, 1, "data of {id} handed out {n} times (seed {seed})");
+        }
+        let expanding_passes = order.passes().len();
+        for id in m.all() {
+            if !original.contains(&id) {
+                continue;
+            }
+            if m.is_dir[&id] {
+                for pass in 0..expanding_passes {
+                    assert!(
+                        visits.contains_key(&(pass, id)),
+                        "dir {id} missed in pass {pass} (seed {seed})"
+                    );
+                }
+            } else {
+                if order.phasing != Phasing::Bulk {
+                    assert!(
+                        visits.contains_key(&(0, id)),
+                        "metadata of {id} missed (seed {seed})"
+                    );
+                }
+                assert!(
+                    data.contains_key(&id),
+                    "data of {id} missed (seed {seed}, {workers} workers)"
+                );
+            }
+        }
+        crawl.stats()
+    }
+
+    #[test]
+    fn whole_rounds_with_renames_fetch_every_leafs_data_exactly_once_in_every_phasing() {
+        let mut early = 0;
+        for seed in 1..50 {
+            let traversal = if seed % 2 == 0 {
+                Traversal::BreadthFirst
+            } else {
+                Traversal::DepthFirst
+            };
+            for phasing in [
+                Phasing::MetadataFirst,
+                Phasing::MetadataPriority,
+                Phasing::Bulk,
+            ] {
+                let order = CrawlOrder { traversal, phasing };
+                let stats = run_round(
+                    seed * 104_729,
+                    order,
+                    1 + (seed as usize % 6),
+                    seed % 3 != 0,
+                );
+                if phasing == Phasing::MetadataPriority {
+                    early += stats.early_data_fetches;
+                } else {
+                    assert_eq!(stats.early_data_fetches, 0);
+                }
+            }
+        }
+        assert!(early > 0, "the overlapped mode never fetched data early");
+    }
+
+    #[test]
+    fn an_idle_worker_in_the_metadata_pass_fetches_data_of_a_metadata_complete_leaf() {
+        // 0 → {1 leaf, 2 leaf, 3 dir}; 3 → {4 leaf}
+        let mut c = CrawlPartition::new(overlapped(Traversal::BreadthFirst), 0u64);
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(
+            &0,
+            &[
+                (1, ChildKind::Leaf),
+                (2, ChildKind::Leaf),
+                (3, ChildKind::Directory),
+            ],
+        );
+        // Metadata work first: both leaves' metadata, then the directory.
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Metadata)));
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(2, Pass::Metadata)));
+        assert_eq!(c.take(), Some(CrawlWork::List(3)));
+        // Nothing's metadata is done yet: an idle worker gets nothing.
+        assert_eq!(c.take(), None);
+        c.on_fetched(&2);
+        c.on_fetched(&1);
+        // An idle worker now fetches data, in the order metadata completed.
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(2, Pass::Data)));
+        assert_eq!(c.stats().early_data_fetches, 1);
+        // A listing arrives: its leaf's metadata goes before the queued early data.
+        c.on_listed(&3, &[(4, ChildKind::Leaf)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(4, Pass::Metadata)));
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Data)));
+        c.on_fetched(&1);
+        assert_eq!(c.take(), None, "leaf 4's metadata is still in flight");
+        c.on_fetched(&4);
+        // Metadata work is all done: the pass ends although early data (2) and queued
+        // early data (4) remain; the data pass finds 4 again and skips 1 and 2.
+        assert!(c.pass_done());
+        assert!(c.next_pass());
+        assert_eq!(c.pass(), Some(Pass::Data));
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(
+            &0,
+            &[
+                (1, ChildKind::Leaf),
+                (2, ChildKind::Leaf),
+                (3, ChildKind::Directory),
+            ],
+        );
+        assert_eq!(c.take(), Some(CrawlWork::List(3)));
+        c.on_listed(&3, &[(4, ChildKind::Leaf)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(4, Pass::Data)));
+        c.on_fetched(&4);
+        assert_eq!(c.take(), None);
+        assert_eq!(c.stats().early_data_skipped, 2);
+        // Leaf 2's early fetch is still in flight: the round must not end.
+        assert!(
+            !c.pass_done(),
+            "round ended while an early data fetch is in flight"
+        );
+        assert!(!c.next_pass());
+        // A rename of a leaf fetched early does not queue it again.
+        assert!(!c.on_rename(&2, ChildKind::Leaf));
+        c.on_fetched(&2);
+        assert!(c.pass_done());
+        assert!(!c.next_pass(), "the round is complete");
+        assert_eq!(c.pass(), None);
+        // A new round starts clean: data is fetched again only if the store still has
+        // stubs (it skips complete files itself).
+        c.restart();
+        assert_eq!(c.stats().leaves_in_flight, 0);
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(&0, &[(1, ChildKind::Leaf)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Metadata)));
+    }
+
+    #[test]
+    fn early_data_fetches_in_flight_are_capped() {
+        let mut c = CrawlPartition::new(overlapped(Traversal::BreadthFirst), 0u64);
+        c.set_early_data_limit(2);
+        c.take();
+        c.on_listed(
+            &0,
+            &[
+                (1, ChildKind::Leaf),
+                (2, ChildKind::Leaf),
+                (3, ChildKind::Leaf),
+            ],
+        );
+        for leaf in 1..=3 {
+            assert_eq!(c.take(), Some(CrawlWork::Fetch(leaf, Pass::Metadata)));
+            c.on_fetched(&leaf);
+        }
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Data)));
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(2, Pass::Data)));
+        assert_eq!(c.take(), None, "two early fetches in flight: the cap");
+        c.on_fetched(&1);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(3, Pass::Data)));
+        assert_eq!(c.stats().early_data_fetches, 3);
+    }
+
+    #[test]
+    fn strict_metadata_first_never_fetches_data_in_the_metadata_pass() {
+        let mut c = CrawlPartition::new(CrawlOrder::default(), 0u64);
+        assert_eq!(c.take(), Some(CrawlWork::List(0)));
+        c.on_listed(&0, &[(1, ChildKind::Leaf), (2, ChildKind::Directory)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Metadata)));
+        c.on_fetched(&1);
+        assert_eq!(c.take(), Some(CrawlWork::List(2)));
+        assert_eq!(c.take(), None, "an idle worker waits in the strict mode");
+        c.on_listed(&2, &[]);
+        assert!(c.next_pass());
+        c.take();
+        c.on_listed(&0, &[(1, ChildKind::Leaf), (2, ChildKind::Directory)]);
+        assert_eq!(c.take(), Some(CrawlWork::Fetch(1, Pass::Data)));
+        assert_eq!(c.stats().early_data_fetches, 0);
     }
 }

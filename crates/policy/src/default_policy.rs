@@ -66,6 +66,16 @@ struct InFlight {
     prev_move_secs: u32,
 }
 
+impl InFlight {
+    /// Takes the move of `object` as not done: if the object is still where it was, its
+    /// previous move date is back.
+    fn undo(&self, object: ObjectId, objects: &mut IdMap<ObjectState>) {
+        if let Some(s) = objects.get_mut(&object).filter(|s| s.tier == self.from) {
+            s.last_move_secs = self.prev_move_secs;
+        }
+    }
+}
+
 /// kaiso's default [`PlacementPolicy`]. Deterministic; `record` is O(1).
 pub struct KaisoPolicy {
     /// The configuration as given.
@@ -336,21 +346,15 @@ impl PlacementPolicy for KaisoPolicy {
 
     fn placed(&mut self, object: ObjectId, size: u64, tier: TierId) {
         let clock = self.clock;
-        let dropped = match self.in_flight.remove(&object) {
-            Some(m) if m.to == tier => {
-                self.observe_move_done(m, clock);
-                None
-            }
+        match self.in_flight.remove(&object) {
+            Some(m) if m.to == tier => self.observe_move_done(m, clock),
             // Reported where it was: the planned move did not happen (the caller could not
             // carry it out). It must not count as a move, or the object would be held
             // where it is for `min_residency_secs` as if it had just arrived.
-            Some(m) if m.from == tier => Some(m.prev_move_secs),
-            _ => None,
-        };
-        let s = self.objects.entry(object).or_insert_with(ObjectState::new);
-        if let Some(prev) = dropped.filter(|_| s.tier == tier) {
-            s.last_move_secs = prev;
+            Some(m) if m.from == tier => m.undo(object, &mut self.objects),
+            _ => {}
         }
+        let s = self.objects.entry(object).or_insert_with(ObjectState::new);
         if s.tier != UNPLACED && s.tier != tier {
             s.last_move_secs = secs(clock).saturating_add(1);
         }

@@ -139,14 +139,16 @@ impl NfsSource {
                     format!("tokio runtime: {e}"),
                 )
             })?;
-        let cfg = config.clone();
+        let auth: Arc<[u8]> = rpc::encode_auth(&credential(&config)).into();
+        let (cfg, mount_auth) = (config.clone(), auth.clone());
         let (nfs_port, root) = block_on(&runtime, async move {
-            tokio::time::timeout(cfg.connect_timeout, mount_export(&cfg))
+            tokio::time::timeout(cfg.connect_timeout, mount_export(&cfg, mount_auth))
                 .await
                 .map_err(|_| {
-                    unreachable_error(
+                    mount_error(
                         &cfg,
-                        &format!(
+                        SourceErrorKind::Unreachable,
+                        format!(
                             "no answer from the portmapper or MOUNT service within {:?}",
                             cfg.connect_timeout
                         ),
@@ -157,7 +159,7 @@ impl NfsSource {
         handles.insert(SourcePath::root(), root.clone());
         let mut source = Self {
             slots: Semaphore::new(config.connections),
-            auth: rpc::encode_auth(&credential(&config)).into(),
+            auth,
             config,
             runtime,
             nfs_port,
@@ -825,8 +827,9 @@ async fn open_stream(to: std::net::SocketAddr, privileged: bool) -> std::io::Res
 }
 
 /// Finds the MOUNT and NFS ports (asking the portmapper for those not configured) and
-/// mounts the export: returns the NFS port and the export's root file handle.
-async fn mount_export(cfg: &NfsConfig) -> SourceResult<(u16, nfs_fh3)> {
+/// mounts the export with the encoded credential `auth`: returns the NFS port and the
+/// export's root file handle.
+async fn mount_export(cfg: &NfsConfig, auth: Arc<[u8]>) -> SourceResult<(u16, nfs_fh3)> {
     let ip = host_ip(cfg, &SourcePath::root())?;
     let (mount_port, nfs_port) = match (cfg.mount_port, cfg.nfs_port) {
         (Some(m), Some(n)) => (m, n),
@@ -840,15 +843,18 @@ async fn mount_export(cfg: &NfsConfig) -> SourceResult<(u16, nfs_fh3)> {
             let none = rpc::encode_auth(&opaque_auth::default()).into();
             let mut pmap = RpcConn::new(stream, none, first_xid())
                 .for_program(portmap::PROGRAM, portmap::VERSION);
-            let mut port_of = async |given: Option<u16>, program: u32, name: &str| match given {
-                Some(p) => Ok(p),
-                None => match mount::getport(&mut pmap, program, 3).await.map_err(fail)? {
-                    Some(p) => Ok(p),
-                    None => Err(unreachable_error(
+            let mut port_of = async |given: Option<u16>, program: u32, name: &str| {
+                if let Some(p) = given {
+                    return Ok(p);
+                }
+                let port = mount::getport(&mut pmap, program, 3).await.map_err(fail)?;
+                port.ok_or_else(|| {
+                    mount_error(
                         cfg,
-                        &format!("{service}: {name} version 3 over TCP is not registered"),
-                    )),
-                },
+                        SourceErrorKind::Unreachable,
+                        format!("{service}: {name} version 3 over TCP is not registered"),
+                    )
+                })
             };
             let m = port_of(m, mount::MOUNT_PROGRAM_NUMBER, "MOUNT").await?;
             let n = port_of(n, rpc::NFS_PROGRAM, "NFS").await?;
@@ -859,7 +865,6 @@ async fn mount_export(cfg: &NfsConfig) -> SourceResult<(u16, nfs_fh3)> {
     let stream = open_stream((ip, mount_port).into(), cfg.privileged_port)
         .await
         .map_err(|e| service_error(cfg, &service, RpcFailure::Io(e)))?;
-    let auth = rpc::encode_auth(&credential(cfg)).into();
     let mut conn = RpcConn::new(stream, auth, first_xid())
         .for_program(mount::MOUNT_PROGRAM_NUMBER, mount::MOUNT_VERSION);
     match mount::mnt(&mut conn, &cfg.export)
@@ -877,11 +882,7 @@ fn service_error(cfg: &NfsConfig, service: &str, e: RpcFailure) -> SourceError {
         RpcFailure::Denied(_) => SourceErrorKind::PermissionDenied,
         RpcFailure::Io(_) | RpcFailure::Protocol(_) => SourceErrorKind::Unreachable,
     };
-    SourceError::new(
-        kind,
-        &SourcePath::root(),
-        format!("mount {}:{}: {service}: {e}", cfg.host, cfg.export),
-    )
+    mount_error(cfg, kind, format!("{service}: {e}"))
 }
 
 /// The MOUNT service answered, and refused the export.
@@ -892,21 +893,15 @@ fn mount_refused(cfg: &NfsConfig, stat: mountstat3) -> SourceError {
         mountstat3::MNT3ERR_INVAL | mountstat3::MNT3ERR_NAMETOOLONG => SourceErrorKind::Invalid,
         _ => SourceErrorKind::Io,
     };
+    mount_error(cfg, kind, format!("the server refused: {stat}"))
+}
+
+/// Connecting failed: `msg` says where and why.
+fn mount_error(cfg: &NfsConfig, kind: SourceErrorKind, msg: String) -> SourceError {
     SourceError::new(
         kind,
         &SourcePath::root(),
-        format!(
-            "mount {}:{}: the server refused: {stat}",
-            cfg.host, cfg.export
-        ),
-    )
-}
-
-fn unreachable_error(cfg: &NfsConfig, msg: &str) -> SourceError {
-    SourceError::new(
-        SourceErrorKind::Unreachable,
-        &SourcePath::root(),
-        format!("{}:{}: {msg}", cfg.host, cfg.export),
+        format!("mount {}:{}: {msg}", cfg.host, cfg.export),
     )
 }
 

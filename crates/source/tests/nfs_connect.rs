@@ -94,16 +94,21 @@ fn base_config() -> NfsConfig {
     c
 }
 
+/// Connecting with `c` fails at once, naming `service` and the closed connection.
+fn fails_at_once(c: NfsConfig, service: &str) {
+    let (e, took) = connect_error(c);
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains(service) && closed(&msg), "{msg}");
+    assert!(took < Duration::from_secs(2), "took {took:?}: {msg}");
+}
+
 #[test]
 fn a_portmapper_that_closes_at_once_fails_at_once() {
     let fake = FakeService::start(Behaviour::CloseAtOnce);
     let mut c = base_config();
     c.portmapper_port = fake.port;
-    let (e, took) = connect_error(c);
-    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
-    let msg = e.to_string();
-    assert!(msg.contains("portmapper") && closed(&msg), "{msg}");
-    assert!(took < Duration::from_secs(2), "took {took:?}: {msg}");
+    fails_at_once(c, "portmapper");
 }
 
 #[test]
@@ -112,11 +117,7 @@ fn a_mount_service_that_closes_at_once_fails_at_once() {
     let mut c = base_config();
     c.mount_port = Some(fake.port);
     c.nfs_port = Some(fake.port);
-    let (e, took) = connect_error(c);
-    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
-    let msg = e.to_string();
-    assert!(msg.contains("MOUNT service") && closed(&msg), "{msg}");
-    assert!(took < Duration::from_secs(2), "took {took:?}: {msg}");
+    fails_at_once(c, "MOUNT service");
 }
 
 #[test]

@@ -202,6 +202,16 @@ fn report(phase: &str, entries: usize, wall: Duration, before: (f64, f64)) {
     );
 }
 
+/// Runs a crawl of `m` to its end and reports its CPU time as `phase`.
+fn timed_crawl(phase: &str, store: &Arc<Store>, m: &Arc<Migration>, entries: usize) {
+    let before = cpu();
+    let t = Instant::now();
+    let c = Crawler::start(store.clone(), m.clone());
+    let state = c.wait(Duration::from_secs(600));
+    report(phase, entries, t.elapsed(), before);
+    assert_eq!(state, CrawlState::Done, "crawl ended {state:?}");
+}
+
 fn main() {
     let mut dirs = 200usize;
     let mut files = 100usize;
@@ -299,13 +309,7 @@ fn main() {
             store.forget(a.ino, 1);
         }
         assert_eq!(m.remaining(), 1);
-        let before = cpu();
-        let t = Instant::now();
-        let c = Crawler::start(store.clone(), m.clone());
-        let state = c.wait(Duration::from_secs(600));
-        report("rewalk", entries, t.elapsed(), before);
-        assert_eq!(state, CrawlState::Done, "crawl ended {state:?}");
-        drop(c);
+        timed_crawl("rewalk", &store, &m, entries);
     }
     m.close();
     drop(m);
@@ -314,14 +318,8 @@ fn main() {
 
     if crawl {
         let (store, m) = setup(&tmp.path().join("crawl"), dirs, files, workers);
-        let before = cpu();
-        let t = Instant::now();
-        let c = Crawler::start(store.clone(), m.clone());
-        let state = c.wait(Duration::from_secs(600));
-        report("crawl", entries, t.elapsed(), before);
-        assert_eq!(state, CrawlState::Done, "crawl ended {state:?}");
+        timed_crawl("crawl", &store, &m, entries);
         assert_eq!(m.remaining(), 0);
-        drop(c);
         m.close();
         store.shutdown();
     }

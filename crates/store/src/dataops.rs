@@ -659,14 +659,14 @@ impl Store {
                     // Marked before the change can be seen, and again below.
                     st.mark_unsynced(STUB_ROW_CHANGED);
                     crate::stub::subtract(&mut s.missing, size, u64::MAX);
-                    Some(s.missing.clone())
+                    Some((s.missing.clone(), s.times))
                 }
                 None => None,
             };
             drop(g);
-            if let Some(m) = stub_changed {
+            if let Some((m, times)) = stub_changed {
                 // Marked even if the row is not written: the ranges changed in memory.
-                let r = self.db().set_stub(ino, false, &m, None);
+                let r = self.db().set_stub(ino, false, &m, times);
                 st.mark_unsynced(STUB_ROW_CHANGED);
                 r?;
             }
@@ -892,18 +892,22 @@ impl Store {
     /// first, in memory and in its row; kept, a crash or the next fetch would put them
     /// back over the client's change. A fetch after this keeps the times it finds.
     pub(crate) fn stub_client_change(&self, st: &FileState) -> FsResult<()> {
-        let missing = {
-            let mut s = st.stub.lock().unwrap_or_else(|e| e.into_inner());
-            match s.as_mut() {
-                Some(x) if x.times.is_some() => {
-                    x.times = None;
-                    x.missing.clone()
-                }
-                _ => return Ok(()),
+        self.set_stub_times(st, None)
+    }
+
+    /// Sets the pending times of stub file `st` to `times`, in memory and then in its row;
+    /// nothing to do if `st` is no stub or already has them.
+    fn set_stub_times(&self, st: &FileState, times: Option<crate::db::StubTimes>) -> FsResult<()> {
+        let missing = match st.stub.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            Some(x) if x.times != times => {
+                x.times = times;
+                x.missing.clone()
             }
+            _ => return Ok(()),
         };
+        // Marked before the row is written and again after (see `stub_write`).
         st.mark_unsynced(STUB_ROW_CHANGED);
-        let r = self.db().set_stub(st.ino, false, &missing, None);
+        let r = self.db().set_stub(st.ino, false, &missing, times);
         st.mark_unsynced(STUB_ROW_CHANGED);
         r?;
         Ok(())
@@ -1177,19 +1181,7 @@ impl Store {
                     util::ts(before.st_atime, before.st_atime_nsec),
                     util::ts(before.st_mtime, before.st_mtime_nsec),
                 );
-                let missing = {
-                    let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
-                    s.as_mut().map(|st| {
-                        st.times = Some(t);
-                        st.missing.clone()
-                    })
-                };
-                if let Some(m) = missing {
-                    state.mark_unsynced(STUB_ROW_CHANGED);
-                    let r = self.db().set_stub(ino, false, &m, Some(t));
-                    state.mark_unsynced(STUB_ROW_CHANGED);
-                    r?;
-                }
+                self.set_stub_times(&state, Some(t))?;
                 t
             }
         };

@@ -117,11 +117,7 @@ impl Placer {
     }
 
     pub fn explain(&self, ino: Ino, now: Nanos) -> String {
-        let h = self
-            .heat
-            .get(&ino)
-            .map(|(h, l)| *h as f64 * decay(now.saturating_sub(*l), self.half_life_ns))
-            .unwrap_or(0.0);
+        let h = self.heat_of(ino, now);
         format!(
             "{} (opens, decayed with half-life {:.0} s: {h:.2})",
             self.policy.explain(ino, now),

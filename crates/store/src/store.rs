@@ -598,15 +598,12 @@ impl Store {
         for (ino, unlisted, missing, times) in stubs {
             if let Some(d) = ns.dirs.get_mut(&ino) {
                 d.unlisted = unlisted;
-            } else if ns.files.contains_key(&ino) {
+            } else if let Some(f) = ns.files.get(&ino) {
                 if let Some((_, mtime)) = times {
                     // A crash between a fetch's write and the restore of the mtime left
                     // the time of the write: the stub's pending mtime goes back on.
                     self.restore_stub_mtime(&ns, ino, mtime);
                 }
-                let Some(f) = ns.files.get_mut(&ino) else {
-                    continue;
-                };
                 *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                     unlisted_dir: false,
                     missing,

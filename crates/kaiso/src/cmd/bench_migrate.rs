@@ -82,6 +82,10 @@ pub struct Args {
     /// (listings, reads, idle gaps) and CPU by thread name, also the old server's.
     #[arg(long)]
     pub timeline: bool,
+    /// Crawl phasing of the total-time rows: metadata-first (two strict passes),
+    /// metadata-priority (data in the gaps of the metadata pass) or bulk.
+    #[arg(long, default_value = "metadata-first")]
+    pub phasing: String,
 }
 
 struct Setup {
@@ -100,6 +104,8 @@ struct Setup {
     posix: bool,
     /// `--timeline`: report where each total-time row's time went.
     timeline: bool,
+    /// `--phasing`: the crawl order of the total-time rows.
+    order: CrawlOrder,
 }
 
 impl Setup {
@@ -303,6 +309,7 @@ pub fn run(args: Args) -> Result<()> {
         smb_proxy: None,
         posix: source_wanted("posix"),
         timeline: args.timeline,
+        order: CrawlOrder::parse("bfs", &args.phasing).map_err(|e| anyhow!("--phasing: {e}"))?,
     };
     let count_div = args
         .count_div

@@ -60,7 +60,8 @@ pub struct StartArgs {
     /// Crawl order: bfs (breadth-first) or dfs (depth-first).
     #[arg(long, default_value = "bfs")]
     pub order: String,
-    /// metadata-first (two passes) or bulk (metadata and data together).
+    /// metadata-first (two strict passes), metadata-priority (metadata first, data of
+    /// metadata-complete files in the gaps) or bulk (metadata and data together).
     #[arg(long, default_value = "metadata-first")]
     pub mode: String,
     /// Crawler threads (8 measured fastest on a 2-core machine: they mostly wait on the

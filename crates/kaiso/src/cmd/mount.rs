@@ -106,8 +106,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot serve metrics on {addr}"))?;
         eprintln!("kaiso: metrics on http://{bound}/metrics");
     }
-    // Every option is set today; the update keeps this compiling when options are added.
-    #[allow(clippy::needless_update)]
+    // Every option is listed (no `..default()`): a new one must be given its flag here.
     let opts = kaiso_fuse::MountOptions {
         allow_other: store.config().allow_other,
         threads: a.threads,
@@ -117,7 +116,6 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
             max: Duration::from_micros(a.busy_poll_us),
             ..Default::default()
         },
-        ..kaiso_fuse::MountOptions::default()
     };
     let signalled = catch_signals();
     let mounted = kaiso_fuse::mount(store.clone(), &a.mountpoint, &opts)?;

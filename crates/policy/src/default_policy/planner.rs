@@ -677,8 +677,8 @@ impl KaisoPolicy {
         // A move never reported is taken as not done: its object is not young because of it.
         self.in_flight.retain(|id, m| {
             let live = now.saturating_sub(m.at) < timeout;
-            if let Some(s) = objects.get_mut(id).filter(|s| !live && s.tier == m.from) {
-                s.last_move_secs = m.prev_move_secs;
+            if !live {
+                m.undo(*id, objects);
             }
             live
         });

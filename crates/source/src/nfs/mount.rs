@@ -58,15 +58,8 @@ pub(crate) async fn mnt<S: AsyncRead + AsyncWrite + Unpin + Send>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::rpc::tests::{Scripted, accepted, record, test_auth, words};
+    use super::super::rpc::tests::{Scripted, accepted, block, record, test_auth, words};
     use super::*;
-
-    fn block<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
 
     #[test]
     fn getport_asks_for_tcp_and_reads_the_port() {

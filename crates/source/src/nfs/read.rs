@@ -92,17 +92,10 @@ fn nfs_status(status: u32) -> Result<nfsstat3, RpcFailure> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::rpc::tests::{Scripted, accepted, record, test_auth, words};
+    use super::super::rpc::tests::{Scripted, accepted, block, record, test_auth, words};
     use super::*;
     use nfs3_types::nfs3::ftype3;
     use nfs3_types::xdr_codec::Opaque;
-
-    fn block<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
 
     fn handle() -> nfs_fh3 {
         nfs_fh3 {

@@ -486,7 +486,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn block<F: Future>(f: F) -> F::Output {
+    /// Runs `f` to completion on a runtime of its own.
+    pub(crate) fn block<F: Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()

@@ -200,11 +200,12 @@ impl Committer {
 impl Crawler {
     pub fn start(store: Arc<Store>, migration: Arc<Migration>) -> Self {
         migration.stop.store(false, Ordering::Release);
+        let mut part = CrawlPartition::new(migration.cfg.order, migration.root_ino());
+        // Overlapped phasing: half the workers at most fetch data during the metadata
+        // pass, so listings that appear meanwhile find a free worker.
+        part.set_early_data_limit(migration.cfg.crawl_workers / 2);
         let shared = Arc::new(Shared {
-            part: Mutex::new(CrawlPartition::new(
-                migration.cfg.order,
-                migration.root_ino(),
-            )),
+            part: Mutex::new(part),
             wake: Condvar::new(),
             state: Mutex::new(CrawlState::Running),
             rounds: Mutex::new(0),

@@ -175,7 +175,8 @@ pub(super) fn bench_total(
     let reps = if s.quick { 3 } else { 1 };
     let mut out = format!(
         "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
-         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+metadata-first (s) | kaiso / rsync | rsync CPU (s) | kaiso CPU (s) | CPU kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+{} (s) | kaiso / rsync | rsync CPU (s) | kaiso CPU (s) | CPU kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        s.order.phasing.as_str()
     );
     let networked: Vec<SrcKind> = kinds(s)
         .into_iter()
@@ -224,7 +225,7 @@ pub(super) fn bench_total(
             }
             tracing::debug!(bytes = rproxy.bytes(), "delayed rsync traffic so far");
             for &kind in &networked {
-                let k = best_of(reps, || migrate_all(s, kind, sub, CrawlOrder::default()));
+                let k = best_of(reps, || migrate_all(s, kind, sub, s.order));
                 let setup = format!("delayed: rsync daemon vs {}, same proxy", kind.label());
                 total_row(&mut out, &head, &setup, r, k, false);
             }
@@ -232,19 +233,18 @@ pub(super) fn bench_total(
         if s.posix {
             let from = format!("{}/", s.src().join(sub).display());
             let r = best_of(reps, || rsync(&from, &dst))?;
-            let k = best_of(reps, || {
-                migrate_all(s, SrcKind::Posix, sub, CrawlOrder::default())
-            });
+            let k = best_of(reps, || migrate_all(s, SrcKind::Posix, sub, s.order));
             total_row(&mut out, &head, "local: directory → directory", r, k, true);
         }
     }
     let _ = writeln!(
         out,
-        "\nkaiso: {} crawler threads, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
+        "\nkaiso: {} crawler threads, bfs + {} crawl, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
          rsync: a fresh destination each time. Best of {reps} runs each (time and CPU each at \
          their minimum). CPU: user + system time of kaiso's process (every thread) and of rsync's \
          processes during the run, local rows only. Source trees are in the page cache for every row. Delayed rows: {}.\n",
         s.workers,
+        s.order.phasing.as_str(),
         s.delay_note()
     );
     println!("{out}");
