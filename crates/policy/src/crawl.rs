@@ -892,7 +892,7 @@ mod tests {
         let mut m = random_tree(&mut rng, 400);
         let original: HashSet<u64> = m.all().into_iter().collect();
         let mut crawl = CrawlPartition::new(order, 0u64);
-        if seed % 4 == 0 {
+        if seed.is_multiple_of(4) {
             crawl.set_early_data_limit(1 + (seed as usize / 4) % 3);
         }
         // (pass index, id) → lists and metadata fetches; id → data (or bulk) fetches.

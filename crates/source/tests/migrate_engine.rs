@@ -1378,7 +1378,12 @@ fn wide_slow_tree(root: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn parallel_crawl_over_slow_wide_directory_ends_done_not_stuck() {
-    for (traversal, phasing) in [("dfs", "bulk"), ("bfs", "metadata-first"), ("bfs", "bulk")] {
+    for (traversal, phasing) in [
+        ("dfs", "bulk"),
+        ("bfs", "metadata-first"),
+        ("bfs", "metadata-priority"),
+        ("bfs", "bulk"),
+    ] {
         let src = tempfile::tempdir().unwrap();
         let files = wide_slow_tree(src.path());
         let dest = Dest::new();

@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A request to a running store.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -92,17 +93,7 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
     let e = |x: crate::FsError| x.to_string();
     let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
     match req {
-        Request::Status => {
-            let mut v = j(serde_json::to_value(store.status()))?;
-            // The planner's side of the mover (beyond `MoverStatus`): whether placement
-            // has settled (`kaiso bench fs` waits for it).
-            if let Some(m) = v.get_mut("mover").and_then(|m| m.as_object_mut()) {
-                for (k, x) in store.planner_status() {
-                    m.insert(k.into(), x.into());
-                }
-            }
-            Ok(v)
-        }
+        Request::Status => j(serde_json::to_value(store.status())),
         Request::Where { path } => j(serde_json::to_value(store.where_is(&path).map_err(e)?)),
         Request::Explain { path } => j(serde_json::to_value(store.explain(&path).map_err(e)?)),
         Request::Pin {
@@ -185,28 +176,92 @@ fn serve_conn(store: &Arc<Store>, c: UnixStream) {
     }
 }
 
+/// How long a client waits (by default) for a running store to take a request, and to
+/// answer one it answers at once ([`answered_at_once`]): a hung daemon gives an error
+/// instead of hanging `kaiso status`.
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a store answers `req` at once (within [`CONTROL_TIMEOUT`]); not those whose
+/// work is the answer (fsck, recursive pins and moves over a whole tree, migration
+/// commands such as `finish`, which verifies every file against its source), which are
+/// waited for without a limit.
+pub fn answered_at_once(req: &Request) -> bool {
+    match req {
+        Request::Fsck | Request::Migrate { .. } => false,
+        Request::Pin { recursive, .. }
+        | Request::Unpin { recursive, .. }
+        | Request::Move { recursive, .. } => !*recursive,
+        _ => true,
+    }
+}
+
 /// A connection to a running store.
 pub struct Client {
     r: BufReader<UnixStream>,
     w: UnixStream,
+    /// A request timed out: its late reply could be taken for the next one's.
+    broken: bool,
+    /// See [`CONTROL_TIMEOUT`].
+    timeout: Duration,
 }
 
 impl Client {
     /// Connect to the store whose state directory is `state_dir`.
     pub fn connect(state_dir: &Path) -> std::io::Result<Client> {
         let s = UnixStream::connect(socket_path(state_dir))?;
+        s.set_write_timeout(Some(CONTROL_TIMEOUT))?;
         Ok(Client {
             r: BufReader::new(s.try_clone()?),
             w: s,
+            broken: false,
+            timeout: CONTROL_TIMEOUT,
         })
     }
 
-    /// Send one request; the reply's `ok` value, or its error message.
+    /// Wait `timeout` instead of [`CONTROL_TIMEOUT`] from now on.
+    pub fn set_timeout(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.w.set_write_timeout(Some(timeout))?;
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// Send one request; the reply's `ok` value, or its error message. Fails with a
+    /// clear error if the daemon does not take the request or answer it in time
+    /// (see [`answered_at_once`]); the connection is not used again after that.
     pub fn call(&mut self, req: &Request) -> anyhow::Result<serde_json::Value> {
-        writeln!(self.w, "{}", serde_json::to_string(req)?)?;
+        if self.broken {
+            anyhow::bail!("the control connection is unusable after an earlier timeout");
+        }
+        let timeout = answered_at_once(req).then_some(self.timeout);
+        self.r.get_ref().set_read_timeout(timeout)?;
+        let hung = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        };
+        if let Err(e) = writeln!(self.w, "{}", serde_json::to_string(req)?) {
+            if hung(&e) {
+                self.broken = true;
+                anyhow::bail!(
+                    "the kaiso daemon did not take the request within {:?} (is it hung?)",
+                    self.timeout
+                );
+            }
+            return Err(e.into());
+        }
         let mut line = String::new();
-        if self.r.read_line(&mut line)? == 0 {
-            anyhow::bail!("the kaiso daemon closed the control connection");
+        match self.r.read_line(&mut line) {
+            Ok(0) => anyhow::bail!("the kaiso daemon closed the control connection"),
+            Ok(_) => {}
+            Err(e) if hung(&e) => {
+                self.broken = true;
+                anyhow::bail!(
+                    "the kaiso daemon did not answer within {:?} (is it hung?)",
+                    self.timeout
+                );
+            }
+            Err(e) => return Err(e.into()),
         }
         let v: serde_json::Value = serde_json::from_str(&line)?;
         if let Some(e) = v.get("error") {

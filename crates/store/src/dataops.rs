@@ -149,6 +149,10 @@ impl Store {
     ///   arriving while passthrough handles are open is passthrough too, on the same
     ///   backing file (a writer joining that way holds no reserve). An open arriving
     ///   while handles served through kaiso are open is served through kaiso.
+    /// - A file whose planned move waits for its passthrough handles to close
+    ///   ([`FileState::move_waiting`]) is served through kaiso as soon as none is open,
+    ///   so a file that readers keep re-opening drains its passthrough handles and moves
+    ///   (the mover re-points handles served through kaiso).
     ///
     /// The store's view of open handles is never smaller than the kernel's (the kernel
     /// closes first), so these choices never contradict the kernel's state.
@@ -165,6 +169,7 @@ impl Store {
         }
         let eligible = want
             && open.is_empty()
+            && !state.move_waiting.load(Ordering::Acquire)
             && self.cfg.passthrough
             && !self.tiers[tier as usize].emulated()
             && !state
@@ -536,9 +541,11 @@ impl Store {
             // Partial blocks of unfetched ranges must be fetched before being overwritten.
             self.fill_range(st, offset, (offset + data.len() as u64).min(fsize))?;
         }
-        self.stub_client_change(st)?;
         for _attempt in 0..8 {
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            // Under the gate, with the write: a fetch restores a stub's mtime only while
+            // holding the gate exclusively (`stub_write`), so never over this write.
+            self.stub_client_change(st)?;
             let tier = st.tier();
             let size = st.size.load(Ordering::Acquire);
             let start = if append { size } else { offset };
@@ -620,13 +627,14 @@ impl Store {
                 };
                 (st, by_path, moves0)
             };
-            self.stub_client_change(&st)?;
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             if by_path.is_some() && st.moves.load(Ordering::Acquire) != moves0 {
                 // Moved in between: the descriptor is the old copy's.
                 drop(g);
                 continue;
             }
+            // Under the gate, with the truncate (see `write`).
+            self.stub_client_change(&st)?;
             let file: Arc<File> = match fh.and_then(|fh| self.handle(fh)) {
                 Some(h) => h.file(),
                 None => match by_path {
@@ -891,6 +899,11 @@ impl Store {
     /// on the file's own times hold, so its pending times (the source's) are dropped
     /// first, in memory and in its row; kept, a crash or the next fetch would put them
     /// back over the client's change. A fetch after this keeps the times it finds.
+    ///
+    /// Call with the file's gate held shared, and keep it until the modification is
+    /// done: a fetch reads the times to keep and puts them back with the gate held
+    /// exclusively (`stub_write`), so a modification can never land between the two
+    /// (the fetch would put the time from before it back over it).
     pub(crate) fn stub_client_change(&self, st: &FileState) -> FsResult<()> {
         self.set_stub_times(st, None)
     }
@@ -1162,7 +1175,12 @@ impl Store {
             let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
             (self.tiers[f.tier as usize].path(&p), f.state.clone())
         };
-        let _g = state.gate.read().unwrap_or_else(|e| e.into_inner());
+        // Exclusively, from reading the times to keep until they are back on: a client's
+        // write, truncate or utimens (each under the gate shared, with its
+        // `stub_client_change`) lands before the times are read or after they are put
+        // back, never in between, where its mtime would be replaced by the older one.
+        // Only stub files are fetched into, so other files never wait for this.
+        let _g = state.gate.write().unwrap_or_else(|e| e.into_inner());
         let f = std::fs::OpenOptions::new().write(true).open(&path)?;
         let (had_stub, pending) = state
             .stub
@@ -1196,14 +1214,15 @@ impl Store {
         {
             return Err(FsError::IO);
         }
-        // Not over a client's change made since the pending times were read (it dropped
-        // them): its time is the one to keep.
+        // Only while still pending: no client change can have dropped them since they
+        // were read (the gate), but the filler may have marked the file meanwhile.
         let still_pending = state
             .stub
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .is_some_and(|s| s.times.is_some());
+        self.run_stub_write_hook(ino);
         if still_pending || !had_stub {
             util::futimens(&f, util::UTime::Omit, util::UTime::At(times.1))?;
         }

@@ -225,12 +225,19 @@ impl Store {
         if let Some(size) = set.size {
             self.truncate(ino, size, set.fh)?;
         }
-        if set.atime.is_some() || set.mtime.is_some() {
-            // New times of a stub file are the ones it keeps from now on.
-            let st = self.ns().files.get(&ino).map(|f| f.state.clone());
-            if let Some(st) = st {
-                self.stub_client_change(&st)?;
-            }
+        // New times of a stub file are the ones it keeps from now on: its pending times
+        // are dropped, and the gate is held shared until the new times are on, so a
+        // fetch cannot put the old ones back in between (see `stub_client_change`).
+        let times_state = if set.atime.is_some() || set.mtime.is_some() {
+            self.ns().files.get(&ino).map(|f| f.state.clone())
+        } else {
+            None
+        };
+        let _times_gate = times_state
+            .as_ref()
+            .map(|st| st.gate.read().unwrap_or_else(|e| e.into_inner()));
+        if let Some(st) = &times_state {
+            self.stub_client_change(st)?;
         }
         let mut ns = self.ns();
         let paths: Vec<PathBuf> = if let Some(d) = ns.dirs.get(&ino) {

@@ -29,6 +29,11 @@ pub(crate) struct FileState {
     pub handles: Mutex<Vec<Weak<Handle>>>,
     /// Handles given to the kernel for passthrough (moves wait until they are closed).
     pub passthrough_open: AtomicU32,
+    /// A planned move of this file was refused for its passthrough handles and waits for
+    /// them to close: new opens go through kaiso meanwhile (once no passthrough handle is
+    /// open), so the passthrough handles drain even while readers keep re-opening it.
+    /// Set and cleared by the mover (`mover.rs`, waiting moves).
+    pub move_waiting: AtomicBool,
     /// Missing ranges of a migration stub (None: fully resident).
     pub stub: Mutex<Option<StubState>>,
     /// Serialises stub fills of this inode.
@@ -68,6 +73,7 @@ impl FileState {
             tier: AtomicU8::new(tier),
             handles: Mutex::new(Vec::new()),
             passthrough_open: AtomicU32::new(0),
+            move_waiting: AtomicBool::new(false),
             stub: Mutex::new(None),
             fill: Mutex::new(()),
             unsynced: AtomicU8::new(0),

@@ -112,7 +112,32 @@ pub(crate) struct MoverShared {
     pub rate: Mutex<f64>,
     pub jobs: Mutex<HashMap<JobId, JobProgress>>,
     pub next_job: AtomicU64,
+    /// Planned moves refused for passthrough handles, tried again as soon as those close.
+    waiting: Mutex<Vec<WaitingMove>>,
 }
+
+/// A planned move the mover refused because the file was open through kernel
+/// passthrough. The file is marked ([`FileState::move_waiting`]) so new opens go through
+/// kaiso; the move is tried again as soon as no passthrough handle is open (checked every
+/// `WAITING_MOVE_POLL`), for at most `WAITING_MOVE_LIMIT`. Meanwhile the policy still
+/// counts it as handed out; it is reported back as not done when it is dropped.
+struct WaitingMove {
+    ino: Ino,
+    to: u8,
+    reason: MoveReason,
+    state: Arc<FileState>,
+    since: Instant,
+}
+
+/// How often the background loop looks for waiting moves whose passthrough handles closed.
+const WAITING_MOVE_POLL: Duration = Duration::from_millis(20);
+
+/// How long a move waits for a file's passthrough handles to close before it is dropped
+/// (and reported to the policy as not done, so a later plan may try again).
+const WAITING_MOVE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The message of a move refused for passthrough handles.
+const PASSTHROUGH_OPEN: &str = "open with kernel passthrough; moves when closed";
 
 /// Releases the per-file move slot.
 struct MoveSlot<'a>(&'a Mutex<HashSet<Ino>>, Ino);
@@ -435,10 +460,7 @@ impl Store {
     /// Why `state`'s file cannot move now, if it cannot.
     fn not_movable(state: &FileState) -> Option<MoveError> {
         if state.passthrough_open.load(Ordering::SeqCst) > 0 {
-            return Some(MoveError::new(
-                FsError::BUSY,
-                "open with kernel passthrough; moves when closed",
-            ));
+            return Some(MoveError::new(FsError::BUSY, PASSTHROUGH_OPEN));
         }
         if state
             .stub
@@ -923,7 +945,10 @@ impl Store {
                 if stop.load(Ordering::SeqCst) || self.stopping() {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(20).min(interval));
+                std::thread::sleep(WAITING_MOVE_POLL.min(interval));
+                if self.cfg.mover.enabled {
+                    self.retry_waiting_moves(stop);
+                }
             }
             for t in &self.tiers {
                 t.sample_busy();
@@ -973,6 +998,16 @@ impl Store {
         self.mover
             .queued_bytes
             .store(plan.iter().map(|m| m.bytes).sum(), Ordering::Relaxed);
+        // A new plan that moves a waiting file again replaces its waiting move (which
+        // keeps its start if it waits again: the wait stays bounded).
+        let superseded: Vec<WaitingMove> = {
+            let mut w = self.mover.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            let (gone, kept) = std::mem::take(&mut *w)
+                .into_iter()
+                .partition(|wm| plan.iter().any(|m| m.object == wm.ino));
+            *w = kept;
+            gone
+        };
         let mut moved = 0;
         for m in plan {
             if stop.load(Ordering::SeqCst) || self.stopping() {
@@ -990,17 +1025,129 @@ impl Store {
                 Ok(n) => moved += n,
                 Err(e) => {
                     self.mover.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(ino = m.object, to = m.to, error = %e, "planned move skipped");
-                    // Tell the policy where the object really is, so it does not re-plan blindly.
-                    let cur = self
-                        .ns()
-                        .files
-                        .get(&m.object)
-                        .map(|f| (f.tier, f.state.size.load(Ordering::Relaxed)));
-                    match cur {
-                        Some((t, s)) => self.placer().placed(m.object, s, t),
-                        None => self.placer().forget(m.object),
+                    let since = superseded
+                        .iter()
+                        .find(|wm| wm.ino == m.object)
+                        .map(|wm| wm.since);
+                    if self.wait_for_passthrough_close(m.object, m.to, m.reason, since, &e) {
+                        tracing::info!(ino = m.object, to = m.to, error = %e,
+                            "planned move waits for passthrough opens to close");
+                        continue;
                     }
+                    tracing::info!(ino = m.object, to = m.to, error = %e, "planned move skipped");
+                    self.report_not_moved(m.object);
+                }
+            }
+        }
+        // Superseded waiting moves that do not wait again: done, failed or not tried.
+        let waiting = self.mover.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        for wm in superseded {
+            if !waiting.iter().any(|w| w.ino == wm.ino) {
+                wm.state.move_waiting.store(false, Ordering::Release);
+            }
+        }
+        moved
+    }
+
+    /// Tell the policy where a file whose planned move did not happen really is, so it
+    /// does not re-plan blindly.
+    fn report_not_moved(&self, ino: Ino) {
+        let cur = self
+            .ns()
+            .files
+            .get(&ino)
+            .map(|f| (f.tier, f.state.size.load(Ordering::Relaxed)));
+        match cur {
+            Some((t, s)) => self.placer().placed(ino, s, t),
+            None => self.placer().forget(ino),
+        }
+    }
+
+    /// A planned move failed with `e`: if that was for passthrough handles, the file is
+    /// marked so new opens go through kaiso, and the move waits for those handles to
+    /// close (see [`WaitingMove`]), since `since` if it waited already. Returns whether
+    /// it waits.
+    fn wait_for_passthrough_close(
+        &self,
+        ino: Ino,
+        to: u8,
+        reason: MoveReason,
+        since: Option<Instant>,
+        e: &MoveError,
+    ) -> bool {
+        if e.errno() != FsError::BUSY || e.message != PASSTHROUGH_OPEN {
+            return false;
+        }
+        let Some(state) = self.ns().files.get(&ino).map(|f| f.state.clone()) else {
+            return false;
+        };
+        state.move_waiting.store(true, Ordering::Release);
+        let mut w = self.mover.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|wm| wm.ino != ino);
+        w.push(WaitingMove {
+            ino,
+            to,
+            reason,
+            state,
+            since: since.unwrap_or_else(Instant::now),
+        });
+        true
+    }
+
+    /// Carry out the waiting moves (see [`WaitingMove`]) whose files have no passthrough
+    /// handle open any more; drop those that waited `WAITING_MOVE_LIMIT`. The background
+    /// loop calls this every `WAITING_MOVE_POLL`. Returns the bytes moved.
+    pub fn retry_waiting_moves(&self, stop: &AtomicBool) -> u64 {
+        let due: Vec<WaitingMove> = {
+            let mut w = self.mover.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if w.is_empty() {
+                return 0;
+            }
+            let (due, kept) = std::mem::take(&mut *w).into_iter().partition(|wm| {
+                wm.state.passthrough_open.load(Ordering::SeqCst) == 0
+                    || wm.since.elapsed() >= WAITING_MOVE_LIMIT
+            });
+            *w = kept;
+            due
+        };
+        let mut moved = 0;
+        for wm in due {
+            if stop.load(Ordering::SeqCst) || self.stopping() {
+                wm.state.move_waiting.store(false, Ordering::Release);
+                continue;
+            }
+            let r = if wm.state.passthrough_open.load(Ordering::SeqCst) > 0 {
+                Err(MoveError::new(
+                    FsError::BUSY,
+                    "passthrough opens stayed open",
+                ))
+            } else {
+                self.move_file_inner(wm.ino, wm.to, reason_text(wm.reason), Some(wm.reason))
+            };
+            match r {
+                Ok(n) => {
+                    wm.state.move_waiting.store(false, Ordering::Release);
+                    moved += n;
+                }
+                // A passthrough open came in again before the switch: wait on (the mark
+                // stays, so it was one that raced the mark or joined an open one).
+                Err(e)
+                    if e.errno() == FsError::BUSY
+                        && e.message == PASSTHROUGH_OPEN
+                        && wm.since.elapsed() < WAITING_MOVE_LIMIT =>
+                {
+                    self.mover
+                        .waiting
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(wm);
+                }
+                Err(e) => {
+                    wm.state.move_waiting.store(false, Ordering::Release);
+                    self.mover.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(ino = wm.ino, to = wm.to, error = %e,
+                        "waiting move dropped");
+                    self.report_not_moved(wm.ino);
                 }
             }
         }
@@ -1008,25 +1155,28 @@ impl Store {
     }
 }
 
+/// The planner's side of the mover, for [`crate::MoverStatus`].
+pub(crate) struct PlannerStatus {
+    pub plans: u64,
+    pub empty_plans_in_a_row: u64,
+    pub moving_files: u64,
+    pub waiting_files: u64,
+    pub backed_off_ms: u64,
+}
+
 impl Store {
-    /// The planner's counters for `kaiso status --json` (under `mover`): plans made, how
-    /// many of the latest in a row had no move, files being moved now, and the time
-    /// background copies spent backing off, ms.
-    pub(crate) fn planner_status(&self) -> [(&'static str, u64); 4] {
+    /// The planner's counters for `kaiso status` (under `mover`): plans made, how many of
+    /// the latest in a row had no move, files being moved now and waiting for their
+    /// passthrough opens to close, and the time background copies spent backing off.
+    pub(crate) fn planner_status(&self) -> PlannerStatus {
         let m = &self.mover;
-        let moving = m.moving.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-        [
-            ("plans", m.plans.load(Ordering::Relaxed)),
-            (
-                "empty_plans_in_a_row",
-                m.empty_plans_in_a_row.load(Ordering::Relaxed),
-            ),
-            ("moving_files", moving),
-            (
-                "backed_off_ms",
-                m.backoff_ns.load(Ordering::Relaxed) / 1_000_000,
-            ),
-        ]
+        PlannerStatus {
+            plans: m.plans.load(Ordering::Relaxed),
+            empty_plans_in_a_row: m.empty_plans_in_a_row.load(Ordering::Relaxed),
+            moving_files: m.moving.lock().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            waiting_files: m.waiting.lock().unwrap_or_else(|e| e.into_inner()).len() as u64,
+            backed_off_ms: m.backoff_ns.load(Ordering::Relaxed) / 1_000_000,
+        }
     }
 
     /// Logs a plan (target `kaiso_store::plan`, info: its moves with each file's heat)

@@ -41,6 +41,22 @@ pub struct MoverStatus {
     pub rate: f64,
     /// True while background moves are paused because foreground I/O is busy.
     pub backing_off: bool,
+    /// Plans asked of the policy since the store opened.
+    #[serde(default)]
+    pub plans: u64,
+    /// How many of the latest plans in a row had no move (placement has settled when
+    /// nothing is queued or moving and this is above zero; `kaiso bench fs` waits for it).
+    #[serde(default)]
+    pub empty_plans_in_a_row: u64,
+    /// Files being moved right now.
+    #[serde(default)]
+    pub moving_files: u64,
+    /// Planned moves waiting for a file's kernel passthrough opens to close.
+    #[serde(default)]
+    pub waiting_files: u64,
+    /// Time background copies spent backing off for foreground I/O, in all, ms.
+    #[serde(default)]
+    pub backed_off_ms: u64,
 }
 
 /// `kaiso where PATH`.

@@ -55,6 +55,7 @@ impl Store {
             })
             .collect();
         let m = &self.mover;
+        let planner = self.planner_status();
         // One store lock at a time: create/unlink take the namespace lock, then the placer.
         let policy = self.placer().policy.name().to_string();
         let files = self.ns().files.len() as u64;
@@ -68,6 +69,11 @@ impl Store {
                 failed_moves: m.failed.load(Ordering::Relaxed),
                 rate: *m.rate.lock().unwrap_or_else(|e| e.into_inner()),
                 backing_off: m.backing_off.load(Ordering::Relaxed),
+                plans: planner.plans,
+                empty_plans_in_a_row: planner.empty_plans_in_a_row,
+                moving_files: planner.moving_files,
+                waiting_files: planner.waiting_files,
+                backed_off_ms: planner.backed_off_ms,
             },
             policy,
             files,

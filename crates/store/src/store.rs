@@ -50,6 +50,9 @@ pub enum FailPoint {
     StubAfterWrite,
 }
 
+/// A test hook run by [`Store::stub_write`] (see [`Store::set_stub_write_hook`]).
+pub(crate) type StubWriteHook = Arc<dyn Fn(Ino) + Send + Sync>;
+
 /// Why a store could not be opened. Each message is one line.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -114,6 +117,8 @@ pub struct Store {
     pub(crate) mover: MoverShared,
     pub(crate) trace: Mutex<Option<crate::trace::TraceSink>>,
     pub(crate) fail: Mutex<Option<FailPoint>>,
+    /// Called by `stub_write` between its write and the restore of the mtime (tests).
+    pub(crate) stub_write_hook: Mutex<Option<StubWriteHook>>,
     pub(crate) stop: AtomicBool,
     pub(crate) ops: AtomicU64,
     /// Checkpoints made by client fsyncs to persist stub state (`Store::fsync_checkpoints`).
@@ -165,6 +170,7 @@ impl Store {
             mover: MoverShared::default(),
             trace: Mutex::new(None),
             fail: Mutex::new(None),
+            stub_write_hook: Mutex::new(None),
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
             fsync_checkpoints: AtomicU64::new(0),
@@ -204,6 +210,27 @@ impl Store {
     /// error and leaves everything as a crash at that point would.
     pub fn set_fail_point(&self, fp: Option<FailPoint>) {
         *self.fail.lock().unwrap_or_else(|e| e.into_inner()) = fp;
+    }
+
+    /// Run `hook` inside every [`Store::stub_write`] after the fetched bytes are written
+    /// and before the mtime is put back (tests of what may happen in between). The hook
+    /// runs with the file's gate held exclusively.
+    pub fn set_stub_write_hook(&self, hook: Option<Arc<dyn Fn(Ino) + Send + Sync>>) {
+        *self
+            .stub_write_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = hook;
+    }
+
+    pub(crate) fn run_stub_write_hook(&self, ino: Ino) {
+        let hook = self
+            .stub_write_hook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(h) = hook {
+            h(ino);
+        }
     }
 
     pub(crate) fn ns(&self) -> MutexGuard<'_, Namespace> {

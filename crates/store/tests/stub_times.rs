@@ -229,3 +229,65 @@ fn client_times_and_truncate_of_a_partial_file_replace_the_pending_mtime() {
     assert!(s.stub_state(f.ino).is_complete());
     assert_eq!(s.getattr(f.ino, None).unwrap().mtime, truncated);
 }
+
+/// A client write that arrives while a fetch has written its unit but not yet put the
+/// mtime back: the fetch read the times to keep before the write, so putting them back
+/// after it would replace the client's mtime by the older one. The fetch is paused at
+/// that point (`Store::set_stub_write_hook`) while the client writes.
+#[test]
+fn a_client_write_during_a_fetch_keeps_its_mtime() {
+    use std::sync::mpsc;
+    let t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    read(t.s(), f.ino, 0, 16);
+    // A first client write: the file's own times hold from now on, so the next fetch
+    // reads the times it keeps from the file.
+    let o = t.s().open_file(f.ino, libc::O_WRONLY, false).unwrap();
+    t.s().write(o.fh, 10, b"first").unwrap();
+    let first = t.s().getattr(f.ino, None).unwrap().mtime;
+    // The next write's mtime must be later than this one's.
+    std::thread::sleep(Duration::from_millis(30));
+
+    let (written_tx, written_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    let written_tx = std::sync::Mutex::new(written_tx);
+    t.s().set_stub_write_hook(Some(Arc::new(move |_| {
+        let _ = written_tx.lock().unwrap().send(());
+        let _ = go_rx.lock().unwrap().recv_timeout(Duration::from_secs(10));
+    })));
+    std::thread::scope(|sc| {
+        // The crawler fetches the second unit.
+        let fetch = sc.spawn(|| {
+            let data: Vec<u8> = (UNIT..2 * UNIT).map(byte_at).collect();
+            t.s().stub_write(f.ino, UNIT, &data)
+        });
+        written_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the fetch reached its pause");
+        // The client writes into the fetched first unit meanwhile.
+        let client = sc.spawn(|| t.s().write(o.fh, 20, b"second"));
+        // Give the client time to finish if nothing holds it (it must not finish
+        // before the fetch has put its times back).
+        let deadline = std::time::Instant::now() + Duration::from_millis(500);
+        while !client.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        go_tx.send(()).unwrap();
+        fetch.join().unwrap().unwrap();
+        client.join().unwrap().unwrap();
+    });
+    t.s().set_stub_write_hook(None);
+    t.s().release(o.fh).unwrap();
+    let after = t.s().getattr(f.ino, None).unwrap().mtime;
+    assert!(
+        after > first,
+        "the client's second write keeps its mtime ({after:?}), not the one from before it ({first:?})"
+    );
+    assert_eq!(backing_mtime(&t), after);
+    let all = read(t.s(), f.ino, 0, SIZE as u32);
+    assert_eq!(&all[10..15], b"first");
+    assert_eq!(&all[20..26], b"second");
+    assert_eq!(all[UNIT as usize + 7], byte_at(UNIT + 7));
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, after);
+}

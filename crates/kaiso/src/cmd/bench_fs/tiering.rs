@@ -330,12 +330,15 @@ fn mover_status(cfg: &Path) -> Option<serde_json::Value> {
 /// 500 ms in the bench's stores).
 const SETTLED_EMPTY_PLANS: u64 = 3;
 
-/// Whether the mover's status says placement has settled: nothing queued or being
-/// moved, and the latest [`SETTLED_EMPTY_PLANS`] plans empty. None if the daemon does not
-/// report plans (an older binary).
+/// Whether the mover's status says placement has settled: nothing queued, being moved or
+/// waiting for passthrough handles to close (a waiting move counts as handed out, so plans
+/// stay empty meanwhile), and the latest [`SETTLED_EMPTY_PLANS`] plans empty. None if the
+/// daemon does not report plans (an older binary); a daemon without waiting moves counts
+/// none.
 fn placement_settled(mover: &serde_json::Value) -> Option<bool> {
     let empty = mover["empty_plans_in_a_row"].as_u64()?;
-    let busy = mover["queued_files"].as_u64()? + mover["moving_files"].as_u64()?;
+    let waiting = mover["waiting_files"].as_u64().unwrap_or(0);
+    let busy = mover["queued_files"].as_u64()? + mover["moving_files"].as_u64()? + waiting;
     Some(busy == 0 && empty >= SETTLED_EMPTY_PLANS)
 }
 
@@ -369,9 +372,10 @@ impl Settle {
 fn mover_summary(m: &serde_json::Value) -> String {
     let n = |k: &str| m[k].as_u64().map_or("?".into(), |v| v.to_string());
     format!(
-        "queued {}, moving {}, empty plans in a row {}, moved {}, failed {}",
+        "queued {}, moving {}, waiting {}, empty plans in a row {}, moved {}, failed {}",
         n("queued_files"),
         n("moving_files"),
+        n("waiting_files"),
         n("empty_plans_in_a_row"),
         n("moved_files"),
         n("failed_moves")
@@ -1179,6 +1183,9 @@ mod tests {
         assert_eq!(placement_settled(&m(0, 0, SETTLED_EMPTY_PLANS)), Some(true));
         assert_eq!(placement_settled(&m(1, 0, 9)), Some(false));
         assert_eq!(placement_settled(&m(0, 1, 9)), Some(false));
+        let mut waiting = m(0, 0, 9);
+        waiting["waiting_files"] = 1.into();
+        assert_eq!(placement_settled(&waiting), Some(false));
         assert_eq!(
             placement_settled(&m(0, 0, SETTLED_EMPTY_PLANS - 1)),
             Some(false)
