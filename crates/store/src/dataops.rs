@@ -844,8 +844,19 @@ impl Store {
         let h = self.handle_or_badf(fh)?;
         let st = h.state.clone();
         let keep = mode & (libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0;
+        // Modes that change bytes (zero them, or shift what follows) must find a stub's
+        // bytes there first, as a write does: a later fetch would put the source's bytes
+        // back over the zeros, or fetch them into the shifted places.
+        let size = st.size.load(Ordering::Relaxed);
+        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
+            self.fill_range(&st, offset, (offset + len).min(size))?;
+        } else if mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
+            self.fill_range(&st, offset, size)?;
+        }
         for _attempt in 0..8 {
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
+            // A modification: the file's own times hold from now on (see `write`).
+            self.stub_client_change(&st)?;
             let tier = st.tier();
             let size = st.size.load(Ordering::Acquire);
             let end = offset + len;

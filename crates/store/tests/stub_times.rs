@@ -1,7 +1,8 @@
 //! The mtime a stub file must show (the source's) is durable in its stub row: a crash
 //! between a fetch's write and the restore of the mtime is undone at the next start, a
 //! stat never sees the time of a fetch, and a client's change of a partial file sets the
-//! time that later fetches keep.
+//! time that later fetches keep (and a hole it punches into an unfetched range stays a
+//! hole).
 
 mod common;
 use common::*;
@@ -290,4 +291,48 @@ fn a_client_write_during_a_fetch_keeps_its_mtime() {
     assert_eq!(&all[20..26], b"second");
     assert_eq!(all[UNIT as usize + 7], byte_at(UNIT + 7));
     assert_eq!(t.s().getattr(f.ino, None).unwrap().mtime, after);
+}
+
+#[test]
+fn a_hole_punched_into_an_unfetched_range_stays_zero_and_keeps_the_clients_mtime() {
+    let mut t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    // Partial: only the first unit is fetched.
+    read(t.s(), f.ino, 0, 16);
+    assert!(!t.s().stub_state(f.ino).is_complete());
+
+    // A client punches a hole into the second unit, which was never fetched.
+    let hole = (UNIT + 4096, 8192);
+    let o = t.s().open_file(f.ino, libc::O_RDWR, false).unwrap();
+    t.s()
+        .fallocate(
+            o.fh,
+            hole.0,
+            hole.1,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        )
+        .unwrap();
+    t.s().release(o.fh).unwrap();
+    let punched = t.s().getattr(f.ino, None).unwrap().mtime;
+    assert!(
+        punched > source_mtime() + Duration::from_secs(3600),
+        "punching a hole is a modification"
+    );
+
+    // The rest of the migration, after a crash, neither fetches the source's bytes back
+    // over the hole nor puts the source's time back.
+    let s = t.crash_and_reopen();
+    attach(&s);
+    let all = read(&s, f.ino, 0, SIZE as u32);
+    assert!(s.stub_state(f.ino).is_complete());
+    for (i, b) in all.iter().enumerate() {
+        let i = i as u64;
+        let want = if (hole.0..hole.0 + hole.1).contains(&i) {
+            0
+        } else {
+            byte_at(i)
+        };
+        assert_eq!(*b, want, "byte {i}");
+    }
+    assert_eq!(s.getattr(f.ino, None).unwrap().mtime, punched);
 }
