@@ -448,13 +448,15 @@ impl<K: Eq + Hash + Clone> CrawlPartition<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use std::collections::{BTreeMap, HashMap};
 
     /// A model namespace: id → (parent, is_dir, children).
     #[derive(Clone)]
     struct Model {
         parent: HashMap<u64, u64>,
-        is_dir: HashMap<u64, bool>,
+        /// Ordered, so [`Model::all`] needs no sort (the model tests call it at every
+        /// client operation).
+        is_dir: BTreeMap<u64, bool>,
         children: HashMap<u64, Vec<u64>>,
         next_id: u64,
     }
@@ -463,7 +465,7 @@ mod tests {
         fn new() -> Self {
             let mut m = Self {
                 parent: HashMap::new(),
-                is_dir: HashMap::new(),
+                is_dir: BTreeMap::new(),
                 children: HashMap::new(),
                 next_id: 1,
             };
@@ -543,9 +545,7 @@ mod tests {
             }
         }
         fn all(&self) -> Vec<u64> {
-            let mut v: Vec<u64> = self.is_dir.keys().copied().collect();
-            v.sort();
-            v
+            self.is_dir.keys().copied().collect()
         }
     }
 
@@ -560,6 +560,39 @@ mod tests {
         }
         fn below(&mut self, n: u64) -> u64 {
             self.next() % n.max(1)
+        }
+    }
+
+    /// One random client operation: a rename (reported to the crawl), a delete or a create.
+    fn client_op(rng: &mut Rng, m: &mut Model, crawl: &mut CrawlPartition<u64>) {
+        let ids = m.all();
+        let obj = ids[rng.below(ids.len() as u64) as usize];
+        match rng.below(10) {
+            0..=5 => {
+                // `is_dir` is ordered: the directories in id order, as `ids` filtered.
+                let dirs: Vec<u64> = m
+                    .is_dir
+                    .iter()
+                    .filter(|(_, d)| **d)
+                    .map(|(i, _)| *i)
+                    .collect();
+                let to = dirs[rng.below(dirs.len() as u64) as usize];
+                if m.mv(obj, to) {
+                    let kind = if m.is_dir[&obj] {
+                        ChildKind::Directory
+                    } else {
+                        ChildKind::Leaf
+                    };
+                    crawl.on_rename(&obj, kind);
+                }
+            }
+            6 => m.remove(obj),
+            _ => {
+                // Clients create plain (non-stub) objects; the crawl may or may not see them.
+                if m.is_dir.get(&obj).copied().unwrap_or(false) {
+                    m.add(obj, rng.below(2) == 0);
+                }
+            }
         }
     }
 
@@ -594,29 +627,7 @@ mod tests {
             steps += 1;
             assert!(steps < 200_000, "model did not terminate");
             if client_ops && rng.below(3) == 0 {
-                let ids = m.all();
-                let obj = ids[rng.below(ids.len() as u64) as usize];
-                match rng.below(10) {
-                    0..=5 => {
-                        let dirs: Vec<u64> = ids.iter().copied().filter(|i| m.is_dir[i]).collect();
-                        let to = dirs[rng.below(dirs.len() as u64) as usize];
-                        if m.mv(obj, to) {
-                            let kind = if m.is_dir[&obj] {
-                                ChildKind::Directory
-                            } else {
-                                ChildKind::Leaf
-                            };
-                            crawl.on_rename(&obj, kind);
-                        }
-                    }
-                    6 => m.remove(obj),
-                    _ => {
-                        // Clients create plain (non-stub) objects; the crawl may or may not see them.
-                        if m.is_dir.get(&obj).copied().unwrap_or(false) {
-                            m.add(obj, rng.below(2) == 0);
-                        }
-                    }
-                }
+                client_op(&mut rng, &mut m, &mut crawl);
                 continue;
             }
             let w = rng.below(workers as u64) as usize;
@@ -904,28 +915,7 @@ mod tests {
             steps += 1;
             assert!(steps < 400_000, "model did not terminate (seed {seed})");
             if client_ops && rng.below(3) == 0 {
-                let ids = m.all();
-                let obj = ids[rng.below(ids.len() as u64) as usize];
-                match rng.below(10) {
-                    0..=5 => {
-                        let dirs: Vec<u64> = ids.iter().copied().filter(|i| m.is_dir[i]).collect();
-                        let to = dirs[rng.below(dirs.len() as u64) as usize];
-                        if m.mv(obj, to) {
-                            let kind = if m.is_dir[&obj] {
-                                ChildKind::Directory
-                            } else {
-                                ChildKind::Leaf
-                            };
-                            crawl.on_rename(&obj, kind);
-                        }
-                    }
-                    6 => m.remove(obj),
-                    _ => {
-                        if m.is_dir.get(&obj).copied().unwrap_or(false) {
-                            m.add(obj, rng.below(2) == 0);
-                        }
-                    }
-                }
+                client_op(&mut rng, &mut m, &mut crawl);
                 continue;
             }
             let w = rng.below(workers as u64) as usize;

@@ -59,6 +59,10 @@ impl MoveError {
     pub fn errno(&self) -> FsError {
         self.errno
     }
+    /// Refused because the file is open through kernel passthrough (see `not_movable`).
+    fn passthrough_open(&self) -> bool {
+        self.errno == FsError::BUSY && self.message == PASSTHROUGH_OPEN
+    }
 }
 
 impl fmt::Display for MoveError {
@@ -933,6 +937,17 @@ impl Store {
     }
 
     fn background_loop(&self, stop: &AtomicBool) {
+        self.background_rounds(stop);
+        // Nothing retries waiting moves any more: unmark their files, so new opens of
+        // them get passthrough again (the policy times the moves out as not done).
+        let waiting =
+            std::mem::take(&mut *self.mover.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        for wm in waiting {
+            wm.state.move_waiting.store(false, Ordering::Release);
+        }
+    }
+
+    fn background_rounds(&self, stop: &AtomicBool) {
         let interval = Duration::from_millis(self.cfg.mover.interval_ms);
         let mut last_ckpt = Instant::now();
         let mut last_rate = (
@@ -1075,7 +1090,7 @@ impl Store {
         since: Option<Instant>,
         e: &MoveError,
     ) -> bool {
-        if e.errno() != FsError::BUSY || e.message != PASSTHROUGH_OPEN {
+        if !e.passthrough_open() {
             return false;
         }
         let Some(state) = self.ns().files.get(&ino).map(|f| f.state.clone()) else {
@@ -1131,11 +1146,7 @@ impl Store {
                 }
                 // A passthrough open came in again before the switch: wait on (the mark
                 // stays, so it was one that raced the mark or joined an open one).
-                Err(e)
-                    if e.errno() == FsError::BUSY
-                        && e.message == PASSTHROUGH_OPEN
-                        && wm.since.elapsed() < WAITING_MOVE_LIMIT =>
-                {
+                Err(e) if e.passthrough_open() && wm.since.elapsed() < WAITING_MOVE_LIMIT => {
                     self.mover
                         .waiting
                         .lock()

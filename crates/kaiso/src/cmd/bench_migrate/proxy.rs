@@ -159,6 +159,16 @@ fn spawn_pipe(
                     Ok(0) | Err(_) => 0,
                     Ok(n) => n,
                 };
+                // A small piece is queued in a buffer of its own size and the big one goes
+                // back: the queue's limit counts bytes, so a stream of small pieces must
+                // not hold a whole CHUNK each (memory stays within 4 × MAX_QUEUED).
+                let buf = if n > 0 && n < CHUNK / 4 {
+                    let small = buf[..n].to_vec();
+                    qr.spare.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+                    small
+                } else {
+                    buf
+                };
                 let mut g = qr.chunks.lock().unwrap_or_else(|e| e.into_inner());
                 if n == 0 {
                     g.1 = true;
@@ -249,7 +259,8 @@ fn spawn_pipe(
                     q.room.notify_all();
                 }
                 let mut spare = q.spare.lock().unwrap_or_else(|e| e.into_inner());
-                spare.extend(batch.drain(..).map(|b| b.0));
+                // Only whole CHUNKs are reused: a reader must be able to read a full one.
+                spare.extend(batch.drain(..).map(|b| b.0).filter(|b| b.len() == CHUNK));
             }
         });
 }

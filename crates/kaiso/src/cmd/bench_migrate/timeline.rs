@@ -64,21 +64,16 @@ impl CallLog {
     pub fn report(&self, total: Duration) -> String {
         let ev = self.events.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = String::new();
+        // (first start, last end, count, summed duration) of the calls `c`, if any.
         let span = |c: Call| {
-            let mut it = ev.iter().filter(|e| e.call == c);
-            let first = it.next().map(|e| (e.start, e.end));
-            first.map(|(s0, e0)| {
-                ev.iter().filter(|e| e.call == c).fold(
-                    (s0, e0, 0usize, Duration::ZERO),
-                    |(s, e, n, busy), x| {
-                        (
-                            s.min(x.start),
-                            e.max(x.end),
-                            n + 1,
-                            busy + (x.end - x.start),
-                        )
-                    },
-                )
+            ev.iter().filter(|e| e.call == c).fold(None, |acc, x| {
+                let (s, e, n, busy) = acc.unwrap_or((x.start, x.end, 0usize, Duration::ZERO));
+                Some((
+                    s.min(x.start),
+                    e.max(x.end),
+                    n + 1,
+                    busy + (x.end - x.start),
+                ))
             })
         };
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -145,11 +140,6 @@ impl CallLog {
 /// CPU seconds (user + system) so far of the threads of process `pid`, summed by thread
 /// name (threads that already ended are not counted: sample before they end).
 pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
-    let tick = {
-        // SAFETY: sysconf has no preconditions.
-        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        if t > 0 { t as f64 } else { 100.0 }
-    };
     let mut by_name: Vec<(String, f64)> = Vec::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return by_name;
@@ -163,10 +153,7 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
             continue;
         };
         let name = stat[open + 1..close].to_string();
-        let f: Vec<&str> = stat[close + 2..].split(' ').collect();
-        let cpu = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        // Fields 14 and 15 (utime, stime) are at 11 and 12 after the state field (3).
-        let secs = (cpu(11) + cpu(12)) / tick;
+        let secs = stat_cpu(&stat[close..], 15);
         match by_name.iter_mut().find(|(n, _)| *n == name) {
             Some(e) => e.1 += secs,
             None => by_name.push((name, secs)),
@@ -179,19 +166,24 @@ pub fn thread_cpu(pid: u32) -> Vec<(String, f64)> {
 /// CPU seconds of process `pid` (`/proc` stat fields utime, stime), with those of the
 /// children it has waited for (cutime, cstime) if `children`.
 pub fn process_cpu(pid: u32, children: bool) -> f64 {
-    let tick = {
-        // SAFETY: sysconf has no preconditions.
-        let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        if t > 0 { t as f64 } else { 100.0 }
-    };
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
     let Some(close) = stat.rfind(')') else {
         return 0.0;
     };
-    let f: Vec<&str> = stat[close + 2..].split(' ').collect();
-    (11..=if children { 14 } else { 12 })
+    stat_cpu(&stat[close..], if children { 17 } else { 15 })
+}
+
+/// Seconds in the clock-tick fields 14 (utime) to `last` (15 stime, 17 cstime) of a `/proc`
+/// stat line, given from its last `)` (comm may hold spaces and parentheses).
+fn stat_cpu(from_comm_end: &str, last: usize) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let tick = if t > 0 { t as f64 } else { 100.0 };
+    // Field 3 (state) is at index 0 after ") ": field n is at n - 3.
+    let f: Vec<&str> = from_comm_end.get(2..).unwrap_or("").split(' ').collect();
+    (11..=last - 3)
         .map(|i| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
         .sum::<f64>()
         / tick
@@ -300,5 +292,24 @@ impl Source for Timed {
             let n = r.as_ref().map_or(0, |x| x.len() as u64);
             (r, n)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_cpu_reads_utime_to_the_last_field_after_a_comm_with_parentheses() {
+        let line = "42 (a) (b) S 1 2 3 4 5 6 7 8 9 10 100 200 300 400 20 0";
+        let from = &line[line.rfind(')').unwrap()..];
+        // SAFETY: sysconf has no preconditions.
+        let tick = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+            t if t > 0 => t as f64,
+            _ => 100.0,
+        };
+        assert!((stat_cpu(from, 15) * tick - 300.0).abs() < 1e-9);
+        assert!((stat_cpu(from, 17) * tick - 1000.0).abs() < 1e-9);
+        assert_eq!(stat_cpu(")", 17), 0.0);
     }
 }
