@@ -48,6 +48,15 @@ fn only_requests_answered_at_once_have_a_limit() {
     }));
 }
 
+/// The mover counters of `kaiso status` that come from the planner (newer than the rest).
+const PLANNER_COUNTERS: [&str; 5] = [
+    "plans",
+    "empty_plans_in_a_row",
+    "moving_files",
+    "waiting_files",
+    "backed_off_ms",
+];
+
 /// The planner's counters are part of `MoverStatus` (what `kaiso status --json` shows
 /// under `mover`; `kaiso bench fs` waits for `empty_plans_in_a_row`).
 #[test]
@@ -63,26 +72,13 @@ fn status_reports_the_planner_counters_under_mover() {
     assert_eq!(st.mover.waiting_files, 0);
     let v = control::handle(t.s(), Request::Status).unwrap();
     let m = &v["mover"];
-    for k in [
-        "plans",
-        "empty_plans_in_a_row",
-        "moving_files",
-        "waiting_files",
-        "backed_off_ms",
-        "queued_files",
-    ] {
+    for k in PLANNER_COUNTERS.iter().chain(&["queued_files"]) {
         assert!(m[k].is_u64(), "{k} missing in {m}");
     }
     assert_eq!(m["plans"], 2);
     // A status from an older daemon without those counters still parses.
     let mut old = serde_json::to_value(&st).unwrap();
-    for k in [
-        "plans",
-        "empty_plans_in_a_row",
-        "moving_files",
-        "waiting_files",
-        "backed_off_ms",
-    ] {
+    for k in PLANNER_COUNTERS {
         old["mover"].as_object_mut().unwrap().remove(k);
     }
     let back: kaiso_store::StoreStatus = serde_json::from_value(old).unwrap();

@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use kaiso_store::{ROOT_INO, Store, StoreConfig};
+use kaiso_store::{Opened, ROOT_INO, Store, StoreConfig};
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -36,25 +36,30 @@ fn tiers_of(s: &Store, name: &str) -> Vec<String> {
     s.where_is(Path::new(name)).unwrap().tiers
 }
 
-#[test]
-fn a_move_refused_for_passthrough_opens_drains_them_and_moves_the_file_while_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let (s, ino) = store_with_file_on_slow_tier(dir.path());
-    // Hot: opened again and again (each open is a touch).
+/// Makes `hot` hot (opened again and again: each open is a touch), then holds it through
+/// passthrough while the mover plans its promotion, which is refused. Returns the handle.
+fn hold_while_a_promotion_is_refused(s: &Store, ino: u64, stop: &AtomicBool) -> Opened {
     for _ in 0..5 {
         let o = s.open_file(ino, libc::O_RDONLY, true).unwrap();
         assert!(o.passthrough.is_some(), "a resident file on a plain tier");
         s.release(o.fh).unwrap();
     }
-    // A reader holds it through passthrough while the promotion is planned: refused.
     let first = s.open_file(ino, libc::O_RDONLY, true).unwrap();
     assert!(first.passthrough.is_some());
-    let stop = AtomicBool::new(false);
     assert_eq!(
-        s.plan_and_move(&stop),
+        s.plan_and_move(stop),
         0,
         "refused: open through passthrough"
     );
+    first
+}
+
+#[test]
+fn a_move_refused_for_passthrough_opens_drains_them_and_moves_the_file_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, ino) = store_with_file_on_slow_tier(dir.path());
+    let stop = AtomicBool::new(false);
+    let first = hold_while_a_promotion_is_refused(&s, ino, &stop);
     assert_eq!(tiers_of(&s, "hot"), ["t1"]);
     // While that handle is open, a new open must join it through passthrough (kernel
     // rule), and the move still cannot happen.
@@ -96,13 +101,8 @@ fn a_move_refused_for_passthrough_opens_drains_them_and_moves_the_file_while_ope
 fn a_waiting_move_of_a_deleted_file_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let (s, ino) = store_with_file_on_slow_tier(dir.path());
-    for _ in 0..5 {
-        let o = s.open_file(ino, libc::O_RDONLY, true).unwrap();
-        s.release(o.fh).unwrap();
-    }
-    let first = s.open_file(ino, libc::O_RDONLY, true).unwrap();
     let stop = AtomicBool::new(false);
-    assert_eq!(s.plan_and_move(&stop), 0);
+    let first = hold_while_a_promotion_is_refused(&s, ino, &stop);
     s.unlink(ROOT_INO, OsStr::new("hot")).unwrap();
     s.release(first.fh).unwrap();
     assert_eq!(s.retry_waiting_moves(&stop), 0);
@@ -125,18 +125,8 @@ fn the_background_mover_retries_a_waiting_move_by_itself() {
     // Plans every 60 s (the test plans once itself), so only the retry of the waiting
     // move can move the file in time.
     let (s, ino) = store_with_mover(dir.path(), "enabled = true\ninterval_ms = 60000");
-    for _ in 0..5 {
-        let o = s.open_file(ino, libc::O_RDONLY, true).unwrap();
-        s.release(o.fh).unwrap();
-    }
-    let first = s.open_file(ino, libc::O_RDONLY, true).unwrap();
-    assert!(first.passthrough.is_some());
     let stop = AtomicBool::new(false);
-    assert_eq!(
-        s.plan_and_move(&stop),
-        0,
-        "refused: open through passthrough"
-    );
+    let first = hold_while_a_promotion_is_refused(&s, ino, &stop);
     assert_eq!(s.status().mover.waiting_files, 1);
     let bg = s.start_background();
     s.release(first.fh).unwrap();
