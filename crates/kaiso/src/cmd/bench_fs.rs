@@ -30,6 +30,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::scratch_fs::{FreshExt4, is_mounted};
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Where to create the benchmark's temporary directories (its file system is the
@@ -221,13 +223,6 @@ fn mounts_under(root: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
     v
-}
-
-fn is_mounted(p: &Path) -> bool {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| Path::new(&m.replace("\\040", " ")) == p)
 }
 
 fn unmount(p: &Path) {
@@ -458,64 +453,6 @@ fn median_of(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// A fresh ext4 file system on a loop device, so every target starts from the same state
-/// (no target inherits another's deleted inodes or fragmented free space). Unmounted and
-/// removed on drop.
-struct FreshFs {
-    image: PathBuf,
-    mnt: PathBuf,
-}
-
-impl FreshFs {
-    fn new(work: &WorkDir, tag: &str, bytes: u64, inodes: u64) -> Result<FreshFs> {
-        let image = work.root.join(format!("{tag}.ext4"));
-        let mnt = work.sub(&format!("fs-{tag}"))?;
-        fs::File::create(&image)?.set_len(bytes)?;
-        let out = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-N", &inodes.to_string()])
-            // Initialise everything now, so no background zeroing competes with the test.
-            .args(["-E", "lazy_itable_init=0,lazy_journal_init=0"])
-            .arg(&image)
-            .stdin(Stdio::null())
-            .output()
-            .context("run mkfs.ext4 (Debian package e2fsprogs)")?;
-        if !out.status.success() {
-            let _ = fs::remove_file(&image);
-            bail!(
-                "mkfs.ext4 {}: {}",
-                image.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let out = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
-            .arg(&image)
-            .arg(&mnt)
-            .stdin(Stdio::null())
-            .output()
-            .context("run mount")?;
-        if !out.status.success() {
-            let _ = fs::remove_file(&image);
-            bail!(
-                "mount -o loop {}: {}",
-                image.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(FreshFs { image, mnt })
-    }
-}
-
-impl Drop for FreshFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        if is_mounted(&self.mnt) {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-        let _ = fs::remove_file(&self.image);
-    }
-}
-
 /// Where one target keeps its data: a fresh file system, or a directory of --dir's.
 fn target_root(
     args: &Args,
@@ -523,15 +460,20 @@ fn target_root(
     tag: &str,
     size: u64,
     files: u64,
-    fresh: &mut Vec<FreshFs>,
+    fresh: &mut Vec<FreshExt4>,
 ) -> Result<PathBuf> {
     if args.shared_fs {
         return work.sub(&format!("root-{tag}"));
     }
     // Sparse; large enough that mergerfs's default minfreespace (4 GiB) never refuses.
     let bytes = (2 * size + files * 8192 + (1 << 30)).max(8 << 30);
-    let f = FreshFs::new(work, tag, bytes, files * 2 + 65_536)?;
-    let p = f.mnt.clone();
+    let f = FreshExt4::new(
+        work.root.join(format!("{tag}.ext4")),
+        work.root.join(format!("fs-{tag}")),
+        bytes,
+        Some(files * 2 + 65_536),
+    )?;
+    let p = f.path().to_path_buf();
     fresh.push(f);
     Ok(p)
 }
@@ -578,7 +520,7 @@ fn data_and_metadata(args: &Args, work: &WorkDir, report: &mut String) -> Result
     );
 
     // Mounts and file systems live until the end; dropped in reverse order (mounts first).
-    let mut fresh: Vec<FreshFs> = Vec::new();
+    let mut fresh: Vec<FreshExt4> = Vec::new();
     let mut mounts: Vec<Mounted> = Vec::new();
     // (name, directory, daemon serving it)
     let mut targets: Vec<(&str, PathBuf, Option<u32>)> = Vec::new();

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::scratch_fs::{FreshExt4, is_mounted};
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Seconds per fileserver run.
@@ -171,66 +173,12 @@ impl Target {
     }
 }
 
-/// ext4 on a loop device whose backing file lives on /dev/shm; unmounted and removed on drop.
-struct Ext4 {
-    image: PathBuf,
-    mnt: PathBuf,
-}
-
-impl Ext4 {
-    fn new(scratch: &Path, size: u64) -> anyhow::Result<Ext4> {
-        let image = scratch.join(format!("kaiso-bench-{}.ext4", std::process::id()));
-        let mnt = std::env::temp_dir().join(format!("kaiso-bench-ext4-{}", std::process::id()));
-        std::fs::create_dir_all(&mnt)?;
-        let f = std::fs::File::create(&image)?;
-        f.set_len(size)?;
-        drop(f);
-        let e = Ext4 { image, mnt };
-        let st = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-            .arg(&e.image)
-            .status()
-            .context("run mkfs.ext4")?;
-        if !st.success() {
-            bail!("mkfs.ext4 failed");
-        }
-        let out = Command::new("mount")
-            .args(["-o", "loop"])
-            .arg(&e.image)
-            .arg(&e.mnt)
-            .output()
-            .context("run mount")?;
-        if !out.status.success() {
-            bail!(
-                "mount -o loop failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(e)
-    }
-}
-
-impl Drop for Ext4 {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        let _ = std::fs::remove_dir(&self.mnt);
-        let _ = std::fs::remove_file(&self.image);
-    }
-}
-
 /// `kaiso mount` of a store with one tier on /dev/shm, run as our child; unmounted, stopped
 /// and removed on drop.
 struct FuseMount {
     root: PathBuf,
     mnt: PathBuf,
     child: Child,
-}
-
-fn is_mounted(p: &Path) -> bool {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| Path::new(&m.replace("\\040", " ")) == p)
 }
 
 impl FuseMount {
@@ -308,7 +256,7 @@ struct Bench {
     preload: PathBuf,
     scratch: PathBuf,
     pool_size: u64,
-    ext4: Option<Ext4>,
+    ext4: Option<FreshExt4>,
     ext4_error: Option<String>,
     fuse: Option<FuseMount>,
     fuse_error: Option<String>,
@@ -340,7 +288,13 @@ impl Bench {
         let exe = std::env::current_exe()?;
         let preload = super::private::find_preload()?;
         let pool_size = parse_size(&a.pool_size)?;
-        let (ext4, ext4_error) = match Ext4::new(&a.scratch, pool_size) {
+        let (ext4, ext4_error) = match FreshExt4::new(
+            a.scratch
+                .join(format!("kaiso-bench-{}.ext4", std::process::id())),
+            std::env::temp_dir().join(format!("kaiso-bench-ext4-{}", std::process::id())),
+            pool_size,
+            None,
+        ) {
             Ok(e) => (Some(e), None),
             Err(e) => (None, Some(format!("{e:#}"))),
         };
@@ -406,7 +360,7 @@ impl Bench {
                 (dir, None)
             }
             Target::Ext4 => {
-                let dir = self.ext4.as_ref().expect("ext4 target").mnt.join(&tag);
+                let dir = self.ext4.as_ref().expect("ext4 target").path().join(&tag);
                 std::fs::create_dir_all(&dir)?;
                 (dir, None)
             }

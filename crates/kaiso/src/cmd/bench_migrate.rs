@@ -31,6 +31,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::scratch_fs::FreshExt4;
+
 use anyhow::{Context, Result, anyhow, bail};
 use kaiso_policy::crawl::CrawlOrder;
 use kaiso_source::{NfsConfig, NfsSource, PosixSource, SmbConfig, SmbSource};
@@ -86,6 +88,10 @@ pub struct Args {
     /// metadata-priority (data in the gaps of the metadata pass) or bulk.
     #[arg(long, default_value = "metadata-first")]
     pub phasing: String,
+    /// Put the total-time rows' destinations (rsync's and kaiso's) in --dir itself instead
+    /// of a fresh ext4 file system each (see `scratch_fs` for why fresh is the default).
+    #[arg(long)]
+    pub shared_fs: bool,
 }
 
 struct Setup {
@@ -106,6 +112,8 @@ struct Setup {
     timeline: bool,
     /// `--phasing`: the crawl order of the total-time rows.
     order: CrawlOrder,
+    /// Whether each total-time destination gets a fresh ext4 (not `--shared-fs`, root).
+    fresh_fs: bool,
 }
 
 impl Setup {
@@ -194,14 +202,16 @@ impl SrcKind {
     }
 }
 
-/// A fresh destination store (one tier, mover off) in `dir`.
+/// A fresh destination store (one tier, mover off) in `dir`, on a file system of its own
+/// when `fs` is set (unmounted after the store's files are gone: see `Drop`).
 struct Dest {
     dir: PathBuf,
     store: Arc<Store>,
+    fs: Option<FreshExt4>,
 }
 
 impl Dest {
-    fn new(dir: PathBuf) -> Result<Self> {
+    fn new(dir: PathBuf, fs: Option<FreshExt4>) -> Result<Self> {
         fs::create_dir_all(dir.join("t0"))?;
         let cfg = format!(
             "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"256GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
@@ -210,7 +220,7 @@ impl Dest {
         );
         let store = Store::open(StoreConfig::from_toml_str(&cfg, "bench.toml")?)
             .map_err(|e| anyhow!("open store: {e:?}"))?;
-        Ok(Self { dir, store })
+        Ok(Self { dir, store, fs })
     }
 
     fn attach(&self, source: Box<dyn Source>, cfg: MigrationConfig) -> Result<Arc<Migration>> {
@@ -225,7 +235,10 @@ impl Dest {
 impl Drop for Dest {
     fn drop(&mut self) {
         self.store.shutdown();
+        // Removing the files first drops their dirty pages: the unmount that follows
+        // (`self.fs`) then has nothing to write back.
         let _ = fs::remove_dir_all(&self.dir);
+        self.fs.take();
     }
 }
 
@@ -233,7 +246,33 @@ static DEST_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 fn fresh_dest(s: &Setup) -> Result<Dest> {
     let n = DEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    Dest::new(s.root.path().join(format!("dest{n}")))
+    Dest::new(s.root.path().join(format!("dest{n}")), None)
+}
+
+/// Like `fresh_dest`, but on a fresh ext4 of its own sized for `bytes` of data, unless
+/// `--shared-fs` (or not root).
+fn dest_on_own_fs(s: &Setup, bytes: u64) -> Result<Dest> {
+    match own_fs(s, "dest", bytes)? {
+        Some(f) => {
+            let dir = f.path().join("dest");
+            Dest::new(dir, Some(f))
+        }
+        None => fresh_dest(s),
+    }
+}
+
+/// A fresh ext4 for one destination of `bytes` of data (sparse image in the bench's
+/// directory), or `None` with `--shared-fs`.
+fn own_fs(s: &Setup, tag: &str, bytes: u64) -> Result<Option<FreshExt4>> {
+    if !s.fresh_fs {
+        return Ok(None);
+    }
+    let n = DEST_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = s.root.path().join(format!("{tag}{n}"));
+    // Room for the data twice over and a store's state; sparse, so only what is written
+    // takes disk space.
+    let size = (2 * bytes + (1 << 30)).max(4 << 30);
+    FreshExt4::new(base.with_extension("ext4"), base, size, None).map(Some)
 }
 
 fn ms(d: Duration) -> String {
@@ -310,6 +349,7 @@ pub fn run(args: Args) -> Result<()> {
         posix: source_wanted("posix"),
         timeline: args.timeline,
         order: CrawlOrder::parse("bfs", &args.phasing).map_err(|e| anyhow!("--phasing: {e}"))?,
+        fresh_fs: !args.shared_fs && unsafe { libc::geteuid() } == 0,
     };
     let count_div = args
         .count_div

@@ -9,6 +9,7 @@ pub mod migrate;
 pub mod mount;
 pub mod ops;
 pub mod private;
+pub mod scratch_fs;
 pub mod serve;
 pub mod sim;
 pub mod trace;

@@ -27,13 +27,13 @@ fn cpu_time(who: libc::c_int) -> Duration {
 /// the source (connect + migration open) to the last stub gone, and this process's CPU
 /// time meanwhile. The destination store is created before the clock starts: a store
 /// that takes over a share is already running, just as rsync's destination file system
-/// is.
-fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result<Cost> {
-    let dest = fresh_dest(s)?;
+/// is (on a fresh ext4 of its own unless `--shared-fs`, as rsync's destination).
+fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> {
+    let dest = dest_on_own_fs(s, bytes)?;
     let cpu = cpu_time(libc::RUSAGE_SELF);
     let t = Instant::now();
     let mut cfg = MigrationConfig::new("bench");
-    cfg.order = order;
+    cfg.order = s.order;
     cfg.crawl_workers = s.workers;
     // `--timeline`: source calls logged, CPU by thread sampled before the threads end.
     let log = timeline::CallLog::new();
@@ -99,7 +99,15 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, order: CrawlOrder) -> Result
     Ok(took)
 }
 
-fn rsync(from: &str, to: &Path) -> Result<Cost> {
+/// `rsync -aHAX from` into a fresh destination: a directory on a fresh ext4 of its own
+/// (unless `--shared-fs`), made before the clock starts and removed after.
+fn rsync(s: &Setup, from: &str, bytes: u64) -> Result<Cost> {
+    let own = own_fs(s, "rsync-dst", bytes)?;
+    let to = match &own {
+        Some(f) => f.path().join("dst"),
+        None => s.root.path().join("rsync-dst"),
+    };
+    let to = to.as_path();
     fs::create_dir_all(to)?;
     let cpu = cpu_time(libc::RUSAGE_CHILDREN);
     let t = Instant::now();
@@ -115,7 +123,9 @@ fn rsync(from: &str, to: &Path) -> Result<Cost> {
     if !st.success() {
         bail!("rsync {from} failed: {st}");
     }
+    // Removed before the unmount (`own` dropped here), so nothing is written back.
     let _ = fs::remove_dir_all(to);
+    drop(own);
     Ok(took)
 }
 
@@ -191,7 +201,6 @@ pub(super) fn bench_total(
         let proxy = DelayProxy::start(up, s.delay, s.rate)?;
         Some((daemon, proxy))
     };
-    let dst = s.root.path().join("rsync-dst");
     for (sc, sub, g) in datasets {
         let gib = g.bytes as f64 / (1u64 << 30) as f64;
         let head = format!(
@@ -208,7 +217,7 @@ pub(super) fn bench_total(
                     rproxy.bytes(),
                 )
             });
-            let r = best_of(reps, || rsync(&from, &dst))?;
+            let r = best_of(reps, || rsync(s, &from, g.bytes))?;
             if let Some((me, d, io, by)) = before {
                 let io_now = proxy::io_counts();
                 // Over all `reps` runs; the bench process runs only the delay proxy then.
@@ -225,26 +234,31 @@ pub(super) fn bench_total(
             }
             tracing::debug!(bytes = rproxy.bytes(), "delayed rsync traffic so far");
             for &kind in &networked {
-                let k = best_of(reps, || migrate_all(s, kind, sub, s.order));
+                let k = best_of(reps, || migrate_all(s, kind, sub, g.bytes));
                 let setup = format!("delayed: rsync daemon vs {}, same proxy", kind.label());
                 total_row(&mut out, &head, &setup, r, k, false);
             }
         }
         if s.posix {
             let from = format!("{}/", s.src().join(sub).display());
-            let r = best_of(reps, || rsync(&from, &dst))?;
-            let k = best_of(reps, || migrate_all(s, SrcKind::Posix, sub, s.order));
+            let r = best_of(reps, || rsync(s, &from, g.bytes))?;
+            let k = best_of(reps, || migrate_all(s, SrcKind::Posix, sub, g.bytes));
             total_row(&mut out, &head, "local: directory → directory", r, k, true);
         }
     }
     let _ = writeln!(
         out,
         "\nkaiso: {} crawler threads, bfs + {} crawl, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
-         rsync: a fresh destination each time. Best of {reps} runs each (time and CPU each at \
+         Destinations (rsync's and kaiso's): {}. Best of {reps} runs each (time and CPU each at \
          their minimum). CPU: user + system time of kaiso's process (every thread) and of rsync's \
          processes during the run, local rows only. Source trees are in the page cache for every row. Delayed rows: {}.\n",
         s.workers,
         s.order.phasing.as_str(),
+        if s.fresh_fs {
+            "a fresh ext4 (loop device) each run"
+        } else {
+            "a fresh directory each run, all on the file system of --dir"
+        },
         s.delay_note()
     );
     println!("{out}");
