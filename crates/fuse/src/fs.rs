@@ -7,17 +7,17 @@ use crate::MountOptions;
 use crate::gate::WorkerGate;
 use fuser::{
     AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Passthrough backing ids: the kernel wants one per inode while any handle uses it.
 #[derive(Default)]
@@ -26,18 +26,39 @@ struct Backing {
     by_fh: HashMap<u64, Ino>,
 }
 
+/// What the face has served, shared with the mount handle (tests read it to tell whether
+/// the kernel did I/O itself, through passthrough, or sent it to kaiso).
+#[derive(Debug, Default)]
+pub struct FaceStats {
+    /// READ requests answered.
+    pub reads: AtomicU64,
+    /// WRITE requests answered.
+    pub writes: AtomicU64,
+    /// Requests on a node id the store no longer knows, answered ESTALE.
+    pub stale: AtomicU64,
+    /// Whether the kernel accepted passthrough at init.
+    pub passthrough: AtomicBool,
+}
+
 /// The FUSE face over a store.
 pub struct KaisoFs {
     store: Arc<Store>,
     ttl: Duration,
     negative_ttl: Duration,
     want_passthrough: bool,
-    /// Whether the kernel accepted passthrough at init.
-    passthrough: AtomicBool,
+    stats: Arc<FaceStats>,
     backing: Mutex<Backing>,
+    /// Regular files a rename replaced, held open by the face (see [`KaisoFs::rename`]):
+    /// inode -> (handle, since when).
+    replaced: Mutex<HashMap<Ino, (u64, Instant)>>,
     /// Keeps one worker reading and the others standing by (see [`crate::gate`]).
     gate: WorkerGate,
 }
+
+/// Longest time the face holds a file a rename replaced (normally the kernel's FORGET of
+/// it comes first): a caller's path walk that found the old file sends its OPEN or GETATTR
+/// microseconds later, unless it was descheduled.
+const HOLD_REPLACED: Duration = Duration::from_secs(30);
 
 /// The capabilities asked for at init (those the kernel offers), besides passthrough.
 /// FUSE_DONT_MASK: the kernel sends the mode unmasked (with the umask beside it), so the
@@ -130,10 +151,109 @@ impl KaisoFs {
             ttl: opts.ttl,
             negative_ttl: opts.negative_ttl(),
             want_passthrough: opts.passthrough,
-            passthrough: AtomicBool::new(false),
+            stats: Arc::default(),
             backing: Mutex::new(Backing::default()),
+            replaced: Mutex::default(),
             gate: WorkerGate::with_busy_poll(opts.threads, opts.busy_poll),
         }
+    }
+
+    /// What this face has served (shared: it stays readable after the mount took the face).
+    pub fn stats(&self) -> Arc<FaceStats> {
+        self.stats.clone()
+    }
+
+    /// The errno for a failed request on node id `ino`. ENOENT there means the inode, not a
+    /// name, is gone: a rename replaced it or an unlink removed it after the caller's path
+    /// walk had found it. ESTALE makes the kernel redo the walk once with LOOKUP_REVAL
+    /// (open, stat, chmod/chown/utimes, truncate, xattrs, readlink, access, link all do), so
+    /// the caller sees the name's current file, as on a local file system, instead of a
+    /// spurious ENOENT. A known inode keeps its ENOENT (e.g. a stub whose source is gone).
+    fn ino_errno(&self, ino: Ino, e: FsError) -> Errno {
+        if e == FsError::NOENT && !self.store_knows(ino) {
+            self.stats.stale.fetch_add(1, Ordering::Relaxed);
+            return Errno::ESTALE;
+        }
+        errno(e)
+    }
+
+    fn store_knows(&self, ino: Ino) -> bool {
+        !matches!(self.store.getattr(ino, None), Err(e) if e == FsError::NOENT)
+    }
+
+    fn ino_empty(&self, ino: Ino, reply: ReplyEmpty, r: Result<(), FsError>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.ino_errno(ino, e)),
+        }
+    }
+
+    fn xattr_reply(&self, ino: Ino, reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(self.ino_errno(ino, e)),
+        }
+    }
+
+    /// Before a rename over an existing regular file: open that file, so that a caller
+    /// whose path walk found it just before the rename can still open and stat it, as on a
+    /// local file system (the store keeps an open file with no name reachable). Without
+    /// this the caller's request on the old node id is answered ESTALE and the kernel
+    /// walks again, which a second rename in that moment can make fail for good.
+    /// Returns the inode it now holds.
+    fn hold_rename_target(&self, newparent: Ino, newname: &OsStr) -> Option<Ino> {
+        let a = self.store.lookup(newparent, newname).ok()?;
+        // The lookup counted a kernel reference the kernel does not hold: give it back
+        // after the open, so the file cannot be forgotten in between.
+        let ino = a.ino;
+        let holdable = a.kind == FileKind::File
+            && !self.replaced_lock().contains_key(&ino)
+            && self.store.stub_state(ino).missing.is_empty();
+        let mut held = None;
+        if holdable {
+            if let Ok(o) = self.store.open_file(ino, libc::O_RDONLY, false) {
+                let earlier = self.replaced_lock().insert(ino, (o.fh, Instant::now()));
+                if let Some((fh, _)) = earlier {
+                    let _ = self.store.release(fh);
+                }
+                held = Some(ino);
+            }
+        }
+        self.store.forget(ino, 1);
+        held
+    }
+
+    /// Release held replaced files: `ino`'s (the kernel forgot it) and those held longer
+    /// than [`HOLD_REPLACED`].
+    fn release_replaced(&self, ino: Option<Ino>) {
+        self.release_replaced_if(|i, since| Some(i) == ino || since.elapsed() >= HOLD_REPLACED);
+    }
+
+    fn release_replaced_if(&self, done_with: impl Fn(Ino, Instant) -> bool) {
+        let done: Vec<u64> = {
+            let mut held = self.replaced_lock();
+            if held.is_empty() {
+                return;
+            }
+            let mut done = Vec::new();
+            held.retain(|i, (fh, since)| {
+                let keep = !done_with(*i, *since);
+                if !keep {
+                    done.push(*fh);
+                }
+                keep
+            });
+            done
+        };
+        for fh in done {
+            let _ = self.store.release(fh);
+        }
+    }
+
+    fn replaced_lock(&self) -> std::sync::MutexGuard<'_, HashMap<Ino, (u64, Instant)>> {
+        self.replaced.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The gate of this file system's workers (the mount closes it before unmounting).
@@ -198,7 +318,7 @@ impl KaisoFs {
     }
 
     fn passthrough_on(&self) -> bool {
-        self.passthrough.load(Ordering::Relaxed)
+        self.stats.passthrough.load(Ordering::Relaxed)
     }
 }
 
@@ -214,7 +334,7 @@ impl fuser::Filesystem for KaisoFs {
         {
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(2).is_ok();
-            self.passthrough.store(ok, Ordering::Relaxed);
+            self.stats.passthrough.store(ok, Ordering::Relaxed);
         }
         tracing::info!(
             passthrough = self.passthrough_on(),
@@ -224,6 +344,7 @@ impl fuser::Filesystem for KaisoFs {
     }
 
     fn destroy(&mut self) {
+        self.release_replaced_if(|_, _| true);
         self.gate.close();
         self.store.shutdown();
     }
@@ -246,12 +367,17 @@ impl fuser::Filesystem for KaisoFs {
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
         let _serving = self.gate.serve_forget(req.unique().0);
         self.store.forget(ino.0, nlookup);
+        self.release_replaced(Some(ino.0));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _serving = self.gate.serve();
         match self.store.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
+            Err(e) if e == FsError::NOENT && fh.is_none() => {
+                self.stats.stale.fetch_add(1, Ordering::Relaxed);
+                reply.error(Errno::ESTALE)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -286,7 +412,7 @@ impl fuser::Filesystem for KaisoFs {
         };
         match self.store.setattr(ino.0, &set, caller(req)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.ino_errno(ino.0, e)),
         }
     }
 
@@ -294,7 +420,7 @@ impl fuser::Filesystem for KaisoFs {
         let _serving = self.gate.serve();
         match self.store.readlink(ino.0) {
             Ok(t) => reply.data(t.as_encoded_bytes()),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.ino_errno(ino.0, e)),
         }
     }
 
@@ -368,11 +494,23 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyEmpty,
     ) {
         let _serving = self.gate.serve();
-        Self::empty(
-            reply,
-            self.store
-                .rename(parent.0, name, newparent.0, newname, flags.bits()),
-        );
+        // Only a plain rename replaces its target (NOREPLACE fails, EXCHANGE keeps both).
+        let held = if flags.is_empty() {
+            self.hold_rename_target(newparent.0, newname)
+        } else {
+            None
+        };
+        let r = self
+            .store
+            .rename(parent.0, name, newparent.0, newname, flags.bits());
+        let failed = r.is_err();
+        Self::empty(reply, r);
+        if failed {
+            // Nothing was replaced: the target keeps its name, no need to hold it.
+            self.release_replaced(held);
+        } else if held.is_some() {
+            self.release_replaced(None);
+        }
     }
 
     fn link(
@@ -384,12 +522,22 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyEntry,
     ) {
         let _serving = self.gate.serve();
-        self.entry(reply, self.store.link(ino.0, newparent.0, newname));
+        match self.store.link(ino.0, newparent.0, newname) {
+            Ok(a) => reply.entry(&self.ttl, &attr(&a), Generation(0)),
+            Err(e) => reply.error(self.ino_errno(ino.0, e)),
+        }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _serving = self.gate.serve();
-        match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
+        let mut opened = self.store.open_file(ino.0, flags.0, self.passthrough_on());
+        if matches!(opened, Err(e) if e == FsError::NOENT) && self.store_knows(ino.0) {
+            // A file with no name left is reopened through one of its open descriptors,
+            // which its holder may close at that moment: try once more (the face's own
+            // hold on a replaced file stays open).
+            opened = self.store.open_file(ino.0, flags.0, self.passthrough_on());
+        }
+        match opened {
             Ok(o) => {
                 if let Some(file) = &o.passthrough {
                     if let Some(id) = self.backing_for(ino.0, o.fh, file, |f| reply.open_backing(f))
@@ -408,7 +556,7 @@ impl fuser::Filesystem for KaisoFs {
                     },
                 );
             }
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.ino_errno(ino.0, e)),
         }
     }
 
@@ -424,6 +572,7 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyData,
     ) {
         let _serving = self.gate.serve();
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(e)),
@@ -443,6 +592,7 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyWrite,
     ) {
         let _serving = self.gate.serve();
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
         match self.store.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -499,7 +649,7 @@ impl fuser::Filesystem for KaisoFs {
         let _serving = self.gate.serve();
         match self.store.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
+            Err(e) => reply.error(self.ino_errno(ino.0, e)),
         }
     }
 
@@ -607,37 +757,35 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyEmpty,
     ) {
         let _serving = self.gate.serve();
-        Self::empty(reply, self.store.setxattr(ino.0, name, value, flags));
+        self.ino_empty(ino.0, reply, self.store.setxattr(ino.0, name, value, flags));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _serving = self.gate.serve();
         let stored = self.store.getxattr(ino.0, name);
-        xattr_reply(
-            reply,
-            size,
-            offline_dosattrib(&self.store, ino.0, name, stored),
-        );
+        let r = offline_dosattrib(&self.store, ino.0, name, stored);
+        self.xattr_reply(ino.0, reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _serving = self.gate.serve();
         let names = self.store.listxattr(ino.0);
-        xattr_reply(
-            reply,
-            size,
-            names.map(|l| list_dosattrib(&self.store, ino.0, l)),
-        );
+        let r = names.map(|l| list_dosattrib(&self.store, ino.0, l));
+        self.xattr_reply(ino.0, reply, size, r);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _serving = self.gate.serve();
-        Self::empty(reply, self.store.removexattr(ino.0, name));
+        self.ino_empty(ino.0, reply, self.store.removexattr(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _serving = self.gate.serve();
-        Self::empty(reply, self.store.access(ino.0, mask.bits(), caller(req)));
+        self.ino_empty(
+            ino.0,
+            reply,
+            self.store.access(ino.0, mask.bits(), caller(req)),
+        );
     }
 
     fn create(
@@ -692,6 +840,24 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
+    /// kaiso implements no ioctl: answer what a plain file does for one it does not know
+    /// (ENOTTY), not fuser's ENOSYS with a WARN per call (every buffered Python open() asks
+    /// TCGETS to see whether the file is a terminal).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let _serving = self.gate.serve();
+        reply.error(Errno::ENOTTY);
+    }
+
     fn fallocate(
         &self,
         _req: &Request,
@@ -720,15 +886,6 @@ impl fuser::Filesystem for KaisoFs {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),
         }
-    }
-}
-
-fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, FsError>) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(errno(e)),
     }
 }
 

@@ -12,7 +12,7 @@ mod fs;
 pub mod gate;
 
 pub use busy_poll::BusyPoll;
-pub use fs::{INIT_FLAGS, KaisoFs, negative_attr};
+pub use fs::{FaceStats, INIT_FLAGS, KaisoFs, negative_attr};
 pub use gate::{PollStats, WorkerGate};
 
 use kaiso_store::Store;
@@ -161,6 +161,7 @@ pub fn session_config(fsname: String, opts: &MountOptions) -> fuser::Config {
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     gate: WorkerGate,
+    stats: Arc<FaceStats>,
     pub mountpoint: PathBuf,
 }
 
@@ -168,6 +169,13 @@ impl Mounted {
     /// Whether the session ended (e.g. `fusermount3 -u` from outside).
     pub fn finished(&self) -> bool {
         self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
+    /// What the face has served so far (READ/WRITE requests, ESTALE answers, whether the
+    /// kernel accepted passthrough). Valid once the kernel's INIT was answered, i.e. after
+    /// the first request through the mount returned.
+    pub fn stats(&self) -> &FaceStats {
+        &self.stats
     }
 
     /// How the busy polls so far ended (see [`busy_poll`]).
@@ -217,6 +225,7 @@ pub fn mount(
     let cfg = session_config(fsname, opts);
     let fs = KaisoFs::new(store, opts);
     let gate = fs.gate();
+    let stats = fs.stats();
     let failed = |e| {
         // No session will close the gate: stop its watchdog thread here.
         gate.close();
@@ -232,6 +241,7 @@ pub fn mount(
     Ok(Mounted {
         session: Some(session),
         gate,
+        stats,
         mountpoint: mountpoint.to_path_buf(),
     })
 }

@@ -65,8 +65,61 @@ enum Command {
     Private(cmd::private::PrivateCommand),
 }
 
+impl Command {
+    /// Commands that ask, print and exit, holding nothing that needs cleaning up: when
+    /// their reader goes away (`kaiso status | head`) they may simply die of SIGPIPE, as
+    /// `ls` does. The others (mounts, servers, benchmarks, migrations) keep Rust's ignored
+    /// SIGPIPE so a closed pipe never kills them with a mount or a copy half done.
+    fn only_reports(&self) -> bool {
+        matches!(
+            self,
+            Command::Status(_)
+                | Command::Where(_)
+                | Command::Explain(_)
+                | Command::Pin(_)
+                | Command::Unpin(_)
+                | Command::Promote(_)
+                | Command::Demote(_)
+                | Command::Sim(_)
+        )
+    }
+}
+
+/// Restore SIGPIPE's default action (Rust starts programs with it ignored).
+fn die_on_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler; called
+    // before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// A command that keeps SIGPIPE ignored and prints into a closed pipe panics in
+/// `println!`; its unwinding still cleans up, but the panic message and backtrace would
+/// say "kaiso crashed" where the reader merely stopped reading: leave that one out.
+fn quiet_broken_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let broken_stdout = msg.starts_with("failed printing to stdout")
+            && msg.ends_with(&format!("(os error {})", libc::EPIPE));
+        if !broken_stdout {
+            default(info);
+        }
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_broken_stdout();
     let cli = Cli::parse();
+    if cli.command.only_reports() {
+        die_on_sigpipe();
+    }
     init_logging(&cli.log, cli.log_json);
     let result = match cli.command {
         Command::Mount(a) => cmd::mount::mount(a),
@@ -100,20 +153,29 @@ fn main() -> ExitCode {
     }
 }
 
-/// The `smb` crate's worker threads log the end of every connection at ERROR level, also
-/// the ones kaiso closes on purpose; kaiso reports SMB failures itself (with the server's
-/// address, from `kaiso_source::smb`), so the crate's own logs stay off unless the filter
-/// names them.
-const QUIET_CRATES: &str = "smb=off,smb_transport=off";
+/// Other crates' logs that are noise at their level, each kept unless the filter names
+/// the crate (`--log fuser=trace` shows everything again):
+/// - the `smb` crate's worker threads log the end of every connection at ERROR level, also
+///   the ones kaiso closes on purpose; kaiso reports SMB failures itself (with the
+///   server's address, from `kaiso_source::smb`);
+/// - fuser warns "Unmount failed: Invalid argument" whenever the mount was unmounted from
+///   outside (`fusermount3 -u`, the normal way to stop `kaiso mount`).
+const QUIET_CRATES: [(&str, &str); 2] = [
+    ("smb", "smb=off,smb_transport=off"),
+    ("fuser", "fuser::mnt=error"),
+];
 
 fn init_logging(filter: &str, json: bool) {
-    let filter = if filter.contains("smb") {
-        filter.to_string()
-    } else {
-        format!("{filter},{QUIET_CRATES}")
+    let quiet = |named: &str| -> String {
+        QUIET_CRATES
+            .iter()
+            .filter(|(name, _)| !named.contains(name))
+            .map(|(_, directive)| format!(",{directive}"))
+            .collect()
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn,{QUIET_CRATES}")));
+    let wanted = format!("{filter}{}", quiet(filter));
+    let filter = tracing_subscriber::EnvFilter::try_new(&wanted)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warn{}", quiet(""))));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

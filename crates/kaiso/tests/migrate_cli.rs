@@ -3,11 +3,16 @@
 //! paused/resumed/throttled, killed with SIGKILL mid-crawl, restarted, finished, and then
 //! compared with the source entry by entry (kind, mode, owner, size, mtime, xattrs, link
 //! targets, hard links, bytes). Samba exporting the FUSE mount reports stubs offline.
+//! With real servers (nfs-ganesha, smbd; `migrate_servers`): an NFS and an SMB share into
+//! one store, and the bad inputs only a server can give. Complete files are served by
+//! kernel passthrough, stubs by the store; libnfs clients and JUKEBOX; `status --watch`.
 //! Every wait is bounded; daemons, mounts and servers are cleaned up on drop.
 
 mod common;
+mod migrate_servers;
 
 use common::{Store, StoreSpec, force_unmount, is_mounted, kaiso_bin, temp_dir};
+use migrate_servers::{Ganesha, Samba, servers_available};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -160,7 +165,18 @@ fn make_source(root: &Path, with_fifo: bool) -> u64 {
 /// Relative path → description, and the hard-link groups.
 type TreeDescription = (BTreeMap<Vec<u8>, String>, BTreeSet<Vec<Vec<u8>>>);
 
-fn describe_tree(root: &Path) -> TreeDescription {
+/// What a tree comparison looks at besides names, kinds, sizes, bytes and link targets.
+#[derive(Clone, Copy, PartialEq)]
+enum Detail {
+    /// Mode, owner, mtime and user xattrs too.
+    Full,
+    /// Mode, owner and mtime (NFSv3 carries no xattrs).
+    NoXattrs,
+    /// Content only (an SMB source maps owners and modes).
+    Content,
+}
+
+fn describe_tree_as(root: &Path, detail: Detail) -> TreeDescription {
     let mut out = BTreeMap::new();
     let mut by_ino: BTreeMap<u64, Vec<Vec<u8>>> = BTreeMap::new();
     let mut stack = vec![PathBuf::new()];
@@ -201,25 +217,36 @@ fn describe_tree(root: &Path) -> TreeDescription {
             } else {
                 format!(" mtime {}.{:09}", md.mtime(), md.mtime_nsec())
             };
-            out.insert(
-                r.as_os_str().as_bytes().to_vec(),
-                format!(
-                    "{kind} mode {:o} owner {}:{} size {}{mtime} xattrs {:?}",
+            let size = if ft.is_dir() { 0 } else { md.size() };
+            let line = match detail {
+                Detail::Full => format!(
+                    "{kind} mode {:o} owner {}:{} size {size}{mtime} xattrs {:?}",
                     md.mode() & 0o7777,
                     md.uid(),
                     md.gid(),
-                    if ft.is_dir() { 0 } else { md.size() },
                     user_xattrs(&p)
                 ),
-            );
+                Detail::NoXattrs => format!(
+                    "{kind} mode {:o} owner {}:{} size {size}{mtime}",
+                    md.mode() & 0o7777,
+                    md.uid(),
+                    md.gid(),
+                ),
+                Detail::Content => format!("{kind} size {size}"),
+            };
+            out.insert(r.as_os_str().as_bytes().to_vec(), line);
         }
     }
     (out, by_ino.into_values().collect())
 }
 
 fn assert_same_tree(source: &Path, copy: &Path) {
-    let (a, la) = describe_tree(source);
-    let (b, lb) = describe_tree(copy);
+    assert_same_tree_as(source, copy, Detail::Full, true);
+}
+
+fn assert_same_tree_as(source: &Path, copy: &Path, detail: Detail, has_links: bool) {
+    let (a, la) = describe_tree_as(source, detail);
+    let (b, lb) = describe_tree_as(copy, detail);
     let names =
         |m: &BTreeMap<Vec<u8>, String>| -> BTreeSet<Vec<u8>> { m.keys().cloned().collect() };
     let missing: Vec<_> = names(&a)
@@ -238,7 +265,7 @@ fn assert_same_tree(source: &Path, copy: &Path) {
         assert_eq!(Some(v), b.get(k), "{} differs", String::from_utf8_lossy(k));
     }
     assert_eq!(la, lb, "hard-link groups differ");
-    assert!(!la.is_empty(), "the source has hard links");
+    assert_eq!(!la.is_empty(), has_links, "the source has hard links");
 }
 
 // ---- the daemon and commands -------------------------------------------------------------
@@ -258,9 +285,22 @@ fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 
 /// Runs `kaiso ARGS`, killed after `limit`.
 fn kaiso(args: &[&OsStr], limit: Duration) -> Output {
+    kaiso_env(args, &[], limit)
+}
+
+/// Runs `kaiso ARGS` with extra environment variables (`None`: removed), killed after
+/// `limit`.
+fn kaiso_env(args: &[&OsStr], env: &[(&str, Option<&str>)], limit: Duration) -> Output {
     let dir = temp_dir("migcli-out");
     let (o, e) = (dir.join("out"), dir.join("err"));
-    let mut child = Command::new(kaiso_bin())
+    let mut cmd = Command::new(kaiso_bin());
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(fs::File::create(&o).unwrap())
@@ -318,8 +358,21 @@ struct Daemon {
 impl Daemon {
     /// Starts the daemon and waits (bounded) until it says it serves and the mount is up.
     fn start(args: &[&OsStr], log: PathBuf, mnt: Option<&Path>) -> Result<Daemon, String> {
+        Self::start_env(args, &[], log, mnt)
+    }
+
+    /// [`Daemon::start`] with extra environment variables.
+    fn start_env(
+        args: &[&OsStr],
+        env: &[(&str, &str)],
+        log: PathBuf,
+        mnt: Option<&Path>,
+    ) -> Result<Daemon, String> {
         let f = fs::File::create(&log).unwrap();
         let child = Command::new(kaiso_bin())
+            // Only what the test gives: never a password of the caller's environment.
+            .env_remove("KAISO_SMB_PASSWORD")
+            .envs(env.iter().copied())
             .arg("migrate")
             .arg("start")
             .args(args)
@@ -612,7 +665,9 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     let at_pause = share0(&v)["bytes_done"].as_u64().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let later = share0(&status_json(&cfg))["bytes_done"].as_u64().unwrap();
-    // Stops within one unit per worker (2 workers × 1 MiB).
+    // Stops within about one unit: of the 8 workers (the default --parallel) only the
+    // one inside a 1 MiB unit may finish it; the others wait for the 1 MiB/s throttle,
+    // and a throttle wait gives up on pause.
     assert!(
         later <= at_pause + (2 << 20),
         "paused crawl went on: {at_pause} → {later}"
@@ -744,11 +799,30 @@ fn fifo_in_the_source_does_not_block_the_crawl() {
     assert_same_tree(&src, &mnt);
 }
 
+/// Asserts a command failed with one short message containing `want` and no panic.
+#[track_caller]
+fn assert_one_clear_line(args: &[&OsStr], o: &Output, want: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("{args:?}: {}", err.trim());
+    assert!(!o.status.success(), "{args:?} succeeded: {}", text(o));
+    assert!(
+        err.contains(want),
+        "{args:?}: expected {want:?} in {}",
+        text(o)
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {}", text(o));
+    assert!(err.lines().count() <= 3, "{args:?}: not short: {err}");
+}
+
 #[test]
 fn migrate_errors_are_one_clear_line() {
     let store = Store::new("migcli-err", StoreSpec::tiers(1));
     let cfg = store.config.clone();
     let missing = store.root.join("no-such-dir");
+    store.seed(0, "afile", b"a file");
+    let src = store.root.join("old");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), b"source file").unwrap();
     let cases: Vec<(Vec<&OsStr>, &str)> = vec![
         (vec![os("ftp://x/y"), cfg.as_os_str()], "unknown source"),
         (vec![missing.as_os_str(), cfg.as_os_str()], "no-such-dir"),
@@ -772,19 +846,66 @@ fn migrate_errors_are_one_clear_line() {
             vec![os("/tmp"), cfg.as_os_str(), os("--into"), os("../up")],
             "--into",
         ),
+        (
+            vec![os("/tmp"), cfg.as_os_str(), os("--parallel"), os("0")],
+            "--parallel must be at least 1",
+        ),
+        (
+            vec![os("/tmp"), cfg.as_os_str(), os("--rate"), os("fast")],
+            "bad rate \"fast\"",
+        ),
+        // A regular file where the share's directory should be.
+        (
+            vec![src.as_os_str(), cfg.as_os_str(), os("--into"), os("afile")],
+            "afile",
+        ),
+        // No $KAISO_SMB_PASSWORD (removed below): refused before connecting.
+        (
+            vec![os("smb://root@127.0.0.1:1/s"), cfg.as_os_str()],
+            "KAISO_SMB_PASSWORD",
+        ),
     ];
     for (args, want) in cases {
         let mut full = vec![os("migrate"), os("start")];
         full.extend(args);
-        let o = kaiso(&full, Duration::from_secs(60));
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{full:?} succeeded: {}", text(&o));
-        assert!(
-            err.contains(want),
-            "{full:?}: expected {want:?} in {}",
-            text(&o)
+        let o = kaiso_env(
+            &full,
+            &[("KAISO_SMB_PASSWORD", None)],
+            Duration::from_secs(60),
         );
-        assert!(err.lines().count() <= 3, "{full:?}: not short: {err}");
+        assert_one_clear_line(&full, &o, want);
+    }
+    // Nothing was attached by the refused starts: the file is untouched.
+    assert_eq!(fs::read(store.tiers[0].join("afile")).unwrap(), b"a file");
+    let o = kaiso(
+        &[
+            os("migrate"),
+            os("finish"),
+            cfg.as_os_str(),
+            os("--share"),
+            os("unknown"),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_one_clear_line(&[], &o, "no share \"unknown\"");
+    // Bad input only a real server can give: a wrong SMB password, an NFS path the
+    // server does not export.
+    if servers_available(&["ganesha.nfsd", "rpcbind", "nfs-ls", "smbd", "smbpasswd"]) {
+        let samba = Samba::start(&src);
+        let url = samba.url();
+        let full = [os("migrate"), os("start"), os(&url), cfg.as_os_str()];
+        let o = kaiso_env(
+            &full,
+            &[("KAISO_SMB_PASSWORD", Some("not-the-password"))],
+            Duration::from_secs(60),
+        );
+        assert_one_clear_line(&full, &o, "Logon Failure");
+        drop(samba);
+        let ganesha = Ganesha::start(&src);
+        let url = ganesha.url_of("/not_exported");
+        let full = [os("migrate"), os("start"), os(&url), cfg.as_os_str()];
+        let o = kaiso(&full, Duration::from_secs(60));
+        assert_one_clear_line(&full, &o, "not_exported");
     }
     // Commands without a daemon.
     let o = kaiso(
@@ -812,6 +933,30 @@ fn migrate_errors_are_one_clear_line() {
         );
         assert_fails_with(&o, "store busy");
     }
+
+    // An SMB share added to a running daemon is opened by the daemon, so the password
+    // must be in the daemon's environment, not only in the caller's.
+    let _d = Daemon::start_env(
+        &[src.as_os_str(), cfg.as_os_str(), os("--into"), os("posix")],
+        &[],
+        store.root.join("d.log"),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let full = [
+        os("migrate"),
+        os("start"),
+        os("smb://root@127.0.0.1:1/s"),
+        cfg.as_os_str(),
+        os("--into"),
+        os("smb"),
+    ];
+    let o = kaiso_env(
+        &full,
+        &[("KAISO_SMB_PASSWORD", Some("pw"))],
+        Duration::from_secs(60),
+    );
+    assert_one_clear_line(&full, &o, "the migration daemon's environment lacks it");
 }
 
 #[test]
@@ -1064,4 +1209,418 @@ fn samba_on_the_mount_reports_stubs_offline() {
         0,
         "f3 is still a stub"
     );
+}
+
+/// Sum of the store's per-tier `accesses` (reads and writes the store served itself; a
+/// read the kernel serves by passthrough does not reach it).
+fn store_accesses(config: &Path) -> u64 {
+    let o = kaiso(
+        &[os("status"), config.as_os_str(), os("--json")],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    v["tiers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tiers: {v:#}"))
+        .iter()
+        .map(|t| t["accesses"].as_u64().unwrap())
+        .sum()
+}
+
+/// The migration daemon's mount hands complete files to the kernel (passthrough) like a
+/// plain `kaiso mount`, during the migration and after `finish`; a stub's reads go
+/// through the store, which fetches the missing ranges.
+#[test]
+fn complete_files_are_served_by_passthrough_stubs_are_not() {
+    fuse_or_skip!();
+    let store = Store::new("migcli-pt", StoreSpec::tiers(1));
+    let src = store.root.join("old");
+    make_source(&src, false);
+    let (cfg, mnt) = (store.config.clone(), store.mountpoint.clone());
+    let _d = Daemon::start(
+        &[
+            src.as_os_str(),
+            cfg.as_os_str(),
+            os("--mount"),
+            mnt.as_os_str(),
+            os("--paused"),
+        ],
+        store.root.join("d.log"),
+        Some(&mnt),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let stub = "d1/e0/f3";
+    let want = fs::read(src.join(stub)).unwrap();
+    assert!(!want.is_empty());
+    let before = store_accesses(&cfg);
+    assert_eq!(fs::read(mnt.join(stub)).unwrap(), want);
+    let after_stub = store_accesses(&cfg);
+    assert!(
+        after_stub > before,
+        "a stub's read must be served by the store: accesses {before} → {after_stub}"
+    );
+    // Now complete: a new open is passthrough, the store serves no read.
+    for _ in 0..3 {
+        assert_eq!(fs::read(mnt.join(stub)).unwrap(), want);
+    }
+    let after_complete = store_accesses(&cfg);
+    assert_eq!(
+        after_complete, after_stub,
+        "reads of a complete file went through the store"
+    );
+
+    // After finish, every migrated file is served by passthrough.
+    let o = kaiso(
+        &[os("migrate"), os("resume"), cfg.as_os_str()],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = kaiso(
+        &[
+            os("migrate"),
+            os("finish"),
+            cfg.as_os_str(),
+            os("--wait"),
+            os("180s"),
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let before = store_accesses(&cfg);
+    let big = fs::read(src.join("big.bin")).unwrap();
+    for _ in 0..2 {
+        assert!(fs::read(mnt.join("big.bin")).unwrap() == big);
+        assert_eq!(fs::read(mnt.join(stub)).unwrap(), want);
+    }
+    assert_eq!(
+        store_accesses(&cfg),
+        before,
+        "after finish, reads of migrated files went through the store"
+    );
+
+    // --no-passthrough: the store serves complete files too.
+    let store = Store::new("migcli-nopt", StoreSpec::tiers(1));
+    let (cfg, mnt) = (store.config.clone(), store.mountpoint.clone());
+    let _d = Daemon::start(
+        &[
+            src.as_os_str(),
+            cfg.as_os_str(),
+            os("--mount"),
+            mnt.as_os_str(),
+            os("--paused"),
+            os("--no-passthrough"),
+        ],
+        store.root.join("d.log"),
+        Some(&mnt),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fs::read(mnt.join(stub)).unwrap(), want);
+    let complete = store_accesses(&cfg);
+    assert_eq!(fs::read(mnt.join(stub)).unwrap(), want);
+    assert!(
+        store_accesses(&cfg) > complete,
+        "--no-passthrough: the read of a complete file did not reach the store"
+    );
+}
+
+/// `nfs-cat` of `url`, unchecked (bounded by `timeout`).
+fn nfs_cat_raw(url: &str) -> Output {
+    Command::new("timeout")
+        .args(["60", "nfs-cat"])
+        .arg(url)
+        .output()
+        .expect("nfs-cat")
+}
+
+/// libnfs clients (nfs-cat, nfs-cp) do not retry NFS3ERR_JUKEBOX: with a fetch slower
+/// than `--jukebox-after` they fail with EAGAIN (-11); a retry joins the fetch the first
+/// call started, so repeating the command gets the data. With `--jukebox-after 0` the
+/// face waits for the fetch and one call returns every byte.
+#[test]
+fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
+    if !have("nfs-cat") {
+        assert!(std::env::var_os("CI").is_none(), "nfs-cat is not installed");
+        eprintln!("notice: libnfs-utils absent; test not run (scripts/deps/cli.list)");
+        return;
+    }
+    let data = bytes(3, 32 << 20);
+    for jukebox_after in ["1ms", "0"] {
+        let store = Store::new("migcli-jb", StoreSpec::tiers(1));
+        let src = store.root.join("old");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("big"), &data).unwrap();
+        // The face logs each JUKEBOX answer at debug level.
+        let d = Daemon::start_env(
+            &[
+                src.as_os_str(),
+                store.config.as_os_str(),
+                os("--nfs"),
+                os("127.0.0.1:0"),
+                os("--paused"),
+                os("--jukebox-after"),
+                os(jukebox_after),
+            ],
+            &[("KAISO_LOG", "warn,kaiso_nfs::jukebox=debug")],
+            store.root.join("d.log"),
+            None,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let port = d.nfs_port();
+        let url = format!("nfs://127.0.0.1/export/big?nfsport={port}&mountport={port}&version=3");
+        let first = nfs_cat_raw(&url);
+        let err = String::from_utf8_lossy(&first.stderr).into_owned();
+        eprintln!(
+            "--jukebox-after {jukebox_after}: nfs-cat exit {:?}, {} bytes, stderr {err:?}",
+            first.status.code(),
+            first.stdout.len()
+        );
+        let jukeboxes = || d.log_text().matches("NFS3ERR_JUKEBOX").count();
+        if jukebox_after == "0" {
+            assert_eq!(jukeboxes(), 0, "{}", d.log_text());
+            assert!(
+                first.status.success() && first.stdout == data,
+                "--jukebox-after 0: nfs-cat exit {}, {} of {} bytes, stderr {err}",
+                first.status,
+                first.stdout.len(),
+                data.len()
+            );
+            continue;
+        }
+        // A 32 MiB fetch (10 MiB units) takes longer than 1 ms: JUKEBOX, which libnfs
+        // hands to the caller as EAGAIN (-11). nfs-cat then names the failed step: a
+        // LOOKUP ("NFS3ERR_JUKEBOX(-11)") or, as here when the root listing is quick,
+        // the READ ("Failed to read from file").
+        assert!(
+            !first.status.success()
+                && first.stdout.is_empty()
+                && (err.contains("NFS3ERR_JUKEBOX") || err.contains("Failed to read")),
+            "expected a JUKEBOX failure: {} {err}",
+            first.status
+        );
+        assert!(jukeboxes() > 0, "no JUKEBOX answered: {}", d.log_text());
+        // Repeating the command joins the fetches the earlier calls started.
+        let mut tries = 1;
+        loop {
+            let o = nfs_cat_raw(&url);
+            tries += 1;
+            if o.status.success() {
+                assert!(o.stdout == data, "bytes differ after {tries} tries");
+                break;
+            }
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert!(
+                (e.contains("NFS3ERR_JUKEBOX") || e.contains("Failed to read")) && tries < 100,
+                "try {tries}: {e}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!(
+            "--jukebox-after 1ms: every byte after {tries} nfs-cat runs, {} JUKEBOX answers",
+            jukeboxes()
+        );
+    }
+}
+
+/// `kaiso migrate status --watch`: JSON lines with rising progress while the crawl runs,
+/// exit 0 once it is done; the text mode ends with the final status.
+#[test]
+fn status_watch_follows_the_crawl_and_exits_when_done() {
+    let store = Store::new("migcli-watch", StoreSpec::tiers(1));
+    let src = store.root.join("old");
+    for i in 0..8u64 {
+        let dir = src.join(format!("d{}", i % 2));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(format!("f{i}")), bytes(i + 40, 1 << 20)).unwrap();
+    }
+    let cfg = store.config.clone();
+    let _d = Daemon::start(
+        &[
+            src.as_os_str(),
+            cfg.as_os_str(),
+            os("--paused"),
+            os("--chunk"),
+            os("256KiB"),
+            os("--rate"),
+            os("4MiB"),
+        ],
+        store.root.join("d.log"),
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = store.root.join("watch.out");
+    let mut watch = Command::new(kaiso_bin())
+        .args([os("migrate"), os("status"), cfg.as_os_str()])
+        .args(["--watch", "--json", "--interval", "200ms"])
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kaiso migrate status --watch");
+    // Paused: the watch keeps going.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        watch.try_wait().unwrap().is_none(),
+        "--watch ended while paused"
+    );
+    let o = kaiso(
+        &[os("migrate"), os("resume"), cfg.as_os_str()],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let status = wait_child(&mut watch, Duration::from_secs(120)).unwrap_or_else(|| {
+        let _ = watch.kill();
+        let _ = watch.wait();
+        panic!("--watch did not end within 120 s after the crawl started");
+    });
+    assert!(status.success(), "--watch: {status}");
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let done: Vec<u64> = lines
+        .iter()
+        .map(|v| share0(v)["bytes_done"].as_u64().unwrap())
+        .collect();
+    assert!(
+        done.windows(2).all(|w| w[0] <= w[1]),
+        "bytes_done went down: {done:?}"
+    );
+    let distinct: BTreeSet<u64> = done.iter().copied().collect();
+    assert!(distinct.len() >= 3, "no progress seen: {done:?}");
+    let last = share0(lines.last().unwrap());
+    assert_eq!(last["remaining_stubs"], 0, "{last:#}");
+    assert_eq!(last["bytes_done"], 8 << 20, "{last:#}");
+    // Text mode with the crawl done: ends at once with the final status.
+    let o = kaiso(
+        &[os("migrate"), os("status"), cfg.as_os_str(), os("--watch")],
+        Duration::from_secs(30),
+    );
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("share main:"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A source for the SMB share: directories and regular files, small to multi-MiB.
+fn make_smb_source(root: &Path) {
+    for d in ["a/b", "c", "empty-dir"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    fs::write(root.join("a/b/big"), bytes(61, (6 << 20) + 17)).unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    for i in 0..30u64 {
+        fs::write(
+            root.join(format!("c/f{i:02}")),
+            bytes(200 + i, (i * 7919) as usize),
+        )
+        .unwrap();
+    }
+}
+
+/// The binary end to end with real servers: one NFSv3 share from nfs-ganesha and one
+/// SMB3 share from smbd (password from `$KAISO_SMB_PASSWORD`) migrated into one store
+/// (N-to-1), read through the FUSE mount, finished, and compared with the sources.
+#[test]
+fn nfs_and_smb_shares_into_one_store_with_the_binary() {
+    fuse_or_skip!();
+    if !servers_available(&["ganesha.nfsd", "rpcbind", "nfs-ls", "smbd", "smbpasswd"]) {
+        return;
+    }
+    let store = Store::new("migcli-srv", StoreSpec::tiers(1));
+    let (nfs_src, smb_src) = (store.root.join("nfs-src"), store.root.join("smb-src"));
+    make_source(&nfs_src, true);
+    make_smb_source(&smb_src);
+    let ganesha = Ganesha::start(&nfs_src);
+    let samba = Samba::start(&smb_src);
+    let (cfg, mnt) = (store.config.clone(), store.mountpoint.clone());
+    let env = [("KAISO_SMB_PASSWORD", samba.password.as_str())];
+    let nfs_url = ganesha.url();
+    let d = Daemon::start_env(
+        &[
+            os(&nfs_url),
+            cfg.as_os_str(),
+            os("--into"),
+            os("nfs"),
+            os("--mount"),
+            mnt.as_os_str(),
+            os("--chunk"),
+            os("1MiB"),
+            os("--paused"),
+        ],
+        &env,
+        store.root.join("d.log"),
+        Some(&mnt),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let smb_url = samba.url();
+    let o = kaiso_env(
+        &[
+            os("migrate"),
+            os("start"),
+            os(&smb_url),
+            cfg.as_os_str(),
+            os("--into"),
+            os("smb"),
+            os("--paused"),
+        ],
+        &[("KAISO_SMB_PASSWORD", Some(&samba.password))],
+        Duration::from_secs(60),
+    );
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
+    // On demand through the mount, from both servers.
+    assert_eq!(
+        fs::read(mnt.join("nfs/d0/e0/g/h/deep.txt")).unwrap(),
+        b"deep file\n"
+    );
+    assert!(
+        fs::read(mnt.join("nfs/big.bin")).unwrap() == fs::read(nfs_src.join("big.bin")).unwrap()
+    );
+    assert!(
+        fs::read(mnt.join("smb/a/b/big")).unwrap() == fs::read(smb_src.join("a/b/big")).unwrap()
+    );
+    let v = status_json(&cfg);
+    for s in v["shares"].as_array().unwrap() {
+        assert!(s["demand_fetches"].as_u64().unwrap() > 0, "{v:#}");
+        assert_eq!(s["state"], "paused", "{v:#}");
+    }
+    let o = kaiso(
+        &[
+            os("migrate"),
+            os("finish"),
+            cfg.as_os_str(),
+            os("--share"),
+            os("unknown"),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_one_clear_line(&[], &o, "no share \"unknown\" is being migrated here");
+    let o = kaiso(
+        &[os("migrate"), os("resume"), cfg.as_os_str()],
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = kaiso(
+        &[
+            os("migrate"),
+            os("finish"),
+            cfg.as_os_str(),
+            os("--wait"),
+            os("300s"),
+        ],
+        Duration::from_secs(360),
+    );
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("share nfs finished") && t.contains("share smb finished"),
+        "{}",
+        text(&o)
+    );
+    // NFSv3 carries modes, owners, times, links and special files, but no xattrs.
+    assert_same_tree_as(&nfs_src, &mnt.join("nfs"), Detail::NoXattrs, true);
+    assert_same_tree_as(&smb_src, &mnt.join("smb"), Detail::Content, false);
 }

@@ -362,6 +362,14 @@ impl PlacementPolicy for KaisoPolicy {
         s.tier = tier;
     }
 
+    fn resized(&mut self, object: ObjectId, size: u64) {
+        if let Some(s) = self.objects.get_mut(&object)
+            && s.tier != UNPLACED
+        {
+            s.size = size;
+        }
+    }
+
     fn forget(&mut self, object: ObjectId) {
         self.objects.remove(&object);
         self.in_flight.remove(&object);

@@ -95,6 +95,14 @@ pub trait PlacementPolicy: Send {
     /// The object now lives on `tier` with `size` bytes (after create, adopt, restart,
     /// a completed move, or a size change).
     fn placed(&mut self, object: ObjectId, size: u64, tier: TierId);
+    /// The object's size changed where it is (it grew or shrank through writes or
+    /// truncation since it was placed). Unlike [`Self::placed`] this says nothing about a
+    /// move, so a move planned for the object stays in flight. Objects never placed are
+    /// ignored. The default suits policies that plan without sizes; size-aware policies
+    /// must override it, or they plan with the size of the last `placed` call.
+    fn resized(&mut self, object: ObjectId, size: u64) {
+        let _ = (object, size);
+    }
     /// The object is gone (deleted).
     fn forget(&mut self, object: ObjectId);
     /// Keep the object on `tier` (Some) or release it (None). Plans never move a pinned object.

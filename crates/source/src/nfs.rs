@@ -64,7 +64,8 @@ pub struct NfsConfig {
     pub gid: u32,
     /// Bind the client sockets to a port below 1024, as many servers require.
     pub privileged_port: bool,
-    /// How long one RPC may take before the server counts as unreachable.
+    /// How long one RPC may take before the server counts as unreachable (default 15 s,
+    /// like the SMB source): a client access waiting on a hung server fails after this.
     pub rpc_timeout: Duration,
     /// How long connecting may take in all: portmapper, MOUNT and their TCP connects.
     /// Short, since these are a few round trips: a service that accepts and never
@@ -88,7 +89,7 @@ impl NfsConfig {
             uid: 0,
             gid: 0,
             privileged_port: true,
-            rpc_timeout: Duration::from_secs(60),
+            rpc_timeout: Duration::from_secs(15),
             connect_timeout: Duration::from_secs(5),
             subdir: None,
         }
@@ -185,7 +186,8 @@ impl NfsSource {
     }
 
     /// Runs `f` with a pooled connection; a connection that failed at the transport level
-    /// is dropped (and replaced on next use) instead of being returned to the pool.
+    /// is dropped (and replaced on next use) instead of being returned to the pool. The
+    /// whole call, a new connection's connect included, is bounded by `rpc_timeout`.
     async fn call<T, F, Fut>(&self, path: &SourcePath, what: &str, f: F) -> SourceResult<T>
     where
         F: FnOnce(Client) -> Fut,
@@ -196,53 +198,80 @@ impl NfsSource {
             .acquire()
             .await
             .map_err(|_| self.io(path, "pool closed"))?;
-        let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let client = match pooled {
-            Some(c) => c,
-            None => self.new_client(path).await?,
+        let pooled = self.pooled_alive();
+        let attempt = async {
+            let client = match pooled {
+                Some(c) => c,
+                None => self.new_client(path, what).await?,
+            };
+            Ok(f(client).await)
         };
-        match tokio::time::timeout(self.config.rpc_timeout, f(client)).await {
-            Err(_) => Err(SourceError::new(
-                SourceErrorKind::Unreachable,
+        match tokio::time::timeout(self.config.rpc_timeout, attempt).await {
+            Err(_) => Err(self.unreachable(
                 path,
-                format!("{what}: no reply within {:?}", self.config.rpc_timeout),
+                what,
+                format!("no reply within {:?}", self.config.rpc_timeout),
             )),
-            Ok((client, Ok(v))) => {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok((client, Ok(v)))) => {
                 self.idle
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push(client);
                 Ok(v)
             }
-            Ok((_broken, Err(e))) => {
-                let kind = match e {
-                    RpcFailure::Io(_) => SourceErrorKind::Unreachable,
-                    RpcFailure::Denied(_) => SourceErrorKind::PermissionDenied,
-                    RpcFailure::Protocol(_) => SourceErrorKind::Io,
-                };
-                Err(SourceError::new(
-                    kind,
+            Ok(Ok((_broken, Err(e)))) => Err(match e {
+                RpcFailure::Io(e) => self.unreachable(path, what, e.to_string()),
+                RpcFailure::Denied(_) => SourceError::new(
+                    SourceErrorKind::PermissionDenied,
                     path,
                     format!("{what}: RPC failed: {e}"),
-                ))
+                ),
+                RpcFailure::Protocol(_) => SourceError::new(
+                    SourceErrorKind::Io,
+                    path,
+                    format!("{what}: RPC failed: {e}"),
+                ),
+            }),
+        }
+    }
+
+    /// An idle connection the server has not closed, if any. A server that restarted
+    /// while the pool sat idle closed them all; without this check each would fail one
+    /// call before the pool drains.
+    fn pooled_alive(&self) -> Option<Client> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(c) = idle.pop() {
+            if still_open(c.stream_ref()) {
+                return Some(c);
             }
         }
+        None
+    }
+
+    /// The error for a server that did not answer or broke the connection. The idle
+    /// connections go too: a server that died or restarted broke them all, and a stopped
+    /// one may answer them late, so the next call starts on a fresh connection.
+    fn unreachable(&self, path: &SourcePath, what: &str, why: String) -> SourceError {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        SourceError::new(
+            SourceErrorKind::Unreachable,
+            path,
+            format!(
+                "NFS server {}:{} unreachable ({what}): {why}; the next call reconnects",
+                self.config.host, self.nfs_port
+            ),
+        )
     }
 
     /// One more connection to the NFS service. The export is mounted once (at connect,
     /// which gave the root file handle), so a new connection needs no MOUNT call: one TCP
     /// connection and one source port per connection, not two, and no extra round trip.
-    async fn new_client(&self, path: &SourcePath) -> SourceResult<Client> {
+    async fn new_client(&self, path: &SourcePath, what: &str) -> SourceResult<Client> {
         let ip = host_ip(&self.config, path)?;
         let stream = open_stream((ip, self.nfs_port).into(), self.config.privileged_port)
             .await
-            .map_err(|e| {
-                SourceError::new(
-                    SourceErrorKind::Unreachable,
-                    path,
-                    format!("connect to the NFS service: {e}"),
-                )
-            })?;
+            .map_err(|e| self.unreachable(path, what, format!("connect: {e}")))?;
         Ok(RpcConn::new(stream, self.auth.clone(), first_xid()))
     }
 
@@ -802,6 +831,25 @@ async fn connect_privileged(to: std::net::SocketAddr) -> std::io::Result<TcpStre
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free privileged port")))
+}
+
+/// Whether an idle connection is still usable: nothing to read and no end of stream or
+/// error pending (one non-blocking peek, no data consumed). An idle connection owes no
+/// reply, so readable bytes, end of stream or a reset all mean the server is gone or
+/// out of step with it.
+fn still_open(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // SAFETY: the descriptor is open for the stream's life; the buffer is one byte.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
 }
 
 /// The server's address (a literal IP: the client does no name resolution).

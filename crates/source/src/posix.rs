@@ -5,6 +5,12 @@
 //! Symlinks are never followed: every path is resolved component by component with
 //! `openat(O_NOFOLLOW)` under the root, so a symlink inside the share cannot lead a read
 //! outside it.
+//!
+//! Files and directories are read with `O_NOATIME` (falling back without it where the
+//! kernel refuses: not the owner, no CAP_FOWNER), so their access times stay as they
+//! were on the old server's disk (a symlink's atime still moves: `readlink` has no such
+//! flag). Through a kernel NFS/SMB mount the flag stays on this
+//! host: the server itself updates atimes on its READs.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -61,7 +67,9 @@ impl PosixSource {
         })
     }
 
-    /// Opens `path` below the root without following any symlink on the way. Directory
+    /// Opens `path` below the root without following any symlink on the way. With
+    /// `O_NOATIME` in `flags` the open falls back to a plain one where the kernel refuses
+    /// it (EPERM: a file this process neither owns nor has CAP_FOWNER for). Directory
     /// descriptors on the way are cached (like an NFS client's file handles), so a deep
     /// path costs one `openat` once its parent was opened before, not one per component.
     fn open_path(&self, path: &SourcePath, flags: libc::c_int) -> SourceResult<OwnedFd> {
@@ -72,7 +80,7 @@ impl PosixSource {
             // start where the last one stopped and miss entries.
             // SAFETY: root_fd is open; "." is NUL-terminated.
             let dir = unsafe {
-                libc::openat(
+                openat_noatime_fallback(
                     self.root_fd.as_raw_fd(),
                     c".".as_ptr(),
                     flags | libc::O_CLOEXEC,
@@ -88,7 +96,7 @@ impl PosixSource {
         let c = cstring(last, path)?;
         // SAFETY: dir is open, c is NUL-terminated.
         let fd = unsafe {
-            libc::openat(
+            openat_noatime_fallback(
                 dir.as_raw_fd(),
                 c.as_ptr(),
                 flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
@@ -272,7 +280,7 @@ impl Source for PosixSource {
         &self,
         path: &SourcePath,
     ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        let fd = self.open_path(path, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let fd = self.open_path(path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOATIME)?;
         // SAFETY: fdopendir takes ownership of a descriptor we dup for it.
         let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
@@ -371,7 +379,7 @@ impl Source for PosixSource {
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
         let len = buf.len();
         // O_NONBLOCK so that a FIFO never blocks the open; it is then refused as not regular.
-        let fd = self.open_path(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+        let fd = self.open_path(path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOATIME)?;
         let file = File::from(fd);
         let meta = file.metadata().map_err(|e| io_error(path, "stat", &e))?;
         if !meta.is_file() {
@@ -507,6 +515,29 @@ fn attr_from_stat(st: &libc::stat) -> SourceAttr {
 fn cstring(bytes: &[u8], path: &SourcePath) -> SourceResult<CString> {
     CString::new(bytes)
         .map_err(|_| SourceError::new(SourceErrorKind::Invalid, path, "name contains NUL"))
+}
+
+/// `openat`, retried without `O_NOATIME` if the kernel refuses that flag (EPERM), so that
+/// reading the old server's files and directories leaves their access times as they were
+/// where it may, and still reads those it may not.
+///
+/// # Safety
+/// `dir` must be an open descriptor and `name` a NUL-terminated string.
+unsafe fn openat_noatime_fallback(
+    dir: libc::c_int,
+    name: *const libc::c_char,
+    flags: libc::c_int,
+) -> libc::c_int {
+    // SAFETY: the caller's guarantees.
+    let fd = unsafe { libc::openat(dir, name, flags) };
+    if fd < 0
+        && flags & libc::O_NOATIME != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    {
+        // SAFETY: as above.
+        return unsafe { libc::openat(dir, name, flags & !libc::O_NOATIME) };
+    }
+    fd
 }
 
 fn errno_error(path: &SourcePath, what: &str) -> SourceError {

@@ -1,8 +1,10 @@
 //! Source locations as URLs, for the command line and configuration:
 //!
 //! - `/srv/old` or `posix:/srv/old`: a directory on this host (e.g. a kernel NFS/SMB mount)
-//! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&unprivileged=1&subdir=PATH]`:
-//!   `subdir` migrates one directory inside the export as the share
+//! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&rsize=N&unprivileged=1&timeout=SECONDS&subdir=PATH]`:
+//!   `subdir` migrates one directory inside the export as the share; `timeout` bounds
+//!   each NFS call (default 15 s) before it fails as unreachable and the next one
+//!   reconnects
 //! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N]`: the
 //!   password comes from the environment variable `KAISO_SMB_PASSWORD` (never from the
 //!   command line); `timeout` bounds each SMB request (default 15 s) before the call
@@ -158,9 +160,51 @@ fn timeout_secs(t: f64) -> Result<std::time::Duration, SourceError> {
         Ok(std::time::Duration::from_secs_f64(t))
     } else {
         Err(invalid(format!(
-            "bad timeout {t} (seconds, more than 0, at most 3600)"
+            "bad timeout={t} (seconds, more than 0, at most 3600)"
         )))
     }
+}
+
+/// The NFS client settings an nfs:// URL asks for (checked before any connect).
+fn nfs_config(
+    host: String,
+    port: Option<u16>,
+    export: String,
+    query: &[(String, String)],
+) -> Result<NfsConfig, SourceError> {
+    check_keys(
+        query,
+        &[
+            "mountport",
+            "portmapper",
+            "uid",
+            "gid",
+            "connections",
+            "unprivileged",
+            "rsize",
+            "timeout",
+            "subdir",
+        ],
+    )?;
+    let mut c = NfsConfig::new(host, export);
+    c.nfs_port = port;
+    c.mount_port = q(query, "mountport")?;
+    if let Some(p) = q(query, "portmapper")? {
+        c.portmapper_port = p;
+    }
+    c.uid = q(query, "uid")?.unwrap_or(0);
+    c.gid = q(query, "gid")?.unwrap_or(0);
+    c.connections = q(query, "connections")?.unwrap_or(c.connections);
+    c.read_size = q(query, "rsize")?.unwrap_or(c.read_size);
+    c.privileged_port = q::<u8>(query, "unprivileged")?.unwrap_or(0) == 0;
+    c.subdir = q(query, "subdir")?;
+    if let Some(t) = q::<f64>(query, "timeout")? {
+        c.rpc_timeout = timeout_secs(t)?;
+    }
+    if port.is_some() && c.mount_port.is_none() {
+        return Err(invalid("with an explicit NFS port give ?mountport=N too"));
+    }
+    Ok(c)
 }
 
 /// Connects to the source a URL names.
@@ -173,34 +217,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             export,
             query,
         } => {
-            check_keys(
-                &query,
-                &[
-                    "mountport",
-                    "portmapper",
-                    "uid",
-                    "gid",
-                    "connections",
-                    "unprivileged",
-                    "rsize",
-                    "subdir",
-                ],
-            )?;
-            let mut c = NfsConfig::new(host, export);
-            c.nfs_port = port;
-            c.mount_port = q(&query, "mountport")?;
-            if let Some(p) = q(&query, "portmapper")? {
-                c.portmapper_port = p;
-            }
-            c.uid = q(&query, "uid")?.unwrap_or(0);
-            c.gid = q(&query, "gid")?.unwrap_or(0);
-            c.connections = q(&query, "connections")?.unwrap_or(c.connections);
-            c.read_size = q(&query, "rsize")?.unwrap_or(c.read_size);
-            c.privileged_port = q::<u8>(&query, "unprivileged")?.unwrap_or(0) == 0;
-            c.subdir = q(&query, "subdir")?;
-            if port.is_some() && c.mount_port.is_none() {
-                return Err(invalid("with an explicit NFS port give ?mountport=N too"));
-            }
+            let c = nfs_config(host, port, export, &query)?;
             Ok(Box::new(NfsSource::connect(c)?))
         }
         SourceUrl::Smb {
@@ -292,12 +309,16 @@ mod tests {
         assert!(e.message.contains("unknown option"), "{e}");
         let e = open_source("nfs://127.0.0.1:1/e").err().unwrap();
         assert!(e.message.contains("mountport"), "{e}");
-        for t in ["0", "-1", "nan", "inf", "7200", "soon"] {
-            let e = open_source(&format!("smb://u@127.0.0.1:1/s?timeout={t}"))
-                .err()
-                .unwrap();
-            assert_eq!(e.kind, SourceErrorKind::Invalid, "timeout={t}: {e}");
-            assert!(e.message.contains("timeout"), "{e}");
+        for t in ["0", "-1", "nan", "inf", "7200", "soon", ""] {
+            for url in [
+                format!("smb://u@127.0.0.1:1/s?timeout={t}"),
+                format!("nfs://127.0.0.1/e?timeout={t}"),
+            ] {
+                let e = open_source(&url).err().unwrap();
+                assert_eq!(e.kind, SourceErrorKind::Invalid, "{url}: {e}");
+                assert!(e.message.contains("timeout"), "{url}: {e}");
+                assert!(!e.message.contains('\n'), "one line: {e}");
+            }
         }
     }
 
@@ -310,6 +331,26 @@ mod tests {
             assert_eq!(e.kind, SourceErrorKind::Invalid, "connections={n}: {e}");
             assert!(e.message.contains("connections"), "{e}");
         }
+    }
+
+    #[test]
+    fn nfs_timeout_is_the_rpc_timeout_default_15_s() {
+        let parse = |url: &str| match SourceUrl::parse(url).unwrap() {
+            SourceUrl::Nfs {
+                host,
+                port,
+                export,
+                query,
+            } => nfs_config(host, port, export, &query),
+            other => panic!("{other:?}"),
+        };
+        let c = parse("nfs://10.0.0.1/export").unwrap();
+        assert_eq!(c.rpc_timeout, std::time::Duration::from_secs(15));
+        let c = parse("nfs://10.0.0.1/export?timeout=2.5&uid=7").unwrap();
+        assert_eq!(c.rpc_timeout, std::time::Duration::from_millis(2500));
+        assert_eq!(c.uid, 7);
+        let e = parse("nfs://10.0.0.1/export?timeout=0").unwrap_err();
+        assert!(e.message.contains("timeout=0"), "{e}");
     }
 
     #[test]

@@ -4,10 +4,16 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kaiso_source::{NfsConfig, NfsSource};
-use kaiso_store::migrate::{Source, SourceErrorKind, SourcePath};
+use kaiso_store::migrate::{
+    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceErrorKind,
+    SourcePath,
+};
+use kaiso_store::{Store, StoreConfig};
 
 #[test]
 fn nfs_source_against_ganesha() {
@@ -218,4 +224,358 @@ impl PortmapperFor {
     fn asked(&self) -> Vec<(u32, u32, u32)> {
         self.asked.lock().unwrap().clone()
     }
+}
+
+/// The process id ganesha wrote to its pid file, checked to be ganesha.
+fn ganesha_pid(server: &common::Ganesha) -> i32 {
+    let pidfile = server.dir.path().join("ganesha.pid");
+    let start = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "ganesha.nfsd" {
+                return pid;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no ganesha pid in {pidfile:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill -{sig} {pid}");
+}
+
+/// Waits until every thread of `pid` is in group stop: SIGSTOP takes effect as each
+/// thread is next scheduled, and a call sent before that may still be answered.
+fn wait_all_threads_stopped(pid: i32) {
+    let start = Instant::now();
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("ganesha threads");
+        let running: Vec<String> = tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            // The state follows the parenthesised command name, which may hold spaces.
+            .filter_map(|stat| Some(stat[stat.rfind(')')? + 2..].chars().next()?))
+            .filter(|state| *state != 'T')
+            .map(|state| state.to_string())
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "ganesha threads not stopped: states {running:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Sends SIGCONT when dropped, so a failing assertion never leaves ganesha stopped.
+struct ContinueOnDrop(i32);
+
+impl Drop for ContinueOnDrop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// A ganesha restarted by the test on the killed one's configuration (same ports, same
+/// export id, so its file handles stay valid), and the rpcbind started for it if none
+/// was running; both killed and reaped when dropped.
+struct Restarted {
+    ganesha: Child,
+    rpcbind: Option<Child>,
+}
+
+/// How many times ganesha logged finishing its start (after registering with rpcbind).
+fn starts_logged(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("NFS SERVER INITIALIZED")
+        .count()
+}
+
+impl Restarted {
+    /// Starts ganesha and waits until it logs that it is initialized and its NFS port
+    /// accepts. Ganesha exits if it cannot register with rpcbind; when tests of another
+    /// process share the machine, the rpcbind it used may have been stopped by them, so
+    /// a start that exits early is retried with an rpcbind of its own if none listens.
+    fn start(server: &common::Ganesha) -> Self {
+        let dir = server.dir.path();
+        let log = dir.join("ganesha.log");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut rpcbind = None;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let before = starts_logged(&log);
+            let mut ganesha = Command::new("ganesha.nfsd")
+                .arg("-F")
+                .arg("-f")
+                .arg(dir.join("ganesha.conf"))
+                .arg("-L")
+                .arg(&log)
+                .arg("-N")
+                .arg("NIV_EVENT")
+                .arg("-p")
+                .arg(dir.join("ganesha.pid"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("restart ganesha.nfsd");
+            loop {
+                if starts_logged(&log) > before
+                    && std::net::TcpStream::connect(("127.0.0.1", server.nfs_port)).is_ok()
+                {
+                    return Restarted { ganesha, rpcbind };
+                }
+                if let Ok(Some(status)) = ganesha.try_wait() {
+                    eprintln!("ganesha restart {attempt} exited ({status}); again");
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let _ = ganesha.kill();
+                    let _ = ganesha.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ganesha did not come back within 30 s ({attempt} starts); log {}",
+                log.display()
+            );
+            if rpcbind.is_none() && std::net::TcpStream::connect(("127.0.0.1", 111)).is_err() {
+                rpcbind = Some(
+                    Command::new("rpcbind")
+                        .arg("-f")
+                        .stdin(Stdio::null())
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .expect("start rpcbind"),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+impl Drop for Restarted {
+    fn drop(&mut self) {
+        for child in std::iter::once(&mut self.ganesha).chain(self.rpcbind.as_mut()) {
+            // SIGTERM first so that ganesha unregisters from rpcbind.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `f` on a thread; fails if it does not return within `limit`. Returns its result
+/// and how long it took.
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => (v, t.elapsed()),
+        Err(_) => panic!("{what} did not return within {limit:?}"),
+    }
+}
+
+/// A ganesha that stops answering (SIGSTOP) makes a call fail as unreachable within the
+/// configured RPC timeout, naming the server, and the next call after it answers again
+/// (SIGCONT) works. A ganesha killed in the middle of a migration fails the calls at
+/// once: the crawl ends stuck with the failing files listed, a client read of a file not
+/// fetched yet fails instead of hanging, and after ganesha is back a new crawl ends done.
+#[test]
+fn nfs_timeout_and_reconnect() {
+    if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls"]) {
+        return;
+    }
+    let test_start = Instant::now();
+    let export = tempfile::tempdir().expect("tempdir");
+    let bulk = export.path().join("bulk");
+    std::fs::create_dir(&bulk).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..80u64)
+        .map(|i| (format!("bulk/f{i:02}"), common::content(900 + i, 700_000)))
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(export.path().join(name), data).unwrap();
+    }
+    let server = common::Ganesha::start(export.path());
+    let pid = ganesha_pid(&server);
+    let timeout = Duration::from_secs(2);
+    let mut cfg = server.config();
+    cfg.rpc_timeout = timeout;
+    // The client's source comes from a URL: `timeout=` sets the RPC timeout.
+    let url = format!(
+        "nfs://127.0.0.1:{}{}?mountport={}&timeout=2",
+        server.nfs_port, server.pseudo, server.mount_port
+    );
+    let source: Arc<dyn Source> = Arc::from(kaiso_source::open_source(&url).expect("connect"));
+    let f0 = SourcePath::parse(b"bulk/f00").unwrap();
+    assert_eq!(source.stat(&f0).unwrap().size, 700_000);
+    let server_name = format!("127.0.0.1:{}", server.nfs_port);
+
+    // A silent server: the call ends with Unreachable after about the timeout.
+    signal(pid, libc::SIGSTOP);
+    wait_all_threads_stopped(pid);
+    let resume = ContinueOnDrop(pid);
+    let s = source.clone();
+    let p = f0.clone();
+    let (r, took) = within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
+    drop(resume);
+    let e = r.expect_err("a stopped server answered");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().contains(&server_name), "{e}");
+    assert!(
+        took >= timeout - Duration::from_millis(100),
+        "failed early: {took:?}: {e}"
+    );
+    eprintln!("stopped server: {took:?}: {e}");
+    // The next call works again.
+    assert_eq!(source.stat(&f0).expect("after SIGCONT").size, 700_000);
+    assert!(source.read(&f0, 0, 100).unwrap() == files[0].1[..100]);
+
+    // A source left idle over the kill and restart below, holding several pooled
+    // connections (64 KiB READs of a 700 kB file run in parallel).
+    let mut warm_cfg = cfg.clone();
+    warm_cfg.read_size = 64 << 10;
+    let warm = NfsSource::connect(warm_cfg).expect("connect");
+    assert!(warm.read(&f0, 0, 700_000).unwrap() == files[0].1);
+
+    // Mid-migration kill.
+    let dest = tempfile::tempdir().unwrap();
+    let tier = dest.path().join("t0");
+    std::fs::create_dir(&tier).unwrap();
+    let store_cfg = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"4GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+        dest.path().join("state").display(),
+        tier.display()
+    );
+    let store = Store::open(StoreConfig::from_toml_str(&store_cfg, "test.toml").unwrap()).unwrap();
+    let mut mcfg = MigrationConfig::new("nfs");
+    mcfg.crawl_workers = 2;
+    let m = Migration::open(&store, Box::new(NfsSource::connect(cfg).unwrap()), mcfg).unwrap();
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    let start = Instant::now();
+    loop {
+        let p = m.progress(&store).unwrap();
+        if p.files_done >= 3 {
+            assert!(p.remaining > 0, "finished before the kill: {p:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no progress: {p:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    signal(pid, libc::SIGKILL);
+    let (state, took) = within(
+        timeout * 4 + Duration::from_secs(15),
+        "crawler",
+        move || {
+            let state = crawler.wait(Duration::from_secs(600));
+            (state, crawler.failures())
+        },
+    );
+    let (state, failures) = state;
+    assert_eq!(state, CrawlState::Stuck, "after {took:?}");
+    assert!(!failures.is_empty(), "the failing files are listed");
+    assert!(
+        failures.iter().all(|f| f.errno == libc::EIO),
+        "{failures:?}"
+    );
+    let left = m.remaining();
+    assert!(left > 0, "nothing left after the kill");
+    eprintln!(
+        "killed server: crawler stuck after {took:?}, {left} files left, {} failures listed",
+        failures.len()
+    );
+    // A client reading a file not fetched yet gets an error, not a hang.
+    let s2 = store.clone();
+    let (r, took) = within(
+        timeout * 2 + Duration::from_secs(5),
+        "client read",
+        move || {
+            let mut ino = kaiso_store::ROOT_INO;
+            for c in ["bulk", "f79"] {
+                let a = s2
+                    .lookup(ino, std::ffi::OsStr::new(c))
+                    .map_err(|e| e.errno())?;
+                ino = a.ino;
+            }
+            let o = s2
+                .open_file(ino, libc::O_RDONLY, false)
+                .map_err(|e| e.errno())?;
+            let r = s2.read(o.fh, 0, 4096).map_err(|e| e.errno());
+            let _ = s2.release(o.fh);
+            r
+        },
+    );
+    assert!(r.is_err(), "read of an unfetched file after the kill");
+    eprintln!("killed server: client read failed after {took:?}");
+    // The source connected before the kill fails at once and names the server.
+    let s = source.clone();
+    let p = f0.clone();
+    let (r, took) = within(timeout * 2, "stat after kill", move || s.stat(&p));
+    let e = r.expect_err("a killed server answered");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    assert!(e.to_string().contains(&server_name), "{e} after {took:?}");
+    assert!(took < timeout, "a refused connect waited {took:?}");
+    eprintln!("killed server, idle source: {took:?}: {e}");
+
+    // Ganesha back on the same ports: the same sources reconnect and a new crawl of the
+    // same migration (resume) ends done, every file byte for byte.
+    let restarted = Restarted::start(&server);
+    // Its pooled connections were closed by the killed server: none is used.
+    let f1 = SourcePath::parse(b"bulk/f01").unwrap();
+    assert!(
+        warm.read(&f1, 0, 700_000)
+            .expect("idle source after restart")
+            == files[1].1
+    );
+    assert_eq!(source.stat(&f0).expect("after restart").size, 700_000);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    let (state, failures) = within(Duration::from_secs(60), "resumed crawl", move || {
+        let state = crawler.wait(Duration::from_secs(600));
+        (state, crawler.failures())
+    })
+    .0;
+    assert_eq!(state, CrawlState::Done, "failures {failures:?}");
+    assert_eq!(m.remaining(), 0);
+    assert!(m.skipped().is_empty(), "{:?}", m.skipped());
+    for (name, data) in &files {
+        assert!(std::fs::read(tier.join(name)).unwrap() == *data, "{name}");
+    }
+    eprintln!("nfs_timeout_and_reconnect took {:?}", test_start.elapsed());
+    drop(m);
+    store.shutdown();
+    drop(restarted);
 }

@@ -85,3 +85,79 @@ fn posix_source_reports_missing_root_and_permission_denied() {
         assert_eq!(kind, SourceErrorKind::PermissionDenied);
     }
 }
+
+/// The access time of `p` (nanosecond resolution), symlinks not followed.
+fn atime(p: &std::path::Path) -> std::time::SystemTime {
+    std::fs::symlink_metadata(p).unwrap().accessed().unwrap()
+}
+
+/// Sets the access time of `p` (a file or directory) to `t`, leaving its mtime alone.
+fn set_atime(p: &std::path::Path, t: std::time::SystemTime) {
+    let f = std::fs::File::open(p).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_accessed(t))
+        .unwrap();
+}
+
+/// Reading a file and listing a directory through the POSIX source leave their access
+/// times as they were (O_NOATIME), also for a file the reader neither owns nor has
+/// CAP_FOWNER for (O_NOATIME refused with EPERM: the open falls back and still reads).
+#[test]
+fn posix_source_reads_leave_atimes_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let file = sub.join("data");
+    std::fs::write(&file, common::content(5, 10_000)).unwrap();
+    std::fs::write(sub.join("other"), b"x").unwrap();
+    // A year before the file's mtime: any atime update (relatime included) moves it.
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+
+    // Does this file system record atimes at all? A plain read tells.
+    set_atime(&file, old);
+    std::fs::read(&file).unwrap();
+    if atime(&file) == old {
+        eprintln!(
+            "skipped: {} does not update atimes on read (mounted noatime?)",
+            dir.path().display()
+        );
+        return;
+    }
+
+    let source = PosixSource::open(dir.path()).expect("open");
+    let data_path = SourcePath::parse(b"sub/data").unwrap();
+    set_atime(&file, old);
+    set_atime(&sub, old);
+    assert!(source.read(&data_path, 0, 20_000).unwrap() == common::content(5, 10_000));
+    let names: Vec<_> = source
+        .read_dir(&SourcePath::parse(b"sub").unwrap())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(atime(&file), old, "read moved the file's atime");
+    assert_eq!(atime(&sub), old, "listing moved the directory's atime");
+
+    // Not the owner and no CAP_FOWNER (a thread whose fs uid is "nobody"; setfsuid is
+    // per thread and drops CAP_FOWNER): O_NOATIME is refused, the read still works.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let fresh = PosixSource::open(dir.path()).expect("open");
+        let read = std::thread::scope(|s| {
+            s.spawn(|| {
+                unsafe { libc::setfsuid(65534) };
+                let r = fresh.read(&data_path, 0, 20_000);
+                let l = fresh.read_dir(&SourcePath::parse(b"sub").unwrap());
+                unsafe { libc::setfsuid(0) };
+                (r, l)
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(read.0.expect("read without O_NOATIME") == common::content(5, 10_000));
+        assert_eq!(read.1.expect("listing without O_NOATIME").len(), 2);
+    }
+}

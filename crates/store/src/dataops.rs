@@ -30,10 +30,18 @@ fn backing_flags(flags: i32) -> i32 {
     acc | (flags & keep)
 }
 
+/// A test hook of [`Store::stub_write`] ([`Store::set_stub_resolve_hook`]).
+type StubResolveHook = std::rc::Rc<dyn Fn(Ino)>;
+
 thread_local! {
     /// Stub rows of a [`Store::stub_batch`] under way on this thread.
     static STUB_ROWS: std::cell::RefCell<Option<Vec<crate::db::StubRow>>> =
         const { std::cell::RefCell::new(None) };
+    /// A test hook of [`Store::stub_write`] on this thread ([`Store::set_stub_resolve_hook`]).
+    static STUB_RESOLVE_HOOK: std::cell::RefCell<Option<StubResolveHook>> =
+        const { std::cell::RefCell::new(None) };
+    /// Set on threads whose accesses are not a client's ([`Store::mark_background_thread`]).
+    static BACKGROUND_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How an open is served by the kernel.
@@ -82,7 +90,11 @@ impl Store {
     }
 
     /// Count an access: per-tier counters, the policy, the trace.
+    /// Nothing is counted on a background thread (the crawler's fetches are no accesses).
     pub(crate) fn record(&self, ino: Ino, tier: u8, op: Op, offset: u64, len: u64, size: u64) {
+        if on_background_thread() {
+            return;
+        }
         let now = self.now();
         if let Some(t) = self.tiers.get(tier as usize) {
             if matches!(op, Op::Read | Op::Write) {
@@ -860,23 +872,45 @@ impl Store {
             let tier = st.tier();
             let size = st.size.load(Ordering::Acquire);
             let end = offset + len;
-            let growth = if keep { 0 } else { end.saturating_sub(size) };
+            // The size after the call: inserting shifts the tail up by `len`, collapsing
+            // down by `len`; other modes extend to `end` unless told to keep the size.
+            let new_size = if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
+                size.saturating_add(len)
+            } else if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 {
+                size.saturating_sub(len)
+            } else if keep {
+                size
+            } else {
+                end.max(size)
+            };
+            let growth = new_size.saturating_sub(size);
             if !self.reserve(tier, growth) {
                 drop(g);
-                self.spill(st.ino, tier, end)?;
+                self.spill(st.ino, tier, new_size)?;
                 continue;
             }
             if let Err(e) = util::fallocate(&h.file(), mode, offset, len) {
                 self.tiers[tier as usize].add_used(-(growth as i64));
                 if e.raw_os_error() == Some(libc::ENOSPC) {
                     drop(g);
-                    self.spill(st.ino, tier, end.max(size))?;
+                    self.spill(st.ino, tier, new_size.max(size))?;
                     continue;
                 }
                 return Err(e.into());
             }
-            if !keep {
-                st.size.fetch_max(end, Ordering::AcqRel);
+            if mode & (libc::FALLOC_FL_INSERT_RANGE | libc::FALLOC_FL_COLLAPSE_RANGE) != 0 {
+                // A fetch writes nothing past the size it finds (`stub_write_counted`),
+                // so a collapsed file must show its new size before the gate is dropped.
+                // Settled against the size replaced, as `truncate` does.
+                let prev = st.size.swap(new_size, Ordering::AcqRel);
+                self.tiers[tier as usize].add_used(new_size as i64 - prev as i64 - growth as i64);
+            } else if !keep {
+                // Another writer may have grown the file meanwhile (see `write`).
+                let prev = st.size.fetch_max(end, Ordering::AcqRel);
+                let actual = end.saturating_sub(prev);
+                if actual < growth {
+                    self.tiers[tier as usize].add_used(-((growth - actual) as i64));
+                }
             }
             st.write_gen.fetch_add(1, Ordering::AcqRel);
             return Ok(());
@@ -1175,16 +1209,29 @@ impl Store {
     }
 
     /// Write fetched bytes into a stub file and mark them present; never calls the filler.
+    /// Same as [`Store::stub_write_counted`], without the count.
+    pub fn stub_write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<()> {
+        self.stub_write_counted(ino, offset, data).map(|_| ())
+    }
+
+    /// Write the fetched bytes `data` (the source's bytes at `offset`) into stub file
+    /// `ino`, only where they are still missing, and mark them present; never calls the
+    /// filler. Returns how many bytes were written.
+    ///
+    /// A fetch reads the source without any lock on the file, so a client may change it
+    /// meanwhile: bytes it wrote are no longer missing, and a truncate drops the missing
+    /// ranges past the new size. Writing only what is missing *now*, under the gate held
+    /// exclusively, keeps every byte a client wrote and never regrows a file a client
+    /// shrank (the fetch used to write its whole range, then subtract it).
+    ///
     /// Fetching is not a modification: the file keeps the mtime it must show (its pending
     /// times, see [`StubState::times`]), which are durable in its row before the bytes
     /// are written, so a crash between the write and the restore of the mtime is undone
     /// at the next start ([`Store::open`]). Writes do not change the atime.
-    pub fn stub_write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<()> {
-        let (path, state) = {
+    pub fn stub_write_counted(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u64> {
+        let state = {
             let ns = self.ns();
-            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-            let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
-            (self.tiers[f.tier as usize].path(&p), f.state.clone())
+            ns.files.get(&ino).ok_or(FsError::NOENT)?.state.clone()
         };
         // Exclusively, from reading the times to keep until they are back on: a client's
         // write, truncate or utimens (each under the gate shared, with its
@@ -1192,13 +1239,40 @@ impl Store {
         // back, never in between, where its mtime would be replaced by the older one.
         // Only stub files are fetched into, so other files never wait for this.
         let _g = state.gate.write().unwrap_or_else(|e| e.into_inner());
-        let f = std::fs::OpenOptions::new().write(true).open(&path)?;
-        let (had_stub, pending) = state
+        run_stub_resolve_hook(ino);
+        // The path is resolved and opened under the namespace lock, with the gate held
+        // (lock order: gate, then namespace): a client's rename cannot make it name
+        // another file between the two, and a move cannot switch the tier (it switches
+        // under the gate).
+        let f = {
+            let ns = self.ns();
+            let entry = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            if !Arc::ptr_eq(&entry.state, &state) {
+                return Err(FsError::NOENT);
+            }
+            let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(self.tiers[entry.tier as usize].path(&p))?
+        };
+        // What is still missing of the range, within the current size.
+        let size = state.size.load(Ordering::Acquire);
+        let end = offset.saturating_add(data.len() as u64).min(size);
+        let (pieces, pending) = match state
             .stub
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map_or((false, None), |s| (true, s.times));
+        {
+            Some(s) => (
+                crate::stub::missing_within(&s.missing, offset, end),
+                s.times,
+            ),
+            None => (Vec::new(), None),
+        };
+        if pieces.is_empty() {
+            return Ok(0);
+        }
         let times = match pending {
             Some(t) => t,
             None => {
@@ -1217,8 +1291,13 @@ impl Store {
         // In pieces: one multi-megabyte write(2) into the page cache cost up to several
         // times the CPU of the same bytes written a megabyte at a time (measured:
         // docs/reproduction/migration.md §3), and a crawl is CPU-bound.
-        for (i, piece) in data.chunks(STUB_WRITE_PIECE).enumerate() {
-            f.write_all_at(piece, offset + (i * STUB_WRITE_PIECE) as u64)?;
+        let mut written = 0;
+        for &(s, e) in &pieces {
+            let bytes = &data[(s - offset) as usize..(e - offset) as usize];
+            for (i, piece) in bytes.chunks(STUB_WRITE_PIECE).enumerate() {
+                f.write_all_at(piece, s + (i * STUB_WRITE_PIECE) as u64)?;
+            }
+            written += e - s;
         }
         if *self.fail.lock().unwrap_or_else(|e| e.into_inner())
             == Some(crate::store::FailPoint::StubAfterWrite)
@@ -1234,7 +1313,7 @@ impl Store {
             .as_ref()
             .is_some_and(|s| s.times.is_some());
         self.run_stub_write_hook(ino);
-        if still_pending || !had_stub {
+        if still_pending {
             util::futimens(&f, util::UTime::Omit, util::UTime::At(times.1))?;
         }
         // Marked before the change can be seen (a client may write over these bytes as
@@ -1244,7 +1323,9 @@ impl Store {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {
                 Some(st) => {
-                    crate::stub::subtract(&mut st.missing, offset, offset + data.len() as u64);
+                    for &(a, b) in &pieces {
+                        crate::stub::subtract(&mut st.missing, a, b);
+                    }
                     let m = st.missing.clone();
                     let t = st.times;
                     if m.is_empty() {
@@ -1255,17 +1336,44 @@ impl Store {
                 None => (Vec::new(), None),
             }
         };
-        let end = offset + data.len() as u64;
-        let old = state.size.fetch_max(end, Ordering::AcqRel);
-        if end > old {
-            self.tiers[state.tier() as usize].add_used((end - old) as i64);
-        }
         let r = self.db().set_stub(ino, false, &missing, times);
         state.mark_unsynced(STUB_ROW_CHANGED);
         r?;
-        Ok(())
+        Ok(written)
+    }
+
+    /// Run `hook` inside every [`Store::stub_write`] made on the calling thread, with the
+    /// file's gate held exclusively, before the file's backing path is resolved (tests of
+    /// a rename racing a fetch). Per thread, so tests running side by side do not see it.
+    pub fn set_stub_resolve_hook(hook: Option<Box<dyn Fn(Ino)>>) {
+        STUB_RESOLVE_HOOK.with(|h| *h.borrow_mut() = hook.map(std::rc::Rc::from));
+    }
+
+    /// Mark the calling thread as a background one (the migration crawler): its reads
+    /// and opens are not client accesses, so they do not count in the placement policy's
+    /// heat, the tiers' foreground counters or the access trace.
+    pub fn mark_background_thread() {
+        BACKGROUND_THREAD.with(|b| b.set(true));
     }
 }
+
+fn run_stub_resolve_hook(ino: Ino) {
+    if let Some(h) = STUB_RESOLVE_HOOK.with(|h| h.borrow().clone()) {
+        h(ino);
+    }
+}
+
+/// Whether the calling thread does background work ([`Store::mark_background_thread`]).
+/// The migration crawler's threads count too by their name until the engine marks them.
+fn on_background_thread() -> bool {
+    BACKGROUND_THREAD.with(|b| b.get())
+        || std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with(CRAWLER_THREAD_PREFIX))
+}
+
+/// Name prefix of the migration crawler's worker threads (`migrate/crawler.rs`).
+const CRAWLER_THREAD_PREFIX: &str = "kaiso-crawl-";
 
 /// Largest piece of a fetched unit written to a stub file in one `write(2)` (see
 /// `Store::stub_write`).

@@ -1244,20 +1244,38 @@ impl Store {
         Ok(vec![self.tiers[f.tier as usize].path(&p)])
     }
 
-    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
-        let paths = self.xattr_paths(ino)?;
-        for (i, p) in paths.iter().enumerate() {
-            // XATTR_CREATE/REPLACE decide on the first copy; the others just follow.
-            let f = if i == 0 { flags } else { 0 };
-            util::lsetxattr(p, name, value, f)?;
+    /// A migration stub's metadata (xattrs, ACLs) is copied from its source before any
+    /// of its xattrs are read or changed: the first reference shows the source's, and a
+    /// client's change is never overwritten by a later copy.
+    fn fill_meta_if_stub(&self, ino: Ino) -> FsResult<()> {
+        match self.stub_filler() {
+            Some(filler) => filler.fill_meta(self, ino),
+            None => Ok(()),
         }
+    }
+
+    pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+        self.fill_meta_if_stub(ino)?;
+        self.stub_setxattr(ino, name, value, flags)?;
         // A migration copies xattrs when a stub becomes partial: should its record of
         // that step be lost, redoing it would overwrite this value.
         self.mark_filler_touched(ino);
         Ok(())
     }
 
+    /// Sets an xattr of `ino` for the stub filler (its metadata copy): no filler call.
+    pub fn stub_setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
+        let paths = self.xattr_paths(ino)?;
+        for (i, p) in paths.iter().enumerate() {
+            // XATTR_CREATE/REPLACE decide on the first copy; the others just follow.
+            let f = if i == 0 { flags } else { 0 };
+            util::lsetxattr(p, name, value, f)?;
+        }
+        Ok(())
+    }
+
     pub fn getxattr(&self, ino: Ino, name: &OsStr) -> FsResult<Vec<u8>> {
+        self.fill_meta_if_stub(ino)?;
         match self.xattr_paths(ino) {
             Ok(paths) => Ok(util::lgetxattr(paths.first().ok_or(FsError::NOENT)?, name)?),
             // Unlinked while open: the kernel still asks (e.g. `security.capability`
@@ -1268,6 +1286,7 @@ impl Store {
 
     /// NUL-separated names.
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        self.fill_meta_if_stub(ino)?;
         match self.xattr_paths(ino) {
             Ok(paths) => Ok(util::llistxattr(paths.first().ok_or(FsError::NOENT)?)?),
             Err(e) => Ok(util::flistxattr(&*self.open_unlinked(ino).ok_or(e)?)?),
@@ -1281,6 +1300,7 @@ impl Store {
     }
 
     pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {
+        self.fill_meta_if_stub(ino)?;
         let paths = self.xattr_paths(ino)?;
         for (i, p) in paths.iter().enumerate() {
             match util::lremovexattr(p, name) {

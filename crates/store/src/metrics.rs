@@ -93,6 +93,20 @@ pub fn render(store: &Store) -> String {
 }
 
 /// Serve `GET /metrics` on `addr` in a background thread.
+/// Reads an HTTP request head (up to the blank line, at most 8 KiB): a client may send
+/// it in several TCP segments, and answering after the first would cut its request off.
+fn read_request_head(c: &mut impl Read) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    head
+}
+
 pub fn serve(store: Arc<Store>, addr: &str) -> std::io::Result<std::net::SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
@@ -103,9 +117,8 @@ pub fn serve(store: Arc<Store>, addr: &str) -> std::io::Result<std::net::SocketA
             }
             let Ok(mut c) = conn else { continue };
             let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            let mut buf = [0u8; 1024];
-            let n = c.read(&mut buf).unwrap_or(0);
-            let req = String::from_utf8_lossy(&buf[..n]);
+            let req = read_request_head(&mut c);
+            let req = String::from_utf8_lossy(&req);
             let (status, body) = if req.starts_with("GET /metrics") || req.starts_with("GET / ") {
                 ("200 OK", render(&store))
             } else {
@@ -115,4 +128,38 @@ pub fn serve(store: Arc<Store>, addr: &str) -> std::io::Result<std::net::SocketA
         }
     })?;
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_request_head;
+    use std::io::Read;
+
+    /// A reader handing out its bytes a few at a time, as TCP segments may arrive.
+    struct Trickle(Vec<u8>, usize);
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(3).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            self.1 += 1;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_request_head_in_pieces_is_read_whole() {
+        let mut r = Trickle(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n".to_vec(), 0);
+        let head = read_request_head(&mut r);
+        assert!(head.starts_with(b"GET /metrics HTTP/1.0"));
+        assert!(head.ends_with(b"\r\n\r\n"));
+        assert!(r.1 > 1, "should have taken several reads");
+    }
+
+    #[test]
+    fn a_head_without_end_is_bounded() {
+        let mut r = std::io::repeat(b'a');
+        assert!(read_request_head(&mut r).len() <= 8192 + 1024);
+    }
 }

@@ -118,6 +118,9 @@ pub(crate) struct MoverShared {
     pub next_job: AtomicU64,
     /// Planned moves refused for passthrough handles, tried again as soon as those close.
     waiting: Mutex<Vec<WaitingMove>>,
+    /// The store's operation count and tier usage when the policy's sizes were last
+    /// brought up to date: while both stand still, no file changed size.
+    sizes_synced_at: Mutex<Option<(u64, Vec<u64>)>>,
 }
 
 /// A planned move the mover refused because the file was open through kernel
@@ -267,6 +270,66 @@ fn relieves_slower_tier(r: MoveReason) -> bool {
         r,
         MoveReason::Spike | MoveReason::Promote | MoveReason::Prefetch | MoveReason::Evict
     )
+}
+
+/// Open a move's source without updating its access time (O_NOATIME), or normally where
+/// that is not allowed (EPERM: kaiso owns neither the file nor CAP_FOWNER).
+fn open_source(p: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(p)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => File::open(p),
+        r => r,
+    }
+}
+
+/// Evict `f`'s clean pages from the page cache (after an fsync they are all clean).
+fn drop_cached_pages(f: &File) {
+    use std::os::unix::io::AsRawFd;
+    // Advisory: a failure only means the read-back may come from the cache.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+const CAPABILITY_XATTR: &std::ffi::CStr = c"security.capability";
+
+/// Copy the `security.capability` attribute of `src` to `dst`, if `src` has one. It is
+/// copied with the other attributes, but a later chown removes it (the kernel drops file
+/// capabilities when the owner changes), so it is set again after the chown.
+fn copy_capability(src: &File, dst: &File) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // A v3 capability (with a root id) is 24 bytes; leave room for any later format.
+    let mut buf = [0u8; 256];
+    let n = unsafe {
+        libc::fgetxattr(
+            src.as_raw_fd(),
+            CAPABILITY_XATTR.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENODATA) | Some(libc::ENOTSUP) => Ok(()),
+            _ => Err(e),
+        };
+    }
+    let r = unsafe {
+        libc::fsetxattr(
+            dst.as_raw_fd(),
+            CAPABILITY_XATTR.as_ptr(),
+            buf.as_ptr().cast(),
+            n as usize,
+            0,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn parent_of(p: &Path) -> PathBuf {
@@ -501,6 +564,9 @@ impl Store {
         if first {
             self.fail_at(FailPoint::AfterFsync)?;
         }
+        // Drop the copy from the page cache, so the read-back checks what reached the
+        // device, not the pages just written (a no-op where memory is the device: tmpfs).
+        drop_cached_pages(dst);
         // Read the synced copy back: it must hold exactly what was read from the source.
         // (That the source did not change meanwhile is the write generation's business.)
         let sz = util::fstat(dst)?.st_size as u64;
@@ -558,7 +624,7 @@ impl Store {
             let names = ns.file_paths(ino);
             let (names, src, orphan) = match names.first() {
                 Some(first) => {
-                    let src = File::open(self.tiers[f.tier as usize].path(first))?;
+                    let src = open_source(&self.tiers[f.tier as usize].path(first))?;
                     (names, src, false)
                 }
                 None => {
@@ -659,6 +725,7 @@ impl Store {
         //    write since the copy began: that is the quiescent point. A file written all
         //    the time gets a last copy while its readers and writers wait on the gate.
         let mut attempt = 0;
+        let mut atime_before: (libc::time_t, i64);
         let (gate, copied) = loop {
             let last = attempt >= QUIET_COPY_ATTEMPTS;
             let held = if last {
@@ -667,6 +734,15 @@ impl Store {
                 None
             };
             let gen0 = state.write_gen.load(Ordering::Acquire);
+            // Before the copy reads it: a source opened without O_NOATIME gets its atime
+            // bumped by the copy's own reads.
+            match util::fstat(&src) {
+                Ok(s) => atime_before = (s.st_atime, s.st_atime_nsec),
+                Err(e) => {
+                    drop(held);
+                    return Err(cleanup(e.into()));
+                }
+            }
             let pace = match (last, background) {
                 (true, _) => Pace::Unpaced,
                 (false, Some(r)) => Pace::Background {
@@ -751,7 +827,7 @@ impl Store {
         if let Some(e) = Self::not_movable(&state) {
             return Err(abort(e, ns, gate));
         }
-        let st = if orphan {
+        let mut st = if orphan {
             match util::fstat(&src) {
                 Ok(s) => s,
                 Err(e) => return Err(abort(e.into(), ns, gate)),
@@ -769,6 +845,8 @@ impl Store {
                 Err(e) => return Err(abort(e.into(), ns, gate)),
             }
         };
+        // The copy's reads do not count as an access (no user read the file).
+        (st.st_atime, st.st_atime_nsec) = atime_before;
         let dst_bino = util::fstat(&dst).map(|s| s.st_ino).unwrap_or(0);
         let mut reopened: Vec<File> = Vec::with_capacity(handles.len());
         let r = (|| -> Result<(), MoveError> {
@@ -778,6 +856,8 @@ impl Store {
                 util::copy_xattrs(&ft.path(&names[0]), &tmp_path)?;
             }
             util::copy_meta(&st, &tmp_path)?;
+            // chown dropped file capabilities: set them again after it.
+            copy_capability(&src, &dst)?;
             self.db()
                 .journal_set_names(id, &journal_names(&names, &dst_names), dst_bino)?;
             for (i, n) in dst_names.iter().enumerate() {
@@ -987,6 +1067,8 @@ impl Store {
 
     /// One planning round: ask the policy, carry the moves out.
     pub fn plan_and_move(&self, stop: &AtomicBool) -> u64 {
+        self.sync_policy_sizes();
+        self.refresh_fs_room();
         let states = self.tier_states();
         let busiest = states.iter().map(|s| s.busy).fold(0.0, f64::max);
         if busiest > self.cfg.mover.busy_backoff {
@@ -1062,6 +1144,39 @@ impl Store {
             }
         }
         moved
+    }
+
+    /// Bring the policy's file sizes up to date with the store's (files created through a
+    /// face are placed empty and grow afterwards), so drains and fills plan real bytes.
+    pub(crate) fn sync_policy_sizes(&self) {
+        // Every size change is an operation (write, truncate, open with O_TRUNC) or, for a
+        // passthrough writer, growth accounted to its tier's usage.
+        let mark = (
+            self.ops.load(Ordering::Acquire),
+            self.tiers.iter().map(|t| t.used()).collect::<Vec<u64>>(),
+        );
+        {
+            let mut last = self
+                .mover
+                .sizes_synced_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if last.as_ref() == Some(&mark) {
+                return;
+            }
+            *last = Some(mark);
+        }
+        let sizes: Vec<(Ino, u64)> = self
+            .ns()
+            .files
+            .iter()
+            .filter(|(_, f)| f.kind == FileKind::File)
+            .map(|(&ino, f)| (ino, f.state.size.load(Ordering::Acquire)))
+            .collect();
+        let changed = self.placer().sync_sizes(sizes);
+        if changed > 0 {
+            tracing::debug!(changed, "file sizes brought up to date in the policy");
+        }
     }
 
     /// Tell the policy where a file whose planned move did not happen really is, so it
@@ -1348,6 +1463,52 @@ mod tests {
     use crate::{Store, StoreConfig};
     use kaiso_policy::MoveReason;
     use std::ffi::OsStr;
+
+    /// Pages of `f` (of `len` bytes) in the page cache, by mincore.
+    fn resident_pages(f: &std::fs::File, len: usize) -> usize {
+        use std::os::unix::io::AsRawFd;
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        assert_eq!(unsafe { libc::mincore(map, len, vec.as_mut_ptr()) }, 0);
+        unsafe { libc::munmap(map, len) };
+        vec.iter().filter(|v| **v & 1 != 0).count()
+    }
+
+    /// The verify's read-back comes from the device: the copy's pages leave the cache.
+    #[test]
+    fn synced_pages_are_dropped_before_the_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+        let c = crate::util::cpath(dir.path()).unwrap();
+        assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut sfs) }, 0);
+        if sfs.f_type == libc::TMPFS_MAGIC {
+            eprintln!("skipped: on tmpfs the page cache is the device");
+            return;
+        }
+        let len = 4 << 20;
+        let p = dir.path().join("copy");
+        std::fs::write(&p, vec![7u8; len]).unwrap();
+        let f = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        f.sync_all().unwrap();
+        assert!(resident_pages(&f, len) > 0, "just written: cached");
+        super::drop_cached_pages(&f);
+        assert_eq!(resident_pages(&f, len), 0);
+    }
 
     /// A store with a plain fast tier 0 and an emulated HDD tier 1 holding `file` (`len`
     /// bytes, pattern data), the mover off.

@@ -116,7 +116,8 @@ impl Store {
             });
         }
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-        let path = ns.file_path(ino).ok_or(FsError::NOENT)?;
+        // The name asked for: a hard link's names all live on the file's tier.
+        let path = rel.strip_prefix("/").unwrap_or(rel).to_path_buf();
         let t = &self.tiers[f.tier as usize];
         Ok(Placement {
             ino,
@@ -134,7 +135,11 @@ impl Store {
         let ino = placement.ino;
         let now = self.now();
         let (rule, policy) = {
-            let pl = self.placer();
+            let mut pl = self.placer();
+            // The policy hears of growth at its next planning round; show the size now.
+            if placement.kind == "file" {
+                pl.sync_sizes([(ino, placement.size)]);
+            }
             (pl.reasons.get(&ino).cloned(), pl.explain(ino, now))
         };
         let rule = match rule {

@@ -18,6 +18,8 @@ pub(crate) struct Placer {
     /// Why a file is where it is.
     pub reasons: HashMap<Ino, String>,
     pub pins: HashMap<Ino, u8>,
+    /// The size the policy was last told for each placed file.
+    sizes: HashMap<Ino, u64>,
     /// Half-life of the heat summary: the policy's heat half-life (`[policy]`), in ns.
     half_life_ns: f64,
 }
@@ -44,6 +46,7 @@ impl Placer {
             heat: HashMap::new(),
             reasons: HashMap::new(),
             pins: HashMap::new(),
+            sizes: HashMap::new(),
             half_life_ns,
         }
     }
@@ -70,10 +73,31 @@ impl Placer {
         self.heat.remove(&ino);
         self.reasons.remove(&ino);
         self.pins.remove(&ino);
+        self.sizes.remove(&ino);
     }
 
     pub fn placed(&mut self, ino: Ino, size: u64, tier: u8) {
         self.policy.placed(ino, size, tier as TierId);
+        self.sizes.insert(ino, size);
+    }
+
+    /// Tell the policy the current sizes of placed files whose size changed since it last
+    /// heard (files grow after `placed`: created empty, then written, truncated, or grown
+    /// by passthrough writers). Files the policy never placed are skipped. Returns how
+    /// many sizes changed.
+    pub fn sync_sizes(&mut self, current: impl IntoIterator<Item = (Ino, u64)>) -> usize {
+        let mut changed = 0;
+        for (ino, size) in current {
+            match self.sizes.get_mut(&ino) {
+                Some(known) if *known != size => {
+                    *known = size;
+                    self.policy.resized(ino, size);
+                    changed += 1;
+                }
+                _ => {}
+            }
+        }
+        changed
     }
 
     pub fn pin(&mut self, ino: Ino, tier: Option<u8>) {

@@ -17,6 +17,7 @@ use crate::types::{FileAttr, FileKind, Ino, ROOT_INO};
 use crate::util;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -71,13 +72,12 @@ pub enum OpenError {
 /// How often the growth of passthrough writers is accounted and their reserves topped up.
 pub const PASSTHROUGH_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Runs `check_passthrough_writers` every [`PASSTHROUGH_CHECK`] until the store shuts down
-/// or is dropped (the thread holds only a weak reference between checks).
+/// Every [`PASSTHROUGH_CHECK`] until the store shuts down or is dropped (the thread holds
+/// only a weak reference between checks): samples the tiers' real free space and runs
+/// `check_passthrough_writers`.
 fn spawn_passthrough_checker(store: &Arc<Store>) {
     // Without `passthrough_writes` a writer can still join passthrough readers.
-    if !store.cfg.passthrough {
-        return;
-    }
+    let passthrough = store.cfg.passthrough;
     let weak = Arc::downgrade(store);
     let step = std::time::Duration::from_millis(100);
     let r = std::thread::Builder::new()
@@ -93,12 +93,46 @@ fn spawn_passthrough_checker(store: &Arc<Store>) {
                 }
                 if waited >= PASSTHROUGH_CHECK {
                     waited = std::time::Duration::ZERO;
-                    s.check_passthrough_writers();
+                    if passthrough {
+                        s.check_passthrough_writers();
+                    }
+                    s.refresh_fs_room();
                 }
             }
         });
     if let Err(e) = r {
         tracing::warn!(error = %e, "cannot start the passthrough writer check");
+    }
+}
+
+/// Create the state directory (and missing parents) readable by its owner only, whatever
+/// the process umask (the daemons run with umask 0 so that files get the modes callers
+/// ask for). An existing directory is kept as it is, with a warning when other users can
+/// write to it: they could replace the database or the lock.
+fn create_state_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::metadata(dir) {
+        Ok(md) if md.is_dir() => {
+            let mode = md.permissions().mode() & 0o7777;
+            if mode & 0o022 != 0 {
+                tracing::warn!(
+                    state_dir = %dir.display(),
+                    mode = format!("{mode:04o}"),
+                    "the state directory is writable by other users; chmod 700 it"
+                );
+            }
+            Ok(())
+        }
+        Ok(_) => Err(std::io::Error::other("exists and is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            // DirBuilder's mode passes through the umask; the final one must not.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -133,12 +167,13 @@ impl Store {
         for t in &cfg.tiers {
             crate::tier::check_dir(&t.name, &t.path).map_err(OpenError::Tier)?;
         }
-        std::fs::create_dir_all(&cfg.state_dir)
+        create_state_dir(&cfg.state_dir)
             .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
         let lock = File::options()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(cfg.state_dir.join("lock"))
             .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -180,6 +215,7 @@ impl Store {
         store.recover_journal(&mut report)?;
         store.scan(false, &mut report)?;
         store.restore_state()?;
+        store.refresh_fs_room();
         tracing::info!(
             files = report.files_seen,
             dirs = report.dirs_seen,
@@ -189,6 +225,14 @@ impl Store {
         let store = Arc::new(store);
         spawn_passthrough_checker(&store);
         Ok(store)
+    }
+
+    /// Sample every tier's real free space (see [`Tier::refresh_fs_room`]).
+    pub(crate) fn refresh_fs_room(&self) {
+        let pending = self.passthrough_reserved();
+        for (t, p) in self.tiers.iter().zip(pending) {
+            t.refresh_fs_room(p);
+        }
     }
 
     /// The configuration the store was opened with.

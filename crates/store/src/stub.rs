@@ -38,6 +38,14 @@ pub trait StubFiller: Send + Sync {
         offset: u64,
         len: u64,
     ) -> FsResult<()>;
+    /// `ino`'s xattrs are about to be read or changed (getxattr, listxattr, setxattr,
+    /// removexattr): a stub whose metadata (xattrs, ACLs) has not been copied yet copies
+    /// it now, with [`crate::Store::stub_setxattr`]. Called for every such operation
+    /// while a filler is registered, so it must be cheap for everything else. Default:
+    /// nothing to copy.
+    fn fill_meta(&self, _store: &crate::Store, _ino: Ino) -> FsResult<()> {
+        Ok(())
+    }
     /// Attributes of `ino` may be stale (optional refresh before getattr); default: nothing.
     fn fill_attr(&self, _store: &crate::Store, _ino: Ino, _path: &Path) -> FsResult<()> {
         Ok(())

@@ -20,6 +20,10 @@ pub(crate) struct Tier {
     /// (time, busy) snapshot for utilisation estimates.
     pub busy_snap: Mutex<(u64, u64)>,
     pub last_busy: Mutex<f64>,
+    /// What `used` may reach before the tier's file system is really full, from the last
+    /// [`Tier::refresh_fs_room`]; `u64::MAX` before the first sample or when the file
+    /// system cannot tell.
+    fs_limit: AtomicU64,
 }
 
 impl Tier {
@@ -39,6 +43,7 @@ impl Tier {
             emu,
             busy_snap: Mutex::new((0, 0)),
             last_busy: Mutex::new(0.0),
+            fs_limit: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -55,8 +60,25 @@ impl Tier {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// The hard limit in force: the configured capacity, or less when the tier's file
+    /// system has less real room (the disk is smaller than configured, or other data
+    /// fills it). Every room check (placement, spills, passthrough reserves, moves) and
+    /// the watermarks go through it.
     pub fn capacity(&self) -> u64 {
-        self.cfg.capacity
+        self.cfg.capacity.min(self.fs_limit.load(Ordering::Relaxed))
+    }
+
+    /// Sample the real free space of the tier's file system (statvfs `f_bavail`, the room
+    /// an unprivileged writer has). `pending` is the part of `used` not yet written to the
+    /// file system (room reserved for passthrough writers): it is room already promised,
+    /// so it does not count twice. The store calls this every second and before each
+    /// planning round; between samples the tier's own growth is counted through `used`.
+    pub fn refresh_fs_room(&self, pending: u64) {
+        let limit = match fs_avail(&self.root) {
+            Some(avail) => self.used().saturating_sub(pending).saturating_add(avail),
+            None => u64::MAX,
+        };
+        self.fs_limit.store(limit, Ordering::Relaxed);
     }
 
     /// Room left under the hard capacity.
@@ -145,4 +167,83 @@ pub(crate) fn check_dir(name: &str, p: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Bytes available to unprivileged writers on the file system holding `p` (`None` when
+/// statvfs fails or reports no block size).
+pub(crate) fn fs_avail(p: &Path) -> Option<u64> {
+    let c = crate::util::cpath(p).ok()?;
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } != 0 {
+        return None;
+    }
+    let frsize = if sv.f_frsize > 0 {
+        sv.f_frsize
+    } else {
+        sv.f_bsize
+    };
+    (frsize > 0).then(|| (sv.f_bavail as u64).saturating_mul(frsize as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier_at(path: &Path, capacity: u64) -> Tier {
+        Tier::new(TierConfig {
+            name: "t".into(),
+            path: path.to_path_buf(),
+            capacity,
+            high_watermark: 0.8,
+            low_watermark: 0.5,
+            device: None,
+        })
+        .expect("tier")
+    }
+
+    #[test]
+    fn capacity_is_the_configured_one_until_the_file_system_is_sampled() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), u64::MAX / 2);
+        assert_eq!(t.capacity(), u64::MAX / 2);
+        t.refresh_fs_room(0);
+        let avail = fs_avail(d.path()).expect("statvfs");
+        // The sample and the check can differ by what other programs wrote meanwhile.
+        assert!(
+            t.capacity() <= avail + (64 << 20),
+            "{} vs {avail}",
+            t.capacity()
+        );
+        assert!(t.capacity() < u64::MAX / 2);
+        assert_eq!(t.cfg.capacity, u64::MAX / 2);
+    }
+
+    #[test]
+    fn a_small_configured_capacity_wins_over_a_large_file_system() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), 4096);
+        t.refresh_fs_room(0);
+        assert_eq!(t.capacity(), 4096);
+    }
+
+    #[test]
+    fn own_growth_and_pending_reserves_count_against_the_real_room() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), u64::MAX / 2);
+        t.add_used(1 << 30);
+        t.refresh_fs_room(1 << 30);
+        let before = t.free();
+        // The reserve is room already promised: it is not room on top of `avail`.
+        let avail = fs_avail(d.path()).expect("statvfs");
+        assert!(before <= avail, "{before} > {avail}");
+        t.add_used(1 << 20);
+        assert_eq!(t.free(), before - (1 << 20));
+    }
+
+    #[test]
+    fn a_missing_directory_leaves_the_configured_capacity() {
+        let t = tier_at(Path::new("/nonexistent/kaiso-tier"), 1 << 40);
+        t.refresh_fs_room(0);
+        assert_eq!(t.capacity(), 1 << 40);
+    }
 }

@@ -336,3 +336,152 @@ fn a_hole_punched_into_an_unfetched_range_stays_zero_and_keeps_the_clients_mtime
     }
     assert_eq!(s.getattr(f.ino, None).unwrap().mtime, punched);
 }
+
+/// The source's bytes of `[start, end)`.
+fn source_bytes(start: u64, end: u64) -> Vec<u8> {
+    (start..end).map(byte_at).collect()
+}
+
+/// A fetch reads the source with no lock on the file; a client that truncates and
+/// rewrites the file meanwhile must keep its bytes and its size: the fetch writes only
+/// what is still missing when it writes, and never past the file's current size.
+#[test]
+fn a_fetch_that_lands_after_a_truncate_and_rewrite_keeps_the_clients_bytes() {
+    let t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    assert_eq!(t.s().stub_state(f.ino).missing, vec![(0, SIZE)]);
+    // The fetch of the first unit has read the source (below); the client, meanwhile,
+    // truncates the file to nothing and writes three bytes (an editor saving it).
+    let fetched = source_bytes(0, UNIT);
+    t.s()
+        .setattr(
+            f.ino,
+            &SetAttr {
+                size: Some(0),
+                ..SetAttr::default()
+            },
+            Caller::ROOT,
+        )
+        .unwrap();
+    let o = t.s().open_file(f.ino, libc::O_WRONLY, false).unwrap();
+    t.s().write(o.fh, 0, b"new").unwrap();
+    t.s().release(o.fh).unwrap();
+    // Now the fetch writes what it read.
+    let written = t.s().stub_write_counted(f.ino, 0, &fetched).unwrap();
+    assert_eq!(written, 0, "nothing of the unit is missing any more");
+    assert_eq!(t.s().getattr(f.ino, None).unwrap().size, 3);
+    assert_eq!(std::fs::read(t.tier(0).join("f")).unwrap(), b"new");
+    assert_eq!(t.get("f"), b"new");
+    assert!(t.s().stub_state(f.ino).is_complete());
+}
+
+/// A truncate down to the middle of a unit, then a write past the new end of file: the
+/// fetch writes the part below the truncation only (still missing), leaves the gap the
+/// client's write made as zeros and the client's bytes as they are.
+#[test]
+fn a_fetch_after_a_truncate_and_a_write_past_eof_writes_only_the_missing_head() {
+    let t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    let cut = 1000u64;
+    let far = 2 * UNIT + 10;
+    let fetched = source_bytes(0, UNIT);
+    t.s()
+        .setattr(
+            f.ino,
+            &SetAttr {
+                size: Some(cut),
+                ..SetAttr::default()
+            },
+            Caller::ROOT,
+        )
+        .unwrap();
+    assert_eq!(t.s().stub_state(f.ino).missing, vec![(0, cut)]);
+    let o = t.s().open_file(f.ino, libc::O_WRONLY, false).unwrap();
+    t.s().write(o.fh, far, b"tail").unwrap();
+    t.s().release(o.fh).unwrap();
+    let written = t.s().stub_write_counted(f.ino, 0, &fetched).unwrap();
+    assert_eq!(written, cut, "only the still-missing head is written");
+    assert!(t.s().stub_state(f.ino).is_complete());
+    let all = t.get("f");
+    assert_eq!(all.len() as u64, far + 4);
+    assert!(
+        all[..cut as usize] == fetched[..cut as usize],
+        "fetched head"
+    );
+    assert!(
+        all[cut as usize..far as usize].iter().all(|b| *b == 0),
+        "the range the client cut stays zero"
+    );
+    assert_eq!(&all[far as usize..], b"tail");
+}
+
+/// A fetch resolves its file's backing path and opens it; a client's rename swap in
+/// between (the file renamed away, another file renamed onto its name) must not make the
+/// fetch write into the other file. The swap is made from inside the fetch, at the
+/// point just before it resolves the path (`Store::set_stub_resolve_hook`).
+#[test]
+fn a_fetch_writes_into_its_own_file_when_a_rename_swaps_its_name_meanwhile() {
+    let t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    let other = b"another file, renamed onto f's name".to_vec();
+    t.put("g", &other);
+    let s = t.s().clone();
+    Store::set_stub_resolve_hook(Some(Box::new(move |_| {
+        s.rename(ROOT_INO, "f".as_ref(), ROOT_INO, "f.moved".as_ref(), 0)
+            .unwrap();
+        s.rename(ROOT_INO, "g".as_ref(), ROOT_INO, "f".as_ref(), 0)
+            .unwrap();
+    })));
+    let fetched = source_bytes(0, UNIT);
+    let r = t.s().stub_write_counted(f.ino, 0, &fetched);
+    Store::set_stub_resolve_hook(None);
+    assert_eq!(r.unwrap(), UNIT);
+    assert!(t.get("f") == other, "the file now named f is untouched");
+    assert!(std::fs::read(t.tier(0).join("f")).unwrap() == other);
+    assert_eq!(t.lookup_path("f.moved").unwrap().ino, f.ino);
+    assert!(
+        read(t.s(), f.ino, 0, UNIT as u32) == fetched,
+        "the fetched bytes are in the renamed file"
+    );
+    assert_eq!(t.s().stub_state(f.ino).missing, vec![(UNIT, SIZE)]);
+}
+
+/// Collapsing a range out of a file, or inserting one, changes its size as the store
+/// accounts it (a fetch writes nothing past the size it finds, so that size must be the
+/// file's; the tier's usage follows it).
+#[test]
+fn collapse_and_insert_range_change_the_files_size() {
+    let t = TestStore::new(&["64MiB"]);
+    let data = pattern(64 << 10, 9);
+    let ino = t.put("c", &data);
+    let used = || t.s().status().tiers[0].used;
+    let before = used();
+    let o = t.s().open_file(ino, libc::O_RDWR, false).unwrap();
+    match t
+        .s()
+        .fallocate(o.fh, 0, 4096, libc::FALLOC_FL_COLLAPSE_RANGE)
+    {
+        Err(e) if e.errno() == libc::EOPNOTSUPP => {
+            eprintln!("the tier's file system cannot collapse ranges: nothing to check");
+            t.s().release(o.fh).unwrap();
+            return;
+        }
+        r => r.unwrap(),
+    }
+    assert_eq!(t.s().getattr(ino, None).unwrap().size, 60 << 10);
+    assert_eq!(used(), before - 4096, "usage after collapsing 4 KiB");
+    t.s()
+        .fallocate(o.fh, 8192, 8192, libc::FALLOC_FL_INSERT_RANGE)
+        .unwrap();
+    t.s().release(o.fh).unwrap();
+    assert_eq!(t.s().getattr(ino, None).unwrap().size, 68 << 10);
+    assert_eq!(used(), before + 4096, "usage after inserting 8 KiB");
+    let got = t.get("c");
+    assert_eq!(got.len(), 68 << 10);
+    assert!(
+        got[..8192] == data[4096..4096 + 8192],
+        "head after the collapse"
+    );
+    assert!(got[8192..16384].iter().all(|b| *b == 0), "inserted zeros");
+    assert!(got[16384..] == data[4096 + 8192..], "tail shifted");
+}

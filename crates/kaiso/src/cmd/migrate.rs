@@ -80,6 +80,10 @@ pub struct StartArgs {
     /// FUSE worker threads.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// Never use kernel passthrough on the FUSE mount (by default complete files are read
+    /// and written by the kernel directly, like `kaiso mount`; stubs never are).
+    #[arg(long)]
+    pub no_passthrough: bool,
 }
 
 #[derive(clap::Args)]
@@ -326,9 +330,26 @@ fn wait_crawled(a: &ShareArgs, limit: Duration) -> anyhow::Result<()> {
     }
 }
 
+/// An smb:// source reads its password from `$KAISO_SMB_PASSWORD` of the process that
+/// connects: refuse clearly when it is not set (an empty value is a deliberate empty
+/// password) rather than fail later with the server's logon error.
+pub(crate) fn smb_password_set(url: &str) -> Result<(), String> {
+    let is_smb = matches!(
+        kaiso_source::SourceUrl::parse(url),
+        Ok(kaiso_source::SourceUrl::Smb { .. })
+    );
+    if is_smb && std::env::var_os("KAISO_SMB_PASSWORD").is_none() {
+        return Err(format!(
+            "source {url}: set the SMB password in $KAISO_SMB_PASSWORD (it is never taken from the command line)"
+        ));
+    }
+    Ok(())
+}
+
 /// The spec a start command describes (validated).
 pub(crate) fn spec_of(a: &StartArgs) -> anyhow::Result<ShareSpec> {
     kaiso_source::SourceUrl::parse(&a.source).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    smb_password_set(&a.source).map_err(|e| anyhow::anyhow!("{e}"))?;
     let into = a.into.trim_matches('/').to_string();
     if Path::new(&into)
         .components()

@@ -145,6 +145,47 @@ fn a_tier_over_its_high_watermark_is_drained_to_its_low_watermark() {
     );
 }
 
+/// Objects placed empty and grown later (files created through a mount): the drain must
+/// plan with the sizes `resized` reported, not empty the tier.
+#[test]
+fn objects_resized_after_placement_drain_to_the_low_watermark() {
+    let mut p = KaisoPolicy::default();
+    let mut w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &[0; 100], 0);
+    for o in 0..100 {
+        p.resized(o, MIB);
+        w.sizes[o as usize] = MIB;
+    }
+    w.tiers[0].used = 100 * MIB;
+    p.resized(1000, MIB); // never placed: ignored
+    assert!(p.explain(1000, MINUTE).contains("unknown"));
+    let moves = p.plan(MINUTE, &w.tiers, 1000 * MIB);
+    assert!(moves.iter().all(|m| m.bytes == MIB), "{moves:?}");
+    w.apply(&mut p, &moves);
+    assert_eq!(w.tiers[0].used, 80 * MIB, "drained to the low watermark");
+    assert!(
+        p.explain(0, MINUTE).contains("1.0 MiB"),
+        "{}",
+        p.explain(0, MINUTE)
+    );
+}
+
+#[test]
+fn resizing_keeps_a_planned_move_in_flight() {
+    let mut p = KaisoPolicy::default();
+    let w = World::new(&mut p, &[100 * MIB, 1000 * MIB], &[MIB; 100], 0);
+    let mut tiers = w.tiers.clone();
+    tiers[0].used = 100 * MIB;
+    let moves = p.plan(MINUTE, &tiers, 1000 * MIB);
+    let m = moves[0];
+    p.resized(m.object, 2 * MIB);
+    assert!(
+        p.explain(m.object, MINUTE).contains("in flight"),
+        "{}",
+        p.explain(m.object, MINUTE)
+    );
+    assert!(p.explain(m.object, MINUTE).contains("2.0 MiB"));
+}
+
 #[test]
 fn pinned_objects_are_never_moved() {
     let mut p = KaisoPolicy::default();

@@ -119,7 +119,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> RpcConn<S> {
         self
     }
 
-    #[cfg(test)]
+    /// The underlying stream (to check an idle connection is still open).
     pub(crate) fn stream_ref(&self) -> &S {
         &self.stream
     }

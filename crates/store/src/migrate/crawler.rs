@@ -595,16 +595,29 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
             }
             return true;
         };
+        // Admission (demand priority, throttle) before the fill path, never inside it:
+        // the store holds the file's fill lock for the whole fill, and a client reading
+        // another part of this file must not wait behind the crawler's sleep. Charged
+        // with the unit's missing bytes (what the fill will read from the source).
+        let unit = m.cfg.unit_size;
+        let unit_start = start / unit * unit;
+        let unit_missing: u64 = crate::stub::missing_within(
+            &store.stub_state(ino).missing,
+            unit_start,
+            unit_start.saturating_add(unit),
+        )
+        .iter()
+        .map(|(s, e)| e - s)
+        .sum();
+        if !m.crawl_admission(unit_missing) {
+            // Paused or stopped while throttled: the loop waits, then retries the unit.
+            continue;
+        }
         // Through the store's fill path so the per-file fill lock orders us with clients.
         // Reading the first missing byte makes the filler fetch its whole unit; reading
         // the unit back would only copy what was just written.
         match store.read(fh, start, 1) {
             Ok(_) => {}
-            // Paused or stopped while throttled: the loop waits, then retries the unit.
-            Err(crate::FsError::BUSY) => {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
             Err(e) => {
                 tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
                 sh.fail(ino, e.errno(), "fetch data");

@@ -134,6 +134,8 @@ pub struct Migration {
     anchor_claims: Mutex<HashMap<u64, Ino>>,
     /// This migration, for read-ahead threads.
     me: Weak<Migration>,
+    /// One metadata copy (dummy → partial) per file at a time.
+    meta_gate: DirFillGate,
 }
 
 /// A few unit-sized buffers kept for reuse: a fetch takes one and gives it back, so a
@@ -228,14 +230,33 @@ impl Migration {
         if cfg.name.is_empty() || cfg.name.contains(['/', '\0']) || cfg.name.starts_with('.') {
             return Err(format!("bad migration name {:?}", cfg.name));
         }
+        // A finish interrupted after it detached its share: that share is finished.
+        super::finish::clean_interrupted_finishes(&store.config().state_dir);
         let dir = share_dir(&store.config().state_dir, &cfg.name);
+        let had_db = dir.join(DB_FILE).exists();
         let db =
             MigrationDb::open(&dir.join(DB_FILE)).map_err(|e| format!("{}: {e}", dir.display()))?;
         let described = source.describe();
         let cfg_workers = cfg.crawl_workers;
-        let root_ino = ensure_target(store, &cfg.target)?;
+        let fresh = db.meta("source").map_err(|e| e.to_string())?.is_none();
+        let target = ensure_target(store, &cfg.target).and_then(|ino| match fresh {
+            true => check_target_empty(store, ino, &db, &cfg.target).map(|()| ino),
+            false => Ok(ino),
+        });
+        let root_ino = match target {
+            Ok(ino) => ino,
+            Err(e) => {
+                if !had_db {
+                    // Refused before anything was recorded: leave no share state behind.
+                    drop(db);
+                    remove_new_share_dir(&dir);
+                }
+                return Err(e);
+            }
+        };
         let m = Arc::new_cyclic(|me| Self {
             me: me.clone(),
+            meta_gate: DirFillGate::new(),
             listings: ListingCache::default(),
             anchor_claims: Mutex::new(HashMap::new()),
             pending: Mutex::default(),
@@ -492,7 +513,16 @@ impl Migration {
         // transaction (`stub_batch`), then its migration rows in one (never a migration
         // row without the store's). This directory's own row is removed last, so a crash
         // anywhere in between re-expands it idempotently at the next start.
-        for chunk in entries.chunks(256) {
+        // The names listed, stored with the last chunk's rows: `finish` lists the
+        // directory again and reports what was added or removed on the source since.
+        let names: Vec<&[u8]> = entries.iter().map(|e| e.name.as_slice()).collect();
+        let chunks = entries.len().div_ceil(256);
+        if chunks == 0 {
+            self.db
+                .insert_with_listing(&[], &[], Some((&row.src_path, &names)))
+                .map_err(io)?;
+        }
+        for (n, chunk) in entries.chunks(256).enumerate() {
             let mut rows = Vec::new();
             let mut anchors = Vec::new();
             store.stub_batch(|| {
@@ -523,7 +553,10 @@ impl Migration {
                 }
                 Ok(())
             })?;
-            self.db.insert(&rows, &anchors).map_err(io)?;
+            let listing = (n + 1 == chunks).then_some((&row.src_path, names.as_slice()));
+            self.db
+                .insert_with_listing(&rows, &anchors, listing)
+                .map_err(io)?;
         }
         // Creating the entries touched the directory: its own times and metadata now.
         self.restore_dir_attrs(store, ino, &row.src_path, dir_attr);
@@ -832,7 +865,9 @@ impl Migration {
             match self.source.xattrs(src) {
                 Ok(list) => {
                     for (name, value) in list {
-                        if let Err(e) = store.setxattr(ino, OsStr::from_bytes(&name), &value, 0) {
+                        if let Err(e) =
+                            store.stub_setxattr(ino, OsStr::from_bytes(&name), &value, 0)
+                        {
                             let _ = self.db.skip(
                                 src,
                                 SourceErrorKind::Io,
@@ -845,16 +880,14 @@ impl Migration {
                         }
                     }
                 }
-                Err(e) => {
-                    let _ = self.db.skip(src, e.kind, &format!("xattrs: {}", e.message));
-                }
+                Err(e) => self.metadata_skip(src, &e, "xattrs"),
             }
         }
         if feats.acls {
             match self.source.acl(src) {
                 Ok(acl) => {
                     let set = |name: &str, v: &[u8]| {
-                        if let Err(e) = store.setxattr(ino, OsStr::new(name), v, 0) {
+                        if let Err(e) = store.stub_setxattr(ino, OsStr::new(name), v, 0) {
                             let _ = self.db.skip(
                                 src,
                                 SourceErrorKind::Io,
@@ -878,9 +911,7 @@ impl Migration {
                         set(GROUP_SID_XATTR, v.as_bytes());
                     }
                 }
-                Err(e) => {
-                    let _ = self.db.skip(src, e.kind, &format!("ACL: {}", e.message));
-                }
+                Err(e) => self.metadata_skip(src, &e, "ACL"),
             }
         }
         if feats.streams {
@@ -893,7 +924,9 @@ impl Migration {
                             Ok(mut data) => {
                                 data.push(0);
                                 let name = format!("user.DosStream.{}:$DATA", s.name);
-                                if let Err(e) = store.setxattr(ino, OsStr::new(&name), &data, 0) {
+                                if let Err(e) =
+                                    store.stub_setxattr(ino, OsStr::new(&name), &data, 0)
+                                {
                                     let _ = self.db.skip(
                                         src,
                                         SourceErrorKind::Io,
@@ -915,19 +948,33 @@ impl Migration {
                         }
                     }
                 }
-                Err(e) => {
-                    let _ = self
-                        .db
-                        .skip(src, e.kind, &format!("streams: {}", e.message));
-                }
+                Err(e) => self.metadata_skip(src, &e, "streams"),
             }
         }
     }
 
-    /// Dummy → partial: copies the file's metadata once.
+    /// Reports metadata the source would not give. A file the source no longer has is
+    /// not reported here: its data fetch or completion reports it (removed on the source
+    /// after listing), once.
+    fn metadata_skip(&self, src: &SourcePath, e: &SourceError, what: &str) {
+        if e.kind != SourceErrorKind::NotFound {
+            let _ = self.db.skip(src, e.kind, &format!("{what}: {}", e.message));
+        }
+    }
+
+    /// Dummy → partial: copies the file's metadata once. One copy per file at a time
+    /// (a client's xattr change waits for a copy under way instead of being overwritten
+    /// by it); a copy finished meanwhile is not repeated.
     pub(crate) fn ensure_partial(&self, store: &Store, row: &StubRow) -> FsResult<()> {
         if row.kind != StubKind::DummyFile {
             return Ok(());
+        }
+        let Some(_copying) = self.meta_gate.enter(row.ino) else {
+            return Ok(()); // this thread's own copy came back here
+        };
+        match self.db.get(row.ino).map_err(io)? {
+            Some(cur) if cur.kind == StubKind::DummyFile && cur.src_path == row.src_path => {}
+            _ => return Ok(()),
         }
         self.copy_metadata(store, row.ino, &row.src_path);
         self.db
@@ -1031,26 +1078,49 @@ impl Migration {
                 tracing::warn!("source: {e}");
                 Err(FsError::IO)
             }
-            _ => {
+            _ if is_dir => {
                 let _ = self.db.skip(&e.path, e.kind, &e.message);
-                if is_dir {
-                    store.stub_dir_listed(ino)?;
-                } else {
-                    // Left empty rather than full of zeros that look like content; the
-                    // skip report says why. Client-written bytes are kept.
-                    let missing = store.stub_state(ino).missing;
-                    store.stub_mark(ino, StubState::default())?;
-                    let untouched = store
-                        .getattr(ino, None)
-                        .is_ok_and(|a| missing == [(0, a.size)]);
-                    if untouched {
-                        let set = SetAttr {
-                            size: Some(0),
-                            ..SetAttr::default()
-                        };
-                        let _ = store.setattr(ino, &set, Caller::ROOT);
-                    }
+                store.stub_dir_listed(ino)?;
+                self.db.remove(ino).map_err(io)?;
+                Ok(())
+            }
+            _ => {
+                // Left empty rather than full of zeros that look like content, and
+                // reported by name (never a silent empty file). Client-written bytes are
+                // kept. A file gone from the source since its listing is reported as a
+                // change of the source: it is left here, not removed, as a client may
+                // have it open or have written to it.
+                let missing = store.stub_state(ino).missing;
+                store.stub_mark(ino, StubState::default())?;
+                let untouched = store
+                    .getattr(ino, None)
+                    .is_ok_and(|a| missing == [(0, a.size)]);
+                if untouched {
+                    let set = SetAttr {
+                        size: Some(0),
+                        ..SetAttr::default()
+                    };
+                    let _ = store.setattr(ino, &set, Caller::ROOT);
                 }
+                let (kind, reason) = if e.kind == SourceErrorKind::NotFound {
+                    let left = if untouched {
+                        "left here as an empty file"
+                    } else {
+                        "left here with the bytes clients wrote"
+                    };
+                    (
+                        SourceErrorKind::Changed,
+                        format!("{REMOVED_AFTER_LISTING}; {left} ({})", e.message),
+                    )
+                } else {
+                    let left = if untouched {
+                        "; left here as an empty file"
+                    } else {
+                        ""
+                    };
+                    (e.kind, format!("{}{left}", e.message))
+                };
+                let _ = self.db.skip(&e.path, kind, &reason);
                 self.after_read
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -1102,15 +1172,11 @@ impl Migration {
         minsize: u64,
         missing: &[(u64, u64)],
     ) -> FsResult<()> {
+        // A crawler was admitted (demand priority, throttle) before it asked the store
+        // for this unit (see `crawl_admission`): nothing sleeps here, under the file's
+        // fill lock, where a client's read of the same file would wait behind it.
         let crawler = on_crawler_thread();
-        if crawler {
-            self.wait_for_demand();
-            if !self.throttle_wait(self.cfg.unit_size) {
-                // Paused or stopped while waiting for bandwidth: this unit is not
-                // fetched now (the crawler retries it after a resume).
-                return Err(FsError::BUSY);
-            }
-        } else {
+        if !crawler {
             self.counters
                 .demand_in_flight
                 .fetch_add(1, Ordering::AcqRel);
@@ -1179,6 +1245,15 @@ impl Migration {
         Ok(())
     }
 
+    /// Admits the crawler's next data unit of `bytes` missing bytes: waits while demand
+    /// fetches are in flight, then for the crawl's bandwidth budget. Called by the
+    /// crawler before it enters the store's fill path (never under a fill lock); false
+    /// if the crawl was paused or stopped meanwhile (the unit is not fetched now).
+    pub(crate) fn crawl_admission(&self, bytes: u64) -> bool {
+        self.wait_for_demand();
+        self.throttle_wait(bytes)
+    }
+
     /// Crawler fetches wait while demand fetches are in flight (bounded: never starve).
     fn wait_for_demand(&self) {
         let start = Instant::now();
@@ -1213,6 +1288,12 @@ impl Migration {
         !halted()
     }
 }
+
+/// Skip-report reason of an entry the source lost after it was listed.
+pub(crate) const REMOVED_AFTER_LISTING: &str = "removed on the source after listing";
+/// Skip-report reason of an entry the source gained after its directory was listed.
+pub(crate) const ADDED_AFTER_LISTING: &str =
+    "added on the source after listing; not migrated (start a new share for it)";
 
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";
@@ -1266,6 +1347,51 @@ fn ensure_target(store: &Store, target: &Path) -> Result<Ino, String> {
         };
     }
     Ok(ino)
+}
+
+/// A fresh share is never started into a directory that already holds entries: its
+/// first listing would take them for entries of a half-done listing and make stubs of
+/// them again, so the source's bytes would overwrite them (e.g. a second start after a
+/// `finish`). An unlisted target is empty here; it is this share's own dummy (a start
+/// interrupted before it was recorded) or else another share's, which is refused. A
+/// `lost+found` directory at the root of a tier's file system does not count.
+fn check_target_empty(
+    store: &Store,
+    ino: Ino,
+    db: &MigrationDb,
+    target: &Path,
+) -> Result<(), String> {
+    let not_empty = || {
+        format!(
+            "target /{} is not empty: migrate into a new or empty directory",
+            target.display()
+        )
+    };
+    if store.stub_state(ino).unlisted_dir {
+        let ours = db.get(ino).map_err(|e| e.to_string())?.is_some();
+        return if ours { Ok(()) } else { Err(not_empty()) };
+    }
+    let ns = store.ns();
+    let children = ns.dirs.get(&ino).map(|d| &d.children);
+    let holds_entries = children.is_some_and(|c| {
+        c.iter().any(|(name, child)| {
+            !(ino == ROOT_INO && name == OsStr::new("lost+found") && ns.dirs.contains_key(child))
+        })
+    });
+    if holds_entries {
+        Err(not_empty())
+    } else {
+        Ok(())
+    }
+}
+
+/// Removes the state directory a refused fresh start created (nothing else was in it,
+/// or only a caller's files written before the start: those are left).
+fn remove_new_share_dir(dir: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("{DB_FILE}{suffix}")));
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// All migrations of one store: the store's single stub filler, dispatching each inode
@@ -1352,6 +1478,14 @@ impl StubFiller for Migrations {
                 tracing::error!(ino, "missing range of an inode no migration knows");
                 Err(FsError::IO)
             }
+        }
+    }
+
+    /// A dummy file's metadata is copied on first reference to its xattrs.
+    fn fill_meta(&self, store: &Store, ino: Ino) -> FsResult<()> {
+        match self.owner(ino)? {
+            Some((m, row)) if row.kind == StubKind::DummyFile => m.ensure_partial(store, &row),
+            _ => Ok(()),
         }
     }
 

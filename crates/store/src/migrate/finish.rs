@@ -2,14 +2,27 @@
 //! migration so the tiers hold plain files and nothing of the migration stays in the path.
 //!
 //! Verification covers every file copied from the source that clients have not changed
-//! since (same size and mtime as when its copy completed): its size must equal the
-//! source's and its CRC32C must equal the source's, read again from the source. Files
-//! clients modified or deleted are counted, not compared (they are legitimately different).
+//! since (same size and mtime as when its copy completed, before and after it is read
+//! back): its size must equal the source's and its CRC32C must equal the source's, read
+//! again from the source. Files clients modified or deleted are counted, not compared
+//! (they are legitimately different). Every source directory that was listed is listed
+//! once more: names added or removed on the source since are reported (the source should
+//! have been read-only), not treated as failures.
+//!
+//! Detaching is crash-safe: the share's state directory (its database and whatever the
+//! caller keeps there, e.g. the CLI's `share.json`) leaves `<state_dir>/migrate/` in one
+//! durable rename before anything is deleted, so an interrupted finish never leaves a
+//! share that the next start would take for a fresh one over the finished tree. The
+//! renamed remains are deleted then, or at the next [`super::Migration::open`].
 
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use super::engine::Migration;
-use super::source::SourcePath;
+use super::engine::{ADDED_AFTER_LISTING, Migration, REMOVED_AFTER_LISTING};
+use super::source::{SourceErrorKind, SourcePath};
 use super::state::Skipped;
 use crate::Store;
 
@@ -22,15 +35,47 @@ pub struct FinishReport {
     pub deleted_by_clients: u64,
     /// Files whose size or checksum differs from the source (finish refuses then).
     pub mismatches: Vec<String>,
-    /// Everything that was skipped during the migration, with the reason.
+    /// Everything that was skipped during the migration, with the reason, including
+    /// entries added to or removed from the source after their directory was listed.
     pub skipped: Vec<Skipped>,
+}
+
+/// Where [`finish_stopping_at`] stops, leaving the state as a crash there would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishStop {
+    /// Verified, anchors dropped, report written; the share's state still in place.
+    AfterReport,
+    /// The share's state directory renamed out of `migrate/`, not yet deleted.
+    AfterDetach,
 }
 
 const VERIFY_CHUNK: u64 = 4 << 20;
 
+/// The directory, next to `<state_dir>/migrate`, that finished shares' state is moved
+/// into before it is deleted.
+const FINISHING_DIR: &str = "migrate.finishing";
+
 /// Verifies and detaches migration `m`. Fails (changing nothing) if stubs remain or a
 /// file does not match the source.
 pub fn finish(store: &Store, m: &Migration) -> Result<FinishReport, String> {
+    finish_inner(store, m, None)
+}
+
+/// [`finish`] that stops at `stop` as a crash (kill -9) there would, for crash tests:
+/// returns an error and leaves the state directory as it is at that point.
+pub fn finish_stopping_at(
+    store: &Store,
+    m: &Migration,
+    stop: FinishStop,
+) -> Result<FinishReport, String> {
+    finish_inner(store, m, Some(stop))
+}
+
+fn finish_inner(
+    store: &Store,
+    m: &Migration,
+    stop: Option<FinishStop>,
+) -> Result<FinishReport, String> {
     let remaining = m
         .reconcile(store)
         .map_err(|e| format!("reconcile: errno {}", e.errno()))?;
@@ -39,32 +84,43 @@ pub fn finish(store: &Store, m: &Migration) -> Result<FinishReport, String> {
             "{remaining} stubs remain; let the crawl finish first (kaiso migrate status)"
         ));
     }
-    let mut report = FinishReport {
-        skipped: m.skipped(),
-        ..FinishReport::default()
-    };
+    let mut report = FinishReport::default();
     for (ino, src, size, mtime_ns) in m.db.done().map_err(|e| e.to_string())? {
-        let Ok(attr) = store.getattr(ino, None) else {
-            report.deleted_by_clients += 1;
-            continue;
+        let unchanged = || {
+            store
+                .getattr(ino, None)
+                .map(|a| a.size == size && ns_since_epoch(a.mtime) == mtime_ns)
         };
-        let now_ns = attr
-            .mtime
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i64)
-            .unwrap_or(0);
-        if attr.size != size || now_ns != mtime_ns {
+        match unchanged() {
+            Err(_) => {
+                report.deleted_by_clients += 1;
+                continue;
+            }
+            Ok(false) => {
+                report.modified_by_clients += 1;
+                continue;
+            }
+            Ok(true) => {}
+        }
+        let outcome = verify_file(store, m, ino, &src, size);
+        // A client may have written the file while it was read back: then it is
+        // legitimately different, not a failed copy.
+        if !unchanged().unwrap_or(false) {
             report.modified_by_clients += 1;
             continue;
         }
-        match verify_file(store, m, ino, &src, size) {
-            Ok(()) => {
+        match outcome {
+            Verified::Same => {
                 report.verified_files += 1;
                 report.verified_bytes += size;
             }
-            Err(e) => report.mismatches.push(format!("{src}: {e}")),
+            // Reported by the listing comparison below (removed after listing).
+            Verified::GoneFromSource => {}
+            Verified::Differs(e) => report.mismatches.push(format!("{src}: {e}")),
         }
     }
+    record_source_changes(m)?;
+    report.skipped = m.skipped();
     if !report.mismatches.is_empty() {
         return Err(format!(
             "{} files differ from the source, e.g. {}",
@@ -72,9 +128,34 @@ pub fn finish(store: &Store, m: &Migration) -> Result<FinishReport, String> {
             report.mismatches[0]
         ));
     }
-    // Detach: every stub row is gone already; drop anchors, the database and the state dir.
+    // Detach: every stub row is gone already; drop anchors, write the report, then move
+    // the state directory out of `migrate/` in one durable step before deleting it.
     m.db.clear_anchors().map_err(|e| e.to_string())?;
-    let summary = format!(
+    let report_path = m.state_dir().with_extension("finished.txt");
+    write_durably(&report_path, summary(m, &report).as_bytes())
+        .map_err(|e| format!("{}: {e}", report_path.display()))?;
+    if stop == Some(FinishStop::AfterReport) {
+        return Err("stopped after the report (test)".into());
+    }
+    let trash = detach_state_dir(m.state_dir())?;
+    if stop == Some(FinishStop::AfterDetach) {
+        return Err("stopped after detaching the state directory (test)".into());
+    }
+    // Detached already: what cannot be deleted now is deleted at the next open.
+    if let Err(e) = fs::remove_dir_all(&trash) {
+        tracing::warn!(
+            "remove {}: {e} (retried at the next start)",
+            trash.display()
+        );
+    }
+    if let Some(parent) = trash.parent() {
+        let _ = fs::remove_dir(parent);
+    }
+    Ok(report)
+}
+
+fn summary(m: &Migration, report: &FinishReport) -> String {
+    format!(
         "source {}\nverified {} files ({} bytes)\nmodified by clients {}\ndeleted by clients {}\nskipped {}\n{}",
         m.source().describe(),
         report.verified_files,
@@ -87,28 +168,159 @@ pub fn finish(store: &Store, m: &Migration) -> Result<FinishReport, String> {
             .iter()
             .map(|s| format!("  {} [{}] {}\n", s.src_path, s.kind, s.reason))
             .collect::<String>()
-    );
-    let report_path = m.state_dir().with_extension("finished.txt");
-    std::fs::write(&report_path, summary).map_err(|e| format!("{}: {e}", report_path.display()))?;
-    std::fs::remove_dir_all(m.state_dir())
-        .map_err(|e| format!("remove {}: {e}", m.state_dir().display()))?;
-    Ok(report)
+    )
 }
 
-fn verify_file(
-    store: &Store,
-    m: &Migration,
-    ino: u64,
-    src: &SourcePath,
-    size: u64,
-) -> Result<(), String> {
-    let sattr = m.source().stat(src).map_err(|e| e.to_string())?;
-    if sattr.size != size {
-        return Err(format!("size {size} here, {} on the source", sattr.size));
+fn ns_since_epoch(t: std::time::SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// Lists every listed source directory again and records, in the skip report, what was
+/// added or removed there since its listing (the source should have been read-only).
+/// Fails only when the source cannot be reached (finish is retried then).
+fn record_source_changes(m: &Migration) -> Result<(), String> {
+    let already: HashSet<(Vec<u8>, String)> = m
+        .skipped()
+        .into_iter()
+        .map(|s| (s.src_path.as_bytes().to_vec(), s.kind))
+        .collect();
+    let changed = format!("{:?}", SourceErrorKind::Changed);
+    let known_change = |p: &SourcePath| already.contains(&(p.as_bytes().to_vec(), changed.clone()));
+    let record = |p: &SourcePath, kind: SourceErrorKind, why: &str| {
+        m.db.skip(p, kind, why).map_err(|e| e.to_string())
+    };
+    // Directories reported removed: their listed subdirectories are gone with them.
+    let mut removed_dirs: Vec<SourcePath> = Vec::new();
+    let under_removed = |p: &SourcePath, removed: &[SourcePath]| {
+        removed.iter().any(|r| {
+            let (r, p) = (r.as_bytes(), p.as_bytes());
+            p.len() > r.len() && p.starts_with(r) && p[r.len()] == b'/'
+        })
+    };
+    let removed_reason = format!("{REMOVED_AFTER_LISTING}; what was copied is kept here");
+    for (dir, then) in m.db.listings().map_err(|e| e.to_string())? {
+        if under_removed(&dir, &removed_dirs) {
+            continue;
+        }
+        let now = match m.source().read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if matches!(e.kind, SourceErrorKind::Unreachable | SourceErrorKind::Io) => {
+                return Err(format!("list {dir} on the source again: {e}"));
+            }
+            Err(e) if e.kind == SourceErrorKind::NotFound => {
+                if !known_change(&dir) {
+                    record(&dir, SourceErrorKind::Changed, &removed_reason)?;
+                }
+                removed_dirs.push(dir);
+                continue;
+            }
+            Err(e) => {
+                record(
+                    &dir,
+                    e.kind,
+                    &format!("listed again at finish: {}", e.message),
+                )?;
+                continue;
+            }
+        };
+        let then: HashSet<&[u8]> = then.iter().map(Vec::as_slice).collect();
+        let now_names: HashSet<&[u8]> = now.iter().map(|e| e.name.as_slice()).collect();
+        for name in now_names.difference(&then) {
+            match dir.join(name) {
+                Ok(p) => record(&p, SourceErrorKind::Changed, ADDED_AFTER_LISTING)?,
+                Err(e) => record(
+                    &dir,
+                    SourceErrorKind::Changed,
+                    &format!("{ADDED_AFTER_LISTING}: {}", e.message),
+                )?,
+            }
+        }
+        for name in then.difference(&now_names) {
+            // Names that were invalid were reported when they were listed.
+            if let Ok(p) = dir.join(name)
+                && !known_change(&p)
+            {
+                record(&p, SourceErrorKind::Changed, &removed_reason)?;
+            }
+        }
     }
-    let opened = store
-        .open_file(ino, libc::O_RDONLY, false)
-        .map_err(|e| format!("open: errno {}", e.errno()))?;
+    Ok(())
+}
+
+/// Moves a share's state directory `dir` (`<state_dir>/migrate/<name>`) to
+/// `<state_dir>/migrate.finishing/<name>` and makes the move durable; returns the new
+/// path. From then on nothing under `migrate/` names the share.
+fn detach_state_dir(dir: &Path) -> Result<PathBuf, String> {
+    let (Some(name), Some(migrate)) = (dir.file_name(), dir.parent()) else {
+        return Err(format!("{}: not a share state directory", dir.display()));
+    };
+    let state_dir = migrate.parent().unwrap_or(Path::new("/"));
+    let finishing = state_dir.join(FINISHING_DIR);
+    let trash = finishing.join(name);
+    let err = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
+    fs::create_dir_all(&finishing).map_err(|e| err("create", &finishing, e))?;
+    if trash.exists() {
+        fs::remove_dir_all(&trash).map_err(|e| err("remove", &trash, e))?;
+    }
+    fs::rename(dir, &trash).map_err(|e| err("move", dir, e))?;
+    // Both directories: the entry must be gone from `migrate/` for good.
+    sync_dir(migrate).map_err(|e| err("sync", migrate, e))?;
+    sync_dir(&finishing).map_err(|e| err("sync", &finishing, e))?;
+    Ok(trash)
+}
+
+/// Deletes what interrupted finishes of the store whose state directory is `state_dir`
+/// left behind (detached already: nothing of it is a share any more).
+pub(crate) fn clean_interrupted_finishes(state_dir: &Path) {
+    let finishing = state_dir.join(FINISHING_DIR);
+    match fs::remove_dir_all(&finishing) {
+        Ok(()) => tracing::info!("removed the state of an interrupted finish"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("remove {}: {e}", finishing.display()),
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Writes `path` through a temporary file, synced, renamed into place, directory synced.
+fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Outcome of comparing one completed file with the source.
+enum Verified {
+    Same,
+    /// The source no longer has the file (reported as removed after listing).
+    GoneFromSource,
+    Differs(String),
+}
+
+fn verify_file(store: &Store, m: &Migration, ino: u64, src: &SourcePath, size: u64) -> Verified {
+    let sattr = match m.source().stat(src) {
+        Ok(a) => a,
+        Err(e) if e.kind == SourceErrorKind::NotFound => return Verified::GoneFromSource,
+        Err(e) => return Verified::Differs(e.to_string()),
+    };
+    if sattr.size != size {
+        return Verified::Differs(format!("size {size} here, {} on the source", sattr.size));
+    }
+    let opened = match store.open_file(ino, libc::O_RDONLY, false) {
+        Ok(o) => o,
+        Err(e) => return Verified::Differs(format!("open: errno {}", e.errno())),
+    };
     let mut here = 0u32;
     let mut there = 0u32;
     let mut at = 0;
@@ -134,9 +346,11 @@ fn verify_file(
         at += n;
     }
     let _ = store.release(opened.fh);
-    result?;
-    if here != there {
-        return Err(format!("CRC32C {here:08x} here, {there:08x} on the source"));
+    if let Err(e) = result {
+        return Verified::Differs(e);
     }
-    Ok(())
+    if here != there {
+        return Verified::Differs(format!("CRC32C {here:08x} here, {there:08x} on the source"));
+    }
+    Verified::Same
 }

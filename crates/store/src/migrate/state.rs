@@ -165,7 +165,8 @@ impl MigrationDb {
              CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
              CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS listed(src_path BLOB PRIMARY KEY, names BLOB NOT NULL);",
         )
         .map_err(sql_err)?;
         // Databases of the first version lack the listed size/mtime columns.
@@ -386,7 +387,18 @@ impl MigrationDb {
     /// Inserts stub rows and hard-link anchors (source inode, store inode) and adds the
     /// rows to the counter, in one transaction.
     pub fn insert(&self, rows: &[StubRow], anchors: &[(u64, u64)]) -> std::io::Result<()> {
-        if rows.is_empty() && anchors.is_empty() {
+        self.insert_with_listing(rows, anchors, None)
+    }
+
+    /// [`Self::insert`], plus (in the same transaction) the names a listing of source
+    /// directory `listing.0` returned, so `finish` can tell what changed there since.
+    pub fn insert_with_listing(
+        &self,
+        rows: &[StubRow],
+        anchors: &[(u64, u64)],
+        listing: Option<(&SourcePath, &[&[u8]])>,
+    ) -> std::io::Result<()> {
+        if rows.is_empty() && anchors.is_empty() && listing.is_none() {
             return Ok(());
         }
         let mut g = self.lock();
@@ -431,6 +443,11 @@ impl MigrationDb {
             for (src_ino, ino) in anchors {
                 anchor
                     .execute(params![*src_ino as i64, *ino as i64])
+                    .map_err(sql_err)?;
+            }
+            if let Some((dir, names)) = listing {
+                tx.prepare_cached("INSERT OR REPLACE INTO listed(src_path,names) VALUES(?1,?2)")
+                    .and_then(|mut st| st.execute(params![dir.as_bytes(), names.join(&0u8)]))
                     .map_err(sql_err)?;
             }
             bump(tx, fresh.len() as i64)
@@ -625,6 +642,32 @@ impl MigrationDb {
                     SourcePath::parse(&p).unwrap_or_default(),
                     r.get::<_, i64>(2)? as u64,
                     r.get(3)?,
+                ))
+            })
+            .map_err(sql_err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(sql_err)?;
+        Ok(rows)
+    }
+
+    /// Every source directory listed so far, with the names its listing returned.
+    pub fn listings(&self) -> std::io::Result<Vec<(SourcePath, Vec<Vec<u8>>)>> {
+        let g = self.lock();
+        let mut st = g
+            .conn
+            .prepare("SELECT src_path,names FROM listed ORDER BY src_path")
+            .map_err(sql_err)?;
+        let rows = st
+            .query_map([], |r| {
+                let p: Vec<u8> = r.get(0)?;
+                let names: Vec<u8> = r.get(1)?;
+                Ok((
+                    SourcePath::parse(&p).unwrap_or_default(),
+                    names
+                        .split(|&b| b == 0)
+                        .filter(|n| !n.is_empty())
+                        .map(<[u8]>::to_vec)
+                        .collect(),
                 ))
             })
             .map_err(sql_err)?
@@ -918,5 +961,37 @@ mod tests {
         assert_eq!(db.all().unwrap(), ro.all().unwrap());
         assert_eq!(ro.get(8).unwrap(), db.get(8).unwrap());
         assert_eq!(db.remaining().unwrap(), 1);
+    }
+
+    #[test]
+    fn listed_names_survive_reopen_and_a_listing_again_replaces_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        let d = SourcePath::parse(b"d").unwrap();
+        {
+            let db = MigrationDb::open(&path).unwrap();
+            let names: [&[u8]; 3] = [b"a", b"caf\xe9", b"z"];
+            db.insert_with_listing(&[], &[], Some((&d, &names)))
+                .unwrap();
+            db.insert_with_listing(&[], &[], Some((&SourcePath::root(), &[])))
+                .unwrap();
+        }
+        let db = MigrationDb::open(&path).unwrap();
+        let listed = db.listings().unwrap();
+        assert_eq!(
+            listed,
+            vec![
+                (SourcePath::root(), vec![]),
+                (
+                    d.clone(),
+                    vec![b"a".to_vec(), b"caf\xe9".to_vec(), b"z".to_vec()]
+                ),
+            ]
+        );
+        // Listed again after a crash: the newer names replace the older ones.
+        db.insert_with_listing(&[], &[], Some((&d, &[&b"b"[..]])))
+            .unwrap();
+        assert_eq!(db.listings().unwrap()[1].1, vec![b"b".to_vec()]);
+        assert_eq!(db.remaining().unwrap(), 0, "a listing is no stub row");
     }
 }

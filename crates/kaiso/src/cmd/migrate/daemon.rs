@@ -89,6 +89,10 @@ fn overlaps(a: &str, b: &str) -> bool {
 
 /// Opens the source and the migration state of one share (fresh or resumed).
 fn open_share(store: &Store, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
+    // The daemon connects, so its own environment must hold an SMB password (a share
+    // added by a later `start` or resumed after a restart).
+    super::smb_password_set(&spec.url)
+        .map_err(|e| format!("{e}; the migration daemon's environment lacks it"))?;
     let source =
         kaiso_source::open_source(&spec.url).map_err(|e| format!("source {}: {e}", spec.url))?;
     let order = CrawlOrder::parse(&spec.order, &spec.mode)?;
@@ -580,7 +584,10 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
             let opts = kaiso_fuse::MountOptions {
                 allow_other: store.config().allow_other,
                 threads: a.threads,
-                passthrough: false,
+                // Complete files (fetched, or never stubs) are handed to the kernel like
+                // in `kaiso mount`; the store serves stubs itself (`io_mode` refuses
+                // passthrough while any range is missing), so their reads still fetch.
+                passthrough: !a.no_passthrough,
                 ttl: Duration::from_secs(1),
                 ..kaiso_fuse::MountOptions::default()
             };
