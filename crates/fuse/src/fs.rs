@@ -48,7 +48,7 @@ pub struct KaisoFs {
     want_passthrough: bool,
     stats: Arc<FaceStats>,
     backing: Mutex<Backing>,
-    /// Regular files a rename replaced, held open by the face (see [`KaisoFs::rename`]):
+    /// Regular files a rename replaced, held open by the face (see [`KaisoFs::hold_rename_target`]):
     /// inode -> (handle, since when).
     replaced: Mutex<HashMap<Ino, (u64, Instant)>>,
     /// Keeps one worker reading and the others standing by (see [`crate::gate`]).
@@ -208,7 +208,9 @@ impl KaisoFs {
         // The lookup counted a kernel reference the kernel does not hold: give it back
         // after the open, so the file cannot be forgotten in between.
         let ino = a.ino;
+        // A file with another name left stays reachable anyway.
         let holdable = a.kind == FileKind::File
+            && a.nlink == 1
             && !self.replaced_lock().contains_key(&ino)
             && self.store.stub_state(ino).missing.is_empty();
         let mut held = None;

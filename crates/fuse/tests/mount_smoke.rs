@@ -202,3 +202,24 @@ fn negative_entries_are_short_lived_and_creatable() {
         assert_eq!(std::fs::read(&f).unwrap(), b"x");
     }
 }
+
+/// An ioctl kaiso does not know gets what a plain file answers (ENOTTY: "not a terminal"),
+/// not ENOSYS; every buffered Python open() asks TCGETS.
+#[test]
+fn unknown_ioctls_answer_enotty() {
+    use std::os::fd::AsRawFd;
+    let Some(e) = setup(false) else { return };
+    let p = e.mnt().join("f");
+    std::fs::write(&p, b"x").unwrap();
+    let plain = e.tier(0).parent().unwrap().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    let tcgets = |p: &Path| {
+        let f = std::fs::File::open(p).unwrap();
+        let mut termios = std::mem::MaybeUninit::<libc::termios>::uninit();
+        // SAFETY: TCGETS writes at most one termios into the buffer given.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TCGETS, termios.as_mut_ptr()) };
+        (r, std::io::Error::last_os_error().raw_os_error())
+    };
+    assert_eq!(tcgets(&plain), (-1, Some(libc::ENOTTY)));
+    assert_eq!(tcgets(&p), (-1, Some(libc::ENOTTY)));
+}

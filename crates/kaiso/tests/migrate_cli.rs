@@ -820,6 +820,7 @@ fn migrate_errors_are_one_clear_line() {
     let cfg = store.config.clone();
     let missing = store.root.join("no-such-dir");
     store.seed(0, "afile", b"a file");
+    store.seed(0, "full/keep", b"data already here");
     let src = store.root.join("old");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("f"), b"source file").unwrap();
@@ -859,6 +860,11 @@ fn migrate_errors_are_one_clear_line() {
             vec![src.as_os_str(), cfg.as_os_str(), os("--into"), os("afile")],
             "afile",
         ),
+        // A directory that already holds data: a migration would re-stub it.
+        (
+            vec![src.as_os_str(), cfg.as_os_str(), os("--into"), os("full")],
+            "is not empty",
+        ),
         // No $KAISO_SMB_PASSWORD (removed below): refused before connecting.
         (
             vec![os("smb://root@127.0.0.1:1/s"), cfg.as_os_str()],
@@ -877,6 +883,10 @@ fn migrate_errors_are_one_clear_line() {
     }
     // Nothing was attached by the refused starts: the file is untouched.
     assert_eq!(fs::read(store.tiers[0].join("afile")).unwrap(), b"a file");
+    assert_eq!(
+        fs::read(store.tiers[0].join("full/keep")).unwrap(),
+        b"data already here"
+    );
     let o = kaiso(
         &[
             os("migrate"),

@@ -14,6 +14,12 @@
 //!   [`NfsConfig::connect_timeout`], and the pool's NFS connections, whose READ
 //!   ([`read`]) decodes each reply's data straight into the caller's buffer. A server
 //!   that closes a connection is an error at once.
+//! - Every call, a new connection's connect included, is bounded by
+//!   [`NfsConfig::rpc_timeout`] (`timeout=` in the URL, default 15 s): a server that
+//!   stops answering fails the call as unreachable, naming the server, and so a client
+//!   access through FUSE waits about one timeout, not more: calls queued for a
+//!   connection behind calls that timed out fail with them. Idle connections the server
+//!   closed (it died or restarted) are dropped before use, so the next call reconnects.
 
 mod mount;
 mod read;
@@ -21,6 +27,7 @@ mod rpc;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -109,6 +116,10 @@ pub struct NfsSource {
     handles: Mutex<HashMap<SourcePath, nfs_fh3>>,
     /// Files ACCESS said the configured identity may read (asked once per file).
     readable: Mutex<HashSet<SourcePath>>,
+    /// Calls that got no reply within `rpc_timeout` so far: a call that sees this move
+    /// while it waited for a connection fails at once instead of waiting out a timeout of
+    /// its own on a server that stopped answering.
+    timeouts: AtomicU64,
 }
 
 /// Files remembered as readable at most (cleared when full).
@@ -168,6 +179,7 @@ impl NfsSource {
             idle: Mutex::new(Vec::new()),
             handles: Mutex::new(handles),
             readable: Mutex::new(HashSet::new()),
+            timeouts: AtomicU64::new(0),
         };
         if let Some(sub) = source.config.subdir.clone() {
             let sub = SourcePath::parse(sub.as_bytes())?;
@@ -193,11 +205,20 @@ impl NfsSource {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = (Client, Result<T, RpcFailure>)>,
     {
+        let timeouts = self.timeouts.load(Ordering::Acquire);
         let _permit = self
             .slots
             .acquire()
             .await
             .map_err(|_| self.io(path, "pool closed"))?;
+        if self.timeouts.load(Ordering::Acquire) != timeouts {
+            // The calls this one queued behind got no reply: so would this one.
+            return Err(self.unreachable(
+                path,
+                what,
+                "no reply to the calls ahead of this one".to_string(),
+            ));
+        }
         let pooled = self.pooled_alive();
         let attempt = async {
             let client = match pooled {
@@ -207,11 +228,14 @@ impl NfsSource {
             Ok(f(client).await)
         };
         match tokio::time::timeout(self.config.rpc_timeout, attempt).await {
-            Err(_) => Err(self.unreachable(
-                path,
-                what,
-                format!("no reply within {:?}", self.config.rpc_timeout),
-            )),
+            Err(_) => {
+                self.timeouts.fetch_add(1, Ordering::AcqRel);
+                Err(self.unreachable(
+                    path,
+                    what,
+                    format!("no reply within {:?}", self.config.rpc_timeout),
+                ))
+            }
             Ok(Err(e)) => Err(e),
             Ok(Ok((client, Ok(v)))) => {
                 self.idle

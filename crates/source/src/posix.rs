@@ -9,8 +9,8 @@
 //! Files and directories are read with `O_NOATIME` (falling back without it where the
 //! kernel refuses: not the owner, no CAP_FOWNER), so their access times stay as they
 //! were on the old server's disk (a symlink's atime still moves: `readlink` has no such
-//! flag). Through a kernel NFS/SMB mount the flag stays on this
-//! host: the server itself updates atimes on its READs.
+//! flag). Through a kernel NFS/SMB mount the flag stays on this host: the server itself
+//! updates atimes on its READs.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};

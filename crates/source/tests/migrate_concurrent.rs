@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use kaiso_source::{NfsSource, PosixSource};
+use kaiso_source::{NfsSource, PosixSource, SmbSource};
 use kaiso_store::migrate::{
     CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceAcl, SourceAttr,
     SourceEntry, SourceFeatures, SourcePath, SourceResult, SourceStream,
@@ -727,7 +727,7 @@ fn crawl_with_a_concurrent_client(
         let got = &files[path];
         assert!(
             got == want,
-            "seed {seed}: {path}: {}; the client's operations on it: {:?}",
+            "seed {seed}: {path}: {}; the client's operations on it under this name: {:?}",
             first_difference(got, want),
             log.iter()
                 .filter(|l| l.contains(path.as_str()))
@@ -767,6 +767,20 @@ fn concurrent_client_mutations_during_a_crawl_from_ganesha() {
     let server = common::Ganesha::start(export.path());
     let source = Box::new(NfsSource::connect(server.config()).unwrap());
     crawl_with_a_concurrent_client("nfs", source, model, seed);
+}
+
+#[test]
+fn concurrent_client_mutations_during_a_crawl_from_samba() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let seed = seed();
+    eprintln!("seed {seed} (KAISO_TEST_SEED={seed} repeats this run)");
+    let share = tempfile::tempdir().unwrap();
+    let model = source_tree(share.path(), &mut Rng(seed));
+    let server = common::Samba::start(share.path());
+    let source = Box::new(SmbSource::connect(server.config()).unwrap());
+    crawl_with_a_concurrent_client("smb", source, model, seed);
 }
 
 // ---- the crawler's fetches are no client accesses ------------------------------------

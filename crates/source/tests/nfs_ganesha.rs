@@ -261,7 +261,7 @@ fn wait_all_threads_stopped(pid: i32) {
         let running: Vec<String> = tasks
             .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
             // The state follows the parenthesised command name, which may hold spaces.
-            .filter_map(|stat| Some(stat[stat.rfind(')')? + 2..].chars().next()?))
+            .filter_map(|stat| stat[stat.rfind(')')? + 2..].chars().next())
             .filter(|state| *state != 'T')
             .map(|state| state.to_string())
             .collect();
@@ -352,7 +352,14 @@ impl Restarted {
                 "ganesha did not come back within 30 s ({attempt} starts); log {}",
                 log.display()
             );
+            if rpcbind
+                .as_mut()
+                .is_some_and(|c: &mut Child| c.try_wait().ok().flatten().is_some())
+            {
+                rpcbind = None; // lost the race for port 111 to another rpcbind
+            }
             if rpcbind.is_none() && std::net::TcpStream::connect(("127.0.0.1", 111)).is_err() {
+                std::fs::create_dir_all("/run/rpcbind").expect("create /run/rpcbind");
                 rpcbind = Some(
                     Command::new("rpcbind")
                         .arg("-f")
@@ -439,6 +446,11 @@ fn nfs_timeout_and_reconnect() {
     assert_eq!(source.stat(&f0).unwrap().size, 700_000);
     let server_name = format!("127.0.0.1:{}", server.nfs_port);
 
+    // Two connections for six callers: four wait for a connection.
+    let mut narrow_cfg = cfg.clone();
+    narrow_cfg.connections = 2;
+    let narrow = Arc::new(NfsSource::connect(narrow_cfg).expect("connect"));
+
     // A silent server: the call ends with Unreachable after about the timeout.
     signal(pid, libc::SIGSTOP);
     wait_all_threads_stopped(pid);
@@ -446,7 +458,40 @@ fn nfs_timeout_and_reconnect() {
     let s = source.clone();
     let p = f0.clone();
     let (r, took) = within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
+    // Callers queued behind calls that time out fail with them: each waits about one
+    // timeout, not one per round of calls ahead of it (three rounds here).
+    let n = narrow.clone();
+    let (queued, _) = within(timeout * 4, "queued stats on a stopped server", move || {
+        std::thread::scope(|scope| {
+            let waits: Vec<_> = (0..6)
+                .map(|i| {
+                    let n = &n;
+                    scope.spawn(move || {
+                        let t = Instant::now();
+                        let p = SourcePath::parse(format!("bulk/f{i:02}").as_bytes()).unwrap();
+                        (n.stat(&p).map(|a| a.size), t.elapsed())
+                    })
+                })
+                .collect();
+            waits
+                .into_iter()
+                .map(|w| w.join().unwrap())
+                .collect::<Vec<_>>()
+        })
+    });
     drop(resume);
+    for (r, took) in &queued {
+        let e = r.as_ref().expect_err("a stopped server answered");
+        assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+        assert!(
+            *took < timeout * 3 / 2 + Duration::from_millis(500),
+            "a queued call waited {took:?}: {e}"
+        );
+    }
+    eprintln!(
+        "stopped server, 6 callers on 2 connections: waited {:?}",
+        queued.iter().map(|q| q.1).collect::<Vec<_>>()
+    );
     let e = r.expect_err("a stopped server answered");
     assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
     assert!(e.to_string().contains(&server_name), "{e}");

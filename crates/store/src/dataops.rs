@@ -40,7 +40,7 @@ thread_local! {
     /// A test hook of [`Store::stub_write`] on this thread ([`Store::set_stub_resolve_hook`]).
     static STUB_RESOLVE_HOOK: std::cell::RefCell<Option<StubResolveHook>> =
         const { std::cell::RefCell::new(None) };
-    /// Set on threads whose accesses are not a client's ([`Store::mark_background_thread`]).
+    /// Whether this thread's accesses are not a client's ([`Store::mark_background_thread`]).
     static BACKGROUND_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -343,15 +343,18 @@ impl Store {
         }
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let (mode, reserved) = self.io_mode(&state, want_passthrough, writable);
-        // An unlinked file still open elsewhere is reopened through that descriptor.
+        // An unlinked file still open elsewhere is reopened through that descriptor. The
+        // handle is kept until the open is done: a concurrent release could otherwise
+        // close the descriptor, and its number be reused for another file, in between.
+        let mut reopen_through = None;
         let path = match ns.file_path(ino) {
             Some(p) => self.tiers[tier as usize].path(&p),
-            None => match state.open_handles().first() {
-                Some(h) => format!(
-                    "/proc/self/fd/{}",
-                    std::os::unix::io::AsRawFd::as_raw_fd(&*h.file())
-                )
-                .into(),
+            None => match state.open_handles().first().cloned() {
+                Some(h) => {
+                    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&*h.file());
+                    reopen_through = Some(h);
+                    format!("/proc/self/fd/{fd}").into()
+                }
                 None => return Err(FsError::NOENT),
             },
         };
@@ -365,6 +368,7 @@ impl Store {
         } else {
             open_backing(&path, backing_flags(flags))
         };
+        drop(reopen_through);
         let file = match file {
             Ok(f) => f,
             Err(e) => {
@@ -861,7 +865,7 @@ impl Store {
         // back over the zeros, or fetch them into the shifted places.
         let size = st.size.load(Ordering::Relaxed);
         if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0 {
-            self.fill_range(&st, offset, (offset + len).min(size))?;
+            self.fill_range(&st, offset, offset.saturating_add(len).min(size))?;
         } else if mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
             self.fill_range(&st, offset, size)?;
         }
@@ -871,7 +875,7 @@ impl Store {
             self.stub_client_change(&st)?;
             let tier = st.tier();
             let size = st.size.load(Ordering::Acquire);
-            let end = offset + len;
+            let end = offset.saturating_add(len);
             // The size after the call: inserting shifts the tail up by `len`, collapsing
             // down by `len`; other modes extend to `end` unless told to keep the size.
             let new_size = if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
@@ -1364,16 +1368,9 @@ fn run_stub_resolve_hook(ino: Ino) {
 }
 
 /// Whether the calling thread does background work ([`Store::mark_background_thread`]).
-/// The migration crawler's threads count too by their name until the engine marks them.
 fn on_background_thread() -> bool {
     BACKGROUND_THREAD.with(|b| b.get())
-        || std::thread::current()
-            .name()
-            .is_some_and(|n| n.starts_with(CRAWLER_THREAD_PREFIX))
 }
-
-/// Name prefix of the migration crawler's worker threads (`migrate/crawler.rs`).
-const CRAWLER_THREAD_PREFIX: &str = "kaiso-crawl-";
 
 /// Largest piece of a fetched unit written to a stub file in one `write(2)` (see
 /// `Store::stub_write`).

@@ -1202,19 +1202,52 @@ impl Store {
     /// bounded by the real free space of its file system).
     pub fn statfs(&self) -> FsResult<StatFs> {
         let bsize: u64 = 4096;
-        let (mut blocks, mut bfree, mut files, mut ffree) = (0u64, 0u64, 0u64, 0u64);
-        for t in &self.tiers {
+        // Tiers on one file system share its free space and inodes: count those once
+        // per file system (by `f_fsid`), or `df` on a store whose tiers share a disk
+        // would show that disk's free space once per tier.
+        struct Group {
+            fsid: u64,
+            used: u64,
+            room: u64,
+            real_free: u64,
+        }
+        let mut groups: Vec<Group> = Vec::new();
+        let (mut files, mut ffree) = (0u64, 0u64);
+        for (i, t) in self.tiers.iter().enumerate() {
             let c = util::cpath(&t.root)?;
             let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
-            let real_free = if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 {
-                files += sv.f_files;
-                ffree += sv.f_ffree;
-                sv.f_bavail * sv.f_frsize
+            let (fsid, real_free) = if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 {
+                (sv.f_fsid, sv.f_bavail * sv.f_frsize)
             } else {
-                u64::MAX
+                // Unknown file system: its own group, bounded by kaiso's figures only.
+                (u64::MAX - i as u64, u64::MAX)
             };
-            blocks += t.capacity() / bsize;
-            bfree += t.free().min(real_free) / bsize;
+            match groups.iter_mut().find(|g| g.fsid == fsid) {
+                Some(g) => {
+                    g.used += t.used();
+                    g.room += t.free();
+                }
+                None => {
+                    if real_free != u64::MAX {
+                        files += sv.f_files;
+                        ffree += sv.f_ffree;
+                    }
+                    groups.push(Group {
+                        fsid,
+                        used: t.used(),
+                        room: t.free(),
+                        real_free,
+                    });
+                }
+            }
+        }
+        // Size = what kaiso stores + what can still be written, so `used` in `df` is
+        // kaiso's data, not other files on a shared disk.
+        let (mut blocks, mut bfree) = (0u64, 0u64);
+        for g in &groups {
+            let free = g.room.min(g.real_free);
+            blocks += (g.used + free) / bsize;
+            bfree += free / bsize;
         }
         Ok(StatFs {
             blocks,

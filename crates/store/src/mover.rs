@@ -272,6 +272,78 @@ fn relieves_slower_tier(r: MoveReason) -> bool {
     )
 }
 
+/// The access and modification times of the directories a move touches on its two tiers
+/// (the moved names' parents and their ancestors, which the destination may have to
+/// create), taken under the namespace lock before the switch and put back after the
+/// source is deleted: a move adds and removes no name as the mount shows it, so the
+/// directories' times must not change either. (Their ctime does change: no call sets it.)
+#[derive(Default)]
+struct DirTimes {
+    /// Backing directory, and the times to give it back.
+    dirs: Vec<(PathBuf, libc::timespec, libc::timespec)>,
+}
+
+impl DirTimes {
+    fn snapshot(ft: &Tier, tt: &Tier, names: &[PathBuf]) -> DirTimes {
+        let mut rels: Vec<PathBuf> = Vec::new();
+        for n in names {
+            let mut d = parent_of(n);
+            loop {
+                if !rels.contains(&d) {
+                    rels.push(d.clone());
+                }
+                if d.as_os_str().is_empty() {
+                    break;
+                }
+                d = parent_of(&d);
+            }
+        }
+        let times = |st: &libc::stat| {
+            (
+                libc::timespec {
+                    tv_sec: st.st_atime,
+                    tv_nsec: st.st_atime_nsec,
+                },
+                libc::timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: st.st_mtime_nsec,
+                },
+            )
+        };
+        let mut dirs = Vec::new();
+        for rel in rels {
+            let on_source = util::lstat_opt(&ft.path(&rel)).ok().flatten();
+            let on_dest = util::lstat_opt(&tt.path(&rel)).ok().flatten();
+            if let Some(st) = &on_source {
+                let (a, m) = times(st);
+                dirs.push((ft.path(&rel), a, m));
+            }
+            // A copy the destination creates for the move gets the source copy's times.
+            if let Some(st) = on_dest.as_ref().or(on_source.as_ref()) {
+                let (a, m) = times(st);
+                dirs.push((tt.path(&rel), a, m));
+            }
+        }
+        DirTimes { dirs }
+    }
+
+    fn restore(&self) {
+        for (p, atime, mtime) in &self.dirs {
+            let Ok(c) = util::cpath(p) else { continue };
+            let ts = [*atime, *mtime];
+            // Best effort: the move itself is done.
+            unsafe {
+                libc::utimensat(
+                    libc::AT_FDCWD,
+                    c.as_ptr(),
+                    ts.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+        }
+    }
+}
+
 /// Open a move's source without updating its access time (O_NOATIME), or normally where
 /// that is not allowed (EPERM: kaiso owns neither the file nor CAP_FOWNER).
 fn open_source(p: &Path) -> std::io::Result<File> {
@@ -847,6 +919,11 @@ impl Store {
         };
         // The copy's reads do not count as an access (no user read the file).
         (st.st_atime, st.st_atime_nsec) = atime_before;
+        let dir_times = if orphan {
+            DirTimes::default()
+        } else {
+            DirTimes::snapshot(ft, tt, &names)
+        };
         let dst_bino = util::fstat(&dst).map(|s| s.st_ino).unwrap_or(0);
         let mut reopened: Vec<File> = Vec::with_capacity(handles.len());
         let r = (|| -> Result<(), MoveError> {
@@ -966,6 +1043,7 @@ impl Store {
             // Gone when empty; another orphan keeps it (ENOTEMPTY).
             let _ = std::fs::remove_dir(ft.path(Path::new(orphan::ORPHAN_DIR)));
         }
+        dir_times.restore();
         drop(ns);
         drop(gate);
         reserved.keep();

@@ -334,3 +334,31 @@ fn where_of_a_hard_link_shows_the_name_asked_for() {
     let e = t.s().explain("/p/a".as_ref()).unwrap();
     assert!(e.placement.backing_path.ends_with("p/a"), "{e:?}");
 }
+
+#[test]
+fn a_move_keeps_its_directories_times() {
+    let t = TestStore::new(&["1GiB", "1GiB"]);
+    t.put("d/e/f", &pattern(100_000, 6));
+    let secs = |p: &Path| {
+        let md = std::fs::metadata(p).unwrap();
+        (md.atime(), md.mtime())
+    };
+    for d in ["d", "d/e"] {
+        set_times(&t.tier(0).join(d), 1_000_000, 2_000_000);
+    }
+    let e = t.lookup_path("d/e").unwrap().ino;
+    let shown = |s: &Store| s.getattr(e, None).unwrap().mtime;
+    let before = shown(t.s());
+    // Demote: the slow tier creates d/e; the fast tier loses d/e/f.
+    t.s().move_now("d/e/f".as_ref(), "t1").unwrap();
+    assert_eq!(t.holders("d/e/f", 2), vec![1]);
+    for d in ["d", "d/e"] {
+        assert_eq!(secs(&t.tier(0).join(d)), (1_000_000, 2_000_000), "t0 {d}");
+        assert_eq!(secs(&t.tier(1).join(d)), (1_000_000, 2_000_000), "t1 {d}");
+    }
+    assert_eq!(shown(t.s()), before);
+    // And back.
+    t.s().move_now("d/e/f".as_ref(), "t0").unwrap();
+    assert_eq!(secs(&t.tier(0).join("d/e")), (1_000_000, 2_000_000));
+    assert_eq!(shown(t.s()), before);
+}

@@ -126,6 +126,53 @@ fn statfs_sums_tiers() {
     m.unmount();
 }
 
+/// Tiers sharing one file system count its free space once: with capacities far above
+/// the disk, `df` on the mount shows the disk's free space (not once per tier) and, as
+/// used, only what kaiso stores.
+#[test]
+fn statfs_counts_a_shared_file_system_once() {
+    fuse_or_skip!();
+    use common::{Store, StoreSpec, TierSpec};
+    const MIB: u64 = 1 << 20;
+    const TIB: u64 = 1 << 40;
+    let store = Store::new(
+        "statfs-shared",
+        StoreSpec::with_tiers(vec![
+            TierSpec::new("a").capacity(TIB),
+            TierSpec::new("b").capacity(TIB),
+            TierSpec::new("c").capacity(TIB),
+        ]),
+    );
+    let m = store.mount();
+    fs::write(m.path.join("f"), vec![7u8; 4 * MIB as usize]).unwrap();
+    let stat = |p: &Path| {
+        let c = cstr(p);
+        let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut sv) }, 0);
+        sv
+    };
+    let (mnt, disk) = (stat(&m.path), stat(&store.tiers[0]));
+    let mnt_free = mnt.f_bavail * mnt.f_frsize;
+    let disk_free = disk.f_bavail * disk.f_frsize;
+    // Other processes write to the same disk meanwhile: allow 256 MiB of drift.
+    assert!(
+        mnt_free <= disk_free + 256 * MIB,
+        "mount shows {mnt_free} bytes free, the one disk under all tiers {disk_free}"
+    );
+    let used = (mnt.f_blocks - mnt.f_bfree) * mnt.f_frsize;
+    assert!(
+        (4 * MIB..=8 * MIB).contains(&used),
+        "mount shows {used} bytes used; kaiso stores 4 MiB"
+    );
+    assert!(
+        mnt.f_files <= disk.f_files,
+        "inodes counted once per tier: {} > {}",
+        mnt.f_files,
+        disk.f_files
+    );
+    m.unmount();
+}
+
 /// The cases. Each takes the tree under test and records what it observes.
 mod cases {
     use super::*;

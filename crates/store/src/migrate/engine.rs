@@ -5,13 +5,20 @@
 //!   is created at once with its attributes. Symlinks, FIFOs, sockets and devices are
 //!   complete when created; directories and regular files become stub rows.
 //! - **Files** go dummy (attributes from the listing) → partial (xattrs, ACLs and
-//!   alternate data streams copied: on the first data access or by the crawler's metadata
-//!   pass) → normal (no missing byte range; the row is deleted and the counter drops).
+//!   alternate data streams copied: on the first data access, the first reference to its
+//!   xattrs — get, list, set or remove, so a client's change is made over the source's
+//!   values and never overwritten by them — or by the crawler's metadata pass) → normal
+//!   (no missing byte range; the row is deleted and the counter drops).
+//! - **Where a share starts**: a fresh share only into a new or empty directory (see
+//!   `check_target_empty`); the listing of each directory is recorded so `finish` can
+//!   report entries the source gained or lost after it was listed.
 //! - **Data** is fetched in units of `unit_size` (10 MiB by default) aligned to the unit,
 //!   clamped to `minsize`. Only the parts the store still reports missing are written, so
 //!   bytes a client wrote are never overwritten by a late fetch. The store serialises
 //!   fills per file, so concurrent requests for the same range wait for one fetch, while
-//!   fetches of different files run in parallel (one per calling thread).
+//!   fetches of different files run in parallel (one per calling thread). The crawler is
+//!   admitted (demand priority, throttle) before it enters a fill, never inside one, so a
+//!   client never waits behind the crawl's throttle.
 //! - **Hard links**: a regular file with link count ≥ 2 is recorded as an *anchor* keyed
 //!   by its source inode; later paths with the same source inode become hard links to the
 //!   anchor's store inode instead of new stubs.
@@ -88,6 +95,8 @@ thread_local! {
 
 pub(crate) fn mark_crawler_thread() {
     CRAWLER_THREAD.with(|c| c.set(true));
+    // Its reads and opens are not client accesses (heat, tier counters, trace).
+    crate::Store::mark_background_thread();
 }
 
 fn on_crawler_thread() -> bool {
@@ -1229,10 +1238,14 @@ impl Migration {
         data[got..].fill(0);
         let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
             // One call per missing range: the store writes it in pieces itself.
-            store.stub_write(row.ino, s, &data[(s - from) as usize..(e - from) as usize])?;
-            self.counters
-                .bytes_fetched
-                .fetch_add(e - s, Ordering::Relaxed);
+            // Counts only what was still missing when written (a client may have
+            // written or truncated meanwhile).
+            let n = store.stub_write_counted(
+                row.ino,
+                s,
+                &data[(s - from) as usize..(e - from) as usize],
+            )?;
+            self.counters.bytes_fetched.fetch_add(n, Ordering::Relaxed);
             Ok(())
         });
         self.buffers.give(buffer);

@@ -264,7 +264,15 @@ fn detach_state_dir(dir: &Path) -> Result<PathBuf, String> {
     if trash.exists() {
         fs::remove_dir_all(&trash).map_err(|e| err("remove", &trash, e))?;
     }
-    fs::rename(dir, &trash).map_err(|e| err("move", dir, e))?;
+    // A start of another share cleans `migrate.finishing/` up (see
+    // `clean_interrupted_finishes`): made again once if it went in between.
+    let moved = fs::rename(dir, &trash).or_else(|e| match e.kind() {
+        std::io::ErrorKind::NotFound if dir.exists() => {
+            fs::create_dir_all(&finishing).and_then(|()| fs::rename(dir, &trash))
+        }
+        _ => Err(e),
+    });
+    moved.map_err(|e| err("move", dir, e))?;
     // Both directories: the entry must be gone from `migrate/` for good.
     sync_dir(migrate).map_err(|e| err("sync", migrate, e))?;
     sync_dir(&finishing).map_err(|e| err("sync", &finishing, e))?;

@@ -67,12 +67,25 @@ pub fn saved_specs(state_dir: &Path) -> anyhow::Result<Vec<ShareSpec>> {
         let Ok(text) = std::fs::read_to_string(&p) else {
             continue;
         };
+        if finished_leftover(&e.path()) {
+            // A finish of an older kaiso, interrupted while deleting the share's state:
+            // its report exists and its database is gone, so the share is finished.
+            tracing::warn!(dir = %e.path().display(), "removing a finished share's leftover state");
+            let _ = std::fs::remove_dir_all(e.path());
+            continue;
+        }
         let spec: ShareSpec =
             serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?;
         out.push(spec);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// Whether the share directory `dir` is what an interrupted finish left: its finish
+/// report written, its migration database already deleted.
+fn finished_leftover(dir: &Path) -> bool {
+    !dir.join("migrate.db").exists() && dir.with_extension("finished.txt").exists()
 }
 
 fn save_spec(state_dir: &Path, spec: &ShareSpec) -> std::io::Result<()> {
@@ -426,9 +439,11 @@ fn select(shares: &[Share], name: Option<&str>) -> Result<Vec<usize>, String> {
 
 /// Verifies and detaches one share (the engine removes its whole state directory).
 fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary, String> {
-    let skipped = skipped_entries(m.skipped());
     let report_path = m.state_dir().with_extension("finished.txt");
     let r = kaiso_store::migrate::finish(store, m)?;
+    // From the finish report, not the crawl's: it adds what changed on the source after
+    // listing, which only finish's last look finds.
+    let skipped = skipped_entries(r.skipped.clone());
     Ok(FinishSummary {
         share: name.to_string(),
         source: m.source().describe(),
@@ -695,6 +710,43 @@ mod tests {
         assert!(overlaps("a", "a/b"));
         assert!(!overlaps("a", "ab"));
         assert!(!overlaps("x/a", "x/b"));
+    }
+
+    #[test]
+    fn a_finished_share_left_by_an_interrupted_finish_is_not_resumed() {
+        let d = tempfile::tempdir().unwrap();
+        let mig = d.path().join("migrate");
+        let spec = |name: &str| {
+            let dir = mig.join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let spec = ShareSpec {
+                name: name.to_string(),
+                url: "/src".to_string(),
+                into: name.to_string(),
+                order: "bfs".to_string(),
+                mode: "metadata-first".to_string(),
+                parallel: 1,
+                chunk: 1 << 20,
+                rate: None,
+            };
+            std::fs::write(dir.join("share.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
+            dir
+        };
+        // Unfinished: its database is there.
+        let live = spec("live");
+        std::fs::write(live.join("migrate.db"), b"").unwrap();
+        // Finished, but the state removal was cut off after the database went.
+        let done = spec("done");
+        std::fs::write(done.with_extension("finished.txt"), b"report").unwrap();
+        // No database and no report: a start that crashed before its database; kept.
+        spec("young");
+        let names: Vec<String> = match saved_specs(d.path()) {
+            Ok(v) => v.into_iter().map(|s| s.name).collect(),
+            Err(e) => panic!("{e:#}"),
+        };
+        assert_eq!(names, ["live", "young"]);
+        assert!(!done.exists(), "the leftover state is removed");
+        assert!(done.with_extension("finished.txt").exists(), "the report stays");
     }
 
     #[test]
