@@ -12,7 +12,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,6 +51,10 @@ pub struct KaisoFs {
     /// Regular files a rename replaced, held open by the face (see [`KaisoFs::hold_rename_target`]):
     /// inode -> (handle, since when).
     replaced: Mutex<HashMap<Ino, (u64, Instant)>>,
+    /// Directories rmdir removed, until the kernel forgets them: a process may still hold
+    /// one (its working directory, an open descriptor). Requests on them are answered
+    /// ENOENT, not ESTALE: a new path walk cannot find anything better.
+    removed_dirs: Mutex<HashSet<Ino>>,
     /// Keeps one worker reading and the others standing by (see [`crate::gate`]).
     gate: WorkerGate,
 }
@@ -154,6 +158,7 @@ impl KaisoFs {
             stats: Arc::default(),
             backing: Mutex::new(Backing::default()),
             replaced: Mutex::default(),
+            removed_dirs: Mutex::default(),
             gate: WorkerGate::with_busy_poll(opts.threads, opts.busy_poll),
         }
     }
@@ -171,10 +176,23 @@ impl KaisoFs {
     /// spurious ENOENT. A known inode keeps its ENOENT (e.g. a stub whose source is gone).
     fn ino_errno(&self, ino: Ino, e: FsError) -> Errno {
         if e == FsError::NOENT && !self.store_knows(ino) {
-            self.stats.stale.fetch_add(1, Ordering::Relaxed);
-            return Errno::ESTALE;
+            return self.gone_errno(ino);
         }
         errno(e)
+    }
+
+    /// The errno for a request on node id `ino`, which the store no longer knows: ESTALE
+    /// (see [`KaisoFs::ino_errno`]), or ENOENT for a directory rmdir removed.
+    fn gone_errno(&self, ino: Ino) -> Errno {
+        if self.removed_dirs_lock().contains(&ino) {
+            return Errno::ENOENT;
+        }
+        self.stats.stale.fetch_add(1, Ordering::Relaxed);
+        Errno::ESTALE
+    }
+
+    fn removed_dirs_lock(&self) -> std::sync::MutexGuard<'_, HashSet<Ino>> {
+        self.removed_dirs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn store_knows(&self, ino: Ino) -> bool {
@@ -370,16 +388,14 @@ impl fuser::Filesystem for KaisoFs {
         let _serving = self.gate.serve_forget(req.unique().0);
         self.store.forget(ino.0, nlookup);
         self.release_replaced(Some(ino.0));
+        self.removed_dirs_lock().remove(&ino.0);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let _serving = self.gate.serve();
         match self.store.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
-            Err(e) if e == FsError::NOENT && fh.is_none() => {
-                self.stats.stale.fetch_add(1, Ordering::Relaxed);
-                reply.error(Errno::ESTALE)
-            }
+            Err(e) if e == FsError::NOENT && fh.is_none() => reply.error(self.gone_errno(ino.0)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -467,7 +483,17 @@ impl fuser::Filesystem for KaisoFs {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _serving = self.gate.serve();
-        Self::empty(reply, self.store.rmdir(parent.0, name));
+        // The directory's node id, to remember it removed (the lookup's reference is
+        // given back below: the kernel holds its own).
+        let ino = self.store.lookup(parent.0, name).ok().map(|a| a.ino);
+        let r = self.store.rmdir(parent.0, name);
+        if let Some(ino) = ino {
+            if r.is_ok() {
+                self.removed_dirs_lock().insert(ino);
+            }
+            self.store.forget(ino, 1);
+        }
+        Self::empty(reply, r);
     }
 
     fn symlink(

@@ -3,29 +3,13 @@
 //! emulated tier is served by kaiso request by request.
 
 mod common;
-use common::fuse_available;
+use common::{MountedStore, fuse_available};
 use kaiso_store::{Store, StoreConfig};
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 const SIZE: usize = 16 << 20;
-
-struct Env {
-    _dir: tempfile::TempDir,
-    store: Arc<Store>,
-    mount: Option<kaiso_fuse::Mounted>,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(m) = self.mount.take() {
-            let _ = m.unmount();
-        }
-        self.store.shutdown();
-    }
-}
 
 fn read_all(p: &Path) -> usize {
     let mut f = std::fs::File::open(p).unwrap();
@@ -65,8 +49,8 @@ fn resident_io_bypasses_the_daemon_and_emulated_io_does_not() {
     let mnt = root.join("mnt");
     let mount =
         kaiso_fuse::mount(store.clone(), &mnt, &kaiso_fuse::MountOptions::default()).unwrap();
-    let env = Env {
-        _dir: dir,
+    let env = MountedStore {
+        dir,
         store,
         mount: Some(mount),
     };

@@ -4,7 +4,7 @@
 //! disappears; the mount must not answer ENOENT either.
 
 mod common;
-use common::fuse_available;
+use common::{MountedStore, fuse_available};
 use kaiso_store::{Store, StoreConfig};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -84,22 +84,7 @@ fn race(dir: &Path) -> BTreeMap<String, u64> {
     seen
 }
 
-struct Env {
-    dir: tempfile::TempDir,
-    store: Arc<Store>,
-    mount: Option<kaiso_fuse::Mounted>,
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(m) = self.mount.take() {
-            let _ = m.unmount();
-        }
-        self.store.shutdown();
-    }
-}
-
-fn mounted() -> Option<Env> {
+fn mounted() -> Option<MountedStore> {
     if !fuse_available() {
         eprintln!("skipping: /dev/fuse is not available");
         return None;
@@ -121,7 +106,7 @@ fn mounted() -> Option<Env> {
         &kaiso_fuse::MountOptions::default(),
     )
     .unwrap();
-    Some(Env {
+    Some(MountedStore {
         dir,
         store,
         mount: Some(mount),
@@ -158,4 +143,51 @@ fn rename_over_never_hides_the_target_from_readers() {
         std::fs::read_to_string(mnt.join("target")).unwrap(),
         format!("target{last}")
     );
+}
+
+/// errno of `f`, or "ok".
+fn result_name<T>(r: std::io::Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => e.raw_os_error().map_or("?".into(), errno_name),
+    }
+}
+
+/// What a process sees of a directory removed under it (`fstat` and `openat(".")` through a
+/// descriptor it holds, as a shell whose working directory was removed does).
+fn removed_dir_view(dir: &Path) -> (String, String) {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir_all(dir).unwrap();
+    let d = dir.join("gone");
+    std::fs::create_dir(&d).unwrap();
+    let held = std::fs::File::open(&d).unwrap();
+    std::fs::remove_dir(&d).unwrap();
+    let stat = result_name(held.metadata());
+    // SAFETY: the descriptor is open; "." is NUL-terminated.
+    let fd = unsafe {
+        libc::openat(
+            held.as_raw_fd(),
+            c".".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    let open = if fd < 0 {
+        result_name::<()>(Err(std::io::Error::last_os_error()))
+    } else {
+        // SAFETY: fd was just opened here.
+        unsafe { libc::close(fd) };
+        "ok".into()
+    };
+    (stat, open)
+}
+
+#[test]
+fn a_removed_directory_is_never_stale() {
+    let Some(env) = mounted() else { return };
+    let plain = removed_dir_view(&env.dir.path().join("plain/d"));
+    let mnt = removed_dir_view(&env.dir.path().join("mnt/d"));
+    eprintln!("plain directory: {plain:?}; mount: {mnt:?}");
+    // ESTALE would tell the caller to look the name up again, which names nothing now.
+    assert_ne!(mnt.0, "ESTALE", "fstat: plain {plain:?}, mount {mnt:?}");
+    assert_ne!(mnt.1, "ESTALE", "openat: plain {plain:?}, mount {mnt:?}");
 }

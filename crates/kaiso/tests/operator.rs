@@ -22,7 +22,10 @@ fn http_get(addr: &str, path: &str) -> (String, String) {
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (head.lines().next().unwrap_or("").to_string(), body.to_string())
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
 }
 
 /// The address the daemon printed for its metrics endpoint ("metrics on http://A/metrics").
@@ -59,7 +62,10 @@ fn metrics_endpoint_serves_tier_and_mover_figures() {
     store.seed(1, "cold.bin", &vec![7u8; 3 * MIB as usize]);
     let m = store.mount();
     fs::write(m.path.join("new.txt"), b"hello").unwrap();
-    assert_eq!(fs::read(m.path.join("cold.bin")).unwrap().len(), 3 * MIB as usize);
+    assert_eq!(
+        fs::read(m.path.join("cold.bin")).unwrap().len(),
+        3 * MIB as usize
+    );
     let addr = metrics_addr(&m);
     let (status, body) = http_get(&addr, "/metrics");
     assert!(status.contains("200"), "{status}\n{body}");
@@ -94,7 +100,11 @@ fn status_json_and_recursive_pin_unpin_where_through_the_cli() {
     let cfg = store.config.to_str().unwrap();
 
     let out = store.kaiso(&["status", "--json", cfg]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tiers = v["tiers"].as_array().expect("tiers array");
     let names: Vec<_> = tiers.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -108,23 +118,38 @@ fn status_json_and_recursive_pin_unpin_where_through_the_cli() {
     // The text form names every tier too.
     let out = store.kaiso(&["status", cfg]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.contains("fast") && text.contains("slow"), "{text}");
+    assert!(
+        out.status.success() && text.contains("fast") && text.contains("slow"),
+        "{text}"
+    );
 
     let dir = m.path.join("dir");
     let dir_s = dir.to_str().unwrap();
     let out = store.kaiso(&["pin", "-r", "--tier", "fast", dir_s]);
-    assert!(out.status.success(), "pin: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pin: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for i in 0..4 {
         let f = dir.join(format!("f{i}"));
         let out = store.kaiso(&["where", "--json", f.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(p["tiers"][0], "fast", "f{i} not on the pinned tier: {p}");
         assert_eq!(p["pinned"], "fast", "f{i} not pinned: {p}");
         assert_eq!(fs::read(&f).unwrap(), vec![i as u8; 64 * 1024]);
     }
     let out = store.kaiso(&["unpin", "-r", dir_s]);
-    assert!(out.status.success(), "unpin: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "unpin: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = store.kaiso(&["where", "--json", dir.join("f0").to_str().unwrap()]);
     let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(p["pinned"].is_null(), "still pinned after unpin -r: {p}");
@@ -159,7 +184,10 @@ fn log_json_writes_one_json_object_per_line() {
     assert!(common::unmount_path(&store.mountpoint));
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "daemon did not exit after unmount");
+        assert!(
+            Instant::now() < deadline,
+            "daemon did not exit after unmount"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let text = fs::read_to_string(&log).unwrap();

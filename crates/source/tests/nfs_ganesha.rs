@@ -378,36 +378,8 @@ impl Restarted {
 impl Drop for Restarted {
     fn drop(&mut self) {
         for child in std::iter::once(&mut self.ganesha).chain(self.rpcbind.as_mut()) {
-            // SIGTERM first so that ganesha unregisters from rpcbind.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+            common::stop(child);
         }
-    }
-}
-
-/// Runs `f` on a thread; fails if it does not return within `limit`. Returns its result
-/// and how long it took.
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> (T, Duration) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let t = Instant::now();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => (v, t.elapsed()),
-        Err(_) => panic!("{what} did not return within {limit:?}"),
     }
 }
 
@@ -457,11 +429,11 @@ fn nfs_timeout_and_reconnect() {
     let resume = ContinueOnDrop(pid);
     let s = source.clone();
     let p = f0.clone();
-    let (r, took) = within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
+    let (r, took) = common::within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
     // Callers queued behind calls that time out fail with them: each waits about one
     // timeout, not one per round of calls ahead of it (three rounds here).
     let n = narrow.clone();
-    let (queued, _) = within(timeout * 4, "queued stats on a stopped server", move || {
+    let (queued, _) = common::within(timeout * 4, "queued stats on a stopped server", move || {
         std::thread::scope(|scope| {
             let waits: Vec<_> = (0..6)
                 .map(|i| {
@@ -542,7 +514,7 @@ fn nfs_timeout_and_reconnect() {
         std::thread::sleep(Duration::from_millis(2));
     }
     signal(pid, libc::SIGKILL);
-    let (state, took) = within(
+    let (state, took) = common::within(
         timeout * 4 + Duration::from_secs(15),
         "crawler",
         move || {
@@ -565,31 +537,17 @@ fn nfs_timeout_and_reconnect() {
     );
     // A client reading a file not fetched yet gets an error, not a hang.
     let s2 = store.clone();
-    let (r, took) = within(
+    let (r, took) = common::within(
         timeout * 2 + Duration::from_secs(5),
         "client read",
-        move || {
-            let mut ino = kaiso_store::ROOT_INO;
-            for c in ["bulk", "f79"] {
-                let a = s2
-                    .lookup(ino, std::ffi::OsStr::new(c))
-                    .map_err(|e| e.errno())?;
-                ino = a.ino;
-            }
-            let o = s2
-                .open_file(ino, libc::O_RDONLY, false)
-                .map_err(|e| e.errno())?;
-            let r = s2.read(o.fh, 0, 4096).map_err(|e| e.errno());
-            let _ = s2.release(o.fh);
-            r
-        },
+        move || common::client_read(&s2, &["bulk", "f79"]),
     );
     assert!(r.is_err(), "read of an unfetched file after the kill");
     eprintln!("killed server: client read failed after {took:?}");
     // The source connected before the kill fails at once and names the server.
     let s = source.clone();
     let p = f0.clone();
-    let (r, took) = within(timeout * 2, "stat after kill", move || s.stat(&p));
+    let (r, took) = common::within(timeout * 2, "stat after kill", move || s.stat(&p));
     let e = r.expect_err("a killed server answered");
     assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
     assert!(e.to_string().contains(&server_name), "{e} after {took:?}");
@@ -608,7 +566,7 @@ fn nfs_timeout_and_reconnect() {
     );
     assert_eq!(source.stat(&f0).expect("after restart").size, 700_000);
     let crawler = Crawler::start(store.clone(), m.clone());
-    let (state, failures) = within(Duration::from_secs(60), "resumed crawl", move || {
+    let (state, failures) = common::within(Duration::from_secs(60), "resumed crawl", move || {
         let state = crawler.wait(Duration::from_secs(600));
         (state, crawler.failures())
     })

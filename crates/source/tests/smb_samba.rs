@@ -280,24 +280,6 @@ fn signal_group(pgid: i32, sig: i32) {
     assert_eq!(unsafe { libc::kill(-pgid, sig) }, 0, "kill -{sig} -{pgid}");
 }
 
-/// Runs `f` on a thread; fails if it does not return within `limit`. Returns its result
-/// and how long it took.
-fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> (T, Duration) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::time::Instant::now();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(v) => (v, t.elapsed()),
-        Err(_) => panic!("{what} did not return within {limit:?}"),
-    }
-}
-
 /// A server that stops answering (SIGSTOP) makes a call fail within the configured
 /// timeout with an error naming the server, and the next call after it answers again
 /// reconnects. A server killed in the middle of a migration (kill -9 of smbd and its
@@ -327,7 +309,7 @@ fn smb_timeout_and_reconnect() {
     signal_group(pgid, libc::SIGSTOP);
     let s = source.clone();
     let p = f0.clone();
-    let (r, took) = within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
+    let (r, took) = common::within(timeout * 3, "stat on a stopped server", move || s.stat(&p));
     signal_group(pgid, libc::SIGCONT);
     let e = r.expect_err("a stopped server answered");
     assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
@@ -375,7 +357,7 @@ fn smb_timeout_and_reconnect() {
         std::thread::sleep(Duration::from_millis(5));
     }
     signal_group(pgid, libc::SIGKILL);
-    let (state, took) = within(
+    let (state, took) = common::within(
         timeout * 4 + Duration::from_secs(10),
         "crawler",
         move || crawler.wait(Duration::from_secs(600)),
@@ -384,29 +366,15 @@ fn smb_timeout_and_reconnect() {
     eprintln!("killed server: crawler stuck after {took:?}");
     // A client reading a file not fetched yet gets an error, not a hang.
     let s2 = store.clone();
-    let (r, _) = within(
+    let (r, _) = common::within(
         timeout * 2 + Duration::from_secs(5),
         "client read",
-        move || {
-            let mut ino = kaiso_store::ROOT_INO;
-            for c in ["bulk", "f59"] {
-                let a = s2
-                    .lookup(ino, std::ffi::OsStr::new(c))
-                    .map_err(|e| e.errno())?;
-                ino = a.ino;
-            }
-            let o = s2
-                .open_file(ino, libc::O_RDONLY, false)
-                .map_err(|e| e.errno())?;
-            let r = s2.read(o.fh, 0, 4096).map_err(|e| e.errno());
-            let _ = s2.release(o.fh);
-            r
-        },
+        move || common::client_read(&s2, &["bulk", "f59"]),
     );
     assert!(r.is_err(), "read of an unfetched file after the kill");
     // The source connected before the kill also fails at once and names the server.
     let s = source.clone();
-    let (r, took) = within(
+    let (r, took) = common::within(
         timeout * 2 + Duration::from_secs(5),
         "stat after kill",
         move || s.stat(&f0),

@@ -53,6 +53,46 @@ enum IoMode {
     Passthrough,
 }
 
+/// A write the kernel did to a passthrough file, as its backing file shows it.
+struct KernelWrite {
+    /// Where the growth starts (the size before); the offset of an overwrite is unknown.
+    offset: u64,
+    /// Bytes the file grew by (0 for an overwrite in place).
+    len: u64,
+    /// The size after.
+    size: u64,
+}
+
+impl KernelWrite {
+    /// The writes two handles of one file show, as one.
+    fn merge(a: Option<KernelWrite>, b: Option<KernelWrite>) -> Option<KernelWrite> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(KernelWrite {
+                offset: a.offset.min(b.offset),
+                len: a.len + b.len,
+                size: a.size.max(b.size),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// A sequential pass over a file through passthrough is assumed to read at least this
+/// many bytes per second (a slow disk's streaming rate); see `record_passthrough_use`.
+const SCAN_RATE: u64 = 100 << 20;
+
+/// Whether a backing file was modified within the last `PASSTHROUGH_CHECK`.
+fn modified_lately(s: &libc::stat) -> bool {
+    let mtime = std::time::Duration::new(
+        s.st_mtime.max(0) as u64,
+        s.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.saturating_sub(mtime) <= crate::store::PASSTHROUGH_CHECK
+}
+
 pub(crate) fn open_backing(path: &Path, bflags: i32) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -95,9 +135,33 @@ impl Store {
         if on_background_thread() {
             return;
         }
+        self.count_access(
+            ino,
+            tier,
+            op,
+            offset,
+            len,
+            size,
+            matches!(op, Op::Read | Op::Write),
+        );
+    }
+
+    /// [`Self::record`] on any thread; `request`: the access counts on the tier's access
+    /// counters (`kaiso status`).
+    #[allow(clippy::too_many_arguments)]
+    fn count_access(
+        &self,
+        ino: Ino,
+        tier: u8,
+        op: Op,
+        offset: u64,
+        len: u64,
+        size: u64,
+        request: bool,
+    ) {
         let now = self.now();
         if let Some(t) = self.tiers.get(tier as usize) {
-            if matches!(op, Op::Read | Op::Write) {
+            if request {
                 t.accesses.fetch_add(1, Ordering::Relaxed);
                 t.fg_bytes.fetch_add(len, Ordering::Relaxed);
             }
@@ -214,13 +278,16 @@ impl Store {
     /// Bring a passthrough writer's growth (the kernel wrote without kaiso) into the size
     /// and tier accounting; the growth uses up the handle's reserve first. With `top_up`,
     /// the reserve is then refilled from the tier's room as far as it goes.
+    /// Returns the write the kernel did since the last check, if the backing file shows
+    /// one: it grew, or its modification time lies within the last `PASSTHROUGH_CHECK`.
     /// Call with the file's gate held shared.
-    fn account_passthrough_writer(&self, h: &Handle, top_up: bool) {
+    fn account_passthrough_writer(&self, h: &Handle, top_up: bool) -> Option<KernelWrite> {
         let st = &h.state;
         let Ok(s) = util::fstat(&h.file()) else {
-            return;
+            return None;
         };
         let new = s.st_size as u64;
+        let mut seen = None;
         {
             // Under the namespace lock, so an unlink (which takes the accounted size off
             // the tier) sees either the old size and no growth counted, or both.
@@ -232,6 +299,13 @@ impl Store {
             if new != old {
                 // Makes a copy in progress start over.
                 st.write_gen.fetch_add(1, Ordering::AcqRel);
+            }
+            if new > old || modified_lately(&s) {
+                seen = Some(KernelWrite {
+                    offset: old.min(new),
+                    len: new.saturating_sub(old),
+                    size: new,
+                });
             }
             if linked {
                 let growth = new as i64 - old as i64;
@@ -258,23 +332,114 @@ impl Store {
                 h.reserved.fetch_add(want, Ordering::AcqRel);
             }
         }
+        seen
     }
 
-    /// Account the growth of every open passthrough writer and top up its reserve. The
-    /// store runs this every `PASSTHROUGH_CHECK` while open.
+    /// Give the policy, the trace and the tier's counters one check interval's use of a
+    /// file open through passthrough (the kernel serves its reads and writes without
+    /// kaiso, so this is all they learn of them), in use for `streak` intervals in a row,
+    /// and the write the backing file shows (`written`), if any.
+    ///
+    /// The use is one touch, recorded as an `Open` access (the policy weighs it as a fresh
+    /// open; a read would continue the open's episode and add no heat) once the file has
+    /// been in use longer than one sequential pass over it at `SCAN_RATE` would take;
+    /// until then as a `read` of 0 bytes, which keeps its recency but adds no heat. So a
+    /// file used again and again (a database, an image, a log) gets hotter each second,
+    /// while one read once from end to end (`cp`, backups) counts as the one open it was,
+    /// as through kaiso (docs/policy-default.md).
+    ///
+    /// `streak` None: the check sees the file open for the first time and no use yet (its
+    /// watch is armed only now). It gets the 0-byte read alone, not counted on the tier:
+    /// the open's episode goes on (the use the next check sees continues it, as a read
+    /// through kaiso would) instead of ending before any use could be seen.
+    fn record_passthrough_use(
+        &self,
+        st: &FileState,
+        written: Option<KernelWrite>,
+        streak: Option<u32>,
+    ) {
+        let linked = {
+            let ns = self.ns();
+            ns.files.get(&st.ino).is_some_and(|f| !f.names.is_empty())
+        };
+        if !linked {
+            // Unlinked: the policy has forgotten it, and must not learn of it again.
+            return;
+        }
+        let tier = st.tier();
+        let size = st.size.load(Ordering::Acquire);
+        let Some(streak) = streak else {
+            self.count_access(st.ino, tier, Op::Read, 0, 0, size, false);
+            return;
+        };
+        let in_use = crate::store::PASSTHROUGH_CHECK.as_secs_f64() * f64::from(streak);
+        let op = if in_use * SCAN_RATE as f64 > size as f64 {
+            Op::Open
+        } else {
+            Op::Read
+        };
+        self.count_access(st.ino, tier, op, 0, 0, size, true);
+        if let Some(w) = written {
+            self.count_access(st.ino, tier, Op::Write, w.offset, w.len, w.size, false);
+        }
+    }
+
+    /// Account the growth of every open passthrough writer and top up its reserve, and
+    /// record the use of every file open through passthrough. The store runs this every
+    /// `PASSTHROUGH_CHECK` while open.
+    ///
+    /// Use is what the kernel shows: a one-shot inotify watch on each such backing file,
+    /// armed at every check, reports whether the kernel read or wrote it since (only the
+    /// first access of each interval costs the kernel an event); a writer's growth or
+    /// fresh modification time counts too. A file that is open but idle gets no touch.
+    /// Where no watch can be set (inotify unavailable, watch limit reached) each check
+    /// the file stays open counts as one touch.
     pub fn check_passthrough_writers(&self) {
-        let writers: Vec<Arc<Handle>> = self
+        let open: Vec<Arc<Handle>> = self
             .handles
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .filter(|h| h.writable && h.is_passthrough())
+            .filter(|h| h.is_passthrough())
             .cloned()
             .collect();
-        for h in writers {
-            let _g = h.state.gate.read().unwrap_or_else(|e| e.into_inner());
-            if h.is_passthrough() {
-                self.account_passthrough_writer(&h, true);
+        let mut files: std::collections::BTreeMap<Ino, (Arc<Handle>, Option<KernelWrite>)> =
+            Default::default();
+        for h in open {
+            let written = {
+                let _g = h.state.gate.read().unwrap_or_else(|e| e.into_inner());
+                if !h.is_passthrough() {
+                    continue;
+                }
+                if h.writable {
+                    self.account_passthrough_writer(&h, true)
+                } else {
+                    None
+                }
+            };
+            let e = files
+                .entry(h.state.ino)
+                .or_insert_with(|| (h.clone(), None));
+            e.1 = KernelWrite::merge(e.1.take(), written);
+        }
+        let fds: Vec<(Ino, Arc<File>)> = files.iter().map(|(i, (h, _))| (*i, h.file())).collect();
+        let seen = use_watch::seen_and_rearm(self as *const Store as usize, &fds);
+        drop(fds);
+        let used = |ino: &Ino, written: &Option<KernelWrite>| {
+            written.is_some() || seen.used.contains(ino) || seen.unwatched.contains(ino)
+        };
+        let in_use: Vec<Ino> = files
+            .iter()
+            .filter(|(ino, (_, w))| used(ino, w))
+            .map(|(ino, _)| *ino)
+            .collect();
+        let streaks = use_watch::streaks(self as *const Store as usize, in_use.iter());
+        for (ino, (h, written)) in files {
+            if used(&ino, &written) {
+                let streak = streaks.get(&ino).copied().unwrap_or(1);
+                self.record_passthrough_use(&h.state, written, Some(streak));
+            } else if seen.first_seen.contains(&ino) {
+                self.record_passthrough_use(&h.state, None, None);
             }
         }
     }
@@ -815,6 +980,7 @@ impl Store {
             return Err(FsError::BADF);
         };
         let st = h.state.clone();
+        let mut kernel_write = None;
         if h.is_passthrough() {
             // Under the gate, so a move sees either this handle still open or its writes
             // counted in the write generation.
@@ -822,7 +988,9 @@ impl Store {
             if h.writable {
                 // The kernel wrote without us: bring the size accounting up to date, and
                 // make any copy in progress start over.
-                self.account_passthrough_writer(&h, false);
+                if let Some(w) = self.account_passthrough_writer(&h, false) {
+                    kernel_write = Some(w);
+                }
                 st.write_gen.fetch_add(1, Ordering::AcqRel);
             }
             if h.passthrough.swap(false, Ordering::AcqRel) {
@@ -830,6 +998,12 @@ impl Store {
             }
         }
         self.release_reserve(&h);
+        if let Some(w) = kernel_write {
+            // The last writes since the previous check (`check_passthrough_writers`).
+            if !on_background_thread() {
+                self.count_access(st.ino, st.tier(), Op::Write, w.offset, w.len, w.size, false);
+            }
+        }
         {
             let me = Arc::downgrade(&h);
             st.handles
@@ -1375,3 +1549,174 @@ fn on_background_thread() -> bool {
 /// Largest piece of a fetched unit written to a stub file in one `write(2)` (see
 /// `Store::stub_write`).
 const STUB_WRITE_PIECE: usize = 1 << 20;
+
+/// Which files open through passthrough the kernel read or wrote between two checks
+/// (`Store::check_passthrough_writers`), from one-shot inotify watches on their backing
+/// files. The kernel's passthrough I/O goes through the backing file, so it raises
+/// IN_ACCESS / IN_MODIFY there, while kaiso's own descriptor keeps its offset and relatime
+/// moves the atime about once. One-shot: after the first event of an interval the watch
+/// is gone, so further reads cost nothing until the next check re-arms it.
+mod use_watch {
+    use crate::types::Ino;
+    use std::cell::RefCell;
+    use std::collections::{HashMap, HashSet};
+    use std::fs::File;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::sync::Arc;
+
+    struct Watch {
+        /// The store the watches belong to (its address; the checks of a store run on its
+        /// checker thread, tests may call them on their own).
+        store: usize,
+        /// None: no inotify instance could be made (warned once per store).
+        fd: Option<OwnedFd>,
+        /// Watch descriptor -> file, as armed at the last check.
+        armed: HashMap<i32, Ino>,
+    }
+
+    thread_local! {
+        static WATCH: RefCell<Option<Watch>> = const { RefCell::new(None) };
+        /// (store, checks in a row each file open through passthrough was seen in use).
+        static STREAKS: RefCell<(usize, HashMap<Ino, u32>)> = RefCell::new((0, HashMap::new()));
+    }
+
+    /// Count one more check in a row for each file in `used`; forget the others.
+    pub(super) fn streaks<'a>(
+        store: usize,
+        used: impl Iterator<Item = &'a Ino>,
+    ) -> HashMap<Ino, u32> {
+        STREAKS.with_borrow_mut(|(owner, streaks)| {
+            if *owner != store {
+                *owner = store;
+                streaks.clear();
+            }
+            let next: HashMap<Ino, u32> = used
+                .map(|ino| (*ino, streaks.get(ino).map_or(1, |n| n.saturating_add(1))))
+                .collect();
+            *streaks = next.clone();
+            next
+        })
+    }
+
+    /// What one check learns of the files open through passthrough.
+    pub(super) struct Seen {
+        /// Read or written by the kernel since the last check.
+        pub used: HashSet<Ino>,
+        /// Not watched (no inotify, or no watch could be set): use unknown.
+        pub unwatched: HashSet<Ino>,
+        /// Watched from this check on, not at the last one.
+        pub first_seen: HashSet<Ino>,
+    }
+
+    /// The files with an event since the last call; then arm a watch on each of `files`
+    /// (file, backing file) and drop the others.
+    pub(super) fn seen_and_rearm(store: usize, files: &[(Ino, Arc<File>)]) -> Seen {
+        WATCH.with_borrow_mut(|w| {
+            let w = match w {
+                Some(w) if w.store == store => w,
+                _ => w.insert(Watch::new(store)),
+            };
+            if w.fd.is_none() {
+                return Seen {
+                    used: HashSet::new(),
+                    unwatched: files.iter().map(|f| f.0).collect(),
+                    first_seen: HashSet::new(),
+                };
+            }
+            let used = w.drain();
+            let before: HashSet<Ino> = w.armed.values().copied().collect();
+            let unwatched = w.arm(files);
+            let first_seen = files
+                .iter()
+                .map(|f| f.0)
+                .filter(|i| !before.contains(i) && !unwatched.contains(i))
+                .collect();
+            Seen {
+                used,
+                unwatched,
+                first_seen,
+            }
+        })
+    }
+
+    impl Watch {
+        fn new(store: usize) -> Watch {
+            // SAFETY: plain syscall; a valid descriptor is owned from here on.
+            let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+            let fd = if fd < 0 {
+                tracing::warn!(
+                    error = %std::io::Error::last_os_error(),
+                    "no inotify: files open through passthrough count as used while open"
+                );
+                None
+            } else {
+                // SAFETY: `fd` was just returned by inotify_init1 and is owned by nobody else.
+                Some(unsafe { OwnedFd::from_raw_fd(fd) })
+            };
+            Watch {
+                store,
+                fd,
+                armed: HashMap::new(),
+            }
+        }
+
+        fn raw(&self) -> i32 {
+            self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
+        }
+
+        fn drain(&mut self) -> HashSet<Ino> {
+            let mut seen = HashSet::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                // SAFETY: reads into a buffer of the given length.
+                let n = unsafe { libc::read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n <= 0 {
+                    return seen;
+                }
+                let n = n as usize;
+                let mut at = 0;
+                // struct inotify_event: wd i32, mask u32, cookie u32, len u32, name[len].
+                while at + 16 <= n {
+                    let field = |o: usize| {
+                        let b: [u8; 4] = buf[at + o..at + o + 4].try_into().unwrap_or_default();
+                        u32::from_ne_bytes(b)
+                    };
+                    let wd = field(0) as i32;
+                    let mask = field(4);
+                    at += 16 + field(12) as usize;
+                    if mask & (libc::IN_ACCESS | libc::IN_MODIFY) != 0 {
+                        if let Some(&ino) = self.armed.get(&wd) {
+                            seen.insert(ino);
+                        }
+                    }
+                }
+            }
+        }
+
+        fn arm(&mut self, files: &[(Ino, Arc<File>)]) -> HashSet<Ino> {
+            let mut armed = HashMap::new();
+            let mut failed = HashSet::new();
+            let mask = libc::IN_ACCESS | libc::IN_MODIFY | libc::IN_ONESHOT;
+            for (ino, file) in files {
+                // The descriptor names the open file's inode whatever its path now is.
+                let path = format!("/proc/self/fd/{}\0", file.as_raw_fd());
+                // SAFETY: `path` is NUL-terminated and outlives the call.
+                let wd = unsafe { libc::inotify_add_watch(self.raw(), path.as_ptr().cast(), mask) };
+                if wd < 0 {
+                    failed.insert(*ino);
+                } else {
+                    armed.insert(wd, *ino);
+                }
+            }
+            for wd in self.armed.keys() {
+                if !armed.contains_key(wd) {
+                    // Fails harmlessly for a watch that fired (one-shot watches go away).
+                    // SAFETY: plain syscall on our own descriptor.
+                    unsafe { libc::inotify_rm_watch(self.raw(), *wd) };
+                }
+            }
+            self.armed = armed;
+            failed
+        }
+    }
+}

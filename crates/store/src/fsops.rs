@@ -1203,10 +1203,11 @@ impl Store {
     pub fn statfs(&self) -> FsResult<StatFs> {
         let bsize: u64 = 4096;
         // Tiers on one file system share its free space and inodes: count those once
-        // per file system (by `f_fsid`), or `df` on a store whose tiers share a disk
-        // would show that disk's free space once per tier.
+        // per file system, or `df` on a store whose tiers share a disk would show that
+        // disk's free space once per tier. Keyed by the root's device: `f_fsid` is 0 on
+        // file systems that do not fill it in, which would merge distinct ones.
         struct Group {
-            fsid: u64,
+            dev: u64,
             used: u64,
             room: u64,
             real_free: u64,
@@ -1216,13 +1217,15 @@ impl Store {
         for (i, t) in self.tiers.iter().enumerate() {
             let c = util::cpath(&t.root)?;
             let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
-            let (fsid, real_free) = if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 {
-                (sv.f_fsid, sv.f_bavail * sv.f_frsize)
-            } else {
+            let dev = std::fs::metadata(&t.root).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+            let (dev, real_free) = match dev {
+                Ok(dev) if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 => {
+                    (dev, sv.f_bavail * sv.f_frsize)
+                }
                 // Unknown file system: its own group, bounded by kaiso's figures only.
-                (u64::MAX - i as u64, u64::MAX)
+                _ => (u64::MAX - i as u64, u64::MAX),
             };
-            match groups.iter_mut().find(|g| g.fsid == fsid) {
+            match groups.iter_mut().find(|g| g.dev == dev) {
                 Some(g) => {
                     g.used += t.used();
                     g.room += t.free();
@@ -1233,7 +1236,7 @@ impl Store {
                         ffree += sv.f_ffree;
                     }
                     groups.push(Group {
-                        fsid,
+                        dev,
                         used: t.used(),
                         room: t.free(),
                         real_free,

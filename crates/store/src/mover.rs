@@ -476,6 +476,12 @@ impl Store {
                 self.emulate_copy(ino, to, pos, n as u64, true, pace);
                 crc = crc32c::crc32c_append(crc, &buf[..n]);
                 pos += n as u64;
+                // The mover's own load on both devices (not foreground load).
+                for t in [from, to] {
+                    self.tiers[t as usize]
+                        .mover_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                }
                 if pace != Pace::Unpaced {
                     pacer.after(n as u64);
                 }
@@ -983,6 +989,8 @@ impl Store {
                         let _ = std::fs::remove_file(p);
                     }
                 }
+                // The names went in and out of the directories: their times go back too.
+                dir_times.restore();
             }
             e
         };

@@ -235,6 +235,31 @@ impl Store {
         }
     }
 
+    /// Take a utilisation sample of every tier now (foreground busy share since the
+    /// previous sample, 0..=1), as the mover does once per interval; background moves
+    /// pause while a tier's figure is above `busy_backoff`.
+    pub fn sample_utilisation(&self) -> Vec<f64> {
+        self.tiers.iter().map(|t| t.sample_busy()).collect()
+    }
+
+    /// Read tier `tier`'s device busy time (cumulative milliseconds, like a block
+    /// device's `io_ticks`) from `source` instead of its block device: tests and
+    /// benchmarks inject device load this way. Emulated tiers keep their model.
+    #[doc(hidden)]
+    pub fn set_device_busy_source(
+        &self,
+        tier: &str,
+        source: Box<dyn Fn() -> Option<u64> + Send + Sync>,
+    ) -> Result<(), FsError> {
+        let t = self
+            .tiers
+            .iter()
+            .find(|t| t.cfg.name == tier)
+            .ok_or(FsError::INVAL)?;
+        t.set_busy_source(source);
+        Ok(())
+    }
+
     /// The configuration the store was opened with.
     pub fn config(&self) -> &StoreConfig {
         &self.cfg

@@ -6,6 +6,7 @@ use crate::emulate::Emulator;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub(crate) struct Tier {
     pub cfg: TierConfig,
@@ -16,8 +17,14 @@ pub(crate) struct Tier {
     pub accesses: AtomicU64,
     /// Foreground bytes moved through this tier's data path (for busy estimates).
     pub fg_bytes: AtomicU64,
+    /// Bytes the mover copied from or to this tier (so a real device's load that is the
+    /// mover's own is not taken for foreground load).
+    pub mover_bytes: AtomicU64,
     pub emu: Option<Emulator>,
-    /// (time, busy) snapshot for utilisation estimates.
+    /// A real (not emulated) tier's device load: where its busy time is read, the last
+    /// sample.
+    device: Mutex<DeviceLoad>,
+    /// (time, busy) snapshot for utilisation estimates (emulated tiers).
     pub busy_snap: Mutex<(u64, u64)>,
     pub last_busy: Mutex<f64>,
     /// What `used` may reach before the tier's file system is really full, from the last
@@ -34,13 +41,19 @@ impl Tier {
             }
             None => None,
         };
+        let device = DeviceLoad::new(match &emu {
+            Some(_) => None,
+            None => device_busy_ticks(&cfg.name, &cfg.path),
+        });
         Ok(Tier {
             root: cfg.path.clone(),
             cfg,
             used: AtomicU64::new(0),
             accesses: AtomicU64::new(0),
             fg_bytes: AtomicU64::new(0),
+            mover_bytes: AtomicU64::new(0),
             emu,
+            device: Mutex::new(device),
             busy_snap: Mutex::new((0, 0)),
             last_busy: Mutex::new(0.0),
             fs_limit: AtomicU64::new(u64::MAX),
@@ -121,23 +134,172 @@ impl Tier {
         self.emu.is_some()
     }
 
-    /// Foreground utilisation since the previous call (emulated tiers: the model's %util;
-    /// others: 0, since a real device's load is not visible from here).
+    /// Foreground utilisation since the previous call. Emulated tiers: the model's %util
+    /// of user requests. Others: the share of the interval the backing block device was
+    /// busy (`io_ticks`), not counted while that load is the mover's own (see
+    /// [`DeviceLoad::sample`]); 0 where the tier has no block device of its own (tmpfs,
+    /// overlay, btrfs, FUSE, NFS), since kaiso cannot see that load.
     pub fn sample_busy(&self) -> f64 {
         let v = match &self.emu {
             Some(e) => {
                 let mut s = self.busy_snap.lock().unwrap_or_else(|e| e.into_inner());
                 e.busy_fraction(&mut s)
             }
-            None => 0.0,
+            None => {
+                let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(io_ticks) = d.source.as_ref().and_then(|read| read()) else {
+                    return self.set_busy(0.0);
+                };
+                let now = LoadSample {
+                    at: Instant::now(),
+                    io_ticks,
+                    fg_bytes: self.fg_bytes.load(Ordering::Relaxed),
+                    mover_bytes: self.mover_bytes.load(Ordering::Relaxed),
+                };
+                match d.sample(now) {
+                    Some(v) => v,
+                    None => return self.busy(),
+                }
+            }
         };
+        self.set_busy(v)
+    }
+
+    fn set_busy(&self, v: f64) -> f64 {
         *self.last_busy.lock().unwrap_or_else(|e| e.into_inner()) = v;
         v
+    }
+
+    /// Read this (real) tier's device busy time from `source` instead of its block
+    /// device's statistics (tests and benchmarks inject load this way).
+    pub fn set_busy_source(&self, source: BusyTicks) {
+        let mut d = self.device.lock().unwrap_or_else(|e| e.into_inner());
+        *d = DeviceLoad::new(Some(source));
     }
 
     pub fn busy(&self) -> f64 {
         *self.last_busy.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Where a real tier's device busy time comes from: the device's cumulative busy
+/// milliseconds (`io_ticks`), None when it cannot be read now.
+pub type BusyTicks = Box<dyn Fn() -> Option<u64> + Send + Sync>;
+
+/// Shortest window a real device's utilisation is computed over: `io_ticks` counts whole
+/// jiffies (1-10 ms), and a few quiet milliseconds between a user's requests must not end
+/// a back-off (the mover polls every 20 ms while it waits).
+const MIN_WINDOW: Duration = Duration::from_millis(100);
+
+/// For this long after the mover last copied from or to a tier, the tier's device load
+/// counts only when foreground bytes went through kaiso in the same window: the device is
+/// still busy with the mover's reads and its write-back then, and a move must not back
+/// off because of itself.
+const MOVER_GRACE: Duration = Duration::from_secs(5);
+
+/// One reading of a real tier's load counters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LoadSample {
+    pub at: Instant,
+    /// Milliseconds the device has been busy, in all (`/sys/dev/block/M:m/stat` field 10).
+    pub io_ticks: u64,
+    /// Foreground bytes kaiso served from the tier, in all.
+    pub fg_bytes: u64,
+    /// Bytes the mover copied from or to the tier, in all.
+    pub mover_bytes: u64,
+}
+
+/// A real tier's utilisation between consecutive samples.
+pub(crate) struct DeviceLoad {
+    source: Option<BusyTicks>,
+    last: Option<LoadSample>,
+    /// When a sample last saw the mover's bytes grow.
+    mover_seen: Option<Instant>,
+}
+
+impl DeviceLoad {
+    fn new(source: Option<BusyTicks>) -> DeviceLoad {
+        DeviceLoad {
+            source,
+            last: None,
+            mover_seen: None,
+        }
+    }
+
+    /// The foreground utilisation since the previous sample (0 for the first), or None
+    /// when the window is too short to tell (the previous figure stands, and the window
+    /// goes on). The device's busy share of the wall time counts as foreground load
+    /// unless the mover copied on the tier recently ([`MOVER_GRACE`]) and no foreground
+    /// bytes went through kaiso in the window: then the load is taken for the mover's own.
+    pub(crate) fn sample(&mut self, now: LoadSample) -> Option<f64> {
+        let Some(prev) = self.last else {
+            self.last = Some(now);
+            return Some(0.0);
+        };
+        let wall = now.at.saturating_duration_since(prev.at);
+        if wall < MIN_WINDOW {
+            return None;
+        }
+        self.last = Some(now);
+        if now.mover_bytes != prev.mover_bytes {
+            self.mover_seen = Some(now.at);
+        }
+        let mover_recent = self
+            .mover_seen
+            .is_some_and(|t| now.at.saturating_duration_since(t) < MOVER_GRACE);
+        if mover_recent && now.fg_bytes == prev.fg_bytes {
+            return Some(0.0);
+        }
+        Some(busy_share(prev.io_ticks, now.io_ticks, wall))
+    }
+}
+
+/// The share of `wall` a device was busy, from two `io_ticks` readings (ms); a counter
+/// that went back (device re-attached) reads as idle.
+pub(crate) fn busy_share(before: u64, after: u64, wall: Duration) -> f64 {
+    let wall_ms = wall.as_secs_f64() * 1000.0;
+    if wall_ms <= 0.0 {
+        return 0.0;
+    }
+    (after.saturating_sub(before) as f64 / wall_ms).clamp(0.0, 1.0)
+}
+
+/// `io_ticks` (field 10: milliseconds spent doing I/O) of a block device `stat` file.
+pub(crate) fn parse_io_ticks(stat: &str) -> Option<u64> {
+    stat.split_whitespace().nth(9)?.parse().ok()
+}
+
+/// The `stat` file of the block device holding `root` (`st_dev`; a partition, loop or
+/// device-mapper device has its own), or None when the file system has no block device
+/// of its own (major 0: tmpfs, overlay, btrfs, FUSE, NFS) or sysfs does not show it.
+pub(crate) fn device_stat_path(root: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(root).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    if major == 0 {
+        return None;
+    }
+    let p = PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat"));
+    std::fs::read_to_string(&p)
+        .ok()
+        .and_then(|s| parse_io_ticks(&s))
+        .map(|_| p)
+}
+
+/// The busy-time source of a real tier at `root`: its block device's `io_ticks`, one
+/// read of a small sysfs file per sample.
+fn device_busy_ticks(name: &str, root: &Path) -> Option<BusyTicks> {
+    let Some(p) = device_stat_path(root) else {
+        tracing::debug!(
+            tier = name,
+            "no block device of its own: utilisation reads 0 (moves are paced by max_rate only)"
+        );
+        return None;
+    };
+    tracing::debug!(tier = name, stat = %p.display(), "utilisation from the block device");
+    Some(Box::new(move || {
+        parse_io_ticks(&std::fs::read_to_string(&p).ok()?)
+    }))
 }
 
 /// Check a tier directory is usable: exists, is a directory, writable. One-line errors.
@@ -238,6 +400,95 @@ mod tests {
         assert!(before <= avail, "{before} > {avail}");
         t.add_used(1 << 20);
         assert_eq!(t.free(), before - (1 << 20));
+    }
+
+    #[test]
+    fn io_ticks_is_the_tenth_field_of_a_block_device_stat_file() {
+        // A 17-field line (kernel 5.5+) and an 11-field one (older kernels).
+        let new = "11542847   229349 639733442 77401484  9578735  3330494 3252894360 \
+                   31398490        0  3779428 110544250  3966134    31331 3020035488  \
+                   1282109  2562157   462165\n";
+        assert_eq!(parse_io_ticks(new), Some(3779428));
+        assert_eq!(parse_io_ticks("1 2 3 4 5 6 7 8 0 42 99"), Some(42));
+        assert_eq!(parse_io_ticks("1 2 3 4 5 6 7 8 0"), None);
+        assert_eq!(parse_io_ticks("1 2 3 4 5 6 7 8 0 x 99"), None);
+        assert_eq!(parse_io_ticks(""), None);
+    }
+
+    #[test]
+    fn busy_share_is_busy_milliseconds_over_wall_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(busy_share(1000, 1450, ms(500)), 0.9);
+        assert_eq!(busy_share(1000, 1000, ms(500)), 0.0);
+        // Merged requests can add a little more than the wall time: at most 1.
+        assert_eq!(busy_share(0, 520, ms(500)), 1.0);
+        // A counter that went back (the device was re-attached) reads as idle.
+        assert_eq!(busy_share(5000, 10, ms(500)), 0.0);
+        assert_eq!(busy_share(0, 10, ms(0)), 0.0);
+    }
+
+    /// A sample `ms` after `t0` with the counters given.
+    fn at(t0: Instant, ms: u64, io_ticks: u64, fg_bytes: u64, mover_bytes: u64) -> LoadSample {
+        LoadSample {
+            at: t0 + Duration::from_millis(ms),
+            io_ticks,
+            fg_bytes,
+            mover_bytes,
+        }
+    }
+
+    #[test]
+    fn device_load_counts_foreground_and_outside_load_but_not_the_movers_own() {
+        let t0 = Instant::now();
+        let mut d = DeviceLoad::new(None);
+        assert_eq!(
+            d.sample(at(t0, 0, 100, 0, 0)),
+            Some(0.0),
+            "first: no window"
+        );
+        // Busy with no mover around: someone's load (kaiso's users, passthrough readers,
+        // other programs) counts whether or not kaiso saw the bytes.
+        assert_eq!(d.sample(at(t0, 1000, 1000, 0, 0)), Some(0.9));
+        // Too short a window: the previous figure stands and the window goes on.
+        assert_eq!(d.sample(at(t0, 1050, 1000, 0, 0)), None);
+        assert_eq!(d.sample(at(t0, 1500, 1250, 0, 0)), Some(0.5));
+        // The mover copies, nobody else goes through kaiso: the load is the mover's.
+        assert_eq!(d.sample(at(t0, 2000, 1750, 0, 8 << 20)), Some(0.0));
+        // The mover pauses; the device still writes its data back, no users: still its own.
+        assert_eq!(d.sample(at(t0, 2500, 2200, 0, 8 << 20)), Some(0.0));
+        // Users read through kaiso meanwhile: the device's load counts in full.
+        assert_eq!(d.sample(at(t0, 3000, 2650, 4096, 9 << 20)), Some(0.9));
+        // Long after the mover's last copy, outside load counts again.
+        assert_eq!(d.sample(at(t0, 9000, 8050, 4096, 9 << 20)), Some(0.9));
+    }
+
+    #[test]
+    fn a_real_tier_reads_its_device_and_an_injected_source_wins() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), 1 << 30);
+        // Where the temporary directory has a block device, its stat file is found.
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(d.path()).expect("stat").dev();
+        let stat = device_stat_path(d.path());
+        if libc::major(dev) != 0 && Path::new("/sys/dev/block").exists() {
+            let p = stat.expect("block device stat file");
+            assert!(p.ends_with(format!("{}:{}/stat", libc::major(dev), libc::minor(dev))));
+        }
+        let s = t.sample_busy();
+        assert!((0.0..=1.0).contains(&s), "{s}");
+        // Injected: busy 90% of the time, as a clock in milliseconds.
+        let start = Instant::now();
+        t.set_busy_source(Box::new(move || {
+            Some((start.elapsed().as_millis() as u64) * 9 / 10)
+        }));
+        assert_eq!(t.sample_busy(), 0.0, "first sample opens the window");
+        std::thread::sleep(Duration::from_millis(200));
+        let b = t.sample_busy();
+        assert!((0.8..=0.95).contains(&b), "{b}");
+        assert_eq!(t.busy(), b);
+        // Unknown busy time (the source fails): 0, never a panic.
+        t.set_busy_source(Box::new(|| None));
+        assert_eq!(t.sample_busy(), 0.0);
     }
 
     #[test]

@@ -7,9 +7,12 @@
 //! would inherit the files the first measurement just deleted; a file system of its own
 //! gives every measurement the same start.
 
+use std::ffi::CString;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use anyhow::{Context, Result, bail};
 
@@ -26,18 +29,84 @@ pub fn is_mounted(p: &Path) -> bool {
 pub struct FreshExt4 {
     image: PathBuf,
     mnt: PathBuf,
+    /// Its entry in [`LIVE`], if one was free.
+    slot: Option<usize>,
+}
+
+/// The live scratch file systems' mount points and images, for
+/// [`detach_all_from_signal_handler`]. The strings are leaked on purpose: a signal
+/// handler may read a pointer just as its file system is dropped, so none is ever freed
+/// (a few bytes per file system a benchmark makes).
+static LIVE: [(AtomicPtr<libc::c_char>, AtomicPtr<libc::c_char>); 16] = [const {
+    (
+        AtomicPtr::new(std::ptr::null_mut()),
+        AtomicPtr::new(std::ptr::null_mut()),
+    )
+}; 16];
+
+fn register(mnt: &Path, image: &Path) -> Option<usize> {
+    let leak = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .ok()
+            .map(CString::into_raw)
+    };
+    let (m, i) = (leak(mnt)?, leak(image)?);
+    for (n, (slot_m, slot_i)) in LIVE.iter().enumerate() {
+        if slot_m
+            .compare_exchange(std::ptr::null_mut(), m, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            slot_i.store(i, Ordering::SeqCst);
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// For a SIGINT/SIGTERM handler that is about to let the process die: lazily unmounts
+/// every live scratch file system and removes its mount point and image, with
+/// async-signal-safe calls only (`umount2(MNT_DETACH)`, `rmdir`, `unlink`; the loop
+/// device goes when the detached mount does). A process killed by the signal runs no
+/// `Drop`, so without this its loop mounts and images would stay behind.
+// For the benchmarks' SIGINT/SIGTERM handlers (bench_migrate/servers.rs `on_signal`,
+// bench_libfs), which are to call it before they re-raise.
+#[allow(dead_code)]
+pub fn detach_all_from_signal_handler() {
+    for (mnt, image) in &LIVE {
+        let m = mnt.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        let i = image.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        // SAFETY: non-null pointers come from `CString::into_raw` and are never freed.
+        unsafe {
+            if !m.is_null() {
+                libc::umount2(m, libc::MNT_DETACH);
+                libc::rmdir(m);
+            }
+            if !i.is_null() {
+                libc::unlink(i);
+            }
+        }
+    }
 }
 
 impl FreshExt4 {
     /// Makes `image` (`bytes` long, sparse; `inodes` inodes, or mkfs's default) and mounts
     /// it on `mnt` (created if missing). Needs root and mkfs.ext4 (Debian: e2fsprogs).
     pub fn new(image: PathBuf, mnt: PathBuf, bytes: u64, inodes: Option<u64>) -> Result<Self> {
+        let made_mnt = !mnt.exists();
         fs::create_dir_all(&mnt).with_context(|| format!("create {}", mnt.display()))?;
-        fs::File::create(&image)
-            .and_then(|f| f.set_len(bytes))
-            .with_context(|| format!("create {}", image.display()))?;
+        // The mount table names the mount point by its canonical path: drop finds the
+        // mount by that name (a relative or symlinked path would never match, and the
+        // file system would stay mounted).
+        let mnt = fs::canonicalize(&mnt).with_context(|| format!("resolve {}", mnt.display()))?;
+        if let Err(e) = fs::File::create(&image).and_then(|f| f.set_len(bytes)) {
+            if made_mnt {
+                let _ = fs::remove_dir(&mnt);
+            }
+            return Err(e).with_context(|| format!("create {}", image.display()));
+        }
         // From here on, drop cleans up whatever exists.
-        let made = FreshExt4 { image, mnt };
+        let slot = register(&mnt, &image);
+        let made = FreshExt4 { image, mnt, slot };
         let mut mkfs = Command::new("mkfs.ext4");
         mkfs.args(["-q", "-F"]);
         if let Some(n) = inodes {
@@ -82,6 +151,10 @@ impl FreshExt4 {
 
 impl Drop for FreshExt4 {
     fn drop(&mut self) {
+        if let Some(n) = self.slot {
+            LIVE[n].1.store(std::ptr::null_mut(), Ordering::SeqCst);
+            LIVE[n].0.store(std::ptr::null_mut(), Ordering::SeqCst);
+        }
         if is_mounted(&self.mnt) {
             let _ = Command::new("umount").arg(&self.mnt).status();
         }
@@ -97,6 +170,14 @@ impl Drop for FreshExt4 {
 mod tests {
     use super::*;
 
+    /// One fresh file system test at a time: the signal handler's cleanup detaches every
+    /// live one in the process (only this module's tests make them).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     #[test]
     fn the_root_is_mounted_and_a_fresh_directory_is_not() {
         assert!(is_mounted(Path::new("/")));
@@ -111,6 +192,7 @@ mod tests {
             eprintln!("skipped: needs root and mkfs.ext4");
             return;
         }
+        let _serial = one_at_a_time();
         let d = tempfile::tempdir().unwrap();
         let (image, mnt) = (d.path().join("t.ext4"), d.path().join("mnt"));
         let f = FreshExt4::new(image.clone(), mnt.clone(), 64 << 20, Some(4096)).unwrap();
@@ -127,6 +209,57 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_ext4_through_a_symlinked_path_is_unmounted_on_drop() {
+        if unsafe { libc::geteuid() } != 0 || Command::new("mkfs.ext4").arg("-V").output().is_err()
+        {
+            eprintln!("skipped: needs root and mkfs.ext4");
+            return;
+        }
+        let _serial = one_at_a_time();
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
+        let f = FreshExt4::new(
+            d.path().join("t.ext4"),
+            d.path().join("link/mnt"),
+            64 << 20,
+            Some(4096),
+        )
+        .unwrap();
+        let mounted_at = real.join("mnt");
+        drop(f);
+        let leaked = is_mounted(&mounted_at);
+        if leaked {
+            let _ = Command::new("umount").arg("-l").arg(&mounted_at).status();
+        }
+        assert!(!leaked, "{} stayed mounted", mounted_at.display());
+        assert!(!mounted_at.exists());
+    }
+
+    #[test]
+    fn the_signal_handler_cleanup_detaches_and_removes_every_live_one() {
+        if unsafe { libc::geteuid() } != 0 || Command::new("mkfs.ext4").arg("-V").output().is_err()
+        {
+            eprintln!("skipped: needs root and mkfs.ext4");
+            return;
+        }
+        let _serial = one_at_a_time();
+        let d = tempfile::tempdir().unwrap();
+        let (image, mnt) = (d.path().join("s.ext4"), d.path().join("smnt"));
+        let f = FreshExt4::new(image.clone(), mnt.clone(), 64 << 20, Some(4096)).unwrap();
+        fs::write(f.path().join("x"), b"data").unwrap();
+        detach_all_from_signal_handler();
+        let (still_mounted, dir_left, image_left) =
+            (is_mounted(&mnt), mnt.exists(), image.exists());
+        // What a process killed right after the handler would leave; drop must still be
+        // harmless afterwards.
+        drop(f);
+        assert!(!still_mounted, "still mounted after the handler's cleanup");
+        assert!(!dir_left && !image_left, "mount point or image left");
+    }
+
+    #[test]
     fn a_bad_image_place_is_a_clear_error() {
         let d = tempfile::tempdir().unwrap();
         let err = FreshExt4::new(
@@ -138,5 +271,9 @@ mod tests {
         .err()
         .expect("must fail");
         assert!(format!("{err:#}").contains("no/such/dir/t.ext4"), "{err:#}");
+        assert!(
+            !d.path().join("mnt").exists(),
+            "the mount point made for it is gone"
+        );
     }
 }

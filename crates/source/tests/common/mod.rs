@@ -108,7 +108,7 @@ fn tail(p: &Path) -> String {
     lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
-fn stop(child: &mut Child) {
+pub fn stop(child: &mut Child) {
     // SIGTERM first so the server can unregister; SIGKILL if it lingers.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let start = Instant::now();
@@ -704,4 +704,38 @@ pub fn assert_attr_matches(a: &kaiso_store::migrate::SourceAttr, m: &fs::Metadat
             "rdev of {what}"
         );
     }
+}
+
+/// Runs `f` on a thread; fails if it does not return within `limit`. Returns its result
+/// and how long it took.
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => (v, t.elapsed()),
+        Err(_) => panic!("{what} did not return within {limit:?}"),
+    }
+}
+
+/// A client's read of the first 4 KiB of the file at `names` below the store's root, as
+/// the FUSE face does it (lookups, open, read, release); the errno if any step fails.
+pub fn client_read(store: &kaiso_store::Store, names: &[&str]) -> Result<Vec<u8>, i32> {
+    let mut ino = kaiso_store::ROOT_INO;
+    for c in names {
+        let a = store.lookup(ino, OsStr::new(c)).map_err(|e| e.errno())?;
+        ino = a.ino;
+    }
+    let o = store
+        .open_file(ino, libc::O_RDONLY, false)
+        .map_err(|e| e.errno())?;
+    let r = store.read(o.fh, 0, 4096).map_err(|e| e.errno());
+    let _ = store.release(o.fh);
+    r
 }

@@ -587,7 +587,8 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
         let Ok(Some(row)) = m.db.get(ino) else {
             return true;
         };
-        let Some(&(start, _)) = store.stub_state(ino).missing.first() else {
+        let missing = store.stub_state(ino).missing;
+        let Some(&(start, _)) = missing.first() else {
             // All data is here: completion (it checks the source did not change).
             if let Err(e) = m.fetch_range(store, &row, 0, 0) {
                 tracing::warn!(ino, errno = e.errno(), "crawler completion failed");
@@ -601,14 +602,11 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
         // with the unit's missing bytes (what the fill will read from the source).
         let unit = m.cfg.unit_size;
         let unit_start = start / unit * unit;
-        let unit_missing: u64 = crate::stub::missing_within(
-            &store.stub_state(ino).missing,
-            unit_start,
-            unit_start.saturating_add(unit),
-        )
-        .iter()
-        .map(|(s, e)| e - s)
-        .sum();
+        let unit_missing: u64 =
+            crate::stub::missing_within(&missing, unit_start, unit_start.saturating_add(unit))
+                .iter()
+                .map(|(s, e)| e - s)
+                .sum();
         if !m.crawl_admission(unit_missing) {
             // Paused or stopped while throttled: the loop waits, then retries the unit.
             continue;

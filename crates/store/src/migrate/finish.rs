@@ -40,6 +40,14 @@ pub struct FinishReport {
     pub skipped: Vec<Skipped>,
 }
 
+/// Where `finish` leaves a share's report: `<state_dir>/migrate/<name>.finished.txt`, next
+/// to the share's state directory `share_dir` (a name with a dot keeps all of it).
+pub fn report_path(share_dir: &std::path::Path) -> std::path::PathBuf {
+    let mut name = share_dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".finished.txt");
+    share_dir.with_file_name(name)
+}
+
 /// Where [`finish_stopping_at`] stops, leaving the state as a crash there would.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishStop {
@@ -131,7 +139,7 @@ fn finish_inner(
     // Detach: every stub row is gone already; drop anchors, write the report, then move
     // the state directory out of `migrate/` in one durable step before deleting it.
     m.db.clear_anchors().map_err(|e| e.to_string())?;
-    let report_path = m.state_dir().with_extension("finished.txt");
+    let report_path = report_path(m.state_dir());
     write_durably(&report_path, summary(m, &report).as_bytes())
         .map_err(|e| format!("{}: {e}", report_path.display()))?;
     if stop == Some(FinishStop::AfterReport) {
@@ -200,54 +208,67 @@ fn record_source_changes(m: &Migration) -> Result<(), String> {
         })
     };
     let removed_reason = format!("{REMOVED_AFTER_LISTING}; what was copied is kept here");
-    for (dir, then) in m.db.listings().map_err(|e| e.to_string())? {
-        if under_removed(&dir, &removed_dirs) {
-            continue;
-        }
-        let now = match m.source().read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if matches!(e.kind, SourceErrorKind::Unreachable | SourceErrorKind::Io) => {
-                return Err(format!("list {dir} on the source again: {e}"));
-            }
-            Err(e) if e.kind == SourceErrorKind::NotFound => {
-                if !known_change(&dir) {
-                    record(&dir, SourceErrorKind::Changed, &removed_reason)?;
-                }
-                removed_dirs.push(dir);
-                continue;
-            }
-            Err(e) => {
-                record(
-                    &dir,
-                    e.kind,
-                    &format!("listed again at finish: {}", e.message),
-                )?;
-                continue;
-            }
+    // A page of directories at a time: the listings hold every name the share listed.
+    let mut after: Option<SourcePath> = None;
+    loop {
+        let page =
+            m.db.listings_after(after.as_ref(), LISTINGS_PAGE)
+                .map_err(|e| e.to_string())?;
+        let Some((last, _)) = page.last() else {
+            return Ok(());
         };
-        let then: HashSet<&[u8]> = then.iter().map(Vec::as_slice).collect();
-        let now_names: HashSet<&[u8]> = now.iter().map(|e| e.name.as_slice()).collect();
-        for name in now_names.difference(&then) {
-            match dir.join(name) {
-                Ok(p) => record(&p, SourceErrorKind::Changed, ADDED_AFTER_LISTING)?,
-                Err(e) => record(
-                    &dir,
-                    SourceErrorKind::Changed,
-                    &format!("{ADDED_AFTER_LISTING}: {}", e.message),
-                )?,
+        after = Some(last.clone());
+        for (dir, then) in page {
+            if under_removed(&dir, &removed_dirs) {
+                continue;
             }
-        }
-        for name in then.difference(&now_names) {
-            // Names that were invalid were reported when they were listed.
-            if let Ok(p) = dir.join(name)
-                && !known_change(&p)
-            {
-                record(&p, SourceErrorKind::Changed, &removed_reason)?;
+            let now = match m.source().read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if matches!(e.kind, SourceErrorKind::Unreachable | SourceErrorKind::Io) => {
+                    return Err(format!("list {dir} on the source again: {e}"));
+                }
+                Err(e) if e.kind == SourceErrorKind::NotFound => {
+                    if !known_change(&dir) {
+                        record(&dir, SourceErrorKind::Changed, &removed_reason)?;
+                    }
+                    removed_dirs.push(dir);
+                    continue;
+                }
+                Err(e) => {
+                    record(
+                        &dir,
+                        e.kind,
+                        &format!("listed again at finish: {}", e.message),
+                    )?;
+                    continue;
+                }
+            };
+            let then: HashSet<&[u8]> = then.iter().map(Vec::as_slice).collect();
+            let now_names: HashSet<&[u8]> = now.iter().map(|e| e.name.as_slice()).collect();
+            for name in now_names.difference(&then) {
+                match dir.join(name) {
+                    Ok(p) => record(&p, SourceErrorKind::Changed, ADDED_AFTER_LISTING)?,
+                    Err(e) => record(
+                        &dir,
+                        SourceErrorKind::Changed,
+                        &format!("{ADDED_AFTER_LISTING}: {}", e.message),
+                    )?,
+                }
+            }
+            for name in then.difference(&now_names) {
+                // Names that were invalid were reported when they were listed.
+                if let Ok(p) = dir.join(name)
+                    && !known_change(&p)
+                {
+                    record(&p, SourceErrorKind::Changed, &removed_reason)?;
+                }
             }
         }
     }
-    Ok(())
 }
+
+/// Directories compared per page in [`record_source_changes`].
+const LISTINGS_PAGE: u32 = 1024;
 
 /// Moves a share's state directory `dir` (`<state_dir>/migrate/<name>`) to
 /// `<state_dir>/migrate.finishing/<name>` and makes the move durable; returns the new
@@ -361,4 +382,22 @@ fn verify_file(store: &Store, m: &Migration, ino: u64, src: &SourcePath, size: u
         return Verified::Differs(format!("CRC32C {here:08x} here, {there:08x} on the source"));
     }
     Verified::Same
+}
+
+#[cfg(test)]
+mod report_path_tests {
+    use super::report_path;
+    use std::path::Path;
+
+    #[test]
+    fn a_share_name_with_dots_keeps_all_of_it() {
+        assert_eq!(
+            report_path(Path::new("/s/migrate/x.1")),
+            Path::new("/s/migrate/x.1.finished.txt")
+        );
+        assert_eq!(
+            report_path(Path::new("/s/migrate/main")),
+            Path::new("/s/migrate/main.finished.txt")
+        );
+    }
 }

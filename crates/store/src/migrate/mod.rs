@@ -18,7 +18,7 @@ mod tests;
 
 pub use crawler::{CrawlFailure, CrawlState, Crawler};
 pub use engine::{Migration, MigrationConfig, Migrations};
-pub use finish::{FinishReport, FinishStop, finish, finish_stopping_at};
+pub use finish::{FinishReport, FinishStop, finish, finish_stopping_at, report_path};
 pub use source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,

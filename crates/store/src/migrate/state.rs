@@ -652,13 +652,27 @@ impl MigrationDb {
 
     /// Every source directory listed so far, with the names its listing returned.
     pub fn listings(&self) -> std::io::Result<Vec<(SourcePath, Vec<Vec<u8>>)>> {
+        self.listings_after(None, u32::MAX)
+    }
+
+    /// Up to `limit` listed directories whose path sorts after `after` (from the first
+    /// when None), in path order: a share's listings hold every name it listed, too many
+    /// to load at once on a large share.
+    pub fn listings_after(
+        &self,
+        after: Option<&SourcePath>,
+        limit: u32,
+    ) -> std::io::Result<Vec<(SourcePath, Vec<Vec<u8>>)>> {
         let g = self.lock();
         let mut st = g
             .conn
-            .prepare("SELECT src_path,names FROM listed ORDER BY src_path")
+            .prepare_cached(
+                "SELECT src_path,names FROM listed WHERE ?1 IS NULL OR src_path > ?1 \
+                 ORDER BY src_path LIMIT ?2",
+            )
             .map_err(sql_err)?;
         let rows = st
-            .query_map([], |r| {
+            .query_map(params![after.map(SourcePath::as_bytes), limit], |r| {
                 let p: Vec<u8> = r.get(0)?;
                 let names: Vec<u8> = r.get(1)?;
                 Ok((
@@ -993,5 +1007,35 @@ mod tests {
             .unwrap();
         assert_eq!(db.listings().unwrap()[1].1, vec![b"b".to_vec()]);
         assert_eq!(db.remaining().unwrap(), 0, "a listing is no stub row");
+    }
+
+    #[test]
+    fn listings_come_in_pages_in_path_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = MigrationDb::open(&dir.path().join("m/migrate.db")).unwrap();
+        let dirs: Vec<SourcePath> = [&b"b"[..], b"a", b"a/c", b"c"]
+            .iter()
+            .map(|p| SourcePath::parse(p).unwrap())
+            .collect();
+        for d in &dirs {
+            db.insert_with_listing(&[], &[], Some((d, &[d.as_bytes()])))
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = db.listings_after(after.as_ref(), 3).unwrap();
+            assert!(page.len() <= 3);
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            seen.extend(page);
+        }
+        assert_eq!(seen, db.listings().unwrap());
+        let paths: Vec<&[u8]> = seen.iter().map(|(p, _)| p.as_bytes()).collect();
+        assert_eq!(paths, [&b"a"[..], b"a/c", b"b", b"c"]);
+        assert!(
+            seen.iter()
+                .all(|(p, names)| names == &[p.as_bytes().to_vec()])
+        );
     }
 }

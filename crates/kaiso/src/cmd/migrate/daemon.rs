@@ -85,7 +85,7 @@ pub fn saved_specs(state_dir: &Path) -> anyhow::Result<Vec<ShareSpec>> {
 /// Whether the share directory `dir` is what an interrupted finish left: its finish
 /// report written, its migration database already deleted.
 fn finished_leftover(dir: &Path) -> bool {
-    !dir.join("migrate.db").exists() && dir.with_extension("finished.txt").exists()
+    !dir.join("migrate.db").exists() && kaiso_store::migrate::report_path(dir).exists()
 }
 
 fn save_spec(state_dir: &Path, spec: &ShareSpec) -> std::io::Result<()> {
@@ -439,7 +439,7 @@ fn select(shares: &[Share], name: Option<&str>) -> Result<Vec<usize>, String> {
 
 /// Verifies and detaches one share (the engine removes its whole state directory).
 fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary, String> {
-    let report_path = m.state_dir().with_extension("finished.txt");
+    let report_path = kaiso_store::migrate::report_path(m.state_dir());
     let r = kaiso_store::migrate::finish(store, m)?;
     // From the finish report, not the crawl's: it adds what changed on the source after
     // listing, which only finish's last look finds.
@@ -737,7 +737,7 @@ mod tests {
         std::fs::write(live.join("migrate.db"), b"").unwrap();
         // Finished, but the state removal was cut off after the database went.
         let done = spec("done");
-        std::fs::write(done.with_extension("finished.txt"), b"report").unwrap();
+        std::fs::write(kaiso_store::migrate::report_path(&done), b"report").unwrap();
         // No database and no report: a start that crashed before its database; kept.
         spec("young");
         let names: Vec<String> = match saved_specs(d.path()) {
@@ -746,7 +746,10 @@ mod tests {
         };
         assert_eq!(names, ["live", "young"]);
         assert!(!done.exists(), "the leftover state is removed");
-        assert!(done.with_extension("finished.txt").exists(), "the report stays");
+        assert!(
+            kaiso_store::migrate::report_path(&done).exists(),
+            "the report stays"
+        );
     }
 
     #[test]
