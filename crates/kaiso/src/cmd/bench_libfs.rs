@@ -60,6 +60,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(w) = &args.worker {
         return worker(w, &args);
     }
+    // Ctrl-C runs no `Drop`: the ext4 target's loop mount and image go in the handler.
+    super::scratch_fs::install_signal_cleanup();
     Bench::new(&args)?.run_all(&args)
 }
 

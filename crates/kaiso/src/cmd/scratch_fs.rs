@@ -68,9 +68,6 @@ fn register(mnt: &Path, image: &Path) -> Option<usize> {
 /// async-signal-safe calls only (`umount2(MNT_DETACH)`, `rmdir`, `unlink`; the loop
 /// device goes when the detached mount does). A process killed by the signal runs no
 /// `Drop`, so without this its loop mounts and images would stay behind.
-// For the benchmarks' SIGINT/SIGTERM handlers (bench_migrate/servers.rs `on_signal`,
-// bench_libfs), which are to call it before they re-raise.
-#[allow(dead_code)]
 pub fn detach_all_from_signal_handler() {
     for (mnt, image) in &LIVE {
         let m = mnt.swap(std::ptr::null_mut(), Ordering::SeqCst);
@@ -85,6 +82,26 @@ pub fn detach_all_from_signal_handler() {
                 libc::unlink(i);
             }
         }
+    }
+}
+
+extern "C" fn detach_all_and_die(sig: libc::c_int) {
+    detach_all_from_signal_handler();
+    // SAFETY: async-signal-safe calls; the default action then ends the process.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// For a benchmark without a signal handler of its own: on SIGINT/SIGTERM, detach every
+/// live scratch file system, then die of the signal as usual.
+pub fn install_signal_cleanup() {
+    let h = detach_all_and_die as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: installing a handler that makes only async-signal-safe calls.
+    unsafe {
+        libc::signal(libc::SIGINT, h);
+        libc::signal(libc::SIGTERM, h);
     }
 }
 

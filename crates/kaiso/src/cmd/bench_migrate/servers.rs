@@ -73,20 +73,23 @@ fn unregister(target: i32) {
 }
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // Only async-signal-safe calls: kill, signal, raise.
+    // Only async-signal-safe calls: kill, umount2, rmdir, unlink, signal, raise.
     for slot in &SERVERS {
         let t = slot.load(Ordering::SeqCst);
         if t != 0 {
             unsafe { libc::kill(t, libc::SIGTERM) };
         }
     }
+    // The total-time rows' fresh ext4 destinations: no `Drop` runs after this.
+    crate::cmd::scratch_fs::detach_all_from_signal_handler();
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
 }
 
-/// On SIGINT/SIGTERM, stops every server started here, then dies of the signal as usual.
+/// On SIGINT/SIGTERM, stops every server started here and detaches the scratch file
+/// systems, then dies of the signal as usual.
 pub fn install_signal_cleanup() {
     let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
     unsafe {
