@@ -558,14 +558,7 @@ impl fuser::Filesystem for KaisoFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _serving = self.gate.serve();
-        let mut opened = self.store.open_file(ino.0, flags.0, self.passthrough_on());
-        if matches!(opened, Err(e) if e == FsError::NOENT) && self.store_knows(ino.0) {
-            // A file with no name left is reopened through one of its open descriptors,
-            // which its holder may close at that moment: try once more (the face's own
-            // hold on a replaced file stays open).
-            opened = self.store.open_file(ino.0, flags.0, self.passthrough_on());
-        }
-        match opened {
+        match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
             Ok(o) => {
                 if let Some(file) = &o.passthrough {
                     if let Some(id) = self.backing_for(ino.0, o.fh, file, |f| reply.open_backing(f))

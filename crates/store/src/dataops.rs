@@ -167,7 +167,7 @@ impl Store {
             }
         }
         self.ops.fetch_add(1, Ordering::Relaxed);
-        self.placer().record(now, ino, op, offset, len);
+        self.placer().record(now, ino, op, offset, len, size);
         if self.trace.lock().map(|t| t.is_some()).unwrap_or(false) {
             let path = self.ns().path_of(ino).unwrap_or_default();
             self.trace_event(now, ino, op, offset, len, size, &path);
@@ -1091,6 +1091,9 @@ impl Store {
                 }
             }
             st.write_gen.fetch_add(1, Ordering::AcqRel);
+            // Not an access, but a size change the policy must know of.
+            self.placer()
+                .note_size(st.ino, st.size.load(Ordering::Acquire));
             return Ok(());
         }
         Err(FsError::NOSPC)
@@ -1279,6 +1282,8 @@ impl Store {
                     }
                     if let Some(f) = ns.files.get(&ino) {
                         f.state.size.store(size, Ordering::Release);
+                        // The crawler's accesses are not recorded: tell the policy here.
+                        self.placer().note_size(ino, size);
                         f.state.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
                         *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                             unlisted_dir: false,

@@ -448,7 +448,7 @@ impl Store {
             {
                 let mut pl = self.placer();
                 pl.placed(ino, 0, tier);
-                pl.record(now, ino, Op::Create, 0, 0);
+                pl.record(now, ino, Op::Create, 0, 0, 0);
                 let rule = if tier == first {
                     format!(
                         "created on tier {} by rule {}",

@@ -118,9 +118,6 @@ pub(crate) struct MoverShared {
     pub next_job: AtomicU64,
     /// Planned moves refused for passthrough handles, tried again as soon as those close.
     waiting: Mutex<Vec<WaitingMove>>,
-    /// The store's operation count and tier usage when the policy's sizes were last
-    /// brought up to date: while both stand still, no file changed size.
-    sizes_synced_at: Mutex<Option<(u64, Vec<u64>)>>,
 }
 
 /// A planned move the mover refused because the file was open through kernel
@@ -1153,7 +1150,6 @@ impl Store {
 
     /// One planning round: ask the policy, carry the moves out.
     pub fn plan_and_move(&self, stop: &AtomicBool) -> u64 {
-        self.sync_policy_sizes();
         self.refresh_fs_room();
         let states = self.tier_states();
         let busiest = states.iter().map(|s| s.busy).fold(0.0, f64::max);
@@ -1230,39 +1226,6 @@ impl Store {
             }
         }
         moved
-    }
-
-    /// Bring the policy's file sizes up to date with the store's (files created through a
-    /// face are placed empty and grow afterwards), so drains and fills plan real bytes.
-    pub(crate) fn sync_policy_sizes(&self) {
-        // Every size change is an operation (write, truncate, open with O_TRUNC) or, for a
-        // passthrough writer, growth accounted to its tier's usage.
-        let mark = (
-            self.ops.load(Ordering::Acquire),
-            self.tiers.iter().map(|t| t.used()).collect::<Vec<u64>>(),
-        );
-        {
-            let mut last = self
-                .mover
-                .sizes_synced_at
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            if last.as_ref() == Some(&mark) {
-                return;
-            }
-            *last = Some(mark);
-        }
-        let sizes: Vec<(Ino, u64)> = self
-            .ns()
-            .files
-            .iter()
-            .filter(|(_, f)| f.kind == FileKind::File)
-            .map(|(&ino, f)| (ino, f.state.size.load(Ordering::Acquire)))
-            .collect();
-        let changed = self.placer().sync_sizes(sizes);
-        if changed > 0 {
-            tracing::debug!(changed, "file sizes brought up to date in the policy");
-        }
     }
 
     /// Tell the policy where a file whose planned move did not happen really is, so it

@@ -136,9 +136,9 @@ impl Store {
         let now = self.now();
         let (rule, policy) = {
             let mut pl = self.placer();
-            // The policy hears of growth at its next planning round; show the size now.
+            // A passthrough writer's growth reaches the policy once a second; show it now.
             if placement.kind == "file" {
-                pl.sync_sizes([(ino, placement.size)]);
+                pl.note_size(ino, placement.size);
             }
             (pl.reasons.get(&ino).cloned(), pl.explain(ino, now))
         };

@@ -51,7 +51,10 @@ impl Placer {
         }
     }
 
-    pub fn record(&mut self, at: Nanos, ino: Ino, op: Op, offset: u64, len: u64) {
+    /// An access to `ino`, whose size is now `size` (every size change of a file comes
+    /// with an access: a write, a truncate, a passthrough writer's growth).
+    pub fn record(&mut self, at: Nanos, ino: Ino, op: Op, offset: u64, len: u64, size: u64) {
+        self.note_size(ino, size);
         self.policy.record(&Access {
             at,
             object: ino,
@@ -81,23 +84,16 @@ impl Placer {
         self.sizes.insert(ino, size);
     }
 
-    /// Tell the policy the current sizes of placed files whose size changed since it last
-    /// heard (files grow after `placed`: created empty, then written, truncated, or grown
-    /// by passthrough writers). Files the policy never placed are skipped. Returns how
-    /// many sizes changed.
-    pub fn sync_sizes(&mut self, current: impl IntoIterator<Item = (Ino, u64)>) -> usize {
-        let mut changed = 0;
-        for (ino, size) in current {
-            match self.sizes.get_mut(&ino) {
-                Some(known) if *known != size => {
-                    *known = size;
-                    self.policy.resized(ino, size);
-                    changed += 1;
-                }
-                _ => {}
-            }
+    /// Tell the policy a placed file's size changed where it is (files grow after
+    /// `placed`: created empty, then written, truncated, or grown by passthrough writers).
+    /// Files the policy never placed are skipped.
+    pub fn note_size(&mut self, ino: Ino, size: u64) {
+        if let Some(known) = self.sizes.get_mut(&ino)
+            && *known != size
+        {
+            *known = size;
+            self.policy.resized(ino, size);
         }
-        changed
     }
 
     pub fn pin(&mut self, ino: Ino, tier: Option<u8>) {
