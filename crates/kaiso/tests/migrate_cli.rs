@@ -329,6 +329,31 @@ fn os(s: &str) -> &OsStr {
     OsStr::new(s)
 }
 
+/// Runs `kaiso migrate VERB CONFIG EXTRA…`, killed after `limit`.
+fn migrate(verb: &str, config: &Path, extra: &[&str], limit: Duration) -> Output {
+    let mut args = vec![os("migrate"), os(verb), config.as_os_str()];
+    args.extend(extra.iter().map(|a| os(a)));
+    kaiso(&args, limit)
+}
+
+/// `kaiso migrate VERB CONFIG EXTRA…` that must succeed within 30 s.
+#[track_caller]
+fn migrate_ok(verb: &str, config: &Path, extra: &[&str]) {
+    let o = migrate(verb, config, extra, Duration::from_secs(30));
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `kaiso migrate finish CONFIG --wait <wait_secs>s`, with a minute of slack on top.
+fn finish_waiting(config: &Path, wait_secs: u64) -> Output {
+    let wait = format!("{wait_secs}s");
+    migrate(
+        "finish",
+        config,
+        &["--wait", &wait],
+        Duration::from_secs(wait_secs + 60),
+    )
+}
+
 /// Asserts the command failed and said `needle` on stderr.
 #[track_caller]
 fn assert_fails_with(o: &Output, needle: &str) {
@@ -468,15 +493,7 @@ impl Drop for Daemon {
 }
 
 fn status_json(config: &Path) -> serde_json::Value {
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("status"),
-            config.as_os_str(),
-            os("--json"),
-        ],
-        Duration::from_secs(30),
-    );
+    let o = migrate("status", config, &["--json"], Duration::from_secs(30));
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
 }
@@ -625,10 +642,7 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     }
 
     // Text status names the share, progress and the skip report.
-    let o = kaiso(
-        &[os("migrate"), os("status"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
+    let o = migrate("status", &cfg, &[], Duration::from_secs(30));
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success()
@@ -640,25 +654,13 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     );
 
     // Throttle and resume: the crawl makes progress slowly; pause stops it.
-    let o = kaiso(
-        &[os("migrate"), os("throttle"), cfg.as_os_str(), os("1MiB")],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = kaiso(
-        &[os("migrate"), os("resume"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    migrate_ok("throttle", &cfg, &["1MiB"]);
+    migrate_ok("resume", &cfg, &[]);
     let before = share0(&status_json(&cfg))["bytes_done"].as_u64().unwrap();
     wait_status(&cfg, Duration::from_secs(60), "crawl progress", |s| {
         s["bytes_done"].as_u64().unwrap() >= before + (2 << 20) && s["state"] == "running"
     });
-    let o = kaiso(
-        &[os("migrate"), os("pause"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    migrate_ok("pause", &cfg, &[]);
     let v = wait_status(&cfg, Duration::from_secs(10), "paused", |s| {
         s["state"] == "paused"
     });
@@ -672,11 +674,7 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         later <= at_pause + (2 << 20),
         "paused crawl went on: {at_pause} → {later}"
     );
-    let o = kaiso(
-        &[os("migrate"), os("resume"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    migrate_ok("resume", &cfg, &[]);
     wait_status(
         &cfg,
         Duration::from_secs(60),
@@ -688,10 +686,7 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     let v = status_json(&cfg);
     assert!(share0(&v)["remaining_stubs"].as_u64().unwrap() > 0, "{v:#}");
     d.kill9();
-    let o = kaiso(
-        &[os("migrate"), os("status"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
+    let o = migrate("status", &cfg, &[], Duration::from_secs(30));
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(
         o.status.success() && t.contains("no migration daemon is running"),
@@ -723,16 +718,7 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     let mut d = Daemon::start(&start_args, store.root.join("daemon2.log"), Some(&mnt))
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(d.serving_ms() < 1000, "{}", d.log_text());
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--wait"),
-            os("180s"),
-        ],
-        Duration::from_secs(240),
-    );
+    let o = finish_waiting(&cfg, 180);
     assert!(
         o.status.success(),
         "{}\ndaemon log:\n{}",
@@ -785,16 +771,7 @@ fn fifo_in_the_source_does_not_block_the_crawl() {
         Some(&mnt),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--wait"),
-            os("120s"),
-        ],
-        Duration::from_secs(180),
-    );
+    let o = finish_waiting(&cfg, 120);
     assert!(o.status.success(), "{}", text(&o));
     assert_same_tree(&src, &mnt);
 }
@@ -887,14 +864,10 @@ fn migrate_errors_are_one_clear_line() {
         fs::read(store.tiers[0].join("full/keep")).unwrap(),
         b"data already here"
     );
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--share"),
-            os("unknown"),
-        ],
+    let o = migrate(
+        "finish",
+        &cfg,
+        &["--share", "unknown"],
         Duration::from_secs(30),
     );
     assert_one_clear_line(&[], &o, "no share \"unknown\"");
@@ -918,15 +891,9 @@ fn migrate_errors_are_one_clear_line() {
         assert_one_clear_line(&full, &o, "not_exported");
     }
     // Commands without a daemon.
-    let o = kaiso(
-        &[os("migrate"), os("pause"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
+    let o = migrate("pause", &cfg, &[], Duration::from_secs(30));
     assert_fails_with(&o, "no migration is running");
-    let o = kaiso(
-        &[os("migrate"), os("finish"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
+    let o = migrate("finish", &cfg, &[], Duration::from_secs(30));
     assert_fails_with(&o, "nothing is being migrated");
 
     // Store busy: a plain `kaiso mount` serves the store.
@@ -937,10 +904,7 @@ fn migrate_errors_are_one_clear_line() {
             Duration::from_secs(30),
         );
         assert_fails_with(&o, "store busy");
-        let o = kaiso(
-            &[os("migrate"), os("status"), cfg.as_os_str()],
-            Duration::from_secs(30),
-        );
+        let o = migrate("status", &cfg, &[], Duration::from_secs(30));
         assert_fails_with(&o, "store busy");
     }
 
@@ -1026,27 +990,8 @@ fn two_shares_into_one_store() {
         fs::read(mnt.join("a/d0/e0/g/h/deep.txt")).unwrap(),
         b"deep file\n"
     );
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("resume"),
-            cfg.as_os_str(),
-            os("--share"),
-            os("a"),
-        ],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--wait"),
-            os("180s"),
-        ],
-        Duration::from_secs(240),
-    );
+    migrate_ok("resume", &cfg, &["--share", "a"]);
+    let o = finish_waiting(&cfg, 180);
     assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -1282,21 +1227,8 @@ fn complete_files_are_served_by_passthrough_stubs_are_not() {
     );
 
     // After finish, every migrated file is served by passthrough.
-    let o = kaiso(
-        &[os("migrate"), os("resume"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--wait"),
-            os("180s"),
-        ],
-        Duration::from_secs(240),
-    );
+    migrate_ok("resume", &cfg, &[]);
+    let o = finish_waiting(&cfg, 180);
     assert!(o.status.success(), "{}", text(&o));
     let before = store_accesses(&cfg);
     let big = fs::read(src.join("big.bin")).unwrap();
@@ -1474,11 +1406,7 @@ fn status_watch_follows_the_crawl_and_exits_when_done() {
         watch.try_wait().unwrap().is_none(),
         "--watch ended while paused"
     );
-    let o = kaiso(
-        &[os("migrate"), os("resume"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    migrate_ok("resume", &cfg, &[]);
     let status = wait_child(&mut watch, Duration::from_secs(120)).unwrap_or_else(|| {
         let _ = watch.kill();
         let _ = watch.wait();
@@ -1504,10 +1432,7 @@ fn status_watch_follows_the_crawl_and_exits_when_done() {
     assert_eq!(last["remaining_stubs"], 0, "{last:#}");
     assert_eq!(last["bytes_done"], 8 << 20, "{last:#}");
     // Text mode with the crawl done: ends at once with the final status.
-    let o = kaiso(
-        &[os("migrate"), os("status"), cfg.as_os_str(), os("--watch")],
-        Duration::from_secs(30),
-    );
+    let o = migrate("status", &cfg, &["--watch"], Duration::from_secs(30));
     assert!(
         o.status.success() && String::from_utf8_lossy(&o.stdout).contains("share main:"),
         "{}",
@@ -1597,32 +1522,15 @@ fn nfs_and_smb_shares_into_one_store_with_the_binary() {
         assert!(s["demand_fetches"].as_u64().unwrap() > 0, "{v:#}");
         assert_eq!(s["state"], "paused", "{v:#}");
     }
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--share"),
-            os("unknown"),
-        ],
+    let o = migrate(
+        "finish",
+        &cfg,
+        &["--share", "unknown"],
         Duration::from_secs(30),
     );
     assert_one_clear_line(&[], &o, "no share \"unknown\" is being migrated here");
-    let o = kaiso(
-        &[os("migrate"), os("resume"), cfg.as_os_str()],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    let o = kaiso(
-        &[
-            os("migrate"),
-            os("finish"),
-            cfg.as_os_str(),
-            os("--wait"),
-            os("300s"),
-        ],
-        Duration::from_secs(360),
-    );
+    migrate_ok("resume", &cfg, &[]);
+    let o = finish_waiting(&cfg, 300);
     assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
     let t = String::from_utf8_lossy(&o.stdout);
     assert!(

@@ -5,6 +5,7 @@
 
 mod common;
 
+use kaiso_policy::cache::rng::SplitMix64;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs;
@@ -14,11 +15,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use kaiso_source::{NfsSource, PosixSource, SmbSource};
-use kaiso_store::migrate::{
-    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceAcl, SourceAttr,
-    SourceEntry, SourceFeatures, SourcePath, SourceResult, SourceStream,
-};
+use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
 use kaiso_store::{Caller, FsResult, Ino, ROOT_INO, SetAttr, Store, StoreConfig};
+
+use common::read_hook::{HookedSource, ReadHook};
 
 /// A destination store with one tier and no mover, in a temporary directory.
 struct Dest {
@@ -122,12 +122,11 @@ fn first_difference(a: &[u8], b: &[u8]) -> String {
 
 // ---- a source whose data reads can be held ------------------------------------------
 
-/// A source whose next data read, once armed, blocks until released: a fetch in flight,
-/// held at the point where it has not yet written anything. Every data read can also
-/// take `delay` (a remote server's latency: fetches stay in flight long enough for a
+/// A read hook whose next data read, once armed, blocks until released: a fetch in
+/// flight, held at the point where it has not yet written anything. Every data read can
+/// also take `delay` (a remote server's latency: fetches stay in flight long enough for a
 /// client's operations to land during them).
 struct Held {
-    inner: Box<dyn Source>,
     delay: Duration,
     armed: AtomicBool,
     entered: (Mutex<bool>, Condvar),
@@ -135,12 +134,11 @@ struct Held {
 }
 
 impl Held {
-    fn new(inner: Box<dyn Source>) -> Arc<Self> {
-        Self::slow(inner, Duration::ZERO)
+    fn new() -> Arc<Self> {
+        Self::slow(Duration::ZERO)
     }
-    fn slow(inner: Box<dyn Source>, delay: Duration) -> Arc<Self> {
+    fn slow(delay: Duration) -> Arc<Self> {
         Arc::new(Held {
-            inner,
             delay,
             armed: AtomicBool::new(false),
             entered: (Mutex::new(false), Condvar::new()),
@@ -160,7 +158,10 @@ impl Held {
         *m.lock().unwrap() = true;
         c.notify_all();
     }
-    fn hold_here(&self) {
+}
+
+impl ReadHook for Held {
+    fn before_read(&self) {
         std::thread::sleep(self.delay);
         if !self.armed.swap(false, Ordering::SeqCst) {
             return;
@@ -178,67 +179,6 @@ impl Held {
     }
 }
 
-/// The [`Source`] face of a shared [`Held`].
-struct HeldSource(Arc<Held>);
-
-impl Source for HeldSource {
-    fn describe(&self) -> String {
-        self.0.inner.describe()
-    }
-    fn features(&self) -> SourceFeatures {
-        self.0.inner.features()
-    }
-    fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
-        self.0.inner.stat(p)
-    }
-    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        self.0.inner.read_dir(p)
-    }
-    fn read_dir_with_attr(
-        &self,
-        p: &SourcePath,
-    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        self.0.inner.read_dir_with_attr(p)
-    }
-    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        self.0.hold_here();
-        self.0.inner.read(p, offset, len)
-    }
-    fn read_with_attr(
-        &self,
-        p: &SourcePath,
-        offset: u64,
-        len: usize,
-    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        self.0.hold_here();
-        self.0.inner.read_with_attr(p, offset, len)
-    }
-    fn read_into(
-        &self,
-        p: &SourcePath,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        self.0.hold_here();
-        self.0.inner.read_into(p, offset, buf)
-    }
-    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
-        self.0.inner.read_link(p)
-    }
-    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.0.inner.xattrs(p)
-    }
-    fn acl(&self, p: &SourcePath) -> SourceResult<SourceAcl> {
-        self.0.inner.acl(p)
-    }
-    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        self.0.inner.streams(p)
-    }
-    fn read_stream(&self, p: &SourcePath, s: &str, o: u64, l: usize) -> SourceResult<Vec<u8>> {
-        self.0.inner.read_stream(p, s, o, l)
-    }
-}
-
 /// Source file `f` of 3 MiB, fetched in one 4 MiB unit by a reader whose fetch is held
 /// inside the source read while `client` runs (on its own thread: it may have to wait
 /// for the fetch); then the fetch goes on. Returns the store, the file and the source's
@@ -252,10 +192,17 @@ fn with_a_fetch_held(
     fs::write(src.path().join("f"), &data).unwrap();
     let dest = Dest::new();
     let store = dest.open();
-    let held = Held::new(Box::new(PosixSource::open(src.path()).unwrap()));
+    let held = Held::new();
     let mut cfg = MigrationConfig::new(name);
     cfg.unit_size = 4 << 20;
-    let _m = attach(&store, Box::new(HeldSource(held.clone())), cfg);
+    let _m = attach(
+        &store,
+        HookedSource::new(
+            Box::new(PosixSource::open(src.path()).unwrap()),
+            held.clone(),
+        ),
+        cfg,
+    );
     let f = lookup(&store, "f").unwrap();
     held.armed.store(true, Ordering::SeqCst);
     std::thread::scope(|sc| {
@@ -359,24 +306,21 @@ fn a_hole_punched_during_a_fetch_stays_a_hole() {
 
 // ---- a crawl while a client changes the tree -----------------------------------------
 
-/// A small seeded generator (splitmix64): the client's operations are reproducible from
-/// the seed printed on failure (`KAISO_TEST_SEED=<seed>` runs the same sequence again).
-struct Rng(u64);
+/// The policy crate's seeded generator (SplitMix64): the client's operations are
+/// reproducible from the seed printed on failure (`KAISO_TEST_SEED=<seed>` runs the same
+/// sequence again), with the picks these tests need on top.
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    fn seeded(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
     }
     /// Uniform in `[0, n)` (0 when `n` is 0).
     fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
+        if n == 0 { 0 } else { self.0.below(n) }
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        (0..n).map(|_| self.0.next_u64() as u8).collect()
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         if items.is_empty() {
@@ -665,10 +609,10 @@ fn crawl_with_a_concurrent_client(
     cfg.unit_size = 64 << 10;
     // Each data read takes 40 ms: fetches are in flight long enough for the client's
     // operations to land during them, and the crawl is still going while it works.
-    let source = Box::new(HeldSource(Held::slow(source, Duration::from_millis(40))));
+    let source = HookedSource::new(source, Held::slow(Duration::from_millis(40)));
     let m = attach(&store, source, cfg);
     let crawler = Crawler::start(store.clone(), m.clone());
-    let mut rng = Rng(seed ^ 0x5EED);
+    let mut rng = Rng::seeded(seed ^ 0x5EED);
     let mut log: Vec<String> = Vec::new();
     let mut serial = 0;
     let start = Instant::now();
@@ -745,12 +689,19 @@ fn crawl_with_a_concurrent_client(
     store.shutdown();
 }
 
-#[test]
-fn concurrent_client_mutations_during_a_crawl_from_posix() {
+/// A random source tree from the run's seed in a new directory; the seed is printed so
+/// that a failing run can be repeated.
+fn seeded_source_tree() -> (u64, tempfile::TempDir, Model) {
     let seed = seed();
     eprintln!("seed {seed} (KAISO_TEST_SEED={seed} repeats this run)");
-    let src = tempfile::tempdir().unwrap();
-    let model = source_tree(src.path(), &mut Rng(seed));
+    let dir = tempfile::tempdir().unwrap();
+    let model = source_tree(dir.path(), &mut Rng::seeded(seed));
+    (seed, dir, model)
+}
+
+#[test]
+fn concurrent_client_mutations_during_a_crawl_from_posix() {
+    let (seed, src, model) = seeded_source_tree();
     let source = Box::new(PosixSource::open(src.path()).unwrap());
     crawl_with_a_concurrent_client("posix", source, model, seed);
 }
@@ -760,10 +711,7 @@ fn concurrent_client_mutations_during_a_crawl_from_ganesha() {
     if !common::have(&["ganesha.nfsd", "rpcbind", "nfs-ls"]) {
         return;
     }
-    let seed = seed();
-    eprintln!("seed {seed} (KAISO_TEST_SEED={seed} repeats this run)");
-    let export = tempfile::tempdir().unwrap();
-    let model = source_tree(export.path(), &mut Rng(seed));
+    let (seed, export, model) = seeded_source_tree();
     let server = common::Ganesha::start(export.path());
     let source = Box::new(NfsSource::connect(server.config()).unwrap());
     crawl_with_a_concurrent_client("nfs", source, model, seed);
@@ -774,10 +722,7 @@ fn concurrent_client_mutations_during_a_crawl_from_samba() {
     if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
         return;
     }
-    let seed = seed();
-    eprintln!("seed {seed} (KAISO_TEST_SEED={seed} repeats this run)");
-    let share = tempfile::tempdir().unwrap();
-    let model = source_tree(share.path(), &mut Rng(seed));
+    let (seed, share, model) = seeded_source_tree();
     let server = common::Samba::start(share.path());
     let source = Box::new(SmbSource::connect(server.config()).unwrap());
     crawl_with_a_concurrent_client("smb", source, model, seed);
@@ -795,7 +740,7 @@ fn concurrent_client_mutations_during_a_crawl_from_samba() {
 #[test]
 fn a_crawl_is_not_counted_as_client_access() {
     let src = tempfile::tempdir().unwrap();
-    let model = source_tree(src.path(), &mut Rng(24));
+    let model = source_tree(src.path(), &mut Rng::seeded(24));
     let dest = Dest::new();
     let store = dest.open();
     let mut cfg = MigrationConfig::new("heat");

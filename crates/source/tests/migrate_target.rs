@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 
 use kaiso_source::PosixSource;
 use kaiso_store::migrate::{
-    CrawlState, Crawler, FinishStop, Migration, MigrationConfig, Migrations, Source, SourceAcl,
-    SourceAttr, SourceEntry, SourceFeatures, SourcePath, SourceResult, SourceStream, finish,
+    CrawlState, Crawler, FinishStop, Migration, MigrationConfig, Migrations, Source, finish,
     finish_stopping_at,
 };
 use kaiso_store::{Caller, Ino, ROOT_INO, Store, StoreConfig};
+
+use common::read_hook::{HookedSource, ReadHook};
 
 /// A destination store with one tier in a temporary directory.
 struct Dest {
@@ -40,6 +41,13 @@ impl Dest {
     }
     fn open(&self) -> Arc<Store> {
         Store::open(StoreConfig::from_toml_str(&self.cfg, "test.toml").unwrap()).unwrap()
+    }
+    /// A restart: shuts `store` down (the caller has dropped its other handles) and opens
+    /// the destination again.
+    fn reopen(&self, store: Arc<Store>) -> Arc<Store> {
+        store.shutdown();
+        drop(store);
+        self.open()
     }
     fn tier(&self) -> PathBuf {
         self.tmp.path().join("t0")
@@ -173,9 +181,7 @@ fn a_share_resumed_into_its_own_target_is_not_refused() {
     assert_eq!(read_all(&store, resolve(&store, b"f")), b"source bytes");
     m.close();
     drop(m);
-    store.shutdown();
-    drop(store);
-    let store = dest.open();
+    let store = dest.reopen(store);
     let m = attach(&store, posix(src.path()), MigrationConfig::new("s"));
     let crawler = Crawler::start(store.clone(), m.clone());
     assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
@@ -230,9 +236,7 @@ fn a_finish_interrupted_before_detaching_resumes_and_completes() {
     let m = migrate_all(&store, src.path(), "s");
     finish_stopping_at(&store, &m, FinishStop::AfterReport).unwrap_err();
     drop(m);
-    store.shutdown();
-    drop(store);
-    let store = dest.open();
+    let store = dest.reopen(store);
     let m = attach(&store, posix(src.path()), MigrationConfig::new("s"));
     assert_eq!(m.remaining(), 0);
     let r = finish(&store, &m).expect("finish again");
@@ -274,64 +278,20 @@ fn a_share_dir_without_its_database_never_restubs_a_finished_tree() {
     store.shutdown();
 }
 
-/// A POSIX source with a hook run inside `read` (the call `finish` verifies with).
+/// A read hook that, once armed, runs `on_read` inside the next data read (`finish`
+/// verifies with such reads).
 struct Hooked {
-    inner: PosixSource,
     on_read: OnceLock<Box<dyn Fn() + Send + Sync>>,
     armed: AtomicBool,
 }
 
-struct HookedRef(Arc<Hooked>);
-
-impl Source for HookedRef {
-    fn describe(&self) -> String {
-        self.0.inner.describe()
-    }
-    fn features(&self) -> SourceFeatures {
-        self.0.inner.features()
-    }
-    fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
-        self.0.inner.stat(p)
-    }
-    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        self.0.inner.read_dir(p)
-    }
-    fn read_dir_with_attr(
-        &self,
-        p: &SourcePath,
-    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        self.0.inner.read_dir_with_attr(p)
-    }
-    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        if self.0.armed.swap(false, Ordering::SeqCst)
-            && let Some(hook) = self.0.on_read.get()
+impl ReadHook for Hooked {
+    fn before_read(&self) {
+        if self.armed.swap(false, Ordering::SeqCst)
+            && let Some(hook) = self.on_read.get()
         {
             hook();
         }
-        self.0.inner.read(p, offset, len)
-    }
-    fn read_into(
-        &self,
-        p: &SourcePath,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        self.0.inner.read_into(p, offset, buf)
-    }
-    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
-        self.0.inner.read_link(p)
-    }
-    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.0.inner.xattrs(p)
-    }
-    fn acl(&self, p: &SourcePath) -> SourceResult<SourceAcl> {
-        self.0.inner.acl(p)
-    }
-    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        self.0.inner.streams(p)
-    }
-    fn read_stream(&self, p: &SourcePath, s: &str, o: u64, l: usize) -> SourceResult<Vec<u8>> {
-        self.0.inner.read_stream(p, s, o, l)
     }
 }
 
@@ -342,13 +302,12 @@ fn finish_counts_a_file_written_during_its_verification_as_modified() {
     let dest = Dest::new();
     let store = dest.open();
     let hooked = Arc::new(Hooked {
-        inner: PosixSource::open(src.path()).unwrap(),
         on_read: OnceLock::new(),
         armed: AtomicBool::new(false),
     });
     let m = attach(
         &store,
-        Box::new(HookedRef(hooked.clone())),
+        HookedSource::new(posix(src.path()), hooked.clone()),
         MigrationConfig::new("v"),
     );
     let crawler = Crawler::start(store.clone(), m.clone());

@@ -500,19 +500,7 @@ fn nfs_timeout_and_reconnect() {
     all.add(m.clone());
     store.set_stub_filler(all);
     let crawler = Crawler::start(store.clone(), m.clone());
-    let start = Instant::now();
-    loop {
-        let p = m.progress(&store).unwrap();
-        if p.files_done >= 3 {
-            assert!(p.remaining > 0, "finished before the kill: {p:?}");
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no progress: {p:?}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    common::wait_for_files_done(&m, &store, 3, Duration::from_millis(2));
     signal(pid, libc::SIGKILL);
     let (state, took) = common::within(
         timeout * 4 + Duration::from_secs(15),

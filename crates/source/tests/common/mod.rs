@@ -288,7 +288,18 @@ pub struct Samba {
 }
 
 impl Samba {
+    /// A writable share (tests set files up through it with smbclient).
     pub fn start(share: &Path) -> Self {
+        Self::start_with(share, false)
+    }
+
+    /// A share clients cannot write to (a migration source that must stay untouched).
+    pub fn start_read_only(share: &Path) -> Self {
+        Self::start_with(share, true)
+    }
+
+    fn start_with(share: &Path, read_only: bool) -> Self {
+        let read_only = if read_only { "yes" } else { "no" };
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         for sub in ["private", "lock", "state", "cache", "pid", "ncalrpc", "log"] {
@@ -321,7 +332,7 @@ impl Samba {
   vfs objects = acl_xattr streams_xattr
 [{SMB_SHARE}]
   path = {share}
-  read only = no
+  read only = {read_only}
   valid users = {SMB_USER}
 "#,
             d = d.display(),
@@ -724,6 +735,29 @@ pub fn within<T: Send + 'static>(
     }
 }
 
+/// Waits (at most 60 s, polling every `poll`) until the migration has copied at least
+/// `files` files and still has work left: the moment to kill its server mid-migration.
+pub fn wait_for_files_done(
+    m: &kaiso_store::migrate::Migration,
+    store: &kaiso_store::Store,
+    files: u64,
+    poll: Duration,
+) {
+    let start = Instant::now();
+    loop {
+        let p = m.progress(store).unwrap();
+        if p.files_done >= files {
+            assert!(p.remaining > 0, "finished before the kill: {p:?}");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no progress: {p:?}"
+        );
+        std::thread::sleep(poll);
+    }
+}
+
 /// A client's read of the first 4 KiB of the file at `names` below the store's root, as
 /// the FUSE face does it (lookups, open, read, release); the errno if any step fails.
 pub fn client_read(store: &kaiso_store::Store, names: &[&str]) -> Result<Vec<u8>, i32> {
@@ -738,4 +772,90 @@ pub fn client_read(store: &kaiso_store::Store, names: &[&str]) -> Result<Vec<u8>
     let r = store.read(o.fh, 0, 4096).map_err(|e| e.errno());
     let _ = store.release(o.fh);
     r
+}
+
+/// A source wrapper for tests that act inside the engine's reads of file data.
+pub mod read_hook {
+    use std::sync::Arc;
+
+    use kaiso_store::migrate::{
+        Source, SourceAcl, SourceAttr, SourceEntry, SourceFeatures, SourcePath, SourceResult,
+        SourceStream,
+    };
+
+    /// Test code run inside a source's data reads, to hold, slow down or race them.
+    pub trait ReadHook: Send + Sync {
+        /// Called at the start of every `read`, `read_with_attr` and `read_into`.
+        fn before_read(&self);
+    }
+
+    /// A [`Source`] that hands every call to `inner`, running `hook` first in the data reads.
+    pub struct HookedSource<H> {
+        inner: Box<dyn Source>,
+        hook: Arc<H>,
+    }
+
+    impl<H: ReadHook> HookedSource<H> {
+        pub fn new(inner: Box<dyn Source>, hook: Arc<H>) -> Box<Self> {
+            Box::new(HookedSource { inner, hook })
+        }
+    }
+
+    impl<H: ReadHook> Source for HookedSource<H> {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn features(&self) -> SourceFeatures {
+            self.inner.features()
+        }
+        fn stat(&self, p: &SourcePath) -> SourceResult<SourceAttr> {
+            self.inner.stat(p)
+        }
+        fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+            self.inner.read_dir(p)
+        }
+        fn read_dir_with_attr(
+            &self,
+            p: &SourcePath,
+        ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
+            self.inner.read_dir_with_attr(p)
+        }
+        fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+            self.hook.before_read();
+            self.inner.read(p, offset, len)
+        }
+        fn read_with_attr(
+            &self,
+            p: &SourcePath,
+            offset: u64,
+            len: usize,
+        ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
+            self.hook.before_read();
+            self.inner.read_with_attr(p, offset, len)
+        }
+        fn read_into(
+            &self,
+            p: &SourcePath,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> SourceResult<(usize, Option<SourceAttr>)> {
+            self.hook.before_read();
+            self.inner.read_into(p, offset, buf)
+        }
+        fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
+            self.inner.read_link(p)
+        }
+        fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            self.inner.xattrs(p)
+        }
+        fn acl(&self, p: &SourcePath) -> SourceResult<SourceAcl> {
+            self.inner.acl(p)
+        }
+        fn streams(&self, p: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+            self.inner.streams(p)
+        }
+        fn read_stream(&self, p: &SourcePath, s: &str, o: u64, l: usize) -> SourceResult<Vec<u8>> {
+            self.inner.read_stream(p, s, o, l)
+        }
+    }
 }
