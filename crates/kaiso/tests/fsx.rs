@@ -1,10 +1,15 @@
-//! fsx-style randomized test (issue 2, item 10): several threads do writes, truncates,
+//! fsx-style randomized test (issue 2, item 10): several processes do writes, truncates,
 //! renames, links, unlinks and reads on files through the mount, each checked against an
 //! in-memory model, while the mover moves the same files (a tiny fast tier whose
 //! watermarks keep the planner busy, plus explicit `kaiso promote/demote` requests).
 //!
+//! Each worker is a child process: this test binary run again with only
+//! `fsx_worker_process` selected and `KAISO_FSX_WORKER` naming the worker, its seed, root
+//! and deadline. It writes its final model to a file, which the parent compares with the
+//! tree once every worker is done (and again after a remount).
+//!
 //! Seeded and reproducible per worker: `KAISO_TEST_SEED=<n>` replays the operation
-//! sequences (thread interleaving and mover timing still vary). Bounded by
+//! sequences (process interleaving and mover timing still vary). Bounded by
 //! `KAISO_FSX_SECS` (default 12; a longer soak, e.g. `KAISO_FSX_SECS=600`, is capped at
 //! one hour).
 
@@ -21,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-const WORKERS: u64 = 4;
+const WORKERS: u64 = 8;
 const NAMES: u64 = 6; // names per worker: n0..n5
 const MAX_FILE: u64 = 192 * 1024;
 const MAX_WRITE: u64 = 48 * 1024;
@@ -472,50 +477,186 @@ fn request_move(config: &Path, rel: &str, up: bool) -> Result<(), String> {
     }
 }
 
-/// Runs the workers on `root` until `deadline`; the finished workers and the first panic.
-fn run_workers(
-    root: &Path,
-    seed: u64,
-    deadline: Instant,
-) -> (Vec<Worker>, Option<Box<dyn std::any::Any + Send>>) {
-    let workers: Vec<_> = (0..WORKERS)
+/// The environment variable that makes this binary a worker process (see
+/// [`fsx_worker_process`]): "ID SEED DEADLINE_MS_FROM_NOW ROOT OUT".
+const WORKER_ENV: &str = "KAISO_FSX_WORKER";
+
+/// Runs `WORKERS` worker processes on `root` until `deadline`; the finished workers'
+/// models and the first failure (a worker's exit status and output).
+fn run_workers(root: &Path, seed: u64, deadline: Instant) -> (Vec<Worker>, Option<String>) {
+    let out_dir = common::temp_dir("fsx-models");
+    let _cleanup = RemoveOnDrop(out_dir.clone());
+    let exe = std::env::current_exe().unwrap();
+    let left_ms = deadline
+        .saturating_duration_since(Instant::now())
+        .as_millis();
+    let children: Vec<_> = (0..WORKERS)
         .map(|id| {
-            let root = root.to_path_buf();
-            std::thread::spawn(move || {
-                let mut w = Worker {
-                    id,
-                    dir: root.join(format!("w{id}")),
-                    rng: Rng::new(seed.wrapping_add(id)),
-                    model: Model::default(),
-                    held: None,
-                    shared: root.join("shared"),
-                    stripe: vec![0u8; STRIPE as usize],
-                    ops: 0,
-                    log: Vec::new(),
-                };
-                while Instant::now() < deadline {
-                    w.step();
-                    if w.log.len() > 200 {
-                        w.log.drain(..100);
-                    }
-                }
-                if let Some((fd, _)) = w.held.take() {
-                    unsafe { libc::close(fd) };
-                }
-                w.model.gc(None);
-                w
-            })
+            let out = out_dir.join(format!("w{id}.model"));
+            let log = out_dir.join(format!("w{id}.log"));
+            let logf = fs::File::create(&log).unwrap();
+            let child = std::process::Command::new(&exe)
+                .args(["fsx_worker_process", "--exact", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env(
+                    WORKER_ENV,
+                    format!(
+                        "{id} {} {left_ms} {} {}",
+                        seed.wrapping_add(id),
+                        root.display(),
+                        out.display()
+                    ),
+                )
+                .stdin(std::process::Stdio::null())
+                .stdout(logf.try_clone().unwrap())
+                .stderr(logf)
+                .spawn()
+                .expect("spawn worker process");
+            (id, child, out, log)
         })
         .collect();
     let mut done = Vec::new();
-    let mut panicked = None;
-    for h in workers {
-        match h.join() {
-            Ok(w) => done.push(w),
-            Err(p) => panicked = panicked.or(Some(p)),
+    let mut failed = None;
+    // Bounded wait: a worker stuck in a system call on the mount must not hang the test.
+    let limit = deadline + Duration::from_secs(60);
+    for (id, mut child, out, log) in children {
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break Some(st);
+            }
+            if Instant::now() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        match (status, Worker::load(&out)) {
+            (Some(st), Some(w)) if st.success() => done.push(w),
+            (st, _) => {
+                let why = format!(
+                    "worker process {id} (seed {}) ended with {st:?}:\n{text}",
+                    seed.wrapping_add(id)
+                );
+                failed = failed.or(Some(why));
+            }
         }
     }
-    (done, panicked)
+    (done, failed)
+}
+
+/// One fsx worker, when this binary was started by [`run_workers`] (otherwise it returns
+/// at once: the real tests below start it).
+#[test]
+fn fsx_worker_process() {
+    let Ok(spec) = std::env::var(WORKER_ENV) else {
+        return;
+    };
+    let mut it = spec.splitn(5, ' ');
+    let mut num = || -> u64 { it.next().unwrap().parse().unwrap() };
+    let (id, seed, left_ms) = (num(), num(), num());
+    let root = PathBuf::from(it.next().unwrap());
+    let out = PathBuf::from(it.next().unwrap());
+    let deadline = Instant::now() + Duration::from_millis(left_ms);
+    let mut w = Worker {
+        id,
+        dir: root.join(format!("w{id}")),
+        rng: Rng::new(seed),
+        model: Model::default(),
+        held: None,
+        shared: root.join("shared"),
+        stripe: vec![0u8; STRIPE as usize],
+        ops: 0,
+        log: Vec::new(),
+    };
+    while Instant::now() < deadline {
+        w.step();
+        if w.log.len() > 200 {
+            w.log.drain(..100);
+        }
+    }
+    if let Some((fd, _)) = w.held.take() {
+        unsafe { libc::close(fd) };
+    }
+    w.model.gc(None);
+    w.save(&out);
+}
+
+impl Worker {
+    /// Writes the final model (id, operation count, names, contents, stripe).
+    fn save(&self, path: &Path) {
+        let mut b = Vec::new();
+        let put = |b: &mut Vec<u8>, v: u64| b.extend_from_slice(&v.to_le_bytes());
+        put(&mut b, self.id);
+        put(&mut b, self.ops);
+        put(&mut b, self.model.names.len() as u64);
+        for (name, ino) in &self.model.names {
+            put(&mut b, name.len() as u64);
+            b.extend_from_slice(name.as_bytes());
+            put(&mut b, *ino);
+        }
+        put(&mut b, self.model.data.len() as u64);
+        for (ino, data) in &self.model.data {
+            put(&mut b, *ino);
+            put(&mut b, data.len() as u64);
+            b.extend_from_slice(data);
+        }
+        put(&mut b, self.stripe.len() as u64);
+        b.extend_from_slice(&self.stripe);
+        let tmp = path.with_extension("tmp");
+        fs::write(&tmp, &b).unwrap();
+        fs::rename(&tmp, path).unwrap();
+    }
+
+    /// Reads a model written by [`Worker::save`] (None if missing or cut short).
+    fn load(path: &Path) -> Option<Worker> {
+        let b = fs::read(path).ok()?;
+        let mut r = Reader { b: &b, pos: 0 };
+        let id = r.u64()?;
+        let ops = r.u64()?;
+        let mut model = Model::default();
+        for _ in 0..r.u64()? {
+            let n = r.u64()? as usize;
+            let name = String::from_utf8(r.bytes(n)?.to_vec()).ok()?;
+            model.names.insert(name, r.u64()?);
+        }
+        for _ in 0..r.u64()? {
+            let ino = r.u64()?;
+            let n = r.u64()? as usize;
+            model.data.insert(ino, r.bytes(n)?.to_vec());
+        }
+        let n = r.u64()? as usize;
+        let stripe = r.bytes(n)?.to_vec();
+        Some(Worker {
+            id,
+            dir: PathBuf::new(),
+            rng: Rng::new(0),
+            model,
+            held: None,
+            shared: PathBuf::new(),
+            stripe,
+            ops,
+            log: Vec::new(),
+        })
+    }
+}
+
+/// Reads little-endian numbers and byte strings from a saved model.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
 }
 
 fn prepare(root: &Path) {
@@ -533,9 +674,9 @@ fn fsx_model_holds_on_plain_directory() {
     let root = common::temp_dir("fsx-plain");
     let _cleanup = RemoveOnDrop(root.clone());
     prepare(&root);
-    let (done, panicked) = run_workers(&root, seed, Instant::now() + Duration::from_secs(4));
-    if let Some(p) = panicked {
-        std::panic::resume_unwind(p);
+    let (done, failed) = run_workers(&root, seed, Instant::now() + Duration::from_secs(4));
+    if let Some(why) = failed {
+        panic!("{why}");
     }
     for w in &done {
         w.verify_all(&root);
@@ -625,13 +766,12 @@ fn fsx_while_mover_moves() {
         })
     };
 
-    let (done, panicked) = run_workers(&root, seed, deadline);
+    let (done, failed) = run_workers(&root, seed, deadline);
     stop.store(true, Ordering::Relaxed);
     driver.join().unwrap();
     sampler.join().unwrap();
-    if let Some(p) = panicked {
-        eprintln!("daemon log:\n{}", mount.log_text());
-        std::panic::resume_unwind(p);
+    if let Some(why) = failed {
+        panic!("{why}\ndaemon log:\n{}", mount.log_text());
     }
     let ops: u64 = done.iter().map(|w| w.ops).sum();
     eprintln!(

@@ -451,13 +451,15 @@ impl Daemon {
         addr.rsplit(':').next().unwrap().parse().unwrap()
     }
 
+    /// SIGKILL, then the mount the daemon left is removed; the value forgets the
+    /// mountpoint, so that dropping it later cannot unmount a successor's mount there.
     fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if let Some(m) = &self.mnt {
-            force_unmount(m);
+        if let Some(m) = self.mnt.take() {
+            force_unmount(&m);
         }
     }
 
@@ -1541,4 +1543,503 @@ fn nfs_and_smb_shares_into_one_store_with_the_binary() {
     // NFSv3 carries modes, owners, times, links and special files, but no xattrs.
     assert_same_tree_as(&nfs_src, &mnt.join("nfs"), Detail::NoXattrs, true);
     assert_same_tree_as(&smb_src, &mnt.join("smb"), Detail::Content, false);
+}
+
+// ---- kill -9 of the daemon at random moments, a client writing through the mount -------
+
+/// A client's change of a file in `w/` through the mount (data are kept, for checks).
+#[derive(Clone, Debug)]
+enum ClientOp {
+    Write {
+        path: String,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Truncate {
+        path: String,
+        size: u64,
+    },
+    Rewrite {
+        path: String,
+        data: Vec<u8>,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Create {
+        path: String,
+        data: Vec<u8>,
+    },
+    Unlink {
+        path: String,
+    },
+}
+
+/// What `w/` must hold: path (relative to the share) → bytes.
+type WorkModel = BTreeMap<String, Vec<u8>>;
+
+impl ClientOp {
+    /// One line for messages (without the data).
+    fn describe(&self) -> String {
+        match self {
+            ClientOp::Write { path, offset, data } => {
+                format!("write {path} at {offset}, {} bytes", data.len())
+            }
+            ClientOp::Truncate { path, size } => format!("truncate {path} to {size}"),
+            ClientOp::Rewrite { path, data } => format!("rewrite {path}, {} bytes", data.len()),
+            ClientOp::Rename { from, to } => format!("rename {from} {to}"),
+            ClientOp::Create { path, data } => format!("create {path}, {} bytes", data.len()),
+            ClientOp::Unlink { path } => format!("unlink {path}"),
+        }
+    }
+
+    /// Performs the change and makes it durable; `Ok` is the client's acknowledgement.
+    fn perform(&self, mnt: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        match self {
+            ClientOp::Write { path, offset, data } => {
+                let f = fs::OpenOptions::new().write(true).open(mnt.join(path))?;
+                f.write_all_at(data, *offset)?;
+                f.sync_all()
+            }
+            ClientOp::Truncate { path, size } => {
+                let f = fs::OpenOptions::new().write(true).open(mnt.join(path))?;
+                f.set_len(*size)?;
+                f.sync_all()
+            }
+            ClientOp::Rewrite { path, data } => {
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(mnt.join(path))?;
+                std::io::Write::write_all(&mut f, data)?;
+                f.sync_all()
+            }
+            ClientOp::Rename { from, to } => {
+                fs::rename(mnt.join(from), mnt.join(to))?;
+                fs::File::open(mnt.join("w"))?.sync_all()
+            }
+            ClientOp::Create { path, data } => {
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(mnt.join(path))?;
+                std::io::Write::write_all(&mut f, data)?;
+                f.sync_all()?;
+                fs::File::open(mnt.join("w"))?.sync_all()
+            }
+            ClientOp::Unlink { path } => {
+                fs::remove_file(mnt.join(path))?;
+                fs::File::open(mnt.join("w"))?.sync_all()
+            }
+        }
+    }
+
+    /// The model after the change.
+    fn apply(&self, model: &mut WorkModel) {
+        match self {
+            ClientOp::Write { path, offset, data } => {
+                let f = model.get_mut(path).unwrap();
+                let end = *offset as usize + data.len();
+                if f.len() < end {
+                    f.resize(end, 0);
+                }
+                f[*offset as usize..end].copy_from_slice(data);
+            }
+            ClientOp::Truncate { path, size } => {
+                model.get_mut(path).unwrap().resize(*size as usize, 0)
+            }
+            ClientOp::Rewrite { path, data } => {
+                model.insert(path.clone(), data.clone());
+            }
+            ClientOp::Rename { from, to } => {
+                let d = model.remove(from).unwrap();
+                model.insert(to.clone(), d);
+            }
+            ClientOp::Create { path, data } => {
+                model.insert(path.clone(), data.clone());
+            }
+            ClientOp::Unlink { path } => {
+                model.remove(path);
+            }
+        }
+    }
+
+    /// After a kill cut this change off before its acknowledgement: what the restarted
+    /// mount shows must be the state before it, after it, or — for data — each byte of
+    /// the written range either old or new (the kernel may have sent part of the pages),
+    /// and the model takes what is there. `Err(Ok(io))`: the mount is not back yet.
+    fn resolve(
+        &self,
+        mnt: &Path,
+        model: &mut WorkModel,
+    ) -> Result<(), Result<std::io::Error, String>> {
+        let read = |p: &str| fs::read(mnt.join(p)).map_err(Ok);
+        match self {
+            ClientOp::Write { path, offset, data } => {
+                let got = read(path)?;
+                let before = &model[path];
+                let (off, end) = (*offset as usize, *offset as usize + data.len());
+                let ok_len = got.len() >= before.len() && got.len() <= before.len().max(end);
+                let old = |i: usize| before.get(i).copied().unwrap_or(0);
+                let ok = ok_len
+                    && got.iter().enumerate().all(|(i, b)| {
+                        *b == old(i) || ((off..end).contains(&i) && *b == data[i - off])
+                    });
+                if !ok {
+                    return Err(Err(format!(
+                        "{path}: an unacknowledged write of {} bytes at {off} left bytes that are neither old nor new (size {} → {})",
+                        data.len(),
+                        before.len(),
+                        got.len()
+                    )));
+                }
+                model.insert(path.clone(), got);
+            }
+            ClientOp::Truncate { path, size } => {
+                let got = read(path)?;
+                let mut after = model[path].clone();
+                after.resize(*size as usize, 0);
+                if got != model[path] && got != after {
+                    return Err(Err(format!(
+                        "{path}: neither before nor after truncate({size})"
+                    )));
+                }
+                model.insert(path.clone(), got);
+            }
+            ClientOp::Rewrite { path, data } => {
+                let got = read(path)?;
+                let partial = got.len() <= data.len()
+                    && got.iter().zip(data).all(|(b, d)| *b == *d || *b == 0);
+                if got != model[path] && !partial {
+                    return Err(Err(format!(
+                        "{path}: neither before nor (part of) the rewrite"
+                    )));
+                }
+                model.insert(path.clone(), got);
+            }
+            ClientOp::Rename { from, to } => {
+                fs::metadata(mnt.join("w")).map_err(Ok)?;
+                let applied = !mnt.join(from).exists();
+                let mut after = model.clone();
+                if applied {
+                    self.apply(&mut after);
+                }
+                for p in [from, to] {
+                    match after.get(p) {
+                        Some(want) => {
+                            if read(p)? != *want {
+                                return Err(Err(format!(
+                                    "{p} after rename {from} {to}: wrong bytes"
+                                )));
+                            }
+                        }
+                        None => {
+                            if mnt.join(p).exists() {
+                                return Err(Err(format!("{p} exists after rename {from} {to}")));
+                            }
+                        }
+                    }
+                }
+                *model = after;
+            }
+            ClientOp::Create { path, data } => {
+                fs::metadata(mnt.join("w")).map_err(Ok)?;
+                if !mnt.join(path).exists() {
+                    return Ok(());
+                }
+                let got = read(path)?;
+                let partial = got.len() <= data.len()
+                    && got.iter().zip(data).all(|(b, d)| *b == *d || *b == 0);
+                if !partial {
+                    return Err(Err(format!("{path}: created with bytes not its own")));
+                }
+                model.insert(path.clone(), got);
+            }
+            ClientOp::Unlink { path } => {
+                fs::metadata(mnt.join("w")).map_err(Ok)?;
+                if mnt.join(path).exists() {
+                    if read(path)? != model[path] {
+                        return Err(Err(format!("{path}: wrong bytes after a cut-off unlink")));
+                    }
+                } else {
+                    model.remove(path);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The next change (or `None`: a read check instead).
+fn next_client_op(model: &WorkModel, rng: &mut common::rng::Rng, serial: u64) -> Option<ClientOp> {
+    let files: Vec<&String> = model.keys().collect();
+    let path = files[rng.below(files.len() as u64) as usize].clone();
+    let len = model[&path].len() as u64;
+    Some(match rng.below(100) {
+        0..=34 => ClientOp::Write {
+            path,
+            offset: rng.below(len + 4096),
+            data: {
+                let n = 1 + rng.below(300 << 10) as usize;
+                rng.bytes(n)
+            },
+        },
+        35..=49 => ClientOp::Truncate {
+            size: rng.below(len + (1 << 20)),
+            path,
+        },
+        50..=59 => ClientOp::Rewrite {
+            path,
+            data: {
+                let n = rng.below(2 << 20) as usize;
+                rng.bytes(n)
+            },
+        },
+        60..=74 => {
+            let to = if rng.chance(30) && files.len() > 6 {
+                files[rng.below(files.len() as u64) as usize].clone()
+            } else {
+                format!("w/r{serial}")
+            };
+            if to == path {
+                return None;
+            }
+            ClientOp::Rename { from: path, to }
+        }
+        // New files take the inode numbers removed files leave (a restart must not mix
+        // them up).
+        75..=82 => ClientOp::Create {
+            path: format!("w/c{serial}"),
+            data: {
+                let n = rng.below(1 << 20) as usize;
+                rng.bytes(n)
+            },
+        },
+        83..=88 if files.len() > 6 => ClientOp::Unlink { path },
+        _ => return None,
+    })
+}
+
+/// A read of a random range of a random file, compared with the model; I/O errors (the
+/// daemon was just killed) are no failure.
+fn client_read_check(
+    mnt: &Path,
+    model: &WorkModel,
+    rng: &mut common::rng::Rng,
+) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let files: Vec<&String> = model.keys().collect();
+    let path = files[rng.below(files.len() as u64) as usize];
+    let want = &model[path];
+    let offset = rng.below(want.len() as u64 + 1) as usize;
+    let n = (1 + rng.below(2 << 20) as usize).min(want.len() - offset);
+    let Ok(f) = fs::File::open(mnt.join(path)) else {
+        return Ok(());
+    };
+    let mut buf = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match f.read_at(&mut buf[got..], (offset + got) as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(_) => return Ok(()),
+        }
+    }
+    if buf[..got] != want[offset..offset + n] {
+        return Err(format!(
+            "read of {path} at {offset}, {n} bytes: got {got} bytes that differ from the model"
+        ));
+    }
+    Ok(())
+}
+
+/// The client thread: changes and reads files in `w/` while the daemon lives; an
+/// operation that fails (the daemon was killed) stays pending and is resolved through
+/// the next mount. Holds `gate` shared during each operation, so that it never runs
+/// against the bare mountpoint directory while the test restarts the daemon.
+fn writing_client(
+    mnt: &Path,
+    mut model: WorkModel,
+    seed: u64,
+    gate: &std::sync::RwLock<()>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(WorkModel, u64, u64), String> {
+    let mut rng = common::rng::Rng::new(seed);
+    let (mut acked, mut resolved, mut serial) = (0u64, 0u64, 0u64);
+    let mut pending: Option<ClientOp> = None;
+    // Operations cut off (each should be one a kill interrupted), for messages.
+    let mut failures: Vec<String> = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let g = gate.read().unwrap();
+        if let Some(op) = pending.take() {
+            match op.resolve(mnt, &mut model) {
+                Ok(()) => resolved += 1,
+                Err(Ok(_)) => pending = Some(op),
+                Err(Err(e)) => return Err(format!("seed {seed}: after a kill: {e}")),
+            }
+        } else {
+            serial += 1;
+            match next_client_op(&model, &mut rng, serial) {
+                Some(op) => match op.perform(mnt) {
+                    Ok(()) => {
+                        op.apply(&mut model);
+                        acked += 1;
+                    }
+                    Err(e) => {
+                        failures.push(format!("{}: {e}", op.describe()));
+                        pending = Some(op);
+                    }
+                },
+                None => client_read_check(mnt, &model, &mut rng)
+                    .map_err(|e| format!("seed {seed}: {e}"))?,
+            }
+        }
+        drop(g);
+        std::thread::sleep(Duration::from_millis(if pending.is_some() {
+            20
+        } else {
+            3
+        }));
+    }
+    if let Some(op) = pending {
+        op.resolve(mnt, &mut model).map_err(|e| {
+            let names: BTreeSet<String> = fs::read_dir(mnt.join("w"))
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| format!("w/{}", e.file_name().to_string_lossy()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let w = fs::metadata(mnt.join("w")).map(|m| m.ino());
+            let top: Vec<String> = fs::read_dir(mnt)
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "seed {seed}: at the end, resolving {}: {e:?}; failed operations {failures:?}; w/ holds {names:?} ({w:?}; top {top:?}; mounted {}), the model {:?}",
+                op.describe(),
+                is_mounted(mnt),
+                model.keys().collect::<Vec<_>>()
+            )
+        })?;
+        resolved += 1;
+    }
+    Ok((model, acked, resolved))
+}
+
+/// Issue 4 §7 with the real binary: `kaiso migrate start --mount` is killed with SIGKILL
+/// three times at random 100-1500 ms points while a client reads and writes files of a
+/// few MiB through the mount (so kills land mid-fetch), restarted each time, then
+/// `finish --wait`: the tree is the source plus the client's acknowledged changes (and
+/// whatever the kill made of the one change in flight, checked to be old or new bytes),
+/// and no mount is left behind.
+#[test]
+fn kill9_of_the_daemon_at_random_moments_while_a_client_writes() {
+    fuse_or_skip!();
+    let seed = common::rng::test_seed("kill9_of_the_daemon_at_random_moments");
+    let mut rng = common::rng::Rng::new(seed ^ 0x4b11);
+    let store = Store::new("migcli-kill9", StoreSpec::tiers(2));
+    let src = store.root.join("old");
+    make_source(&src, true);
+    let mut model = WorkModel::new();
+    fs::create_dir_all(src.join("w")).unwrap();
+    for i in 0..8u64 {
+        let path = format!("w/f{i}");
+        let data = bytes(700 + i, ((1 + i % 5) << 20) as usize + i as usize * 1000);
+        fs::write(src.join(&path), &data).unwrap();
+        model.insert(path, data);
+    }
+    let mnt = store.mountpoint.clone();
+    let cfg = store.config.clone();
+    let args: Vec<&OsStr> = vec![
+        src.as_os_str(),
+        cfg.as_os_str(),
+        os("--mount"),
+        mnt.as_os_str(),
+        os("--chunk"),
+        os("1MiB"),
+        os("--rate"),
+        os("6MiB"),
+    ];
+    let mut d = Daemon::start(&args, store.root.join("daemon0.log"), Some(&mnt))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gate = std::sync::RwLock::new(());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut kills = Vec::new();
+    let (model, acked, resolved) = std::thread::scope(|sc| {
+        let client = sc.spawn(|| writing_client(&mnt, model, seed, &gate, &stop));
+        for round in 1..=3 {
+            let after = Duration::from_millis(100 + rng.below(1400));
+            std::thread::sleep(after);
+            let pid = d.child.as_ref().map(|c| c.id() as i32).expect("daemon");
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            kills.push(after);
+            // The client's operation in flight fails; then no operation until the
+            // daemon serves again.
+            let _g = gate.write().unwrap();
+            d.kill9();
+            assert!(!is_mounted(&mnt), "mount left after kill {round}");
+            d = Daemon::start(
+                &args,
+                store.root.join(format!("daemon{round}.log")),
+                Some(&mnt),
+            )
+            .unwrap_or_else(|e| panic!("restart {round} after kills at {kills:?}: {e}"));
+        }
+        // The client goes on against the last daemon for a moment, then stops.
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        client.join().unwrap()
+    })
+    .unwrap_or_else(|e| panic!("kills at {kills:?}: {e}"));
+    assert!(acked > 0, "the client made no change: seed {seed}");
+    let o = finish_waiting(&cfg, 180);
+    assert!(
+        o.status.success(),
+        "seed {seed}, kills at {kills:?}: {}\ndaemon log:\n{}",
+        text(&o),
+        d.log_text()
+    );
+    // w/ is the model, exactly: no file lost, none extra, every byte.
+    let mut got = WorkModel::new();
+    for e in fs::read_dir(mnt.join("w")).unwrap() {
+        let e = e.unwrap();
+        let p = format!("w/{}", e.file_name().to_string_lossy());
+        got.insert(p, fs::read(e.path()).unwrap());
+    }
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        model.keys().collect::<Vec<_>>(),
+        "seed {seed}, kills at {kills:?}: files of w/"
+    );
+    for (p, want) in &model {
+        assert!(
+            got[p] == *want,
+            "seed {seed}, kills at {kills:?}: {p}: {} bytes, want {}",
+            got[p].len(),
+            want.len()
+        );
+    }
+    // Everything else equals the source in every attribute.
+    let (mut a, la) = describe_tree_as(&src, Detail::Full);
+    let (mut b, lb) = describe_tree_as(&mnt, Detail::Full);
+    for t in [&mut a, &mut b] {
+        t.retain(|k, _| k.as_slice() != b"w" && !k.starts_with(b"w/"));
+    }
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (k, v) in &a {
+        assert_eq!(Some(v), b.get(k), "{} differs", String::from_utf8_lossy(k));
+    }
+    assert_eq!(la, lb, "hard-link groups");
+    assert!(d.stop().success(), "{}", d.log_text());
+    assert!(!is_mounted(&mnt), "mount left behind");
+    eprintln!(
+        "seed {seed}: kills at {kills:?}; {acked} acknowledged changes, {resolved} cut off by a kill and resolved; {} files in w/",
+        model.len()
+    );
 }

@@ -206,3 +206,262 @@ fn log_json_writes_one_json_object_per_line() {
         "no 'mounted' event:\n{text}"
     );
 }
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs kaiso with arguments that need not be UTF-8.
+fn kaiso_os(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(kaiso_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kaiso")
+}
+
+/// The JSON `where` of a path: (tier, exact backing path bytes).
+fn where_json(p: &std::path::Path) -> (String, Vec<u8>, serde_json::Value) {
+    let out = kaiso_os(&["where".as_ref(), "--json".as_ref(), p.as_os_str()]);
+    assert!(out.status.success(), "where: {}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", out.stdout));
+    let bytes = match v.get("backing_path_bytes") {
+        Some(b) => b
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u8)
+            .collect(),
+        None => v["backing_path"].as_str().unwrap().as_bytes().to_vec(),
+    };
+    (v["tiers"][0].as_str().unwrap().to_string(), bytes, v)
+}
+
+/// Names that are not UTF-8 (here Latin-1 bytes) are served by the mount, so every
+/// operator command must take them: where, explain, pin, unpin, promote, demote (-r),
+/// through the mount path and with --config; JSON output stays valid.
+#[test]
+fn operator_commands_take_names_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    fuse_or_skip!();
+    let store = two_tiers("latin1", "");
+    let dir = OsStr::from_bytes(b"caf\xe9");
+    let rel = std::path::Path::new(dir).join(OsStr::from_bytes(b"n\xe9e-\xff"));
+    let data = vec![0xa5u8; 100_000];
+    fs::create_dir_all(store.tiers[1].join(dir)).unwrap();
+    fs::write(store.tiers[1].join(&rel), &data).unwrap();
+    let m = store.mount();
+    let p = m.path.join(&rel);
+    let on_tier = |t: usize| {
+        fs::canonicalize(&store.tiers[t])
+            .unwrap()
+            .join(&rel)
+            .as_os_str()
+            .as_bytes()
+            .to_vec()
+    };
+
+    let (tier, backing, v) = where_json(&p);
+    assert_eq!(tier, "slow", "{v}");
+    assert_eq!(backing, on_tier(1), "{v}");
+    assert!(
+        v["backing_path"].as_str().unwrap().contains('\u{fffd}'),
+        "{v}"
+    );
+    // Text output prints the path's bytes as they are.
+    let out = kaiso_os(&["where".as_ref(), p.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(
+        out.stdout.windows(backing.len()).any(|w| w == backing),
+        "{:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = kaiso_os(&["explain".as_ref(), p.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rule:"));
+    let out = kaiso_os(&["explain".as_ref(), "--json".as_ref(), p.as_os_str()]);
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["placement"]["tiers"][0], "slow", "{e}");
+
+    let out = kaiso_os(&["promote".as_ref(), p.as_os_str()]);
+    assert!(out.status.success(), "promote: {}", stderr_of(&out));
+    // Not on a terminal: progress comes as plain lines, the last one saying done.
+    let progress = stderr_of(&out);
+    assert!(
+        progress.contains("promoting 1/1 files, 97.7 KiB/97.7 KiB") && progress.contains(", done"),
+        "{progress}"
+    );
+    assert_eq!(where_json(&p).0, "fast");
+    let out = kaiso_os(&[
+        "demote".as_ref(),
+        "-r".as_ref(),
+        m.path.join(dir).as_os_str(),
+    ]);
+    assert!(out.status.success(), "demote -r: {}", stderr_of(&out));
+    assert_eq!(where_json(&p).0, "slow");
+    let out = kaiso_os(&[
+        "pin".as_ref(),
+        "--tier".as_ref(),
+        "fast".as_ref(),
+        p.as_os_str(),
+    ]);
+    assert!(out.status.success(), "pin: {}", stderr_of(&out));
+    let (tier, backing, v) = where_json(&p);
+    assert_eq!(
+        (tier.as_str(), &v["pinned"]),
+        ("fast", &serde_json::json!("fast"))
+    );
+    assert_eq!(backing, on_tier(0));
+    let out = kaiso_os(&["unpin".as_ref(), p.as_os_str()]);
+    assert!(out.status.success(), "unpin: {}", stderr_of(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unpinned 1 files"));
+    // A store-relative path with --config reaches the same daemon.
+    let out = kaiso_os(&[
+        "demote".as_ref(),
+        "--config".as_ref(),
+        store.config.as_os_str(),
+        rel.as_os_str(),
+    ]);
+    assert!(out.status.success(), "demote --config: {}", stderr_of(&out));
+    assert_eq!(where_json(&p).0, "slow");
+    assert_eq!(fs::read(&p).unwrap(), data);
+    assert!(m.unmount().success());
+    assert_eq!(fs::read(store.tiers[1].join(&rel)).unwrap(), data);
+}
+
+/// Operator mistakes get one line naming the path and what is wrong, never a bare errno
+/// (audit2 #14a); `where` of a hard link shows the name asked for (#29).
+#[test]
+fn operator_errors_name_what_failed() {
+    fuse_or_skip!();
+    let store = two_tiers("operr", "");
+    store.seed(0, "f", b"data");
+    store.seed(1, "d/g", b"more");
+    let m = store.mount();
+    let f = m.path.join("f");
+    let d = m.path.join("d");
+    let missing = m.path.join("nonexist");
+    let (f, d, missing) = (
+        f.to_str().unwrap(),
+        d.to_str().unwrap(),
+        missing.to_str().unwrap(),
+    );
+    let cases: [(&[&str], &[&str]); 7] = [
+        (
+            &["promote", f, "--tier", "bogus"],
+            &[f, "unknown tier \"bogus\"", "(tiers: fast, slow)"],
+        ),
+        (
+            &["pin", f, "--tier", "bogus"],
+            &[f, "unknown tier \"bogus\"", "(tiers: fast, slow)"],
+        ),
+        (&["demote", d], &[d, "is a directory", "-r"]),
+        (&["pin", d], &[d, "is a directory", "-r"]),
+        (
+            &["where", missing],
+            &[missing, "no such file or directory in the store"],
+        ),
+        (
+            &["unpin", missing],
+            &[missing, "no such file or directory in the store"],
+        ),
+        (
+            &["explain", missing],
+            &[missing, "no such file or directory in the store"],
+        ),
+    ];
+    for (args, want) in cases {
+        let out = store.kaiso(args);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            !err.contains("os error") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+        for w in want {
+            assert!(err.contains(w), "{args:?}: {w:?} missing in {err}");
+        }
+    }
+    // The rejected requests changed nothing.
+    assert_eq!(where_json(std::path::Path::new(f)).0, "fast");
+
+    fs::hard_link(m.path.join("d/g"), m.path.join("g-link")).unwrap();
+    let (_, backing, v) = where_json(&m.path.join("g-link"));
+    assert!(backing.ends_with(b"/g-link"), "{v}");
+    let out = store.kaiso(&["explain", m.path.join("d/g").to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("/d/g, 4 bytes"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // `status --config CONFIG` works like `status CONFIG`.
+    let out = store.kaiso(&[
+        "status",
+        "--config",
+        store.config.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert!(m.unmount().success());
+}
+
+/// Tier directories that overlap (the same directory twice, one inside another, the
+/// state directory inside a tier) are refused when the configuration is loaded, in one
+/// line naming both keys and their lines (audit2 #13).
+#[test]
+fn overlapping_tier_paths_are_refused_at_load() {
+    let root = common::temp_dir("overlap");
+    let cfg = root.join("k.toml");
+    let d = |p: &str| root.join(p).display().to_string();
+    let cases = [
+        (
+            d("st"),
+            d("t0"),
+            d("t0"),
+            "tier[1].path",
+            "same directory as tier[0].path",
+        ),
+        (
+            d("st"),
+            d("t0"),
+            d("t0/fast"),
+            "tier[1].path",
+            "is inside tier[0].path",
+        ),
+        (
+            d("t1/st"),
+            d("t0"),
+            d("t1"),
+            "store.state_dir",
+            "is inside tier[1].path",
+        ),
+    ];
+    for (state, a, b, key, what) in cases {
+        fs::write(
+            &cfg,
+            format!(
+                "[store]\nstate_dir = {state:?}\n\n[[tier]]\nname = \"fast\"\npath = {a:?}\ncapacity = 1000\n\n[[tier]]\nname = \"slow\"\npath = {b:?}\ncapacity = 1000\n"
+            ),
+        )
+        .unwrap();
+        let out = common::run_kaiso(&["fsck", cfg.to_str().unwrap()]);
+        let err = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(key) && err.contains(what), "{err}");
+        let line_a = if key == "store.state_dir" {
+            "line 2"
+        } else {
+            "line 11"
+        };
+        assert!(err.contains(line_a) && err.contains("(line "), "{err}");
+        assert!(
+            !root.join("st").exists() && !root.join("t1/st").exists(),
+            "{err}"
+        );
+    }
+    let _ = fs::remove_dir_all(&root);
+}

@@ -255,6 +255,38 @@ impl Source for PosixSource {
         format!("posix:{}", self.root.display())
     }
 
+    /// The root directory's inode number on its file system, and the file system's id
+    /// (`statfs` f_fsid: derived from the UUID on ext4, XFS, btrfs, so it survives
+    /// reboots and device renames; the device number where it is 0). The same tree
+    /// reached by another path (a bind mount, a symlink, a new mount point) has the same
+    /// identity; another directory has not.
+    fn identity(&self) -> Option<String> {
+        let fd = self.root_fd.as_raw_fd();
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: fd is an open descriptor; st is written by fstat.
+        if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        // SAFETY: fstat succeeded and filled st.
+        let st = unsafe { st.assume_init() };
+        let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: as above, for fstatfs.
+        let fsid = if unsafe { libc::fstatfs(fd, fs.as_mut_ptr()) } == 0 {
+            // SAFETY: fstatfs succeeded and filled fs; fsid_t is two ints.
+            let ids: [libc::c_int; 2] = unsafe {
+                std::mem::transmute::<libc::fsid_t, [libc::c_int; 2]>(fs.assume_init().f_fsid)
+            };
+            ((ids[0] as u32 as u64) << 32) | ids[1] as u32 as u64
+        } else {
+            0
+        };
+        Some(if fsid != 0 {
+            format!("posix:fsid={fsid:016x}:ino={}", st.st_ino)
+        } else {
+            format!("posix:dev={:x}:ino={}", st.st_dev, st.st_ino)
+        })
+    }
+
     fn features(&self) -> SourceFeatures {
         SourceFeatures {
             unix_ids: true,

@@ -1,9 +1,13 @@
-//! SMB 2/3 straight from user space with the `smb` crate (no kernel cifs mount).
+//! SMB 2/3 straight from user space with the `smb2` crate (no kernel cifs mount),
+//! sending compound requests: what a call needs from the server goes out as one chain of
+//! related requests and costs one network round trip.
 //!
 //! What the protocol gives, and therefore what this source reports:
-//! - Names are UTF-16 on the wire: every name is valid UTF-8 here. A server decides what
-//!   to do with names it cannot express; Samba hides entries whose Unix name is not valid
-//!   in its `unix charset` (they are invisible to every SMB client, not just to us).
+//! - Names are UTF-16 on the wire: every name is valid UTF-8 here (an unpaired surrogate,
+//!   legal on NTFS, becomes U+FFFD). Names go over the wire unmapped (no macOS private-use
+//!   mapping). A server decides what to do with names it cannot express; Samba hides
+//!   entries whose Unix name is not valid in its `unix charset` (they are invisible to
+//!   every SMB client, not just to us).
 //! - No Unix mode/uid/gid (the SMB3 POSIX extensions are not spoken by this client):
 //!   permissions are synthesised from the DOS attributes (directories 0755, files 0644,
 //!   read-only clears the write bits) and uid/gid are the ones configured for the share.
@@ -13,78 +17,60 @@
 //! - Extended attributes are SMB EAs; Samba maps a Unix `user.NAME` xattr to the EA
 //!   `NAME`, and this source reports it back as `user.NAME`.
 //! - Alternate data streams are listed and read where the server has them (Samba with
-//!   `vfs objects = streams_xattr`).
+//!   `vfs objects = streams_xattr`; asked once at connect).
 //! - Directory listings carry no link count: [`Source::read_dir`] reports nlink 1 for
-//!   files and [`Source::stat`] (FileStandardInformation) gives the real count for files;
+//!   files and [`Source::stat`] (FileAllInformation) gives the real count for files;
 //!   Samba reports 1 for every directory.
 //!
-//! How it keeps the server busy (each request costs a network round trip):
-//! - Several sessions, each on its own TCP connection ([`SmbConfig::connections`]; Samba
-//!   serves each connection with a process of its own); a call takes the session with
-//!   the fewest calls running. Each session also carries many requests at once (READs
-//!   in flight, queries sent together).
-//! - One handle per object for everything asked about it at once: the first of a
-//!   file's EA / security descriptor / stream calls opens it once and sends the queries
-//!   together; listing a directory also queries its attributes, EAs and descriptor on
-//!   the listing's handle. The answers nobody asked for yet wait briefly for the calls
-//!   that follow (see `prefetch`); one fetch per file, however many threads ask.
-//! - Queries whose answer is already known are not sent: streams on a share whose file
-//!   system has no named streams (asked once at connect), EAs of a file whose listing
-//!   entry says EaSize 0 once the server has shown that it fills that field in.
-//! - The handle of a file's metadata fetch is kept for its first read (see `handles`),
-//!   which then needs no open of its own.
-//! - Every regular file of a listing is queued for background threads (one per two
-//!   sessions) that fetch its metadata on idle sessions, so the crawl's metadata pass
-//!   finds it waiting; they wait for an idle session first, so a client's call does not
-//!   queue behind them.
-//! - Reads keep [`SmbConfig::parallel_reads`] READs of up to 1 MiB in flight (a sliding
-//!   window) straight into the caller's buffer ([`Source::read_into`]), and ask for the
-//!   file's attributes together with the last READ instead of a separate stat. Handles
-//!   are closed in the background.
-//! - The crate's receive thread waits for a reply as long as a request may (see
-//!   `link::set_receive_timeout`: its own 100 ms poll lost the framing of replies that
-//!   stalled half-way).
-//! - A server found gone shuts every session at once, so the next call reconnects
-//!   instead of each session waiting out the timeout on its own.
+//! Round trips per call:
+//! - listing a directory: CREATE + QUERY_INFO (attributes, security descriptor, EAs) +
+//!   QUERY_DIRECTORY ×2 + CLOSE, one round trip for up to a few thousand entries (more
+//!   open the directory again and page through it);
+//! - a file's metadata (the engine's `xattrs`, `acl` and `streams` calls): CREATE +
+//!   QUERY_INFO ×4 (attributes, security descriptor, streams, EAs) + CLOSE; the answers
+//!   the call did not ask for wait briefly for the calls that follow (see `prefetch`),
+//!   and after a listing every listed file's metadata is fetched ahead in the background
+//!   (at most 4 compounds in flight per session, 8,192 files queued);
+//! - `stat`: CREATE + QUERY_INFO (FileAllInformation) + CLOSE;
+//! - reading a range that fits one READ (MaxReadSize, 8 MiB on Samba; what is left of
+//!   the file by its listing's size, else the caller's buffer): CREATE + READ +
+//!   QUERY_INFO (the attributes after the read) + CLOSE; a larger one: a CREATE (a round
+//!   trip), then a sliding window of READs of [`SmbConfig::read_size`] with
+//!   [`SmbConfig::parallel_reads`] in flight, the attributes asked together with the last
+//!   one; the handle is kept for the file's next unit (at most 256 per source, 30 s) and
+//!   closed in the background.
+//!
+//! Every request's reply is awaited at most [`SmbConfig::timeout`]; smb2's credit wait is
+//! bounded by the same timeout. A server found gone shuts every session at once, so the
+//! next call reconnects instead of each session waiting out the timeout on its own.
 
-mod handles;
 mod link;
 mod prefetch;
-mod read;
+mod wire;
 
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use binrw::BinWrite;
 use kaiso_store::migrate::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
-    SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+    SourceFeatures, SourcePath, SourceResult, SourceStream,
 };
-use smb::binrw_util::file_time::FileTime;
-use smb::{
-    AdditionalInfo, FileAccessMask, FileAllInformation, FileAttributes,
-    FileIdBothDirectoryInformation, FileStreamInformation, Resource, UncPath,
-};
+use smb2::msg::query_info::InfoType;
+use smb2::types::status::NtStatus;
+use smb2::types::{Command, FileId};
+use smb2::{ErrorKind, Frame};
 
-use handles::OpenFiles;
-use link::{Link, Requests, drop_in_background, is_unreachable};
-use prefetch::{Fetched, Prefetch};
-use read::{ReadOutcome, read_pieces};
+use link::{Fail, Link, Requests};
+use prefetch::{Fetched, Prefetch, Xattrs};
+use wire::{OpenFor, RawAttr};
 
 /// The bytes one SMB2 credit pays for; a READ of N bytes costs N / 64 KiB credits.
 pub const SMB_CREDIT_BYTES: usize = 64 << 10;
 
-/// The largest READ this source sends: 16 credits (1 MiB), and never more than the
-/// server's negotiated maximum. The `smb` crate (0.12) waits for a READ's credits without
-/// a timeout, and a session holds only the credits the server granted so far (Samba:
-/// 33 after the session setup, then at most 32 more with each response, up to what the
-/// client asks for; see `link`): a READ costing more than a session holds while nothing
-/// else is in flight waits forever (a 4 MiB READ, 64 credits, did on a fresh session).
-/// 16 credits always fit what a session holds after its setup; several READs are kept in
-/// flight instead of larger ones.
+/// The READ size of a large file's window by default: 16 credits (1 MiB). Several READs
+/// of 1 MiB in flight moved data faster for less CPU than 8 MiB ones (session 7's probe).
 pub const SMB_MAX_READ_PIECE: usize = 16 * SMB_CREDIT_BYTES;
 
 /// How long one SMB request may go unanswered by default before the call fails.
@@ -103,10 +89,12 @@ pub struct SmbConfig {
     pub share: String,
     pub user: String,
     pub password: String,
+    /// The NTLM domain of `user` (empty: the server's own accounts).
+    pub domain: String,
     /// uid/gid given to every object (SMB has no Unix owners; see the module docs).
     pub uid: u32,
     pub gid: u32,
-    /// Size of one READ request, at most [`SMB_MAX_READ_PIECE`] (see there).
+    /// Size of one READ of a large file's window (at most the server's MaxReadSize).
     pub read_size: usize,
     /// READ requests kept in flight for one `read` call.
     pub parallel_reads: usize,
@@ -132,6 +120,7 @@ impl SmbConfig {
             share: share.into(),
             user: user.into(),
             password: password.into(),
+            domain: String::new(),
             uid: 0,
             gid: 0,
             read_size: SMB_MAX_READ_PIECE,
@@ -142,7 +131,7 @@ impl SmbConfig {
     }
 
     /// `host:port`, the name errors give for the server.
-    fn server(&self) -> String {
+    pub(crate) fn server(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -151,119 +140,22 @@ impl SmbConfig {
     }
 }
 
-/// An SMB share read over several authenticated sessions, each reconnected after a
-/// failure.
-pub struct SmbSource {
-    shared: Arc<Shared>,
-    /// Files whose metadata the prefetch threads fetch ahead; started by the first
-    /// listing, ended when the source is dropped (the threads see the channel close).
-    prefetch_jobs: OnceLock<SyncSender<SourcePath>>,
-}
-
-/// Threads fetching listed files' metadata ahead of the calls for it: one per two
-/// sessions, so half the sessions at least have no background work queued on them, and
-/// each job waits for an idle session: the calls somebody waits for (a client's, the
-/// crawl's) go first.
-const PREFETCH_THREADS_PER_2_LINKS: usize = 1;
-/// How long a prefetch job waits for an idle session before it takes the least busy one
-/// (so a busy crawl still sees its files fetched ahead).
-const PREFETCH_YIELD: Duration = Duration::from_millis(5);
-/// Handles kept open from metadata fetches for the files' reads, per source.
-const KEPT_HANDLES: usize = 2048;
-/// How many more calls than the least busy session a kept handle's session may be
-/// running for a read to still use that handle (instead of opening the file anew).
-const KEPT_HANDLE_BUSY_SLACK: usize = 4;
-/// Files queued for them at most; more are left to the engine's own calls.
+/// Handles kept open for the next unit of a file being read, per source.
+const KEPT_HANDLES: usize = 256;
+/// How long a kept handle waits for its next unit before it is closed.
+const KEPT_HANDLE_TTL: Duration = Duration::from_secs(30);
+/// File sizes remembered from listings and metadata fetches (to read a small file in one
+/// compound); beyond it the table starts over.
+const SIZE_HINTS: usize = 65_536;
+/// Background metadata fetches in flight per session.
+const PREFETCH_PER_LINK: usize = 4;
+/// Files queued for a background metadata fetch at most; more are left to the engine's
+/// own calls.
 const PREFETCH_QUEUE: usize = 8192;
+/// Output buffer of one QUERY_DIRECTORY: about 2,000 entries.
+const LIST_BUFFER: u32 = 256 << 10;
 
-/// What the calls and the prefetch threads share.
-struct Shared {
-    config: SmbConfig,
-    share: UncPath,
-    /// The sessions; `None` or broken means the next call on that slot connects again.
-    links: Arc<[Slot]>,
-    /// Round-robin cursor over `links`.
-    next_link: AtomicUsize,
-    prefetch: Prefetch,
-    /// Handles of metadata fetches kept for the files' first reads.
-    open_files: OpenFiles,
-    /// What the share's file system says it supports (asked once at connect).
-    caps: OnceLock<ShareCaps>,
-    /// What the calls cost in server round trips (see [`SmbStats`]).
-    stats: Counters,
-    /// Requests sent, by kind, on every session (see [`SmbStats`]).
-    requests: Arc<Requests>,
-    /// Set once a listing showed a nonzero EaSize: this server computes the EA sizes of
-    /// its listings (ksmbd, for one, reports 0 for every file), so 0 means "no EAs".
-    listing_ea_sizes: AtomicBool,
-}
-
-/// Counts of what a source sent, for tests and diagnostics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SmbStats {
-    /// Opens of a file or directory to fetch its EAs, descriptor and streams.
-    pub metadata_fetches: u64,
-    /// Reads of a main stream on the handle kept from its metadata fetch (no open).
-    pub reads_on_kept_handles: u64,
-    /// Reads that opened the file themselves.
-    pub reads_opened: u64,
-    /// Reads of a later unit on the handle kept from the file's previous read.
-    pub reads_continued: u64,
-    /// Requests sent after the session setups, by kind (each one message and its reply;
-    /// requests sent at the same time share a round trip). CREATE:
-    pub creates: u64,
-    /// QUERY_INFO (attributes, EAs, security descriptor, streams, file system).
-    pub queries: u64,
-    /// Directory listings; each is one QUERY_DIRECTORY per batch of entries plus the one
-    /// answered "no more files".
-    pub listings: u64,
-    /// READ requests.
-    pub reads: u64,
-    /// CLOSE requests (sent in the background: no call waits for them).
-    pub closes: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    metadata_fetches: AtomicU64,
-    reads_on_kept_handles: AtomicU64,
-    reads_opened: AtomicU64,
-    reads_continued: AtomicU64,
-}
-
-/// The share's file system capabilities that spare per-file queries.
-#[derive(Clone, Copy, Debug)]
-struct ShareCaps {
-    /// Named streams exist (FILE_NAMED_STREAMS): without them a file's stream list is
-    /// known to be empty and is not asked for.
-    named_streams: bool,
-    /// EAs are stored (FILE_SUPPORTS_EXTENDED_ATTRIBUTES; Windows says so, Samba does
-    /// not): a listing's EaSize of 0 then means the file has no EAs, and they are not
-    /// asked for.
-    eas: bool,
-}
-
-impl ShareCaps {
-    /// What is assumed when the server does not say: ask for everything.
-    const UNKNOWN: Self = Self {
-        named_streams: true,
-        eas: false,
-    };
-}
-
-/// One session slot of a source.
-type Slot = Mutex<Option<Arc<Link>>>;
-
-/// The slot, unless it is locked right now (being connected or handed out).
-fn try_slot(slot: &Slot) -> Option<std::sync::MutexGuard<'_, Option<Arc<Link>>>> {
-    match slot.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
-
-// NTSTATUS values this source distinguishes.
+// NTSTATUS values this source tells apart.
 const STATUS_NO_SUCH_FILE: u32 = 0xC000_000F;
 const STATUS_OBJECT_NAME_NOT_FOUND: u32 = 0xC000_0034;
 const STATUS_OBJECT_PATH_NOT_FOUND: u32 = 0xC000_003A;
@@ -271,24 +163,243 @@ const STATUS_ACCESS_DENIED: u32 = 0xC000_0022;
 const STATUS_NO_EAS_ON_FILE: u32 = 0xC000_0052;
 const STATUS_EAS_NOT_SUPPORTED: u32 = 0xC000_004F;
 const STATUS_NOT_SUPPORTED: u32 = 0xC000_00BB;
+const STATUS_INVALID_PARAMETER: u32 = 0xC000_000D;
 const STATUS_FILE_IS_A_DIRECTORY: u32 = 0xC000_00BA;
 const STATUS_NOT_A_DIRECTORY: u32 = 0xC000_0103;
 const STATUS_LOGON_FAILURE: u32 = 0xC000_006D;
 const STATUS_BAD_NETWORK_NAME: u32 = 0xC000_00CC;
 const STATUS_NO_MORE_FILES: u32 = 0x8000_0006;
-const FILE_ATTRIBUTE_READONLY: u32 = 0x1;
+const STATUS_END_OF_FILE: u32 = 0xC000_0011;
 
-/// A call's failure before it becomes a [`SourceError`]: what failed ("" = the call's
-/// own name) and the crate's error.
-type Failure = (String, smb::Error);
+/// Counts of what a source sent, for tests and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SmbStats {
+    /// Replies some call waited for before it could go on (a compound is one; READs sent
+    /// together count once per window; background closes and prefetches count none).
+    pub round_trips: u64,
+    /// Compound chains sent.
+    pub compounds: u64,
+    /// Requests sent alone (READs of a window, background CLOSEs).
+    pub singles: u64,
+    /// Metadata fetches (one compound each), by calls and by the background prefetch.
+    pub metadata_fetches: u64,
+    /// Reads done in one CREATE+READ+QUERY_INFO+CLOSE compound.
+    pub reads_compound: u64,
+    /// Reads that opened the file and read it with a window of READs.
+    pub reads_opened: u64,
+    /// Reads of a later unit on the handle kept from the file's previous read.
+    pub reads_continued: u64,
+    /// Requests by kind (alone or in compounds). CREATE:
+    pub creates: u64,
+    /// QUERY_INFO.
+    pub queries: u64,
+    /// QUERY_DIRECTORY.
+    pub listings: u64,
+    /// READ.
+    pub reads: u64,
+    /// CLOSE.
+    pub closes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    round_trips: AtomicU64,
+    metadata_fetches: AtomicU64,
+    reads_compound: AtomicU64,
+    reads_opened: AtomicU64,
+    reads_continued: AtomicU64,
+}
+
+/// A handle kept between the units of one file's read.
+struct Kept {
+    link: Arc<Link>,
+    file_id: FileId,
+    at: Instant,
+}
+
+/// An SMB share read over several authenticated sessions with compound requests, each
+/// session reconnected after a failure.
+pub struct SmbSource {
+    shared: Arc<Shared>,
+    /// Runs the sessions' receive tasks and the background work; calls drive their own
+    /// requests from the calling thread (`block_on`).
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+struct Shared {
+    config: SmbConfig,
+    rt: tokio::runtime::Handle,
+    slots: Arc<Slots>,
+    next_link: AtomicUsize,
+    prefetch: Prefetch,
+    prefetch_slots: Arc<tokio::sync::Semaphore>,
+    /// Files waiting for or in a background metadata fetch.
+    prefetch_queued: AtomicUsize,
+    kept: Mutex<HashMap<SourcePath, Kept>>,
+    sizes: Mutex<HashMap<SourcePath, u64>>,
+    /// The share has named streams (asked once at connect).
+    named_streams: bool,
+    stats: Counters,
+    requests: Arc<Requests>,
+}
+
+/// The sessions; `None` or broken means the next call on that slot connects again.
+struct Slots {
+    links: Vec<Mutex<Option<Arc<Link>>>>,
+    /// A background connect of the slot is under way.
+    connecting: Vec<std::sync::atomic::AtomicBool>,
+}
+
+/// Runs a future to completion from synchronous code, also when the caller itself runs
+/// inside a tokio runtime (then on a helper thread, since nesting `block_on` panics).
+fn block_on<F>(rt: &tokio::runtime::Handle, f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(|| rt.block_on(f))
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    } else {
+        rt.block_on(f)
+    }
+}
+
+fn status_of(frame: &Frame) -> u32 {
+    frame.header.status.0
+}
+
+fn is_ok(frame: &Frame) -> bool {
+    frame.header.status == NtStatus::SUCCESS
+}
+
+/// The frame's output buffer if it succeeded, else its status as a failure of `op`.
+fn buffer<'a>(frame: &'a Frame, op: &'static str) -> Result<&'a [u8], Fail> {
+    if !is_ok(frame) {
+        return Err(Fail::Status {
+            status: status_of(frame),
+            op,
+        });
+    }
+    wire::output_buffer(&frame.body).ok_or(Fail::Malformed(op))
+}
+
+fn kind_of_status(status: u32) -> SourceErrorKind {
+    match status {
+        STATUS_NO_SUCH_FILE
+        | STATUS_OBJECT_NAME_NOT_FOUND
+        | STATUS_OBJECT_PATH_NOT_FOUND
+        | STATUS_BAD_NETWORK_NAME => SourceErrorKind::NotFound,
+        STATUS_ACCESS_DENIED | STATUS_LOGON_FAILURE => SourceErrorKind::PermissionDenied,
+        STATUS_FILE_IS_A_DIRECTORY | STATUS_NOT_A_DIRECTORY => SourceErrorKind::WrongKind,
+        STATUS_NOT_SUPPORTED | STATUS_EAS_NOT_SUPPORTED => SourceErrorKind::Unsupported,
+        _ => SourceErrorKind::Io,
+    }
+}
+
+fn kind_of(fail: &Fail) -> SourceErrorKind {
+    match fail {
+        Fail::Status { status, .. } => kind_of_status(*status),
+        Fail::TimedOut => SourceErrorKind::Unreachable,
+        Fail::Malformed(_) => SourceErrorKind::Io,
+        Fail::Smb(e) => {
+            if let Some(s) = e.status() {
+                return kind_of_status(s.0);
+            }
+            match e.kind() {
+                ErrorKind::ConnectionLost | ErrorKind::TimedOut => SourceErrorKind::Unreachable,
+                ErrorKind::AuthRequired
+                | ErrorKind::AccessDenied
+                | ErrorKind::GuestSessionRefused
+                | ErrorKind::SigningRequired => SourceErrorKind::PermissionDenied,
+                ErrorKind::NotFound => SourceErrorKind::NotFound,
+                _ if matches!(
+                    e,
+                    smb2::Error::Io(_)
+                        | smb2::Error::Disconnected
+                        | smb2::Error::ConnectFailed { .. }
+                        | smb2::Error::Timeout
+                ) =>
+                {
+                    SourceErrorKind::Unreachable
+                }
+                _ if matches!(e, smb2::Error::Auth { .. }) => SourceErrorKind::PermissionDenied,
+                _ => SourceErrorKind::Io,
+            }
+        }
+    }
+}
 
 impl SmbSource {
     /// Connects and authenticates (NTLM) to `\\host\share`. One session is opened now (so
-    /// a wrong address or password fails here); the others meanwhile in the background.
+    /// a wrong address, share or password fails here); the others meanwhile in the
+    /// background.
     pub fn connect(config: SmbConfig) -> SourceResult<Self> {
+        let root = SourcePath::root();
+        let invalid = |m: &str| SourceError::new(SourceErrorKind::Invalid, &root, m);
+        if config.read_size == 0 || config.parallel_reads == 0 || config.connections == 0 {
+            return Err(invalid(
+                "read_size, parallel_reads and connections must be > 0",
+            ));
+        }
+        if config.timeout.is_zero() {
+            return Err(invalid(
+                "the SMB timeout must be > 0 (0 would wait forever)",
+            ));
+        }
+        if config.share.is_empty() || config.share.contains(['/', '\\']) {
+            return Err(invalid("share name: one name, no path"));
+        }
+        // Two workers run every session's receive task and the background work; the
+        // calls drive their own requests from the engine's threads.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("smb2")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                SourceError::new(SourceErrorKind::Io, &root, format!("tokio runtime: {e}"))
+            })?;
+        let rt = runtime.handle().clone();
+        let requests = Arc::new(Requests::default());
+        let first = block_on(&rt, Link::connect(&config, requests.clone()))
+            .map_err(|f| connect_error(&config, &f))?;
+        let first = Arc::new(first);
+        let named_streams = block_on(&rt, share_attributes(&first, config.timeout))
+            .map(|a| a & wire::FILE_NAMED_STREAMS != 0)
+            .unwrap_or(true);
+        let slots = Arc::new(Slots {
+            links: (0..config.connections).map(|_| Mutex::new(None)).collect(),
+            connecting: (0..config.connections)
+                .map(|_| std::sync::atomic::AtomicBool::new(false))
+                .collect(),
+        });
+        *slots.links[0].lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        let shared = Arc::new(Shared {
+            prefetch_slots: Arc::new(tokio::sync::Semaphore::new(
+                config.connections * PREFETCH_PER_LINK,
+            )),
+            prefetch_queued: AtomicUsize::new(0),
+            config,
+            rt,
+            slots,
+            next_link: AtomicUsize::new(0),
+            prefetch: Prefetch::default(),
+            kept: Mutex::new(HashMap::new()),
+            sizes: Mutex::new(HashMap::new()),
+            named_streams,
+            stats: Counters::default(),
+            requests,
+        });
+        // The other sessions connect meanwhile; a slot whose connect fails is connected
+        // again later (or by the next call that finds no session).
+        shared.reconnect_idle_slots();
         Ok(Self {
-            shared: Arc::new(Shared::connect(config)?),
-            prefetch_jobs: OnceLock::new(),
+            shared,
+            runtime: Some(runtime),
         })
     }
 
@@ -297,8 +408,11 @@ impl SmbSource {
         let (c, r) = (&self.shared.stats, &self.shared.requests);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SmbStats {
+            round_trips: get(&c.round_trips),
+            compounds: get(&r.compounds),
+            singles: get(&r.singles),
             metadata_fetches: get(&c.metadata_fetches),
-            reads_on_kept_handles: get(&c.reads_on_kept_handles),
+            reads_compound: get(&c.reads_compound),
             reads_opened: get(&c.reads_opened),
             reads_continued: get(&c.reads_continued),
             creates: get(&r.creates),
@@ -309,32 +423,9 @@ impl SmbSource {
         }
     }
 
-    /// Queues the listed regular files of `dir` for the prefetch threads, which fetch
-    /// each one's EAs, security descriptor and streams (two round trips, on sessions
-    /// otherwise idle) before the engine asks: the crawl then finds them waiting.
+    /// Fetches the metadata of the listed regular files ahead, on idle sessions, so the
+    /// crawl's metadata pass finds it waiting.
     fn prefetch_listed(&self, dir: &SourcePath, entries: &[SourceEntry]) {
-        let jobs = self.prefetch_jobs.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<SourcePath>(PREFETCH_QUEUE);
-            let rx = Arc::new(Mutex::new(rx));
-            let threads =
-                (self.shared.config.connections * PREFETCH_THREADS_PER_2_LINKS / 2).max(1);
-            for _ in 0..threads {
-                let (rx, shared) = (rx.clone(), Arc::downgrade(&self.shared));
-                let _ = std::thread::Builder::new()
-                    .name("smb-prefetch".into())
-                    .spawn(move || {
-                        loop {
-                            let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                            let Ok(path) = next else { break };
-                            let Some(shared) = shared.upgrade() else {
-                                break;
-                            };
-                            shared.prefetch_one(&path);
-                        }
-                    });
-            }
-            tx
-        });
         for e in entries {
             if e.attr.kind != FileKind::Regular {
                 continue;
@@ -342,118 +433,109 @@ impl SmbSource {
             let Ok(path) = dir.join(&e.name) else {
                 continue;
             };
-            if jobs.try_send(path).is_err() {
-                break; // queue full: the engine's calls fetch the rest themselves
+            if self.shared.prefetch_queued.fetch_add(1, Ordering::SeqCst) >= PREFETCH_QUEUE {
+                self.shared.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
+                break; // enough queued: the engine's own calls fetch the rest
             }
+            let s = self.shared.clone();
+            self.shared.rt.spawn(async move {
+                let permit = s.prefetch_slots.clone().acquire_owned().await;
+                if permit.is_ok() {
+                    s.prefetch_one(&path).await;
+                }
+                s.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
+            });
         }
     }
 }
 
-/// What the source sent over its life, for diagnostics (`KAISO_LOG=kaiso_source=debug`).
+/// What the first session's failure means for the user, in one line.
+fn connect_error(config: &SmbConfig, fail: &Fail) -> SourceError {
+    let root = SourcePath::root();
+    let kind = kind_of(fail);
+    let server = config.server();
+    let message = match kind {
+        SourceErrorKind::PermissionDenied if matches!(fail, Fail::Smb(e) if e.status().is_some_and(|s| s.0 == STATUS_ACCESS_DENIED)) =>
+        {
+            format!(
+                "SMB share {:?} on {server} refused to {:?}: {fail}",
+                config.share, config.user
+            )
+        }
+        SourceErrorKind::PermissionDenied => format!(
+            "SMB login to {server} as {:?} refused: Logon Failure (wrong user or password?): \
+             {fail}",
+            config.user
+        ),
+        SourceErrorKind::NotFound => {
+            format!("SMB share {:?} not found on {server}: {fail}", config.share)
+        }
+        SourceErrorKind::Unreachable => {
+            format!("SMB server {server} unreachable: {fail}")
+        }
+        _ => format!("SMB connect to {server}: {fail}"),
+    };
+    let kind = match fail {
+        Fail::Smb(smb2::Error::Auth { .. }) => SourceErrorKind::PermissionDenied,
+        _ => kind,
+    };
+    SourceError::new(kind, &root, message)
+}
+
+/// The file system attribute bits of the share (FILE_NAMED_STREAMS, ...).
+async fn share_attributes(link: &Link, timeout: Duration) -> Result<u32, Fail> {
+    let create = wire::create(String::new(), OpenFor::Only(0x80));
+    let q = wire::query(
+        InfoType::Filesystem,
+        wire::FILE_FS_ATTRIBUTE_INFORMATION,
+        0,
+        FileId::SENTINEL,
+    );
+    let close = wire::close(FileId::SENTINEL);
+    let frames = link
+        .compound(
+            &[
+                (Command::Create, &create, 1),
+                (Command::QueryInfo, &q, 1),
+                (Command::Close, &close, 1),
+            ],
+            timeout,
+        )
+        .await?;
+    wire::fs_attributes(buffer(&frames[1], "query file system")?)
+        .ok_or(Fail::Malformed("file system attributes"))
+}
+
 impl Drop for SmbSource {
     fn drop(&mut self) {
-        tracing::debug!(stats = ?self.stats(), "smb: source closed");
+        tracing::debug!(stats = ?self.stats(), "smb2: source closed");
+        // Sessions end with their tasks; a dead server is not waited for.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
 impl Shared {
-    /// Fetches one file's metadata ahead unless it is already there or on its way; a
-    /// failure leaves nothing (the engine's own call then reports it).
-    fn prefetch_one(&self, path: &SourcePath) {
-        if !self.prefetch.claim(path, true) {
-            return;
-        }
-        let fetched = self.fetch_metadata(path, true).unwrap_or_default();
-        self.prefetch.finish(path, fetched);
-    }
-
-    fn connect(config: SmbConfig) -> SourceResult<Self> {
-        let root = SourcePath::root();
-        if config.read_size == 0 || config.parallel_reads == 0 || config.connections == 0 {
-            return Err(SourceError::new(
+    /// The share-relative Windows path of `path`.
+    fn win_path(path: &SourcePath) -> SourceResult<&str> {
+        std::str::from_utf8(path.as_bytes()).map_err(|_| {
+            SourceError::new(
                 SourceErrorKind::Invalid,
-                &root,
-                "read_size, parallel_reads and connections must be > 0",
-            ));
-        }
-        if config.timeout.is_zero() {
-            return Err(SourceError::new(
-                SourceErrorKind::Invalid,
-                &root,
-                "the SMB timeout must be > 0 (0 would wait forever)",
-            ));
-        }
-        let share =
-            UncPath::from_str(&format!(r"\\{}\{}", config.host, config.share)).map_err(|e| {
-                SourceError::new(SourceErrorKind::Invalid, &root, format!("share name: {e}"))
-            })?;
-        let source = Self {
-            links: (0..config.connections).map(|_| Mutex::new(None)).collect(),
-            next_link: AtomicUsize::new(0),
-            prefetch: Prefetch::default(),
-            open_files: OpenFiles::new(KEPT_HANDLES),
-            caps: OnceLock::new(),
-            listing_ea_sizes: AtomicBool::new(false),
-            stats: Counters::default(),
-            requests: Arc::default(),
-            config,
-            share,
-        };
-        let first = source.link_in(0, &root)?;
-        // One round trip now spares one or two queries per file later; a server that
-        // does not answer gets every query.
-        let caps = first
-            .fs_attributes(&source.share)
-            .map(|a| ShareCaps {
-                named_streams: a.named_streams(),
-                eas: a.supports_extended_attributes(),
-            })
-            .unwrap_or(ShareCaps::UNKNOWN);
-        tracing::debug!(?caps, "smb: share capabilities");
-        let _ = source.caps.set(caps);
-        // The other sessions connect meanwhile, so the first concurrent calls do not each
-        // wait for a session setup (several round trips). A slot whose connect fails here
-        // is connected again by the next call on it, which reports the error.
-        for i in 1..source.links.len() {
-            let (links, config, share, requests) = (
-                source.links.clone(),
-                source.config.clone(),
-                source.share.clone(),
-                source.requests.clone(),
-            );
-            let _ = std::thread::Builder::new()
-                .name("smb-connect".into())
-                .spawn(move || {
-                    let mut slot = links[i].lock().unwrap_or_else(|p| p.into_inner());
-                    if slot.is_none()
-                        && let Ok(l) = Link::connect(&config, &share, requests)
-                    {
-                        *slot = Some(Arc::new(l));
-                    }
-                });
-        }
-        Ok(source)
-    }
-
-    /// The live session with the fewest calls running, the next in turn among equals. A
-    /// slot that is being connected (locked for up to the timeout) is passed over; only
-    /// if none is live does the call wait for its own slot (connecting it if needed).
-    fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
-        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
-        match self.least_busy(i) {
-            Some(l) => Ok(l),
-            None => self.link_in(i, path),
-        }
+                path,
+                "SMB names must be valid UTF-8 (UTF-16 on the wire)",
+            )
+        })
     }
 
     /// The live session with the fewest calls running, scanning from slot `from`.
     fn least_busy(&self, from: usize) -> Option<Arc<Link>> {
-        let n = self.links.len();
+        let n = self.slots.links.len();
         let mut best: Option<Arc<Link>> = None;
         for k in 0..n {
-            if let Ok(slot) = self.links[(from + k) % n].try_lock()
+            if let Ok(slot) = self.slots.links[(from + k) % n].try_lock()
                 && let Some(l) = slot.as_ref()
-                && !l.broken.load(Ordering::SeqCst)
+                && l.is_live()
             {
                 let busy = l.busy.load(Ordering::SeqCst);
                 if busy == 0 {
@@ -470,132 +552,75 @@ impl Shared {
         best
     }
 
-    /// A session for background work: an idle one, waiting up to [`PREFETCH_YIELD`] for
-    /// one while every session has calls running (the calls of clients and the crawl go
-    /// first), then the least busy.
-    fn idle_link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
-        let started = std::time::Instant::now();
-        loop {
-            let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.links.len();
-            match self.least_busy(i) {
-                Some(l) if l.busy.load(Ordering::SeqCst) == 0 => return Ok(l),
-                Some(l) if started.elapsed() >= PREFETCH_YIELD => return Ok(l),
-                Some(_) => std::thread::sleep(Duration::from_micros(500)),
-                None => return self.link_in(i, path),
+    /// A session for a call: the least busy live one; if none is live, this call
+    /// connects one (and reports the failure).
+    fn link(&self, path: &SourcePath) -> SourceResult<Arc<Link>> {
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
+        if let Some(l) = self.least_busy(i) {
+            // An idle slot that is not connected yet is connected in the background.
+            if l.busy.load(Ordering::SeqCst) > 0 {
+                self.reconnect_idle_slots();
             }
+            return Ok(l);
         }
-    }
-
-    /// The live session of slot `i`, connecting a new one if there is none or the last
-    /// one broke. Only this slot waits for the connect.
-    fn link_in(&self, i: usize, path: &SourcePath) -> SourceResult<Arc<Link>> {
-        let mut slot = self.links[i].lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = slot.as_ref()
-            && !l.broken.load(Ordering::SeqCst)
-        {
+        let mut slot = self.slots.links[i]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = slot.as_ref().filter(|l| l.is_live()) {
             return Ok(l.clone());
         }
-        if let Some(old) = slot.take() {
-            drop_in_background(old);
-        }
-        let started = std::time::Instant::now();
-        let l = match Link::connect(&self.config, &self.share, self.requests.clone()) {
-            Ok(l) => Arc::new(l),
-            Err(e) => {
-                // Unlocked first: an unreachable server shuts every slot, this one too.
-                drop(slot);
-                return Err(self.error(path, &format!("connect to share {}", self.share), &e));
-            }
-        };
-        tracing::debug!(slot = i, took = ?started.elapsed(), "smb: session connected");
+        let l = block_on(&self.rt, Link::connect(&self.config, self.requests.clone()))
+            .map_err(|f| self.error(path, &format!("connect to share {}", self.config.share), f))?;
+        let l = Arc::new(l);
         *slot = Some(l.clone());
         Ok(l)
     }
 
-    /// The server is gone or silent: every session is shut now (their pending requests
-    /// fail at once) and reconnected by the next call on it, instead of each waiting out
-    /// the timeout on its own. What was fetched ahead is forgotten.
-    /// A slot locked meanwhile is skipped: it is being connected (a session that fails
-    /// on its own) or handed out this instant (its call notices the server by itself);
-    /// waiting for it could mean waiting for a connect to a silent server.
-    fn shut_all(&self) {
-        for slot in self.links.iter().filter_map(try_slot) {
-            if let Some(l) = slot.as_ref() {
-                l.shut();
-            }
-        }
-        self.prefetch.clear();
-        self.open_files.close_all();
-    }
-
-    /// Runs one source call on a live session; errors name the server.
-    fn call<T>(
-        &self,
-        path: &SourcePath,
-        what: &str,
-        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
-    ) -> SourceResult<T> {
-        self.call_on(self.link(path)?, path, what, f)
-    }
-
-    /// Like [`Shared::call`] for work nobody waits for yet: on an idle session.
-    fn call_in_background<T>(
-        &self,
-        path: &SourcePath,
-        what: &str,
-        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
-    ) -> SourceResult<T> {
-        self.call_on(self.idle_link(path)?, path, what, f)
-    }
-
-    fn call_on<T>(
-        &self,
-        link: Arc<Link>,
-        path: &SourcePath,
-        what: &str,
-        f: impl FnOnce(&Arc<Link>) -> Result<T, Failure>,
-    ) -> SourceResult<T> {
-        let _busy = link.busy_guard();
-        let started = std::time::Instant::now();
-        let r = f(&link).map_err(|(op, e)| {
-            let op = if op.is_empty() { what.to_string() } else { op };
-            self.error(path, &op, &e)
-        });
-        tracing::trace!(%path, what, took = ?started.elapsed(), ok = r.is_ok(), "smb call");
-        r
-    }
-
-    /// Opens `path` with `access`, runs `query` on the handle and closes it: one call's
-    /// worth of a single object query (the query's own failure is left to the caller).
-    fn query_one<T>(
-        &self,
-        path: &SourcePath,
-        what: &str,
-        access: FileAccessMask,
-        query: impl FnOnce(&Link, &Resource) -> T,
-    ) -> SourceResult<T> {
-        let p = Self::win_path(path)?;
-        self.call(path, what, |l| {
-            let r = l.open(&self.share, &p, access)?;
-            let out = query(l, &r);
-            l.close(r);
-            Ok(out)
-        })
-    }
-
-    /// The source error for `e`; an unreachable server also shuts every session.
-    fn error(&self, path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
-        let mut err = smb_error(path, what, e);
-        if err.kind == SourceErrorKind::Unreachable {
-            self.shut_all();
-            let why = match e {
-                smb::Error::OperationTimeout(..) => {
-                    format!("no answer within {:?}", self.config.timeout)
-                }
-                _ => e.to_string(),
+    /// Connects, in the background, the slots left empty or broken (one connect per
+    /// slot at a time).
+    fn reconnect_idle_slots(&self) {
+        for i in 0..self.slots.links.len() {
+            let live = match self.slots.links[i].try_lock() {
+                Ok(s) => s.as_ref().is_some_and(|l| l.is_live()),
+                Err(_) => true,
             };
-            err = SourceError::new(
-                SourceErrorKind::Unreachable,
+            if live || self.slots.connecting[i].swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            let (slots, config, requests) = (
+                self.slots.clone(),
+                self.config.clone(),
+                self.requests.clone(),
+            );
+            self.rt.spawn(async move {
+                if let Ok(l) = Link::connect(&config, requests).await {
+                    let mut slot = slots.links[i].lock().unwrap_or_else(|p| p.into_inner());
+                    if !slot.as_ref().is_some_and(|l| l.is_live()) {
+                        *slot = Some(Arc::new(l));
+                    }
+                }
+                slots.connecting[i].store(false, Ordering::SeqCst);
+            });
+        }
+    }
+
+    /// Runs one call's future on `link` (counted busy meanwhile).
+    fn run<T: Send>(&self, link: &Arc<Link>, f: impl Future<Output = T> + Send) -> T {
+        let _busy = link.busy_guard();
+        block_on(&self.rt, f)
+    }
+
+    /// The source error for a failed call; an unreachable server also shuts every session.
+    fn error(&self, path: &SourcePath, what: &str, fail: Fail) -> SourceError {
+        let kind = kind_of(&fail);
+        if kind == SourceErrorKind::Unreachable {
+            self.shut_all();
+            let why = match fail {
+                Fail::TimedOut => format!("no answer within {:?}", self.config.timeout),
+                other => other.to_string(),
+            };
+            return SourceError::new(
+                kind,
                 path,
                 format!(
                     "SMB server {} unreachable ({what}): {why}; the next call reconnects",
@@ -603,105 +628,122 @@ impl Shared {
                 ),
             );
         }
-        err
+        SourceError::new(kind, path, format!("{what}: {fail}"))
     }
 
-    /// The share-relative Windows path of `path`.
-    fn win_path(path: &SourcePath) -> SourceResult<String> {
-        let s = std::str::from_utf8(path.as_bytes()).map_err(|_| {
+    /// The server is gone or silent: every session is shut now (their pending requests
+    /// fail at once) and reconnected by the next call on it. What was fetched ahead and
+    /// the kept handles are forgotten.
+    fn shut_all(&self) {
+        for slot in &self.slots.links {
+            if let Ok(mut s) = slot.try_lock()
+                && let Some(l) = s.take()
+            {
+                l.shut();
+            }
+        }
+        self.prefetch.clear();
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    fn attr(&self, raw: &RawAttr) -> SourceAttr {
+        raw.to_attr(self.config.uid, self.config.gid)
+    }
+
+    fn hint_size(&self, path: &SourcePath, size: u64) {
+        let mut sizes = self.sizes.lock().unwrap_or_else(|p| p.into_inner());
+        if sizes.len() >= SIZE_HINTS {
+            sizes.clear();
+        }
+        sizes.insert(path.clone(), size);
+    }
+
+    fn take_size_hint(&self, path: &SourcePath) -> Option<u64> {
+        self.sizes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(path)
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Metadata
+
+    /// One compound for everything the engine asks about an object: CREATE, its
+    /// attributes, security descriptor, streams (if the share has them), EAs, CLOSE.
+    async fn fetch_metadata(&self, link: &Link, path: &SourcePath) -> Result<Fetched, Fail> {
+        let name = Self::win_path(path)
+            .map_err(|_| Fail::Malformed("path"))?
+            .replace('/', "\\");
+        let create = wire::create(name, OpenFor::Metadata);
+        let all = wire::query_all(FileId::SENTINEL);
+        let sd = wire::query_security(FileId::SENTINEL);
+        let streams = wire::query_streams(FileId::SENTINEL);
+        let eas = wire::query_eas(FileId::SENTINEL);
+        let close = wire::close(FileId::SENTINEL);
+        let mut ops: Vec<link::Op<'_>> = vec![
+            (Command::Create, &create, 1),
+            (Command::QueryInfo, &all, 1),
+            (Command::QueryInfo, &sd, 1),
+        ];
+        if self.named_streams {
+            ops.push((Command::QueryInfo, &streams, 1));
+        }
+        // EAs last before the CLOSE: a file without EAs answers with an error status.
+        ops.push((Command::QueryInfo, &eas, 1));
+        ops.push((Command::Close, &close, 1));
+        self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
+        let frames = link.compound(&ops, self.config.timeout).await?;
+        if !is_ok(&frames[0]) {
+            return Err(Fail::Status {
+                status: status_of(&frames[0]),
+                op: "open",
+            });
+        }
+        let raw = wire::parse_all_information(buffer(&frames[1], "query info")?)
+            .ok_or(Fail::Malformed("FileAllInformation"))?;
+        if !raw.directory {
+            self.hint_size(path, raw.size);
+        }
+        let acl = self.acl_from(path, &frames[2]);
+        let (streams, eas_frame) = if self.named_streams {
+            let s = if raw.directory {
+                Ok(Vec::new())
+            } else {
+                self.streams_from(path, &frames[3])
+            };
+            (s, &frames[4])
+        } else {
+            (Ok(Vec::new()), &frames[3])
+        };
+        let xattrs = if raw.ea_size == 0 {
+            Ok(Vec::new())
+        } else {
+            self.eas_from(path, eas_frame)
+        };
+        Ok(Fetched {
+            attr: None,
+            xattrs: Some(xattrs),
+            acl: Some(acl),
+            streams: Some(streams),
+        })
+    }
+
+    fn eas_from(&self, path: &SourcePath, frame: &Frame) -> SourceResult<Xattrs> {
+        if matches!(
+            status_of(frame),
+            STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED
+        ) {
+            return Ok(Vec::new());
+        }
+        let b = buffer(frame, "query EAs").map_err(|f| self.error(path, "query EAs", f))?;
+        let eas = wire::parse_eas(b).ok_or_else(|| {
             SourceError::new(
-                SourceErrorKind::Invalid,
+                SourceErrorKind::Io,
                 path,
-                "SMB names must be valid UTF-8 (UTF-16 on the wire)",
+                "malformed EA list from the server",
             )
         })?;
-        Ok(s.replace('/', "\\"))
-    }
-
-    fn read_access() -> FileAccessMask {
-        FileAccessMask::new().with_generic_read(true)
-    }
-
-    /// The parts of the security descriptor that [`Source::acl`] reports.
-    fn sd_info() -> AdditionalInfo {
-        AdditionalInfo::new()
-            .with_owner_security_information(true)
-            .with_group_security_information(true)
-            .with_dacl_security_information(true)
-    }
-
-    fn attr_from_all(&self, info: &FileAllInformation) -> SourceAttr {
-        let attrs = info.basic.file_attributes;
-        let dir = bool::from(info.standard.directory) || attrs.directory();
-        self.make_attr(
-            dir,
-            attrs,
-            info.standard.end_of_file,
-            info.standard.number_of_links,
-            info.internal.index_number,
-            [
-                &info.basic.last_access_time,
-                &info.basic.last_write_time,
-                &info.basic.change_time,
-                &info.basic.creation_time,
-            ],
-        )
-    }
-
-    fn make_attr(
-        &self,
-        dir: bool,
-        attrs: FileAttributes,
-        size: u64,
-        nlink: u32,
-        ino: u64,
-        times: [&FileTime; 4],
-    ) -> SourceAttr {
-        let dos = u32::from_le_bytes(attrs.into_bytes());
-        let mut perm = if dir { 0o755 } else { 0o644 };
-        if dos & FILE_ATTRIBUTE_READONLY != 0 {
-            perm &= !0o222;
-        }
-        SourceAttr {
-            kind: if dir {
-                FileKind::Directory
-            } else {
-                FileKind::Regular
-            },
-            perm,
-            uid: self.config.uid,
-            gid: self.config.gid,
-            size: if dir { 0 } else { size },
-            nlink,
-            ino,
-            rdev: (0, 0),
-            atime: unix_time(times[0]),
-            mtime: unix_time(times[1]),
-            ctime: unix_time(times[2]),
-            btime: Some(unix_time(times[3])),
-            dos_attributes: Some(dos),
-        }
-    }
-
-    /// EAs as `user.NAME` xattrs, sorted; "no EAs" is an empty list.
-    fn eas_result(
-        &self,
-        path: &SourcePath,
-        r: smb::Result<Vec<(Vec<u8>, Vec<u8>)>>,
-    ) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        let eas = match r {
-            Ok(eas) => eas,
-            Err(e)
-                if matches!(
-                    status_of(&e),
-                    Some(STATUS_NO_EAS_ON_FILE | STATUS_EAS_NOT_SUPPORTED | STATUS_NOT_SUPPORTED)
-                ) =>
-            {
-                Vec::new()
-            }
-            Err(e) => return Err(self.error(path, "query EAs", &e)),
-        };
-        let mut out: Vec<(Vec<u8>, Vec<u8>)> = eas
+        let mut out: Xattrs = eas
             .into_iter()
             .map(|(name, value)| {
                 let mut n = b"user.".to_vec();
@@ -713,139 +755,81 @@ impl Shared {
         Ok(out)
     }
 
-    /// The security descriptor as stored bytes plus the owner and group SIDs.
-    fn acl_result(
-        &self,
-        path: &SourcePath,
-        r: smb::Result<smb::SecurityDescriptor>,
-    ) -> SourceResult<SourceAcl> {
-        let sd = r.map_err(|e| self.error(path, "query security", &e))?;
-        let mut bytes = std::io::Cursor::new(Vec::new());
-        sd.write_le(&mut bytes).map_err(|e| {
-            SourceError::new(
-                SourceErrorKind::Io,
-                path,
-                format!("encode security descriptor: {e}"),
-            )
-        })?;
+    fn acl_from(&self, path: &SourcePath, frame: &Frame) -> SourceResult<SourceAcl> {
+        let sd =
+            buffer(frame, "query security").map_err(|f| self.error(path, "query security", f))?;
+        let (owner_sid, group_sid) = wire::descriptor_sids(sd);
         Ok(SourceAcl {
-            nt_security_descriptor: Some(bytes.into_inner()),
-            owner_sid: sd.owner_sid.as_ref().map(|s| s.to_string()),
-            group_sid: sd.group_sid.as_ref().map(|s| s.to_string()),
+            nt_security_descriptor: Some(sd.to_vec()),
+            owner_sid,
+            group_sid,
             ..SourceAcl::default()
         })
     }
 
-    /// Named streams (not the main one), sorted; a server without streams has none.
-    fn streams_result(
-        &self,
-        path: &SourcePath,
-        r: smb::Result<FileStreamInformation>,
-    ) -> SourceResult<Vec<SourceStream>> {
-        let info = match r {
-            Ok(i) => i,
-            Err(e) if status_of(&e) == Some(STATUS_NOT_SUPPORTED) => return Ok(Vec::new()),
-            Err(e) => return Err(self.error(path, "query streams", &e)),
-        };
-        let mut out = Vec::new();
-        for s in info.iter() {
-            let full = s.stream_name.to_string();
-            // ":name:$DATA"; the unnamed main stream is "::$DATA".
-            let name = full
-                .strip_prefix(':')
-                .and_then(|n| n.strip_suffix(":$DATA"))
-                .unwrap_or(&full);
-            if !name.is_empty() {
-                out.push(SourceStream {
-                    name: name.to_string(),
-                    size: s.stream_size,
-                });
-            }
+    fn streams_from(&self, path: &SourcePath, frame: &Frame) -> SourceResult<Vec<SourceStream>> {
+        if matches!(
+            status_of(frame),
+            STATUS_NOT_SUPPORTED | STATUS_INVALID_PARAMETER
+        ) {
+            return Ok(Vec::new());
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    }
-
-    fn caps(&self) -> ShareCaps {
-        self.caps.get().copied().unwrap_or(ShareCaps::UNKNOWN)
-    }
-
-    /// Opens `path` once and sends the security descriptor query together with the EA
-    /// and (files) stream queries that are still needed: the answers to a file's three
-    /// metadata calls for the round trips of one. EAs a listing showed to be absent
-    /// (kept in `prefetch`) and streams on a share without them are not asked for.
-    /// `background`: nobody waits for the answers yet (see [`Shared::idle_link`]).
-    fn fetch_metadata(&self, path: &SourcePath, background: bool) -> SourceResult<Fetched> {
-        let p = Self::win_path(path)?;
-        let caps = self.caps();
-        let need_eas = !self.prefetch.has(path, |f| f.xattrs.is_some());
-        let need_streams = caps.named_streams && !self.prefetch.has(path, |f| f.streams.is_some());
-        let query = |l: &Arc<Link>| {
-            self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
-            let r = l.open(&self.share, &p, Self::read_access())?;
-            let h = r.handle();
-            let streams_too = need_streams && !r.is_dir();
-            l.count_queries(1 + u64::from(need_eas) + u64::from(streams_too));
-            let (eas, sd, streams) = std::thread::scope(|s| {
-                let eas = need_eas.then(|| s.spawn(|| l.check(r.as_handle_query_eas())));
-                let streams = streams_too.then(|| s.spawn(|| l.check(r.as_handle_query_streams())));
-                let sd = l.check(h.query_security_info(Self::sd_info()));
-                (eas.map(join), sd, streams.map(join))
-            });
-            let is_dir = r.is_dir();
-            // The file's first read takes this handle instead of opening it again.
-            self.open_files.keep(path, l, r);
-            Ok((eas, sd, streams, is_dir))
-        };
-        let (eas, sd, streams, is_dir) = if background {
-            self.call_in_background(path, "query metadata", query)?
-        } else {
-            self.call(path, "query metadata", query)?
-        };
-        Ok(Fetched {
-            attr: None,
-            xattrs: eas.map(|r| self.eas_result(path, r)),
-            acl: Some(self.acl_result(path, sd)),
-            streams: match streams {
-                Some(r) => Some(self.streams_result(path, r)),
-                None if is_dir || !caps.named_streams => Some(Ok(Vec::new())),
-                None => None, // kept from before
-            },
+        let b = buffer(frame, "query streams").map_err(|f| self.error(path, "query streams", f))?;
+        wire::parse_streams(b).ok_or_else(|| {
+            SourceError::new(
+                SourceErrorKind::Io,
+                path,
+                "malformed stream list from the server",
+            )
         })
     }
 
-    /// One of a file's metadata answers: fetched ahead by an earlier call, or fetched now
-    /// together with the others (kept for their calls). If the shared open is refused,
-    /// `alone` asks with the narrowest access that answer needs.
+    /// A background fetch of one file's metadata, on an idle session; a failure leaves
+    /// nothing (the engine's own call then reports it).
+    async fn prefetch_one(self: &Arc<Self>, path: &SourcePath) {
+        if !self.prefetch.claim(path, true) {
+            return;
+        }
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
+        let fetched = match self.least_busy(i) {
+            Some(link) => {
+                let _busy = link.busy_guard();
+                self.fetch_metadata(&link, path).await.unwrap_or_default()
+            }
+            None => Fetched::default(),
+        };
+        self.prefetch.finish(path, fetched);
+    }
+
+    /// One of an object's metadata answers: fetched ahead by an earlier call, or fetched
+    /// now together with the others (kept for their calls). If the shared open is
+    /// refused, `alone` asks with the narrowest access that answer needs.
     fn metadata<T>(
         &self,
         path: &SourcePath,
         pick: impl Fn(&mut Fetched) -> Option<SourceResult<T>>,
         alone: impl FnOnce() -> SourceResult<T>,
     ) -> SourceResult<T> {
-        // Three rounds at most: the answer is here, or this call fetches it, or it waits
-        // for the thread fetching it (bounded by the requests' own timeouts: an open and
-        // one query round) and looks again.
+        Self::win_path(path)?;
         for _ in 0..3 {
             if let Some(r) = self.prefetch.take(path, &pick) {
                 return r;
             }
             if self.prefetch.claim(path, false) {
-                // The answer may have come between the look and the claim.
                 if let Some(r) = self.prefetch.take(path, &pick) {
                     self.prefetch.finish(path, Fetched::default());
                     return r;
                 }
-                let fetched = self.fetch_metadata(path, false);
+                let fetched = self.link(path).and_then(|l| {
+                    self.run(&l, self.fetch_metadata(&l, path))
+                        .map_err(|f| self.error(path, "query metadata", f))
+                });
                 return match fetched {
                     Ok(mut f) => {
+                        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
                         let r = pick(&mut f);
                         self.prefetch.finish(path, f);
-                        match r {
-                            Some(r) => r,
-                            // Kept from before and handed out meanwhile: ask alone.
-                            None => alone(),
-                        }
+                        r.unwrap_or_else(alone)
                     }
                     Err(e) => {
                         self.prefetch.finish(path, Fetched::default());
@@ -862,10 +846,204 @@ impl Shared {
         alone()
     }
 
+    /// Opens `path` with `access` alone, sends `q` and closes: one compound.
+    fn query_alone(
+        &self,
+        path: &SourcePath,
+        what: &'static str,
+        access: u32,
+        q: smb2::msg::query_info::QueryInfoRequest,
+    ) -> SourceResult<Frame> {
+        let name = Self::win_path(path)?.replace('/', "\\");
+        let link = self.link(path)?;
+        let create = wire::create(name, OpenFor::Only(access));
+        let close = wire::close(FileId::SENTINEL);
+        let ops: [link::Op<'_>; 3] = [
+            (Command::Create, &create, 1),
+            (Command::QueryInfo, &q, 1),
+            (Command::Close, &close, 1),
+        ];
+        let mut frames = self
+            .run(&link, link.compound(&ops, self.config.timeout))
+            .map_err(|f| self.error(path, what, f))?;
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        if !is_ok(&frames[0]) {
+            let fail = Fail::Status {
+                status: status_of(&frames[0]),
+                op: "open",
+            };
+            return Err(self.error(path, what, fail));
+        }
+        Ok(frames.swap_remove(1))
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Listing
+
+    /// Lists `path` and, in the same compound, its attributes, security descriptor and
+    /// EAs (the last two kept for the metadata calls that follow a listing).
+    fn list(
+        &self,
+        path: &SourcePath,
+    ) -> SourceResult<(Vec<SourceEntry>, SourceResult<SourceAttr>)> {
+        let name = Self::win_path(path)?.replace('/', "\\");
+        let link = self.link(path)?;
+        let buf = LIST_BUFFER.min(link.max_transact.max(64 << 10));
+        let charge = wire::credit_charge(buf);
+        let create = wire::create(name.clone(), OpenFor::List);
+        let all = wire::query_all(FileId::SENTINEL);
+        let sd = wire::query_security(FileId::SENTINEL);
+        let eas = wire::query_eas(FileId::SENTINEL);
+        let first = wire::list(FileId::SENTINEL, true, buf);
+        let second = wire::list(FileId::SENTINEL, false, buf);
+        let close = wire::close(FileId::SENTINEL);
+        let ops: [link::Op<'_>; 7] = [
+            (Command::Create, &create, 1),
+            (Command::QueryInfo, &all, 1),
+            (Command::QueryInfo, &sd, 1),
+            (Command::QueryInfo, &eas, 1),
+            (Command::QueryDirectory, &first, charge),
+            (Command::QueryDirectory, &second, charge),
+            (Command::Close, &close, 1),
+        ];
+        let frames = self
+            .run(&link, link.compound(&ops, self.config.timeout))
+            .map_err(|f| self.error(path, "list", f))?;
+        self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        if !is_ok(&frames[0]) {
+            let status = status_of(&frames[0]);
+            if status == STATUS_NOT_A_DIRECTORY {
+                return Err(SourceError::new(
+                    SourceErrorKind::WrongKind,
+                    path,
+                    "not a directory",
+                ));
+            }
+            return Err(self.error(path, "list", Fail::Status { status, op: "open" }));
+        }
+        let mut raw = Vec::new();
+        let mut complete = false;
+        for f in &frames[4..6] {
+            match status_of(f) {
+                STATUS_NO_MORE_FILES => {
+                    complete = true;
+                    break;
+                }
+                _ => {
+                    let b = buffer(f, "query directory")
+                        .map_err(|e| self.error(path, "query directory", e))?;
+                    wire::parse_directory(b, &mut raw).ok_or_else(|| {
+                        SourceError::new(SourceErrorKind::Io, path, "malformed directory listing")
+                    })?;
+                }
+            }
+        }
+        if !complete {
+            // More than two buffers' worth: page through the directory on a handle of its
+            // own.
+            raw.clear();
+            let got = self.run(&link, self.list_long(&link, name, buf, &mut raw));
+            got.map_err(|f| self.error(path, "query directory", f))?;
+        }
+        self.prefetch.put(
+            path,
+            Fetched {
+                attr: None,
+                xattrs: Some(self.eas_from(path, &frames[3])),
+                acl: Some(self.acl_from(path, &frames[2])),
+                streams: Some(Ok(Vec::new())),
+            },
+        );
+        let mut entries = Vec::with_capacity(raw.len());
+        for (name, r) in raw {
+            if name == "." || name == ".." {
+                continue;
+            }
+            let attr = self.attr(&r);
+            if attr.kind == FileKind::Regular
+                && let Ok(child) = path.join(name.as_bytes())
+            {
+                self.hint_size(&child, attr.size);
+            }
+            entries.push(SourceEntry {
+                name: name.into_bytes(),
+                attr,
+            });
+        }
+        let attr = buffer(&frames[1], "query info")
+            .and_then(|b| {
+                wire::parse_all_information(b).ok_or(Fail::Malformed("FileAllInformation"))
+            })
+            .map(|r| self.attr(&r))
+            .map_err(|f| self.error(path, "query info", f));
+        Ok((entries, attr))
+    }
+
+    /// A long listing: opens the directory and asks for entries until there are no more.
+    async fn list_long(
+        &self,
+        link: &Arc<Link>,
+        name: String,
+        buf: u32,
+        out: &mut Vec<(String, RawAttr)>,
+    ) -> Result<(), Fail> {
+        let create = wire::create(name, OpenFor::List);
+        let first = wire::list(FileId::SENTINEL, true, buf);
+        let charge = wire::credit_charge(buf);
+        let frames = link
+            .compound(
+                &[
+                    (Command::Create, &create, 1),
+                    (Command::QueryDirectory, &first, charge),
+                ],
+                self.config.timeout,
+            )
+            .await?;
+        if !is_ok(&frames[0]) {
+            return Err(Fail::Status {
+                status: status_of(&frames[0]),
+                op: "open",
+            });
+        }
+        let file_id = wire::created_file_id(&frames[0].body).ok_or(Fail::Malformed("CREATE"))?;
+        let mut frame = frames
+            .into_iter()
+            .nth(1)
+            .ok_or(Fail::Malformed("listing"))?;
+        let result = loop {
+            if status_of(&frame) == STATUS_NO_MORE_FILES {
+                break Ok(());
+            }
+            match buffer(&frame, "query directory") {
+                Ok(b) => {
+                    if wire::parse_directory(b, out).is_none() {
+                        break Err(Fail::Malformed("directory listing"));
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            let next = wire::list(file_id, false, buf);
+            frame = match link
+                .single(
+                    (Command::QueryDirectory, &next, charge),
+                    self.config.timeout,
+                )
+                .await
+            {
+                Ok(f) => f,
+                Err(e) => break Err(e),
+            };
+        };
+        link.close_in_background(&self.rt, file_id);
+        result
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Reading
+
     /// Fills `buf` from `offset` of the main stream (`suffix` = "") or a named stream
-    /// (`suffix` = ":name"), with up to `parallel_reads` READs in flight; with
-    /// `want_attr` also the file's attributes, asked together with the last READ.
-    /// Returns the bytes read (fewer than `buf.len()` only at end of file).
+    /// (`suffix` = ":name"); with `want_attr` also the attributes after the read.
     fn read_range(
         &self,
         path: &SourcePath,
@@ -874,92 +1052,314 @@ impl Shared {
         buf: &mut [u8],
         want_attr: bool,
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        let p = format!("{}{suffix}", Self::win_path(path)?);
-        // The kept handle is used unless its session is far busier than the least busy
-        // one. Requests of several calls are in flight on a session at once, so a few
-        // more calls there cost less than the open (a dependent round trip) and close
-        // a fresh handle needs; requiring the very least busy session made most reads of
-        // a crawl open anew (dataset (a): 1,474 of 2,031).
+        let name = wire::wire_name(Self::win_path(path)?, suffix);
+        if buf.is_empty() {
+            return Ok((0, None));
+        }
+        // The handle kept from this file's previous unit.
         let kept = if suffix.is_empty() {
-            self.open_files.take(path).and_then(|(link, file)| {
-                let busy = link.busy.load(Ordering::SeqCst);
-                let least = self
-                    .least_busy(0)
-                    .map_or(0, |l| l.busy.load(Ordering::SeqCst));
-                if busy <= least + KEPT_HANDLE_BUSY_SLACK {
-                    Some((link, file))
-                } else {
-                    link.close(Resource::File(file));
-                    None
-                }
-            })
+            self.take_kept(path)
         } else {
             None
         };
-        if let Some((link, file)) = kept {
-            let outcome = self.call_on(link, path, "read", |l| {
-                let counter = if offset == 0 {
-                    &self.stats.reads_on_kept_handles
-                } else {
-                    &self.stats.reads_continued
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                self.read_and_close(l, file, buf, offset, want_attr, Some(path))
-            });
-            match outcome {
-                Ok(o) => return Ok((o.total, o.attr.map(|a| self.attr_from_all(&a)))),
-                Err(e) if e.kind == SourceErrorKind::Unreachable => return Err(e),
-                // The kept handle went bad: a fresh open below.
-                Err(e) => tracing::debug!(%path, error = %e, "smb: kept handle failed"),
+        if let Some(k) = kept {
+            self.stats.reads_continued.fetch_add(1, Ordering::Relaxed);
+            let r = self.run(
+                &k.link,
+                self.read_window(&k.link, k.file_id, offset, buf, want_attr),
+            );
+            match r {
+                Ok((n, attr)) => {
+                    self.after_window(
+                        path,
+                        suffix,
+                        &k.link,
+                        k.file_id,
+                        offset,
+                        n,
+                        buf.len(),
+                        attr.as_ref(),
+                    );
+                    return Ok((n, attr.map(|a| self.attr(&a))));
+                }
+                Err(f) if kind_of(&f) == SourceErrorKind::Unreachable => {
+                    return Err(self.error(path, "read", f));
+                }
+                Err(f) => {
+                    // The kept handle went bad: a fresh open below.
+                    tracing::debug!(%path, error = %f, "smb2: kept handle failed");
+                    k.link.close_in_background(&self.rt, k.file_id);
+                }
             }
         }
-        let outcome = self.call(path, "read", |l| {
-            self.stats.reads_opened.fetch_add(1, Ordering::Relaxed);
-            let file = match l.open(&self.share, &p, Self::read_access())? {
-                Resource::File(f) => f,
-                other => {
-                    l.close(other);
-                    return Ok(None);
-                }
-            };
-            let keep_for = suffix.is_empty().then_some(path);
-            self.read_and_close(l, file, buf, offset, want_attr, keep_for)
-                .map(Some)
-        })?;
-        let outcome = outcome.ok_or_else(|| {
-            SourceError::new(SourceErrorKind::WrongKind, path, "read of a directory")
-        })?;
-        Ok((outcome.total, outcome.attr.map(|a| self.attr_from_all(&a))))
-    }
-
-    /// Reads into `buf` on `file` with up to `parallel_reads` READs of at most what the
-    /// session takes in flight, then closes the handle (in the background), unless the
-    /// file goes on past `buf` and `keep_for` names it: then the handle is kept for the
-    /// read of its next unit, which needs no open of its own (a file of N units costs
-    /// one CREATE, not N).
-    fn read_and_close(
-        &self,
-        l: &Arc<Link>,
-        file: smb::File,
-        buf: &mut [u8],
-        offset: u64,
-        want_attr: bool,
-        keep_for: Option<&SourcePath>,
-    ) -> Result<ReadOutcome, Failure> {
-        let piece = self.config.read_size.min(l.max_read());
-        let parallel = self.config.parallel_reads;
-        let result = read_pieces(l, &file, buf, offset, piece, parallel, want_attr);
-        let end = offset + buf.len() as u64;
-        let more = matches!(&result, Ok(o) if o.total == buf.len())
-            && smb::GetLen::get_len(&file).is_ok_and(|len| len > end);
-        match keep_for {
-            Some(path) if more => self.open_files.keep(path, l, Resource::File(file)),
-            _ => l.close(Resource::File(file)),
+        let link = self.link(path)?;
+        let max_read = link.max_read.max(64 << 10) as usize;
+        let hint = if suffix.is_empty() {
+            self.take_size_hint(path)
+        } else {
+            None
+        };
+        // One compound when the wanted range fits one READ: the whole buffer, or what the
+        // listing says is left of the file (plus slack for a file that grew a little).
+        let wanted = match hint {
+            Some(size) => (size.saturating_sub(offset) as usize + (64 << 10)).min(buf.len()),
+            None => buf.len(),
+        };
+        if wanted <= max_read {
+            let len = wanted.min(max_read);
+            let r = self.run(
+                &link,
+                self.read_compound(&link, name, offset, &mut buf[..len]),
+            );
+            let (n, attr) = r.map_err(|f| self.error(path, "read", f))?;
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            self.stats.reads_compound.fetch_add(1, Ordering::Relaxed);
+            if n == len && len < buf.len() {
+                // The file is longer than the listing said: the rest with an open of its own.
+                let (more, attr) =
+                    self.read_range(path, suffix, offset + n as u64, &mut buf[n..], want_attr)?;
+                return Ok((n + more, attr));
+            }
+            return Ok((n, attr.map(|a| self.attr(&a))));
         }
-        result.map_err(|e| (String::new(), e))
+        self.stats.reads_opened.fetch_add(1, Ordering::Relaxed);
+        let r = self.run(&link, async {
+            let file_id = self.open_for_read(&link, name).await?;
+            self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+            match self
+                .read_window(&link, file_id, offset, buf, want_attr)
+                .await
+            {
+                Ok((n, attr)) => Ok((file_id, n, attr)),
+                Err(e) => {
+                    link.close_in_background(&self.rt, file_id);
+                    Err(e)
+                }
+            }
+        });
+        let (file_id, n, attr) = r.map_err(|f| self.error(path, "read", f))?;
+        self.after_window(
+            path,
+            suffix,
+            &link,
+            file_id,
+            offset,
+            n,
+            buf.len(),
+            attr.as_ref(),
+        );
+        Ok((n, attr.map(|a| self.attr(&a))))
     }
 
-    /// [`Shared::read_range`] into a new buffer of `len` bytes.
+    /// Keeps the handle for the file's next unit when the read filled the buffer and the
+    /// file goes on; closes it (in the background) otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn after_window(
+        &self,
+        path: &SourcePath,
+        suffix: &str,
+        link: &Arc<Link>,
+        file_id: FileId,
+        offset: u64,
+        n: usize,
+        len: usize,
+        attr: Option<&RawAttr>,
+    ) {
+        let more = n == len && attr.is_none_or(|a| a.size > offset + n as u64);
+        if suffix.is_empty() && more {
+            self.keep(path, link.clone(), file_id);
+        } else {
+            link.close_in_background(&self.rt, file_id);
+        }
+    }
+
+    fn keep(&self, path: &SourcePath, link: Arc<Link>, file_id: FileId) {
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if kept.len() >= KEPT_HANDLES {
+            let old: Vec<SourcePath> = kept
+                .iter()
+                .filter(|(_, k)| now.duration_since(k.at) > KEPT_HANDLE_TTL)
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in old {
+                if let Some(k) = kept.remove(&p) {
+                    k.link.close_in_background(&self.rt, k.file_id);
+                }
+            }
+            if kept.len() >= KEPT_HANDLES {
+                // Still full: this handle is not kept.
+                link.close_in_background(&self.rt, file_id);
+                return;
+            }
+        }
+        if let Some(old) = kept.insert(
+            path.clone(),
+            Kept {
+                link,
+                file_id,
+                at: now,
+            },
+        ) {
+            old.link.close_in_background(&self.rt, old.file_id);
+        }
+    }
+
+    fn take_kept(&self, path: &SourcePath) -> Option<Kept> {
+        let k = self
+            .kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(path)?;
+        if k.link.is_live() && k.at.elapsed() < KEPT_HANDLE_TTL {
+            Some(k)
+        } else {
+            k.link.close_in_background(&self.rt, k.file_id);
+            None
+        }
+    }
+
+    /// CREATE + READ + QUERY_INFO (attributes after the read) + CLOSE: one round trip.
+    async fn read_compound(
+        &self,
+        link: &Link,
+        name: String,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(usize, Option<RawAttr>), Fail> {
+        let create = wire::create(name, OpenFor::Read);
+        let read = wire::read(FileId::SENTINEL, offset, buf.len() as u32);
+        let all = wire::query_all(FileId::SENTINEL);
+        let close = wire::close(FileId::SENTINEL);
+        let ops: [link::Op<'_>; 4] = [
+            (Command::Create, &create, 1),
+            (Command::Read, &read, wire::credit_charge(buf.len() as u32)),
+            (Command::QueryInfo, &all, 1),
+            (Command::Close, &close, 1),
+        ];
+        let frames = link.compound(&ops, self.config.timeout).await?;
+        if !is_ok(&frames[0]) {
+            return Err(Fail::Status {
+                status: status_of(&frames[0]),
+                op: "open",
+            });
+        }
+        let n = copy_read(&frames[1], buf)?;
+        let attr = buffer(&frames[2], "query info")
+            .ok()
+            .and_then(wire::parse_all_information);
+        Ok((n, attr))
+    }
+
+    /// CREATE + QUERY_INFO, keeping the handle: one round trip.
+    async fn open_for_read(&self, link: &Link, name: String) -> Result<FileId, Fail> {
+        let create = wire::create(name, OpenFor::Read);
+        let frame = link
+            .single((Command::Create, &create, 1), self.config.timeout)
+            .await?;
+        if !is_ok(&frame) {
+            return Err(Fail::Status {
+                status: status_of(&frame),
+                op: "open",
+            });
+        }
+        wire::created_file_id(&frame.body).ok_or(Fail::Malformed("CREATE"))
+    }
+
+    /// Reads into `buf` from `offset` on an open handle with a sliding window of READs
+    /// (each awaited at most the timeout), and with `want_attr` the attributes, asked
+    /// together with the last READ. Returns the bytes read (fewer only at end of file).
+    async fn read_window(
+        &self,
+        link: &Arc<Link>,
+        file_id: FileId,
+        offset: u64,
+        buf: &mut [u8],
+        want_attr: bool,
+    ) -> Result<(usize, Option<RawAttr>), Fail> {
+        let piece = self
+            .config
+            .read_size
+            .min(link.max_read.max(64 << 10) as usize)
+            .max(1);
+        let parallel = self.config.parallel_reads;
+        let timeout = self.config.timeout;
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut next = 0usize;
+        let mut eof_at: Option<usize> = None;
+        let mut attr = None;
+        let mut in_flight = 0usize;
+        let mut pieces = 0usize;
+        let mut asked_attr = false;
+        loop {
+            while in_flight < parallel && next < buf.len() && eof_at.is_none_or(|e| next < e) {
+                let len = piece.min(buf.len() - next);
+                let l = link.clone();
+                let at = next;
+                let last = next + len >= buf.len();
+                tasks.spawn(async move {
+                    let read = wire::read(file_id, offset + at as u64, len as u32);
+                    let r = l
+                        .single(
+                            (Command::Read, &read, wire::credit_charge(len as u32)),
+                            timeout,
+                        )
+                        .await;
+                    (at, len, Some(r), None)
+                });
+                if last && want_attr {
+                    asked_attr = true;
+                    let l = link.clone();
+                    tasks.spawn(async move {
+                        let q = wire::query_all(file_id);
+                        let r = l.single((Command::QueryInfo, &q, 1), timeout).await;
+                        (0, 0, None, Some(r))
+                    });
+                    in_flight += 1;
+                }
+                next += len;
+                in_flight += 1;
+                pieces += 1;
+            }
+            if in_flight == 0 {
+                break;
+            }
+            let joined = tokio::time::timeout(timeout * 2, tasks.join_next())
+                .await
+                .map_err(|_| Fail::TimedOut)?;
+            let Some(joined) = joined else { break };
+            in_flight -= 1;
+            let (at, len, read, query) = joined.map_err(|_| Fail::Malformed("read task"))?;
+            if let Some(r) = query {
+                let frame = r?;
+                attr = buffer(&frame, "query info")
+                    .ok()
+                    .and_then(wire::parse_all_information);
+                continue;
+            }
+            if let Some(r) = read {
+                let frame = r?;
+                let got = copy_read(&frame, &mut buf[at..at + len])?;
+                if got < len {
+                    eof_at = Some(eof_at.map_or(at + got, |e| e.min(at + got)));
+                }
+            }
+        }
+        // With `parallel` READs in flight, a reply is waited for once per window.
+        let mut windows = pieces.div_ceil(parallel) as u64;
+        if want_attr && !asked_attr {
+            // The end of file came before the last READ went out (the file shrank).
+            let q = wire::query_all(file_id);
+            let frame = link.single((Command::QueryInfo, &q, 1), timeout).await?;
+            attr = buffer(&frame, "query info")
+                .ok()
+                .and_then(wire::parse_all_information);
+            windows += 1;
+        }
+        self.stats.round_trips.fetch_add(windows, Ordering::Relaxed);
+        Ok((eof_at.unwrap_or(buf.len()).min(buf.len()), attr))
+    }
+
     fn read_vec(
         &self,
         path: &SourcePath,
@@ -975,135 +1375,24 @@ impl Shared {
     }
 }
 
-/// The result of a scoped query thread (a panic in it is an error, not ours).
-fn join<T>(h: std::thread::ScopedJoinHandle<'_, smb::Result<T>>) -> smb::Result<T> {
-    h.join()
-        .unwrap_or(Err(smb::Error::Other("query thread panicked")))
-}
-/// FILETIME (100 ns since 1601) to Unix time.
-fn unix_time(t: &FileTime) -> Timestamp {
-    const EPOCH_DIFF_SECS: i64 = 11_644_473_600;
-    let d = t.since_epoch();
-    Timestamp {
-        secs: d.as_secs() as i64 - EPOCH_DIFF_SECS,
-        nanos: d.subsec_nanos(),
+/// Copies a READ reply's data into `buf`; end of file is 0 bytes.
+fn copy_read(frame: &Frame, buf: &mut [u8]) -> Result<usize, Fail> {
+    match status_of(frame) {
+        STATUS_END_OF_FILE => Ok(0),
+        0 => {
+            let data = wire::read_data(&frame.body).ok_or(Fail::Malformed("READ"))?;
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            Ok(n)
+        }
+        status => Err(Fail::Status { status, op: "read" }),
     }
 }
 
-fn status_of(e: &smb::Error) -> Option<u32> {
-    match e {
-        smb::Error::ReceivedErrorMessage(s, _) | smb::Error::UnexpectedMessageStatus(s) => Some(*s),
-        _ => None,
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.open_files.close_all();
-        // A slot still locked is being connected in the background: that thread holds
-        // the slots and drops its session when it ends.
-        for mut slot in self.links.iter().filter_map(try_slot) {
-            if let Some(l) = slot.take() {
-                drop_in_background(l);
-            }
-        }
-    }
-}
-
-fn smb_error(path: &SourcePath, what: &str, e: &smb::Error) -> SourceError {
-    let kind = match status_of(e) {
-        Some(STATUS_NO_SUCH_FILE | STATUS_OBJECT_NAME_NOT_FOUND | STATUS_OBJECT_PATH_NOT_FOUND) => {
-            SourceErrorKind::NotFound
-        }
-        Some(STATUS_ACCESS_DENIED | STATUS_LOGON_FAILURE) => SourceErrorKind::PermissionDenied,
-        Some(STATUS_FILE_IS_A_DIRECTORY | STATUS_NOT_A_DIRECTORY) => SourceErrorKind::WrongKind,
-        Some(STATUS_NOT_SUPPORTED | STATUS_EAS_NOT_SUPPORTED) => SourceErrorKind::Unsupported,
-        Some(STATUS_BAD_NETWORK_NAME) => SourceErrorKind::NotFound,
-        Some(_) => SourceErrorKind::Io,
-        None if is_unreachable(e) => SourceErrorKind::Unreachable,
-        None => SourceErrorKind::Io,
-    };
-    let status = status_of(e)
-        .map(|s| format!(" (NTSTATUS {s:#010x})"))
-        .unwrap_or_default();
-    SourceError::new(kind, path, format!("{what}: {e}{status}"))
-}
-
-impl Shared {
-    /// Lists `path` and, on the listing's handle and meanwhile, queries its attributes,
-    /// EAs and security descriptor (the last two kept for the metadata calls).
-    fn list(
-        &self,
-        path: &SourcePath,
-    ) -> SourceResult<(Vec<SourceEntry>, SourceResult<SourceAttr>)> {
-        let p = Self::win_path(path)?;
-        let listed = self.call(path, "list", |l| {
-            let dir = match l.open(&self.share, &p, Self::read_access())? {
-                Resource::Directory(d) => d,
-                other => {
-                    l.close(other);
-                    return Ok(None);
-                }
-            };
-            let h: &smb::ResourceHandle = &dir;
-            l.count_queries(3);
-            Requests::add(&l.requests.listings, 1);
-            let (listing, all, eas, sd) = std::thread::scope(|s| {
-                let all = s.spawn(|| l.check(h.query_info::<FileAllInformation>()));
-                let eas = s.spawn(|| l.check(query_eas(h)));
-                let sd = s.spawn(|| l.check(h.query_security_info(Self::sd_info())));
-                let listing = self.list_entries(l, &dir);
-                (listing, join(all), join(eas), join(sd))
-            });
-            l.close(Resource::Directory(dir));
-            listing.map(|out| Some((out, all, eas, sd)))
-        })?;
-        let (listed, all, eas, sd) = listed
-            .ok_or_else(|| SourceError::new(SourceErrorKind::WrongKind, path, "not a directory"))?;
-        self.prefetch.put(
-            path,
-            Fetched {
-                attr: None,
-                xattrs: Some(self.eas_result(path, eas)),
-                acl: Some(self.acl_result(path, sd)),
-                streams: Some(Ok(Vec::new())),
-            },
-        );
-        let caps = self.caps();
-        if listed.iter().any(|(_, size)| size.is_some_and(|s| s > 0)) {
-            self.listing_ea_sizes.store(true, Ordering::Relaxed);
-        }
-        let sizes_known = caps.eas || self.listing_ea_sizes.load(Ordering::Relaxed);
-        let mut entries = Vec::with_capacity(listed.len());
-        for (entry, ea_size) in listed {
-            // What the listing already tells about a file's EAs and streams is kept for
-            // its metadata calls, which then ask the server only for the rest.
-            let no_eas = sizes_known && ea_size == Some(0);
-            if entry.attr.kind == FileKind::Regular
-                && (no_eas || !caps.named_streams)
-                && let Ok(child) = path.join(&entry.name)
-            {
-                self.prefetch.put(
-                    &child,
-                    Fetched {
-                        xattrs: no_eas.then(|| Ok(Vec::new())),
-                        streams: (!caps.named_streams).then(|| Ok(Vec::new())),
-                        ..Fetched::default()
-                    },
-                );
-            }
-            entries.push(entry);
-        }
-        let attr = all
-            .map(|i| self.attr_from_all(&i))
-            .map_err(|e| self.error(path, "query info", &e));
-        Ok((entries, attr))
-    }
-}
-
-impl Source for Shared {
+impl Source for SmbSource {
     fn describe(&self) -> String {
-        format!("smb://{}/{}", self.config.server(), self.config.share)
+        let c = &self.shared.config;
+        format!("smb://{}/{}", c.server(), c.share)
     }
 
     fn features(&self) -> SourceFeatures {
@@ -1119,45 +1408,49 @@ impl Source for Shared {
     }
 
     fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
-        if let Some(r) = self.prefetch.take(path, |f| f.attr.take()) {
+        let s = &self.shared;
+        if let Some(r) = s.prefetch.take(path, |f| f.attr.take()) {
             return r;
         }
-        let access = FileAccessMask::new().with_file_read_attributes(true);
-        let info = self.query_one(path, "stat", access, |l, r| {
-            l.count_queries(1);
-            l.check(r.as_handle_query_all())
-        })?;
-        let info = info.map_err(|e| self.error(path, "query info", &e))?;
-        Ok(self.attr_from_all(&info))
+        let frame = s.query_alone(
+            path,
+            "stat",
+            smb2::types::flags::FileAccessMask::FILE_READ_ATTRIBUTES,
+            wire::query_all(FileId::SENTINEL),
+        )?;
+        let raw = buffer(&frame, "query info")
+            .and_then(|b| {
+                wire::parse_all_information(b).ok_or(Fail::Malformed("FileAllInformation"))
+            })
+            .map_err(|f| s.error(path, "stat", f))?;
+        Ok(s.attr(&raw))
     }
 
-    /// Lists the directory; on the same handle and meanwhile, its attributes, EAs and
-    /// security descriptor are asked for the stat and metadata calls that follow a
-    /// listing.
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        let (entries, attr) = self.list(path)?;
-        self.prefetch.put(
+        let (entries, attr) = self.shared.list(path)?;
+        self.shared.prefetch.put(
             path,
             Fetched {
                 attr: Some(attr),
                 ..Fetched::default()
             },
         );
+        self.prefetch_listed(path, &entries);
         Ok(entries)
     }
 
-    /// The listing and the directory's attributes, queried on the listing's handle.
     fn read_dir_with_attr(
         &self,
         path: &SourcePath,
     ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        let (entries, attr) = self.list(path)?;
+        let (entries, attr) = self.shared.list(path)?;
+        self.prefetch_listed(path, &entries);
         // A failed attribute query is not the listing's failure: the engine then stats.
         Ok((entries, attr.ok()))
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        Ok(self.read_vec(path, "", offset, len, false)?.0)
+        Ok(self.shared.read_vec(path, "", offset, len, false)?.0)
     }
 
     fn read_with_attr(
@@ -1166,17 +1459,16 @@ impl Source for Shared {
         offset: u64,
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        self.read_vec(path, "", offset, len, true)
+        self.shared.read_vec(path, "", offset, len, true)
     }
 
-    /// Straight into the caller's buffer: no buffer of our own to zero and copy out of.
     fn read_into(
         &self,
         path: &SourcePath,
         offset: u64,
         buf: &mut [u8],
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        self.read_range(path, "", offset, buf, true)
+        self.shared.read_range(path, "", offset, buf, true)
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
@@ -1188,49 +1480,56 @@ impl Source for Shared {
     }
 
     fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.metadata(
+        let s = &self.shared;
+        s.metadata(
             path,
             |f| f.xattrs.take(),
             || {
-                let r = self.query_one(path, "query EAs", Self::read_access(), |l, r| {
-                    l.count_queries(1);
-                    l.check(r.as_handle_query_eas())
-                })?;
-                self.eas_result(path, r)
+                let f = s.query_alone(
+                    path,
+                    "query EAs",
+                    smb2::types::flags::FileAccessMask::FILE_READ_EA,
+                    wire::query_eas(FileId::SENTINEL),
+                )?;
+                s.eas_from(path, &f)
             },
         )
     }
 
     fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
-        self.metadata(
+        let s = &self.shared;
+        s.metadata(
             path,
             |f| f.acl.take(),
             || {
-                let access = FileAccessMask::new().with_read_control(true);
-                let r = self.query_one(path, "query security", access, |l, r| {
-                    l.count_queries(1);
-                    l.check(r.handle().query_security_info(Self::sd_info()))
-                })?;
-                self.acl_result(path, r)
+                let f = s.query_alone(
+                    path,
+                    "query security",
+                    smb2::types::flags::FileAccessMask::READ_CONTROL,
+                    wire::query_security(FileId::SENTINEL),
+                )?;
+                s.acl_from(path, &f)
             },
         )
     }
 
     fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        self.metadata(
+        let s = &self.shared;
+        if !s.named_streams {
+            Shared::win_path(path)?;
+            return Ok(Vec::new());
+        }
+        s.metadata(
             path,
             |f| f.streams.take(),
             || {
-                let r = self.query_one(path, "query streams", Self::read_access(), |l, r| {
-                    (!r.is_dir()).then(|| {
-                        l.count_queries(1);
-                        l.check(r.as_handle_query_streams())
-                    })
-                })?;
-                match r {
-                    Some(r) => self.streams_result(path, r),
-                    None => Ok(Vec::new()),
-                }
+                let f = s.query_alone(
+                    path,
+                    "query streams",
+                    smb2::types::flags::FileAccessMask::FILE_READ_ATTRIBUTES,
+                    wire::query_streams(FileId::SENTINEL),
+                )?;
+                s.streams_from(path, &f)
             },
         )
     }
@@ -1250,160 +1549,8 @@ impl Source for Shared {
             ));
         }
         Ok(self
+            .shared
             .read_vec(path, &format!(":{stream}"), offset, len, false)?
             .0)
-    }
-}
-
-/// Every call goes to the shared state; a listing also queues its files for prefetch.
-impl Source for SmbSource {
-    fn describe(&self) -> String {
-        self.shared.describe()
-    }
-    fn features(&self) -> SourceFeatures {
-        self.shared.features()
-    }
-    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
-        self.shared.stat(path)
-    }
-    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        let entries = self.shared.read_dir(path)?;
-        self.prefetch_listed(path, &entries);
-        Ok(entries)
-    }
-    fn read_dir_with_attr(
-        &self,
-        path: &SourcePath,
-    ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        let (entries, attr) = self.shared.read_dir_with_attr(path)?;
-        self.prefetch_listed(path, &entries);
-        Ok((entries, attr))
-    }
-    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        self.shared.read(path, offset, len)
-    }
-    fn read_with_attr(
-        &self,
-        path: &SourcePath,
-        offset: u64,
-        len: usize,
-    ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        self.shared.read_with_attr(path, offset, len)
-    }
-    fn read_into(
-        &self,
-        path: &SourcePath,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        self.shared.read_into(path, offset, buf)
-    }
-    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-        self.shared.read_link(path)
-    }
-    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.shared.xattrs(path)
-    }
-    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
-        self.shared.acl(path)
-    }
-    fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-        self.shared.streams(path)
-    }
-    fn read_stream(
-        &self,
-        path: &SourcePath,
-        stream: &str,
-        offset: u64,
-        len: usize,
-    ) -> SourceResult<Vec<u8>> {
-        self.shared.read_stream(path, stream, offset, len)
-    }
-}
-
-impl Shared {
-    /// Every entry of an open directory, without `.` and `..`, with the size of its EAs
-    /// (none for a reparse point).
-    fn list_entries(
-        &self,
-        l: &Link,
-        dir: &smb::Directory,
-    ) -> Result<Vec<(SourceEntry, Option<u32>)>, Failure> {
-        let mut out = Vec::new();
-        let iter = match l.check(dir.query::<FileIdBothDirectoryInformation>("*")) {
-            Ok(iter) => iter,
-            Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => return Ok(out),
-            Err(e) => return Err(("query directory".into(), e)),
-        };
-        for item in iter {
-            match l.check(item) {
-                Ok(e) => {
-                    let name = e.file_name.to_string();
-                    if name == "." || name == ".." {
-                        continue;
-                    }
-                    let is_dir = e.file_attributes.directory();
-                    let attr = self.make_attr(
-                        is_dir,
-                        e.file_attributes,
-                        e.end_of_file,
-                        1,
-                        e.file_id,
-                        [
-                            &e.last_access_time,
-                            &e.last_write_time,
-                            &e.change_time,
-                            &e.creation_time,
-                        ],
-                    );
-                    out.push((
-                        SourceEntry {
-                            name: name.into_bytes(),
-                            attr,
-                        },
-                        e.ea_size,
-                    ));
-                }
-                Err(e) if status_of(&e) == Some(STATUS_NO_MORE_FILES) => break,
-                Err(e) => return Err(("query directory".into(), e)),
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Small helpers over `Resource`, which wraps files and directories alike.
-trait ResourceExt {
-    fn handle(&self) -> &smb::ResourceHandle;
-    fn close_quietly(&self) -> smb::Result<()> {
-        self.handle().close()
-    }
-    fn as_handle_query_all(&self) -> smb::Result<FileAllInformation> {
-        self.handle().query_info::<FileAllInformation>()
-    }
-    fn as_handle_query_streams(&self) -> smb::Result<FileStreamInformation> {
-        self.handle().query_info::<FileStreamInformation>()
-    }
-    fn as_handle_query_eas(&self) -> smb::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        query_eas(self.handle())
-    }
-}
-
-/// A handle's EAs as (name, value) pairs.
-fn query_eas(h: &smb::ResourceHandle) -> smb::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let eas = h.query_full_ea_info(Vec::new())?;
-    Ok(eas
-        .iter()
-        .map(|e| (e.ea_name.to_string().into_bytes(), e.ea_value.clone()))
-        .collect())
-}
-
-impl ResourceExt for Resource {
-    fn handle(&self) -> &smb::ResourceHandle {
-        match self {
-            Resource::File(f) => f,
-            Resource::Directory(d) => d,
-            Resource::Pipe(p) => p,
-        }
     }
 }

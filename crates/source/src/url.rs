@@ -5,11 +5,12 @@
 //!   `subdir` migrates one directory inside the export as the share; `timeout` bounds
 //!   each NFS call (default 15 s) before it fails as unreachable and the next one
 //!   reconnects
-//! - `smb://[USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N]`: the
-//!   password comes from the environment variable `KAISO_SMB_PASSWORD` (never from the
-//!   command line); `timeout` bounds each SMB request (default 15 s) before the call
-//!   fails and the next one reconnects; `connections` is the number of SMB sessions, each
-//!   on its own TCP connection (default 8, 1 to 64)
+//! - `smb://[[DOMAIN;]USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N]`:
+//!   the password comes from the environment variable `KAISO_SMB_PASSWORD` (never from
+//!   the command line); `DOMAIN` is the NTLM domain of the account (default none);
+//!   `timeout` bounds each SMB request (default 15 s) before the call fails and the next
+//!   one reconnects; `connections` is the number of SMB sessions, each on its own TCP
+//!   connection (default 8, 1 to 64)
 //!
 //! HOST must be a literal IP address for NFS (the user-space client does no DNS).
 
@@ -32,6 +33,8 @@ pub enum SourceUrl {
         query: Vec<(String, String)>,
     },
     Smb {
+        /// The NTLM domain (`DOMAIN;USER@`), empty if none.
+        domain: String,
         user: String,
         host: String,
         port: Option<u16>,
@@ -109,8 +112,16 @@ impl SourceUrl {
                 Some((u, h)) => (u.to_string(), h),
                 None => ("guest".to_string(), auth_host),
             };
+            let (domain, user) = match user.split_once(';') {
+                Some((d, u)) => (d.to_string(), u.to_string()),
+                None => (String::new(), user),
+            };
+            if user.is_empty() {
+                return Err(invalid("smb URL has an empty user name"));
+            }
             let (host, port) = host_port(hp)?;
             Ok(SourceUrl::Smb {
+                domain,
                 user,
                 host,
                 port,
@@ -221,6 +232,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             Ok(Box::new(NfsSource::connect(c)?))
         }
         SourceUrl::Smb {
+            domain,
             user,
             host,
             port,
@@ -230,6 +242,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             check_keys(&query, &["uid", "gid", "timeout", "connections"])?;
             let password = std::env::var("KAISO_SMB_PASSWORD").unwrap_or_default();
             let mut c = SmbConfig::new(host, share, user, password);
+            c.domain = domain;
             if let Some(p) = port {
                 c.port = p;
             }
@@ -280,6 +293,7 @@ mod tests {
         assert_eq!(
             SourceUrl::parse("smb://backup@10.1.2.3:4450/data").unwrap(),
             SourceUrl::Smb {
+                domain: String::new(),
                 user: "backup".into(),
                 host: "10.1.2.3".into(),
                 port: Some(4450),
@@ -287,6 +301,10 @@ mod tests {
                 query: vec![]
             }
         );
+        assert!(matches!(
+            SourceUrl::parse("smb://CORP;backup@10.1.2.3/data").unwrap(),
+            SourceUrl::Smb { ref domain, ref user, .. } if domain == "CORP" && user == "backup"
+        ));
         assert!(
             matches!(SourceUrl::parse("nfs://[::1]:20/e").unwrap(), SourceUrl::Nfs { ref host, port: Some(20), .. } if host == "::1")
         );
@@ -300,6 +318,7 @@ mod tests {
             "nfs://host",
             "smb://u@h/",
             "smb://u@h/a/b",
+            "smb://D;@h/s",
             "nfs://h:notaport/e",
         ] {
             let e = SourceUrl::parse(bad).unwrap_err();

@@ -550,3 +550,88 @@ fn xattrs_and_acls_of_a_dummy_file_are_there_on_first_reference_and_client_chang
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     store.shutdown();
 }
+
+/// A share follows its source to a new address when the source's identity (POSIX: the
+/// root's file system id and inode number) is the same: the same tree reached through a
+/// symlinked path resumes (the recorded address is updated); another tree with the
+/// layout of the first is refused, with both addresses and identities in the message.
+#[test]
+fn a_share_resumes_from_its_source_under_a_new_path_and_refuses_another_tree() {
+    let src = small_source();
+    let other = small_source();
+    let links = tempfile::tempdir().unwrap();
+    let moved = links.path().join("moved");
+    std::os::unix::fs::symlink(src.path(), &moved).unwrap();
+    let dest = Dest::new();
+    let store = dest.open();
+    let m = attach(&store, posix(src.path()), MigrationConfig::new("s"));
+    assert_eq!(read_all(&store, resolve(&store, b"f")), b"source bytes");
+    m.close();
+    drop(m);
+    let store = dest.reopen(store);
+
+    let err = match Migration::open(&store, posix(other.path()), MigrationConfig::new("s")) {
+        Ok(_) => panic!("another tree was accepted as the share's source"),
+        Err(e) => e,
+    };
+    let id_of = |p: &Path| PosixSource::open(p).unwrap().identity().unwrap();
+    for needle in [
+        format!("posix:{}", src.path().display()),
+        format!("posix:{}", other.path().display()),
+        id_of(src.path()),
+        id_of(other.path()),
+    ] {
+        assert!(err.contains(&needle), "{needle:?} missing from: {err}");
+    }
+    assert_eq!(id_of(src.path()), id_of(&moved), "same tree, same identity");
+
+    let m = attach(&store, posix(&moved), MigrationConfig::new("s"));
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(read_all(&store, resolve(&store, b"d/g")), b"source g");
+    m.close();
+    drop(m);
+    // The new address is the recorded one now: a restart from it is a plain resume.
+    let store = dest.reopen(store);
+    let m = attach(&store, posix(&moved), MigrationConfig::new("s"));
+    finish(&store, &m).expect("finish");
+    store.shutdown();
+}
+
+/// A sparse source file stays sparse: all-zero blocks are left as holes, so the
+/// migrated file allocates no more than the source (plus a block per run of data).
+#[test]
+fn a_sparse_source_file_is_migrated_sparse() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let src = tempfile::tempdir().unwrap();
+    let img = src.path().join("sparse.img");
+    let size: u64 = 20 << 20;
+    let runs: [(u64, usize); 3] = [(0, 4096), (7 << 20 | 1000, 20_000), (size - 512, 512)];
+    {
+        let f = fs::File::create(&img).unwrap();
+        f.set_len(size).unwrap();
+        for &(at, len) in &runs {
+            f.write_all_at(&vec![0x5a; len], at).unwrap();
+        }
+    }
+    let dest = Dest::new();
+    let store = dest.open();
+    let m = migrate_all(&store, src.path(), "sparse");
+    let here = fs::metadata(dest.tier().join("sparse.img")).unwrap();
+    let there = fs::metadata(&img).unwrap();
+    assert_eq!(here.len(), size);
+    let allowed = there.blocks() + runs.len() as u64 * 8;
+    assert!(
+        here.blocks() <= allowed,
+        "{} blocks here, source {}, allowed {allowed}",
+        here.blocks(),
+        there.blocks()
+    );
+    assert_eq!(
+        fs::read(dest.tier().join("sparse.img")).unwrap(),
+        fs::read(&img).unwrap()
+    );
+    finish(&store, &m).expect("finish");
+    store.shutdown();
+}

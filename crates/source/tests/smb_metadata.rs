@@ -1,8 +1,6 @@
 //! The SMB source's metadata path against a real Samba: a file's EAs, descriptor and
-//! streams are fetched with one open however many threads ask (the calls and the
-//! background prefetch), the handle of that fetch serves the file's first read, and the
-//! shortcuts taken from a listing (EA sizes, a share without streams) give the same
-//! answers as asking.
+//! streams are fetched with one compound however many threads ask (the calls and the
+//! background prefetch), and a small file's read is one compound of its own.
 
 mod common;
 
@@ -70,7 +68,7 @@ fn check_all(source: &Arc<SmbSource>, data: &[Vec<u8>]) {
 }
 
 #[test]
-fn smb_metadata_is_fetched_once_and_its_handle_serves_the_read() {
+fn smb_metadata_is_fetched_once_and_a_small_read_is_one_compound() {
     if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
         return;
     }
@@ -80,13 +78,20 @@ fn smb_metadata_is_fetched_once_and_its_handle_serves_the_read() {
     let source = Arc::new(SmbSource::connect(server.config()).expect("connect"));
     check_all(&source, &data);
     let stats = source.stats();
-    // Three calls per file plus a prefetch job per file: one open each (the session
-    // setup's own query of the share root is not a metadata fetch).
+    // Three calls per file plus a prefetch job per file: one metadata compound each (the
+    // connect's query of the share's file system is not a metadata fetch), and each
+    // file's read one CREATE+READ+QUERY_INFO+CLOSE compound.
     assert_eq!(stats.metadata_fetches, FILES as u64, "{stats:?}");
-    assert_eq!(stats.reads_on_kept_handles, FILES as u64, "{stats:?}");
+    assert_eq!(stats.reads_compound, FILES as u64, "{stats:?}");
     assert_eq!(stats.reads_opened, 0, "{stats:?}");
-    // A second look asks the server again (answers and handles are used once): a read
-    // opens the file itself, a metadata call fetches anew and keeps its handle.
+    // A round trip for the listing, at most one per file for its metadata, one per read.
+    assert!(
+        stats.round_trips <= 1 + 2 * FILES as u64,
+        "{} round trips: {stats:?}",
+        stats.round_trips
+    );
+    // A second look asks the server again (answers are used once): a read is another
+    // compound, a metadata call fetches anew.
     let p = SourcePath::parse(name(0).as_bytes()).unwrap();
     assert_eq!(source.read(&p, 0, 10).unwrap(), data[0][..10]);
     assert_eq!(source.xattrs(&p).unwrap().len(), 1);
@@ -97,12 +102,8 @@ fn smb_metadata_is_fetched_once_and_its_handle_serves_the_read() {
         stats.metadata_fetches + 1,
         "{after:?}"
     );
-    assert_eq!(after.reads_opened, 1, "{after:?}");
-    assert_eq!(
-        after.reads_on_kept_handles,
-        stats.reads_on_kept_handles + 1,
-        "{after:?}"
-    );
+    assert_eq!(after.reads_compound, stats.reads_compound + 2, "{after:?}");
+    assert_eq!(after.reads_opened, 0, "{after:?}");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The SMB source's large reads against a real Samba: many multi-credit READs in flight
-//! on several sessions must neither stall waiting for credits (the `smb` crate waits for
-//! them without a timeout) nor mix up pieces.
+//! on several sessions must neither stall waiting for credits (the `smb` crate, before
+//! the port to `smb2`, waited for them without a timeout and hung) nor mix up pieces.
 
 mod common;
 

@@ -200,23 +200,33 @@ fn smb_source_against_samba() {
     );
     let mut wrong = server.config();
     wrong.password = "wrong".into();
-    assert_eq!(
-        SmbSource::connect(wrong).err().expect("bad password").kind,
-        SourceErrorKind::PermissionDenied
+    let e = SmbSource::connect(wrong).err().expect("bad password");
+    assert_eq!(e.kind, SourceErrorKind::PermissionDenied, "{e}");
+    // `kaiso migrate start` shows it as is (crates/kaiso/tests/migrate_cli.rs looks for it).
+    assert!(
+        e.message.contains("Logon Failure") && !e.message.contains('\n'),
+        "{e}"
     );
+    eprintln!("bad password: {e}");
+    let mut unknown = server.config();
+    unknown.share = "no-such-share".into();
+    let e = SmbSource::connect(unknown).err().expect("unknown share");
+    assert_eq!(e.kind, SourceErrorKind::NotFound, "{e}");
+    assert!(
+        e.message.contains("no-such-share") && !e.message.contains('\n'),
+        "one line naming the share: {e}"
+    );
+    eprintln!("unknown share: {e}");
     // Dropping the source logs off on a thread of its own (against a dead server the
     // logoff would wait for the timeout), so this returns at once.
     drop(source);
     drop(server);
     let mut dead = kaiso_source::SmbConfig::new("127.0.0.1", "src", "root", "x");
     dead.port = common::free_port();
-    assert_eq!(
-        SmbSource::connect(dead)
-            .err()
-            .expect("nothing listens")
-            .kind,
-        SourceErrorKind::Unreachable
-    );
+    let e = SmbSource::connect(dead).err().expect("nothing listens");
+    assert_eq!(e.kind, SourceErrorKind::Unreachable, "{e}");
+    assert!(!e.message.contains('\n'), "{e}");
+    eprintln!("unreachable: {e}");
 }
 
 /// Per-request latency on loopback: a stat is three SMB requests (CREATE, QUERY_INFO,

@@ -1,6 +1,6 @@
-//! A reply that stalls half-way must not break the SMB connection: the `smb` crate polls
-//! its socket with a 100 ms read timeout, and a timeout in the middle of a message used to
-//! drop the bytes read so far, so the connection lost its framing ("bad magic") and every
+//! A reply that stalls half-way must not break the SMB connection: a receive timeout in
+//! the middle of a message once dropped the bytes read so far (the `smb` crate, before
+//! the port to `smb2`), so the connection lost its framing ("bad magic") and every
 //! request on it waited for the timeout. A TCP relay between the source and Samba here
 //! pauses 300 ms inside large replies.
 

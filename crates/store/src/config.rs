@@ -272,23 +272,30 @@ impl StoreConfig {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             message: format!("cannot read config {}: {e}", path.display()),
         })?;
-        let mut cfg = Self::from_toml_str(&text, &path.display().to_string())?;
-        cfg.source = Some(path.to_path_buf());
-        // Relative paths are relative to the config file's directory.
+        Self::from_toml_text(&text, path)
+    }
+
+    /// Validate `text` as if it were the configuration file at `path` (its relative paths
+    /// are relative to that file's directory): what `kaiso adopt` checks before writing.
+    pub fn from_toml_text(text: &str, path: &Path) -> Result<StoreConfig, ConfigError> {
         let base = path.parent().unwrap_or(Path::new("."));
-        if cfg.state_dir.is_relative() {
-            cfg.state_dir = base.join(&cfg.state_dir);
-        }
-        for t in &mut cfg.tiers {
-            if t.path.is_relative() {
-                t.path = base.join(&t.path);
-            }
-        }
+        let mut cfg = Self::parse(text, &path.display().to_string(), Some(base))?;
+        cfg.source = Some(path.to_path_buf());
         Ok(cfg)
     }
 
-    /// Parse and validate configuration text; `file` names it in messages.
+    /// Parse and validate configuration text; `file` names it in messages. Relative paths
+    /// stay as written (relative to the working directory).
     pub fn from_toml_str(text: &str, file: &str) -> Result<StoreConfig, ConfigError> {
+        Self::parse(text, file, None)
+    }
+
+    /// Parse and validate; relative paths are joined to `base` when given.
+    fn parse(text: &str, file: &str, base: Option<&Path>) -> Result<StoreConfig, ConfigError> {
+        let resolve = |p: PathBuf| match base {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p,
+        };
         let raw: RawFile = toml::from_str(text).map_err(|e| {
             let span = e.span();
             let msg = e.message().to_string();
@@ -316,6 +323,7 @@ impl StoreConfig {
             ));
         }
         let mut tiers: Vec<TierConfig> = Vec::new();
+        let mut tier_path_spans = Vec::new();
         for (i, t) in raw.tier.into_iter().enumerate() {
             let t = t.into_inner();
             let name = t.name.get_ref().clone();
@@ -428,9 +436,10 @@ impl StoreConfig {
                     Some(dev)
                 }
             };
+            tier_path_spans.push(t.path.span());
             tiers.push(TierConfig {
                 name,
-                path: t.path.into_inner(),
+                path: resolve(t.path.into_inner()),
                 capacity,
                 high_watermark: high,
                 low_watermark: low,
@@ -505,9 +514,18 @@ impl StoreConfig {
             None => (KaisoConfig::default(), toml::Table::new()),
             Some(p) => parse_policy(file, text, p)?,
         };
+        let state_span = store.state_dir.span();
+        let state_dir = resolve(store.state_dir.into_inner());
+        check_overlaps(
+            file,
+            text,
+            (&state_dir, state_span),
+            &tiers,
+            &tier_path_spans,
+        )?;
         Ok(StoreConfig {
             source: None,
-            state_dir: store.state_dir.into_inner(),
+            state_dir,
             placement,
             passthrough: store.passthrough.unwrap_or(true),
             passthrough_writes: store.passthrough_writes.unwrap_or(true),
@@ -551,31 +569,149 @@ impl StoreConfig {
             ));
         }
         for t in &self.tiers {
-            s.push_str(&format!(
-                "\n[[tier]]\nname = {}\npath = {}\ncapacity = {}\nhigh_watermark = {}\nlow_watermark = {}\n",
-                toml_str(&t.name),
-                toml_str(&t.path.display().to_string()),
-                t.capacity,
-                t.high_watermark,
-                t.low_watermark
-            ));
-            if let Some(d) = &t.device {
-                let kind = match d.kind {
-                    DeviceKind::Hdd => "hdd",
-                    DeviceKind::Ssd => "ssd",
-                    DeviceKind::Nvm => "nvm",
-                };
-                s.push_str(&format!("[tier.device]\nkind = \"{kind}\"\n"));
-                if !d.params.is_empty() {
-                    s.push_str(&format!(
-                        "[tier.device.params]\n{}",
-                        toml::to_string(&d.params).unwrap_or_default()
-                    ));
-                }
+            s.push('\n');
+            s.push_str(&t.to_toml());
+        }
+        s
+    }
+}
+
+impl TierConfig {
+    /// This tier as a `[[tier]]` table (with its `[tier.device]`), ending in a newline.
+    pub fn to_toml(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "[[tier]]\nname = {}\npath = {}\ncapacity = {}\nhigh_watermark = {}\nlow_watermark = {}\n",
+            toml_str(&self.name),
+            toml_str(&self.path.display().to_string()),
+            self.capacity,
+            self.high_watermark,
+            self.low_watermark
+        ));
+        if let Some(d) = &self.device {
+            let kind = match d.kind {
+                DeviceKind::Hdd => "hdd",
+                DeviceKind::Ssd => "ssd",
+                DeviceKind::Nvm => "nvm",
+            };
+            s.push_str(&format!("[tier.device]\nkind = \"{kind}\"\n"));
+            if !d.params.is_empty() {
+                s.push_str(&format!(
+                    "[tier.device.params]\n{}",
+                    toml::to_string(&d.params).unwrap_or_default()
+                ));
             }
         }
         s
     }
+}
+
+/// The directory a configured path names, for comparing paths: absolute, symlinks of its
+/// existing part resolved, `.` and `..` of the rest applied by name.
+fn comparable_path(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    // The longest prefix that exists is canonicalized; the rest is appended by name.
+    let mut existing = abs.clone();
+    let mut rest = Vec::new();
+    let resolved = loop {
+        if let Ok(c) = std::fs::canonicalize(&existing) {
+            break c;
+        }
+        match (
+            existing.file_name().map(|n| n.to_os_string()),
+            existing.parent(),
+        ) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            // Nothing of it exists (or it ends in `..`): compare it by name alone.
+            _ => {
+                rest.clear();
+                break abs.clone();
+            }
+        }
+    };
+    let mut out = PathBuf::new();
+    let tail: PathBuf = rest.iter().rev().collect();
+    for c in resolved.components().chain(tail.components()) {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Tiers must be distinct directories, none inside another, and the state directory must
+/// not be inside a tier (it would show through the mount and be moved by the mover).
+fn check_overlaps(
+    file: &str,
+    text: &str,
+    (state_dir, state_span): (&Path, std::ops::Range<usize>),
+    tiers: &[TierConfig],
+    spans: &[std::ops::Range<usize>],
+) -> Result<(), ConfigError> {
+    let paths: Vec<PathBuf> = tiers.iter().map(|t| comparable_path(&t.path)).collect();
+    let line = |span: &std::ops::Range<usize>| line_of(text, span.start);
+    for j in 0..paths.len() {
+        for i in 0..j {
+            let (a, b) = (&paths[i], &paths[j]);
+            let relation = if a == b {
+                "is the same directory as"
+            } else if b.starts_with(a) {
+                "is inside"
+            } else if a.starts_with(b) {
+                "contains"
+            } else {
+                continue;
+            };
+            return Err(ConfigError::at(
+                file,
+                text,
+                Some(spans[j].clone()),
+                &format!("tier[{j}].path"),
+                format!(
+                    "{} {relation} tier[{i}].path {} (line {}): every tier needs its own directory, none inside another",
+                    b.display(),
+                    a.display(),
+                    line(&spans[i])
+                ),
+            ));
+        }
+    }
+    let state = comparable_path(state_dir);
+    for (i, p) in paths.iter().enumerate() {
+        if state.starts_with(p) {
+            let relation = if state == *p {
+                "is the same directory as"
+            } else {
+                "is inside"
+            };
+            return Err(ConfigError::at(
+                file,
+                text,
+                Some(state_span),
+                "store.state_dir",
+                format!(
+                    "{} {relation} tier[{i}].path {} (line {}): the database would show through the mount and be moved like a file",
+                    state.display(),
+                    p.display(),
+                    line(&spans[i])
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `s` as a TOML string literal (quoted and escaped).
+pub fn toml_quote(s: &str) -> String {
+    toml_str(s)
 }
 
 fn toml_str(s: &str) -> String {
@@ -774,6 +910,94 @@ kind = "hdd"
         );
         let e = with("pace_busy_start = 0.99");
         assert!(e.contains("line 5") && e.contains("pace_busy_stop"), "{e}");
+    }
+
+    /// Two tiers over `a` and `b`, state directory `state` (all as written).
+    fn paths_config(state: &str, a: &str, b: &str) -> String {
+        format!(
+            "[store]\nstate_dir = {state:?}\n\n[[tier]]\nname = \"fast\"\npath = {a:?}\ncapacity = 1000\n\n[[tier]]\nname = \"slow\"\npath = {b:?}\ncapacity = 1000\n"
+        )
+    }
+
+    #[test]
+    fn overlapping_tier_paths_name_both_keys_and_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |p: &str| dir.path().join(p).display().to_string();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let e = StoreConfig::from_toml_str(&paths_config(&d("st"), &d("t0"), &d("t0/")), "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 11, key tier[1].path")
+                && e.contains("same directory as tier[0].path")
+                && e.contains("(line 6)")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        // One inside the other, either way round, also through `..` and missing parts.
+        let e = StoreConfig::from_toml_str(
+            &paths_config(&d("st"), &d("t0"), &d("x/../t0/fast")),
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tier[1].path") && e.contains("is inside tier[0].path"),
+            "{e}"
+        );
+        let e =
+            StoreConfig::from_toml_str(&paths_config(&d("st"), &d("t0/a/b"), &d("t0")), "t.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("tier[1].path") && e.contains("contains tier[0].path"),
+            "{e}"
+        );
+        // A symlink to a tier is the same directory.
+        std::os::unix::fs::symlink(dir.path().join("t0"), dir.path().join("alias")).unwrap();
+        let e =
+            StoreConfig::from_toml_str(&paths_config(&d("st"), &d("t0"), &d("alias")), "t.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("same directory"), "{e}");
+        // Siblings sharing a name prefix are fine.
+        StoreConfig::from_toml_str(&paths_config(&d("st"), &d("t0"), &d("t01")), "t.toml").unwrap();
+    }
+
+    #[test]
+    fn state_dir_inside_a_tier_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |p: &str| dir.path().join(p).display().to_string();
+        let e =
+            StoreConfig::from_toml_str(&paths_config(&d("t1/st"), &d("t0"), &d("t1")), "t.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("line 2, key store.state_dir")
+                && e.contains("inside tier[1].path")
+                && e.contains("(line 11)"),
+            "{e}"
+        );
+        // Relative paths count from the configuration's directory.
+        let cfg = dir.path().join("k.toml");
+        let e = StoreConfig::from_toml_text(&paths_config("t0", "t0", "t1"), &cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("store.state_dir") && e.contains("same directory"),
+            "{e}"
+        );
+        let c = StoreConfig::from_toml_text(&paths_config("st", "t0", "t1"), &cfg).unwrap();
+        assert_eq!(c.state_dir, dir.path().join("st"));
+        assert_eq!(c.tiers[1].path, dir.path().join("t1"));
+    }
+
+    #[test]
+    fn a_tier_renders_as_a_table_that_parses_back() {
+        let c = StoreConfig::from_toml_str(GOOD, "t.toml").unwrap();
+        let text = format!("[store]\nstate_dir = \"/tmp/s\"\n{}", c.tiers[1].to_toml());
+        let again = StoreConfig::from_toml_str(&text, "x").unwrap();
+        assert_eq!(again.tiers[0], c.tiers[1]);
     }
 
     #[test]

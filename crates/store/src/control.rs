@@ -1,6 +1,9 @@
 //! The control socket: how operator commands reach a running mount. A unix socket at
 //! `<state_dir>/control.sock` speaking one JSON request per line and one JSON reply per
 //! line (`{"ok": …}` or `{"error": "…"}`). Only its owner (root, normally) can connect.
+//!
+//! Paths travel as JSON strings when they are valid UTF-8 and as arrays of byte values
+//! when they are not (a Linux name is any bytes but `/` and NUL; see [`path_bytes`]).
 
 use crate::Store;
 use crate::operator::Direction;
@@ -17,21 +20,26 @@ use std::time::Duration;
 pub enum Request {
     Status,
     Where {
+        #[serde(with = "path_bytes")]
         path: PathBuf,
     },
     Explain {
+        #[serde(with = "path_bytes")]
         path: PathBuf,
     },
     Pin {
+        #[serde(with = "path_bytes")]
         path: PathBuf,
         tier: Option<String>,
         recursive: bool,
     },
     Unpin {
+        #[serde(with = "path_bytes")]
         path: PathBuf,
         recursive: bool,
     },
     Move {
+        #[serde(with = "path_bytes")]
         path: PathBuf,
         direction: Direction,
         tier: Option<String>,
@@ -42,6 +50,7 @@ pub enum Request {
     },
     Fsck,
     TraceStart {
+        #[serde(with = "path_bytes")]
         out: PathBuf,
     },
     TraceStop,
@@ -50,6 +59,37 @@ pub enum Request {
     Migrate {
         args: serde_json::Value,
     },
+}
+
+/// Serde form of a path that may not be UTF-8: a string when it is valid UTF-8 (what
+/// older clients send, and readable), otherwise an array of its bytes. Either form is
+/// accepted.
+pub mod path_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::ffi::OsString;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    pub fn serialize<S: Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        match p.to_str() {
+            Some(text) => s.serialize_str(text),
+            None => s.collect_seq(p.as_os_str().as_bytes()),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Form {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        Ok(match Form::deserialize(d)? {
+            Form::Text(t) => PathBuf::from(t),
+            Form::Bytes(b) => PathBuf::from(OsString::from_vec(b)),
+        })
+    }
 }
 
 /// Answers `kaiso migrate` requests inside the daemon that migrates into a store.
@@ -90,7 +130,7 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 /// Answer a request against a store in this process (what the socket server does).
 pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, String> {
-    let e = |x: crate::FsError| x.to_string();
+    let e = |x: crate::operator::OpError| x.to_string();
     let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
     match req {
         Request::Status => j(serde_json::to_value(store.status())),
@@ -115,9 +155,9 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
         } => Ok(
             serde_json::json!({ "job": store.start_move(&path, direction, tier.as_deref(), recursive).map_err(e)? }),
         ),
-        Request::Job { id } => j(serde_json::to_value(
-            store.job_progress(id).ok_or("no such job")?,
-        )),
+        Request::Job { id } => j(serde_json::to_value(store.job_progress(id).ok_or_else(
+            || format!("no job {id} (jobs end with the daemon that ran them)"),
+        )?)),
         Request::Fsck => j(serde_json::to_value(
             store.fsck().map_err(|x| x.to_string())?,
         )),

@@ -7,7 +7,7 @@
 use crate::error::{FsError, FsResult};
 use crate::handles::{FILLER_TOUCHED, FileState, Handle, STUB_ROW_CHANGED};
 use crate::store::Store;
-use crate::stub::{StubEntry, StubState};
+use crate::stub::{FetchBarrier, StubEntry, StubState};
 use crate::types::{Caller, FileAttr, FileKind, Ino, Opened};
 use crate::util;
 use kaiso_policy::{Op, TierState};
@@ -29,6 +29,14 @@ fn backing_flags(flags: i32) -> i32 {
     };
     acc | (flags & keep)
 }
+
+/// Each open store's [`FetchBarrier`], by state directory (a `Store` has no slot for it).
+static FETCH_BARRIERS: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<FetchBarrier>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Fetch row commits after which a fetch runs a barrier and checkpoints the store
+/// database (its automatic checkpoint is off while fetches are ordered).
+const FETCH_COMMITS_PER_CHECKPOINT: u64 = 1000;
 
 /// A test hook of [`Store::stub_write`] ([`Store::set_stub_resolve_hook`]).
 type StubResolveHook = std::rc::Rc<dyn Fn(Ino)>;
@@ -948,25 +956,109 @@ impl Store {
         missing: &[(u64, u64)],
         times: Option<crate::db::StubTimes>,
     ) -> FsResult<()> {
-        let db = self.db();
-        db.set_stub(ino, false, missing, times)?;
+        self.db().set_stub(ino, false, missing, times)?;
         self.fsync_checkpoints.fetch_add(1, Ordering::Relaxed);
-        let busy: i64 = db
+        // The checkpoint makes every file's stub rows durable, not only this one's: the
+        // fetched bytes they vouch for go first (the barrier).
+        self.checkpoint_after_fetched_data("FULL")
+    }
+
+    /// This store's [`FetchBarrier`] (created on first use). While fetches are ordered
+    /// the store database does not checkpoint by itself: a checkpoint would make stub
+    /// rows durable ahead of the fetched bytes they mark present. Its checkpoints go
+    /// through the barrier instead (every [`FETCH_COMMITS_PER_CHECKPOINT`] fetches,
+    /// client fsyncs, [`Store::sync_fetched_data`]) until [`Store::end_fetch_ordering`].
+    pub fn fetch_barrier(&self) -> Arc<FetchBarrier> {
+        let tiers: Vec<std::path::PathBuf> = self.tiers.iter().map(|t| t.root.clone()).collect();
+        let wal = self.cfg.state_dir.join("kaiso.db-wal");
+        let barrier = {
+            let mut all = FETCH_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
+            match all
+                .iter()
+                .find(|(d, b)| *d == self.cfg.state_dir && b.matches(&tiers, &wal))
+            {
+                Some((_, b)) => b.clone(),
+                None => {
+                    all.retain(|(d, _)| *d != self.cfg.state_dir);
+                    let b = Arc::new(FetchBarrier::new(tiers, wal));
+                    all.push((self.cfg.state_dir.clone(), b.clone()));
+                    b
+                }
+            }
+        };
+        // Checked every time (cheap): a store reopened in this process has a new
+        // connection with the default automatic checkpoint.
+        let db = self.db();
+        let auto: i64 = db
             .conn
-            .query_row("PRAGMA wal_checkpoint(FULL)", [], |r| r.get(0))
-            .map_err(|e| {
-                tracing::error!("checkpoint of the store database: {e}");
-                FsError::IO
-            })?;
-        if busy != 0 {
-            let wal = self.cfg.state_dir.join("kaiso.db-wal");
-            match File::open(&wal) {
-                Ok(w) => w.sync_data()?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+            .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+            .unwrap_or(0);
+        if auto != 0 {
+            if let Err(e) = db.conn.pragma_update(None, "wal_autocheckpoint", 0) {
+                tracing::error!("store database: automatic checkpoint not turned off: {e}");
             }
         }
+        barrier
+    }
+
+    /// Makes every fetched byte written so far durable, then the store database's stub
+    /// rows (one `syncfs` per tier that received fetched bytes, one WAL fsync).
+    /// [`Store::sync_fetched_data`] when this store has fetched into stubs (a migration
+    /// ordered its writes); nothing otherwise. For a final checkpoint or a journal commit
+    /// that would make completion rows durable.
+    pub fn sync_fetched_data_if_ordered(&self) -> FsResult<()> {
+        let ordered = FETCH_BARRIERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|(d, _)| *d == self.cfg.state_dir);
+        if ordered {
+            self.sync_fetched_data()?;
+        }
         Ok(())
+    }
+
+    pub fn sync_fetched_data(&self) -> FsResult<()> {
+        self.fetch_barrier().sync_then(|| Ok(()))?;
+        Ok(())
+    }
+
+    /// Fetched bytes first, then a checkpoint of the store database (`mode`: PASSIVE or
+    /// FULL); should a FULL checkpoint not complete (a reader in the way), its WAL was
+    /// fsynced by the barrier already.
+    fn checkpoint_after_fetched_data(&self, mode: &str) -> FsResult<()> {
+        let sql = format!("PRAGMA wal_checkpoint({mode})");
+        self.fetch_barrier()
+            .sync_then(|| {
+                self.db()
+                    .conn
+                    .query_row(&sql, [], |r| r.get::<_, i64>(0))
+                    .map_err(|e| {
+                        std::io::Error::other(format!("checkpoint of the store database: {e}"))
+                    })
+            })
+            .map_err(|e| {
+                tracing::error!("{e}");
+                FsError::IO
+            })?;
+        Ok(())
+    }
+
+    /// No migration fetches into this store any more: the last fetched bytes are made
+    /// durable and the store database checkpoints by itself again.
+    pub fn end_fetch_ordering(&self) -> FsResult<()> {
+        self.checkpoint_after_fetched_data("PASSIVE")?;
+        FETCH_BARRIERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(d, _)| *d != self.cfg.state_dir);
+        self.db()
+            .conn
+            .pragma_update(None, "wal_autocheckpoint", 1000)
+            .map_err(|e| {
+                tracing::error!("store database: automatic checkpoint not restored: {e}");
+                FsError::IO
+            })
     }
 
     /// Last close of a handle.
@@ -1021,6 +1113,7 @@ impl Store {
             if !st.has_open_handles() {
                 // The last handle of a file with no name left.
                 self.orphan_closed(&mut ns, &st);
+                self.forget_stub_row_of_gone_file(&st);
                 if lookups == 0 {
                     ns.files.remove(&st.ino);
                 }
@@ -1166,6 +1259,22 @@ impl Store {
             .get(&ino)
             .and_then(|f| f.state.stub.lock().ok().and_then(|s| s.clone()))
             .unwrap_or_default()
+    }
+
+    /// Drops the stored stub row of a file with no name and no handle left, if it had
+    /// stub state: its inode number may be reused by a new file.
+    pub(crate) fn forget_stub_row_of_gone_file(&self, st: &crate::handles::FileState) {
+        let was_stub = st
+            .stub
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .is_some();
+        if was_stub {
+            if let Err(e) = self.db().set_stub(st.ino, false, &[], None) {
+                tracing::warn!(ino = st.ino, error = %e, "cannot drop the stub row of a removed file");
+            }
+        }
     }
 
     /// Set an inode's stub state (persisted).
@@ -1416,6 +1525,32 @@ impl Store {
             let ns = self.ns();
             ns.files.get(&ino).ok_or(FsError::NOENT)?.state.clone()
         };
+        let barrier = self.fetch_barrier();
+        let written = self.stub_write_ordered(ino, &state, &barrier, offset, data)?;
+        // Now and then the store database is checkpointed (it does not do so by itself
+        // while fetches are ordered), with no lock of this file held.
+        // One fetch runs it; the others go on (each used to start a `syncfs` of its own,
+        // and all crawler threads stalled there for seconds).
+        if barrier.commits_since.fetch_add(1, Ordering::Relaxed) + 1 >= FETCH_COMMITS_PER_CHECKPOINT
+            && !barrier.checkpoint_claim.swap(true, Ordering::AcqRel)
+        {
+            let r = self.checkpoint_after_fetched_data("PASSIVE");
+            barrier.checkpoint_claim.store(false, Ordering::Release);
+            r?;
+        }
+        Ok(written)
+    }
+
+    /// [`Store::stub_write_counted`] of file `state`: its data write and the commit of
+    /// its row under `barrier`'s write guard (see [`FetchBarrier`]).
+    fn stub_write_ordered(
+        &self,
+        ino: Ino,
+        state: &Arc<FileState>,
+        barrier: &FetchBarrier,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<u64> {
         // Exclusively, from reading the times to keep until they are back on: a client's
         // write, truncate or utimens (each under the gate shared, with its
         // `stub_client_change`) lands before the times are read or after they are put
@@ -1427,16 +1562,17 @@ impl Store {
         // (lock order: gate, then namespace): a client's rename cannot make it name
         // another file between the two, and a move cannot switch the tier (it switches
         // under the gate).
-        let f = {
+        let (f, tier) = {
             let ns = self.ns();
             let entry = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-            if !Arc::ptr_eq(&entry.state, &state) {
+            if !Arc::ptr_eq(&entry.state, state) {
                 return Err(FsError::NOENT);
             }
             let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
-            std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .write(true)
-                .open(self.tiers[entry.tier as usize].path(&p))?
+                .open(self.tiers[entry.tier as usize].path(&p))?;
+            (f, entry.tier as usize)
         };
         // What is still missing of the range, within the current size.
         let size = state.size.load(Ordering::Acquire);
@@ -1467,21 +1603,28 @@ impl Store {
                     util::ts(before.st_atime, before.st_atime_nsec),
                     util::ts(before.st_mtime, before.st_mtime_nsec),
                 );
-                self.set_stub_times(&state, Some(t))?;
+                self.set_stub_times(state, Some(t))?;
                 t
             }
         };
+        // From the data write through the row commit (see `FetchBarrier`).
+        let _ordered = barrier.write_guard();
         // In pieces: one multi-megabyte write(2) into the page cache cost up to several
         // times the CPU of the same bytes written a megabyte at a time (measured:
         // docs/reproduction/migration.md §3), and a crawl is CPU-bound.
+        // All-zero blocks stay holes (a sparse source stays sparse).
         let mut written = 0;
         for &(s, e) in &pieces {
-            let bytes = &data[(s - offset) as usize..(e - offset) as usize];
-            for (i, piece) in bytes.chunks(STUB_WRITE_PIECE).enumerate() {
-                f.write_all_at(piece, s + (i * STUB_WRITE_PIECE) as u64)?;
-            }
+            write_keeping_holes(&f, &data[(s - offset) as usize..(e - offset) as usize], s)?;
             written += e - s;
+            if crate::stub::fetch_ordering_on() {
+                // Write-back starts now, so the barrier's `syncfs` finds little left to
+                // write (it would otherwise write everything fetched since the last one
+                // while a fetch waits for it).
+                start_writeback(&f, s, e - s);
+            }
         }
+        barrier.mark_dirty(tier);
         if *self.fail.lock().unwrap_or_else(|e| e.into_inner())
             == Some(crate::store::FailPoint::StubAfterWrite)
         {
@@ -1554,6 +1697,74 @@ fn on_background_thread() -> bool {
 /// Largest piece of a fetched unit written to a stub file in one `write(2)` (see
 /// `Store::stub_write`).
 const STUB_WRITE_PIECE: usize = 1 << 20;
+
+/// Block size below which zeros are written rather than left as a hole.
+const HOLE_BLOCK: u64 = 4096;
+
+/// Writes the fetched bytes `data` at `at` into a still-missing range of a stub file,
+/// leaving each run of all-zero blocks (aligned to [`HOLE_BLOCK`] in the file) a hole:
+/// punched, so it reads as zeros whatever the range held (it was created sparse by the
+/// file's `ftruncate`; punching a hole that is one costs no allocation). A file system
+/// that cannot punch gets the zeros written.
+fn write_keeping_holes(f: &File, data: &[u8], at: u64) -> std::io::Result<()> {
+    let end = at + data.len() as u64;
+    let mut pos = at;
+    while pos < end {
+        // The next block boundary, or the end.
+        let block_end = ((pos / HOLE_BLOCK + 1) * HOLE_BLOCK).min(end);
+        let whole = pos.is_multiple_of(HOLE_BLOCK) && block_end - pos == HOLE_BLOCK;
+        let zero = whole && is_zero(&data[(pos - at) as usize..(block_end - at) as usize]);
+        // The run of blocks of the same kind starting here.
+        let mut run_end = block_end;
+        while run_end < end {
+            let next = (run_end + HOLE_BLOCK).min(end);
+            let next_whole = next - run_end == HOLE_BLOCK;
+            let next_zero =
+                next_whole && is_zero(&data[(run_end - at) as usize..(next - at) as usize]);
+            if next_zero != zero || (!zero && run_end - pos >= STUB_WRITE_PIECE as u64) {
+                break;
+            }
+            run_end = next;
+        }
+        let bytes = &data[(pos - at) as usize..(run_end - at) as usize];
+        if zero {
+            let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            if let Err(e) = util::fallocate(f, mode, pos, run_end - pos) {
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) {
+                    return Err(e);
+                }
+                f.write_all_at(bytes, pos)?;
+            }
+        } else {
+            // In pieces of at most `STUB_WRITE_PIECE` (see there).
+            f.write_all_at(bytes, pos)?;
+        }
+        pos = run_end;
+    }
+    Ok(())
+}
+
+/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`: starts the write-back of a range without
+/// waiting for it (a hint: failures are left to the barrier's `syncfs`).
+fn start_writeback(f: &File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            offset as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    let (head, words, tail) = unsafe { b.align_to::<u128>() };
+    head.iter().all(|&x| x == 0) && words.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
+}
 
 /// Which files open through passthrough the kernel read or wrote between two checks
 /// (`Store::check_passthrough_writers`), from one-shot inotify watches on their backing

@@ -660,6 +660,11 @@ impl Store {
             ns.remap.retain(|_, v| *v != ino);
             ns.taken.remove(&ino);
             let _ = self.db().forget_file(ino);
+        } else if !open {
+            // A stub's row must go with its last name: the file system hands the freed
+            // inode number to the next new file, and the next open would load the row
+            // onto it (an open stub keeps its row until its last close, see `release`).
+            self.forget_stub_row_of_gone_file(&f.state);
         }
         self.placer().forget(ino);
         if !open && lookups == 0 {

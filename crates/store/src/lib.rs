@@ -33,7 +33,7 @@ pub use operator::{
     Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus,
     TierStatus,
 };
-pub use store::{FailPoint, JobId, OpenError, Store};
+pub use store::{FailPoint, JobId, OpenError, ReattachReport, Store};
 pub use stub::{StubEntry, StubFiller, StubState};
 pub use types::{
     Caller, DirEntry, Fh, FileAttr, FileKind, Ino, Opened, ROOT_INO, SetAttr, StatFs, TimeSet,

@@ -739,6 +739,12 @@ impl Store {
             names.clone()
         };
         let (ft, tt) = (&self.tiers[from as usize], &self.tiers[to as usize]);
+        if let Some(t) = [ft, tt].into_iter().find(|t| !t.online()) {
+            return Err(MoveError::new(
+                FsError::IO,
+                format!("tier {} directory is missing", t.cfg.name),
+            ));
+        }
         // Reserve room on the destination first: its hard capacity is never passed.
         let reserved =
             Reservation::take(tt, state.size.load(Ordering::Acquire)).ok_or_else(|| {
@@ -767,6 +773,12 @@ impl Store {
             tmp: tmp.clone(),
             state: "copying".into(),
         };
+        // Journal commits fsync the store's WAL: fetched bytes of a migration first, so no
+        // completion row becomes durable ahead of its data.
+        if let Err(e) = self.sync_fetched_data_if_ordered() {
+            reserved.release();
+            return Err(e.into());
+        }
         let id = match self.db().journal_add(&row) {
             Ok(id) => id,
             Err(e) => {
@@ -938,6 +950,7 @@ impl Store {
             util::copy_meta(&st, &tmp_path)?;
             // chown dropped file capabilities: set them again after it.
             copy_capability(&src, &dst)?;
+            self.sync_fetched_data_if_ordered()?;
             self.db()
                 .journal_set_names(id, &journal_names(&names, &dst_names), dst_bino)?;
             for (i, n) in dst_names.iter().enumerate() {
@@ -1003,10 +1016,11 @@ impl Store {
         } else {
             None
         };
-        if let Err(e) = self
-            .db()
-            .journal_switch(id, &journal_names(&names, &dst_names), remap, ino)
-        {
+        if let Err(e) = self.sync_fetched_data_if_ordered().and_then(|()| {
+            self.db()
+                .journal_switch(id, &journal_names(&names, &dst_names), remap, ino)
+                .map_err(Into::into)
+        }) {
             return Err(abort(rollback(e.into()), ns, gate));
         }
         if orphan {
@@ -1159,9 +1173,23 @@ impl Store {
             self.mover.backing_off.store(false, Ordering::Relaxed);
         }
         let now = self.now();
-        let plan = self
+        let mut plan = self
             .placer()
             .plan(now, &states, self.cfg.mover.max_plan_bytes);
+        // Nothing moves from or to a tier whose directory is missing (until it returns).
+        if self.tiers.iter().any(|t| !t.online()) {
+            let (kept, dropped): (Vec<_>, Vec<_>) = plan.into_iter().partition(|m| {
+                let from = self.ns().files.get(&m.object).map(|f| f.tier);
+                [Some(m.to), from]
+                    .into_iter()
+                    .flatten()
+                    .all(|t| self.tiers.get(t as usize).is_some_and(|t| t.online()))
+            });
+            for m in dropped {
+                self.report_not_moved(m.object);
+            }
+            plan = kept;
+        }
         self.mover.plans.fetch_add(1, Ordering::Relaxed);
         if plan.is_empty() {
             self.mover

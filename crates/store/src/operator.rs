@@ -1,6 +1,10 @@
 //! Operator-facing value types: status, where, explain, pins and manual moves.
 
+use crate::error::FsError;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// `kaiso status`: one row per tier plus the mover.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -66,9 +70,65 @@ pub struct Placement {
     pub kind: String,
     /// For directories: every tier that holds a copy of it; for others: the one tier.
     pub tiers: Vec<String>,
+    /// The backing path for display: valid UTF-8 always, with U+FFFD in place of bytes
+    /// that are not (see `backing_path_bytes`).
     pub backing_path: String,
+    /// The backing path's exact bytes, present only when it is not valid UTF-8 (JSON
+    /// strings cannot carry such bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backing_path_bytes: Option<Vec<u8>>,
     pub size: u64,
     pub pinned: Option<String>,
+}
+
+impl Placement {
+    /// Sets `backing_path` (lossy display) and, when needed, `backing_path_bytes`.
+    pub fn set_backing_path(&mut self, p: &Path) {
+        self.backing_path = p.to_string_lossy().into_owned();
+        self.backing_path_bytes = match p.to_str() {
+            Some(_) => None,
+            None => Some(p.as_os_str().as_bytes().to_vec()),
+        };
+    }
+
+    /// The backing path's exact bytes (from `backing_path_bytes` when present).
+    pub fn backing_path_raw(&self) -> &[u8] {
+        match &self.backing_path_bytes {
+            Some(b) => b,
+            None => self.backing_path.as_bytes(),
+        }
+    }
+}
+
+/// A failed operator request: what failed and why, in one line (without the path the
+/// operator named, which the caller shows in front of it), and the errno it maps to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpError {
+    pub errno: FsError,
+    pub message: String,
+}
+
+impl OpError {
+    pub fn new(errno: FsError, message: impl Into<String>) -> OpError {
+        OpError {
+            errno,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+impl From<OpError> for FsError {
+    fn from(e: OpError) -> FsError {
+        e.errno
+    }
 }
 
 /// `kaiso explain PATH`.

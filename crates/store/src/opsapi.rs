@@ -2,7 +2,7 @@
 
 use crate::error::FsError;
 use crate::operator::{
-    Direction, Explanation, FsckReport, JobProgress, MoverStatus, Placement, StoreStatus,
+    Direction, Explanation, FsckReport, JobProgress, MoverStatus, OpError, Placement, StoreStatus,
     TierStatus,
 };
 use crate::store::{JobId, Store};
@@ -21,6 +21,18 @@ fn kind_name(k: FileKind) -> &'static str {
         FileKind::CharDevice => "char device",
         FileKind::BlockDevice => "block device",
     }
+}
+
+/// A database failure while recording an operator's change to `path`.
+fn db_error(what: &str, path: &Path, e: rusqlite::Error) -> OpError {
+    tracing::error!(error = %e, path = %path.display(), "metadata database error");
+    OpError::new(
+        FsError::IO,
+        format!(
+            "cannot record the {what} of {} in the metadata database: {e}",
+            path.display()
+        ),
+    )
 }
 
 impl Store {
@@ -87,9 +99,15 @@ impl Store {
         ns.resolve(rel).ok_or(FsError::NOENT)
     }
 
+    /// `resolve` for operator requests: a missing path says so in words.
+    fn find(&self, rel: &Path) -> Result<Ino, OpError> {
+        self.resolve(rel)
+            .map_err(|e| OpError::new(e, "no such file or directory in the store"))
+    }
+
     /// Which tier(s) hold `rel`.
-    pub fn where_is(&self, rel: &Path) -> Result<Placement, FsError> {
-        let ino = self.resolve(rel)?;
+    pub fn where_is(&self, rel: &Path) -> Result<Placement, OpError> {
+        let ino = self.find(rel)?;
         let pin = self
             .placer()
             .pins
@@ -100,37 +118,45 @@ impl Store {
             let path = d.path.clone();
             drop(ns);
             let tiers = self.dir_tiers(&path);
-            return Ok(Placement {
+            let mut p = Placement {
                 ino,
                 kind: "directory".into(),
                 tiers: tiers
                     .iter()
                     .map(|t| self.tiers[*t as usize].cfg.name.clone())
                     .collect(),
-                backing_path: tiers
-                    .first()
-                    .map(|t| self.tiers[*t as usize].path(&path).display().to_string())
-                    .unwrap_or_default(),
+                backing_path: String::new(),
+                backing_path_bytes: None,
                 size: 0,
                 pinned: pin,
-            });
+            };
+            if let Some(t) = tiers.first() {
+                p.set_backing_path(&self.tiers[*t as usize].path(&path));
+            }
+            return Ok(p);
         }
-        let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+        let f = ns
+            .files
+            .get(&ino)
+            .ok_or_else(|| OpError::new(FsError::NOENT, "removed while being looked up"))?;
         // The name asked for: a hard link's names all live on the file's tier.
         let path = rel.strip_prefix("/").unwrap_or(rel).to_path_buf();
         let t = &self.tiers[f.tier as usize];
-        Ok(Placement {
+        let mut p = Placement {
             ino,
             kind: kind_name(f.kind).into(),
             tiers: vec![t.cfg.name.clone()],
-            backing_path: t.path(&path).display().to_string(),
+            backing_path: String::new(),
+            backing_path_bytes: None,
             size: f.state.size.load(Ordering::Relaxed),
             pinned: pin,
-        })
+        };
+        p.set_backing_path(&t.path(&path));
+        Ok(p)
     }
 
     /// Where `rel` is and which rule put it there.
-    pub fn explain(&self, rel: &Path) -> Result<Explanation, FsError> {
+    pub fn explain(&self, rel: &Path) -> Result<Explanation, OpError> {
         let placement = self.where_is(rel)?;
         let ino = placement.ino;
         let now = self.now();
@@ -167,12 +193,16 @@ impl Store {
     }
 
     /// Files a path names: the file itself, or (recursive) every file below a directory.
-    fn targets(&self, rel: &Path, recursive: bool) -> Result<Vec<Ino>, FsError> {
-        let ino = self.resolve(rel)?;
+    /// `verb` names the operation in the error for a directory without `recursive`.
+    fn targets(&self, rel: &Path, recursive: bool, verb: &str) -> Result<Vec<Ino>, OpError> {
+        let ino = self.find(rel)?;
         let ns = self.ns();
         if ns.is_dir(ino) {
             if !recursive {
-                return Err(FsError::ISDIR);
+                return Err(OpError::new(
+                    FsError::ISDIR,
+                    format!("is a directory: give -r to {verb} every file below it"),
+                ));
             }
             Ok(ns
                 .files_under(ino)
@@ -184,12 +214,19 @@ impl Store {
         }
     }
 
-    fn tier_index(&self, name: &str) -> Result<u8, FsError> {
+    /// The index of the tier named `name`; an unknown name lists the tiers there are.
+    fn tier_index(&self, name: &str) -> Result<u8, OpError> {
         self.tiers
             .iter()
             .position(|t| t.cfg.name == name)
             .map(|i| i as u8)
-            .ok_or(FsError::INVAL)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.tiers.iter().map(|t| t.cfg.name.as_str()).collect();
+                OpError::new(
+                    FsError::INVAL,
+                    format!("unknown tier {name:?} (tiers: {})", names.join(", ")),
+                )
+            })
     }
 
     /// Pin files to `tier` (None: the tier each is on now). Returns how many were pinned.
@@ -199,12 +236,12 @@ impl Store {
         rel: &Path,
         tier: Option<&str>,
         recursive: bool,
-    ) -> Result<(u64, Option<JobId>), FsError> {
-        let files = self.targets(rel, recursive)?;
+    ) -> Result<(u64, Option<JobId>), OpError> {
         let want = match tier {
             Some(n) => Some(self.tier_index(n)?),
             None => None,
         };
+        let files = self.targets(rel, recursive, "pin")?;
         let mut to_move = Vec::new();
         for ino in &files {
             let (cur, path) = {
@@ -216,7 +253,9 @@ impl Store {
             };
             let t = want.unwrap_or(cur);
             self.placer().pin(*ino, Some(t));
-            self.db().set_pin(*ino, Some(t), &path)?;
+            self.db()
+                .set_pin(*ino, Some(t), &path)
+                .map_err(|e| db_error("pin", &path, e))?;
             if t != cur {
                 to_move.push((*ino, t));
             }
@@ -230,15 +269,17 @@ impl Store {
     }
 
     /// Release pins. Returns how many files were unpinned.
-    pub fn unpin(&self, rel: &Path, recursive: bool) -> Result<u64, FsError> {
-        let files = self.targets(rel, recursive)?;
+    pub fn unpin(&self, rel: &Path, recursive: bool) -> Result<u64, OpError> {
+        let files = self.targets(rel, recursive, "unpin")?;
         let mut n = 0;
         for ino in files {
             if self.placer().pins.contains_key(&ino) {
                 n += 1;
             }
             self.placer().pin(ino, None);
-            self.db().set_pin(ino, None, Path::new(""))?;
+            self.db()
+                .set_pin(ino, None, Path::new(""))
+                .map_err(|e| db_error("unpin", rel, e))?;
         }
         Ok(n)
     }
@@ -250,12 +291,16 @@ impl Store {
         dir: Direction,
         tier: Option<&str>,
         recursive: bool,
-    ) -> Result<JobId, FsError> {
-        let files = self.targets(rel, recursive)?;
+    ) -> Result<JobId, OpError> {
         let target = match tier {
             Some(n) => Some(self.tier_index(n)?),
             None => None,
         };
+        let verb = match dir {
+            Direction::Promote => "promote",
+            Direction::Demote => "demote",
+        };
+        let files = self.targets(rel, recursive, verb)?;
         let last = self.tiers.len() as u8 - 1;
         let mut moves = Vec::new();
         {
@@ -356,7 +401,7 @@ impl Store {
     /// Move one file now, synchronously (tests, tools). Returns bytes moved.
     pub fn move_now(&self, rel: &Path, tier: &str) -> Result<u64, crate::mover::MoveError> {
         let ino = self.resolve(rel)?;
-        let to = self.tier_index(tier)?;
+        let to = self.tier_index(tier).map_err(FsError::from)?;
         self.move_file(ino, to, "moved by an operator", 0)
     }
 

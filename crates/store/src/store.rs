@@ -12,10 +12,11 @@ use crate::namespace::{Assigned, FileNode, Namespace};
 use crate::operator::FsckReport;
 use crate::placement::Placer;
 use crate::stub::{StubFiller, StubState};
-use crate::tier::Tier;
+use crate::tier::{RootChange, Tier};
 use crate::types::{FileAttr, FileKind, Ino, ROOT_INO};
 use crate::util;
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -74,7 +75,8 @@ pub const PASSTHROUGH_CHECK: std::time::Duration = std::time::Duration::from_sec
 
 /// Every [`PASSTHROUGH_CHECK`] until the store shuts down or is dropped (the thread holds
 /// only a weak reference between checks): samples the tiers' real free space and runs
-/// `check_passthrough_writers`.
+/// `check_passthrough_writers`. Every 100 ms it also checks that each tier's root
+/// directory is still there (`Store::check_tier_roots`).
 fn spawn_passthrough_checker(store: &Arc<Store>) {
     // Without `passthrough_writes` a writer can still join passthrough readers.
     let passthrough = store.cfg.passthrough;
@@ -91,6 +93,7 @@ fn spawn_passthrough_checker(store: &Arc<Store>) {
                 if s.stopping() {
                     return;
                 }
+                s.check_tier_roots();
                 if waited >= PASSTHROUGH_CHECK {
                     waited = std::time::Duration::ZERO;
                     if passthrough {
@@ -157,6 +160,9 @@ pub struct Store {
     pub(crate) ops: AtomicU64,
     /// Checkpoints made by client fsyncs to persist stub state (`Store::fsync_checkpoints`).
     pub(crate) fsync_checkpoints: AtomicU64,
+    /// Per tier whose root directory is missing: the files it held when it vanished, so
+    /// they get their own numbers back when it returns (`Store::reattach_tier`).
+    pub(crate) vanished: Mutex<HashMap<u8, HashSet<Ino>>>,
     _lock: File,
 }
 
@@ -209,6 +215,7 @@ impl Store {
             stop: AtomicBool::new(false),
             ops: AtomicU64::new(0),
             fsync_checkpoints: AtomicU64::new(0),
+            vanished: Mutex::new(HashMap::new()),
             _lock: lock,
         };
         let mut report = FsckReport::default();
@@ -747,6 +754,10 @@ impl Store {
     /// without it is a crash as far as the next open is concerned (which is safe).
     pub fn shutdown(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Fetched bytes reach the disk before the checkpoint can make their rows durable.
+        if let Err(e) = self.sync_fetched_data_if_ordered() {
+            tracing::warn!(error = ?e, "sync of fetched data before the final checkpoint failed");
+        }
         if let Err(e) = self.checkpoint() {
             tracing::warn!(error = %e, "final checkpoint failed");
         }
@@ -755,5 +766,234 @@ impl Store {
     /// Whether `shutdown` was called (background work should stop).
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+}
+
+/// What [`Store::reattach_tier`] did with a tier whose root directory came back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReattachReport {
+    /// Names looked at on the tier (directories and files).
+    pub entries: u64,
+    /// Names put back into the union namespace (they had dropped out, or are new).
+    pub reattached: u64,
+    /// Names hidden by the same name already shown from another tier (found by
+    /// `kaiso fsck`, which renames them as conflicts).
+    pub shadowed: u64,
+}
+
+impl Store {
+    /// Sample every tier's root directory (one `stat` each; the checker thread calls this
+    /// every 100 ms). A root that vanished takes its tier offline; one that is back (or a
+    /// different directory now at its path) has its tree merged into the namespace again.
+    pub(crate) fn check_tier_roots(&self) {
+        for (ti, t) in self.tiers.iter().enumerate() {
+            match t.check_root() {
+                RootChange::Unchanged => {}
+                RootChange::Vanished => {
+                    let held: HashSet<Ino> = self
+                        .ns()
+                        .files
+                        .iter()
+                        .filter(|(_, f)| f.tier == ti as u8)
+                        .map(|(i, _)| *i)
+                        .collect();
+                    tracing::warn!(
+                        tier = %t.cfg.name,
+                        path = %t.root.display(),
+                        files = held.len(),
+                        "tier directory vanished: its files are unavailable until it returns"
+                    );
+                    self.vanished
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(ti as u8, held);
+                }
+                RootChange::Returned => {
+                    let started = std::time::Instant::now();
+                    let r = self.reattach_tier(ti as u8);
+                    tracing::warn!(
+                        tier = %t.cfg.name,
+                        path = %t.root.display(),
+                        entries = r.entries,
+                        reattached = r.reattached,
+                        shadowed = r.shadowed,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "tier directory is back: its files are shown again"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Merge tier `ti`'s tree into the namespace index after its root directory came back:
+    /// names that dropped out while it was gone (or were added meanwhile) are put back,
+    /// under the numbers their files had; names the index already shows are left alone
+    /// (one from another tier shadows this tier's, as at open). Nothing is deleted or
+    /// renamed, and kaiso's temporary files are skipped. The tier's usage is recounted.
+    /// Cost: one `readdir` per directory and one `lstat` per name of this tier, with the
+    /// index lock held for one directory's batch at a time.
+    pub fn reattach_tier(&self, ti: u8) -> ReattachReport {
+        let held = self
+            .vanished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ti)
+            .unwrap_or_default();
+        let tier = &self.tiers[ti as usize];
+        let mut report = ReattachReport::default();
+        let mut used = 0u64;
+        let mut counted: HashSet<u64> = HashSet::new();
+        let mut placed: Vec<(Ino, u64)> = Vec::new();
+        let mut stack: Vec<(PathBuf, Ino)> = vec![(PathBuf::new(), ROOT_INO)];
+        while let Some((rel, dino)) = stack.pop() {
+            let batch = match self.list_tier_dir(tier, &rel) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(tier = %tier.cfg.name, path = %rel.display(), error = %e, "cannot list directory");
+                    continue;
+                }
+            };
+            let mut ns = self.ns();
+            // Renamed or removed through the mount since it was queued: its copy here
+            // moved with it and is reached under the new path, if at all.
+            if ns.dirs.get(&dino).is_none_or(|d| d.path != rel) {
+                continue;
+            }
+            for (name, st) in batch {
+                report.entries += 1;
+                let child = rel.join(&name);
+                let existing = ns.child(dino, &name);
+                if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                    match existing {
+                        Some(e) if ns.is_dir(e) => stack.push((child, e)),
+                        Some(_) => report.shadowed += 1,
+                        None => match self.assign_dir_ino(&mut ns, &child) {
+                            Ok(ino) => {
+                                ns.add_dir(ino, dino, &name, child.clone(), false);
+                                report.reattached += 1;
+                                stack.push((child, ino));
+                            }
+                            Err(e) => {
+                                tracing::warn!(path = %child.display(), error = %e, "directory not put back")
+                            }
+                        },
+                    }
+                    continue;
+                }
+                let kind = FileKind::from_mode(st.st_mode);
+                let size = st.st_size as u64;
+                let bino = st.st_ino;
+                let counts = kind == FileKind::File && (st.st_nlink <= 1 || counted.insert(bino));
+                if let Some(e) = existing {
+                    let at = ns.files.get(&e).map(|f| (f.tier, f.bino));
+                    if at == Some((ti, bino)) {
+                        if counts {
+                            used += size;
+                        }
+                        continue;
+                    }
+                    if at.is_none_or(|(t, _)| t != ti) {
+                        report.shadowed += 1;
+                        continue;
+                    }
+                    // Another file stands at this name on this tier now (a restored copy):
+                    // it is shown under its own number, as a scan would.
+                    ns.remove_name(dino, &name);
+                }
+                let ino = match Self::held_node(&ns, &held, ti, bino) {
+                    Some(i) => i,
+                    None => match self.assign_file_ino(&mut ns, ti, bino) {
+                        Ok(i) => i,
+                        Err(e) => {
+                            tracing::warn!(path = %child.display(), error = %e, "file not put back");
+                            continue;
+                        }
+                    },
+                };
+                if ns
+                    .files
+                    .get(&ino)
+                    .is_some_and(|f| f.tier != ti || f.bino != bino)
+                {
+                    report.shadowed += 1;
+                    continue;
+                }
+                ns.add_file_name(ino, dino, &name, || FileNode {
+                    kind,
+                    tier: ti,
+                    bino,
+                    names: Vec::new(),
+                    state: FileState::new(ino, ti, size),
+                    lookups: 0,
+                });
+                report.reattached += 1;
+                if counts {
+                    used += size;
+                    placed.push((ino, size));
+                }
+            }
+        }
+        // Open files with no name left on this tier still take room there, and so does
+        // the room held for its passthrough writers.
+        let unlinked: u64 = self
+            .ns()
+            .files
+            .values()
+            .filter(|f| {
+                f.names.is_empty()
+                    && f.state.tier() == ti
+                    && f.state.counted_unlinked.load(Ordering::Acquire)
+            })
+            .map(|f| f.state.size.load(Ordering::Acquire))
+            .sum();
+        let reserved = self
+            .passthrough_reserved()
+            .get(ti as usize)
+            .copied()
+            .unwrap_or(0);
+        tier.used
+            .store(used + unlinked + reserved, Ordering::Relaxed);
+        let mut pl = self.placer();
+        for (ino, size) in placed {
+            pl.placed(ino, size, ti);
+        }
+        report
+    }
+
+    /// The node that held (tier, bino) when the tier vanished, if it is still in the index
+    /// at that place (its names dropped out while the tier was gone).
+    fn held_node(ns: &Namespace, held: &HashSet<Ino>, ti: u8, bino: u64) -> Option<Ino> {
+        let slot = *ns.slots.get(ti as usize)?;
+        let natural = ((slot as u64) << crate::namespace::SLOT_SHIFT) | bino;
+        [ns.remap.get(&(slot, bino)).copied(), Some(natural)]
+            .into_iter()
+            .flatten()
+            .find(|i| {
+                held.contains(i)
+                    && ns
+                        .files
+                        .get(i)
+                        .is_some_and(|f| f.tier == ti && f.bino == bino && f.names.is_empty())
+            })
+    }
+
+    /// The entries of directory `rel` on `tier` with their `lstat`, without kaiso's own
+    /// hidden names (temporary files, the orphan directory).
+    fn list_tier_dir(
+        &self,
+        tier: &Tier,
+        rel: &Path,
+    ) -> std::io::Result<Vec<(OsString, libc::stat)>> {
+        let mut out = Vec::new();
+        for ent in std::fs::read_dir(tier.path(rel))?.flatten() {
+            let name = ent.file_name();
+            if util::name_bytes(&name).starts_with(TEMP_PREFIX.as_bytes()) {
+                continue;
+            }
+            if let Ok(st) = util::lstat(&tier.path(&rel.join(&name))) {
+                out.push((name, st));
+            }
+        }
+        Ok(out)
     }
 }

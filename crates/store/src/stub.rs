@@ -226,6 +226,208 @@ impl crate::Store {
     }
 }
 
+/// Orders fetched data before the state that says it is present (power loss).
+///
+/// A fetched unit is written into a tier file's page cache, then the store's stub row
+/// (and later the migration's completion row) records it as present. Both databases
+/// commit without fsync; their rows become durable at the next fsync of their WAL or
+/// checkpoint. Should a row become durable before the bytes it vouches for, a power loss
+/// leaves a "complete" file full of zeros. So every such sync goes through
+/// [`FetchBarrier::sync_then`]: `syncfs(2)` of each tier that received fetched bytes
+/// since the last one (one call covers every file of the tier), then the store's WAL,
+/// then the caller's own sync, with fetch writes held back meanwhile. A fetch write
+/// holds [`FetchBarrier::write_guard`] from its data write through its row commit and
+/// marks its tier dirty in between, so no row reaches a WAL fsync ahead of its data.
+/// The store's database does not checkpoint by itself while this is in use (see
+/// `Store::fetch_barrier`): its checkpoints go through the barrier too.
+pub struct FetchBarrier {
+    /// Tier roots, by tier index.
+    tiers: Vec<std::path::PathBuf>,
+    /// The store database's WAL.
+    store_wal: std::path::PathBuf,
+    /// Per tier: dirty marks so far, and how many of them a completed `syncfs` covers.
+    marks: Mutex<Vec<(u64, u64)>>,
+    /// Shared: one fetch write and its row commit; exclusive: the syncs.
+    order: std::sync::RwLock<()>,
+    /// Store row commits of fetches since the last barrier (for a periodic checkpoint).
+    pub(crate) commits_since: std::sync::atomic::AtomicU64,
+    /// Taken by the one fetch that runs the periodic checkpoint; the others go on
+    /// fetching instead of each starting a `syncfs` of its own.
+    pub(crate) checkpoint_claim: std::sync::atomic::AtomicBool,
+    counts: BarrierCounts,
+}
+
+/// What the barrier did (tests, diagnostics, the cost figures).
+#[derive(Debug, Default)]
+pub struct BarrierCounts {
+    /// `syncfs` calls of tiers holding fetched bytes.
+    pub data_syncs: std::sync::atomic::AtomicU64,
+    /// State syncs (WAL fsyncs, checkpoints) that went through the barrier.
+    pub state_syncs: std::sync::atomic::AtomicU64,
+    /// State syncs made while some fetched bytes were not known durable (must stay 0).
+    pub unordered_state_syncs: std::sync::atomic::AtomicU64,
+    /// Nanoseconds spent in data syncs and, separately, with fetch writes held back.
+    pub data_sync_ns: std::sync::atomic::AtomicU64,
+    pub held_ns: std::sync::atomic::AtomicU64,
+}
+
+impl FetchBarrier {
+    pub(crate) fn new(tiers: Vec<std::path::PathBuf>, store_wal: std::path::PathBuf) -> Self {
+        let marks = Mutex::new(vec![(0, 0); tiers.len()]);
+        Self {
+            tiers,
+            store_wal,
+            marks,
+            order: std::sync::RwLock::new(()),
+            commits_since: std::sync::atomic::AtomicU64::new(0),
+            checkpoint_claim: std::sync::atomic::AtomicBool::new(false),
+            counts: BarrierCounts::default(),
+        }
+    }
+
+    pub(crate) fn matches(&self, tiers: &[std::path::PathBuf], wal: &Path) -> bool {
+        self.tiers == tiers && self.store_wal == wal
+    }
+
+    /// Held by a fetch from its data write through the commit of its row.
+    pub(crate) fn write_guard(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.order.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fetched bytes were written into tier `tier` (after the write, before the row).
+    pub(crate) fn mark_dirty(&self, tier: usize) {
+        let mut m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = m.get_mut(tier) {
+            t.0 += 1;
+        }
+    }
+
+    /// What this barrier did so far.
+    pub fn counts(&self) -> &BarrierCounts {
+        &self.counts
+    }
+
+    /// Dirty marks so far, summed over the tiers (to tell whether writes arrived).
+    fn dirty_marks(&self) -> u64 {
+        let m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(dirty, _)| dirty).sum()
+    }
+
+    /// `syncfs` of every tier with marks not yet covered; a failed one stays dirty.
+    fn sync_dirty(&self) -> std::io::Result<()> {
+        let todo: Vec<(usize, u64)> = {
+            let m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter()
+                .enumerate()
+                .filter(|(_, (dirty, synced))| dirty > synced)
+                .map(|(i, (dirty, _))| (i, *dirty))
+                .collect()
+        };
+        for (tier, upto) in todo {
+            let t = std::time::Instant::now();
+            syncfs(&self.tiers[tier])?;
+            self.counts.data_sync_ns.fetch_add(
+                t.elapsed().as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            self.counts
+                .data_syncs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+            m[tier].1 = m[tier].1.max(upto);
+        }
+        Ok(())
+    }
+
+    /// Makes every fetched byte written so far durable, then the store's WAL, then runs
+    /// `state_sync` (the caller's WAL fsync or checkpoint), with fetch writes held back
+    /// from the last data sync through `state_sync`. The bulk of the write-back is done
+    /// before fetches are held back, so they stop only for what was written meanwhile.
+    pub fn sync_then<T>(
+        &self,
+        state_sync: impl FnOnce() -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        if FETCH_ORDERING_OFF.load(std::sync::atomic::Ordering::Relaxed) {
+            return state_sync();
+        }
+        // Write back unlocked until a pass finds (almost) nothing new, so the pass with
+        // fetch writes held back covers only what arrived during the last one.
+        for _ in 0..3 {
+            let before = self.dirty_marks();
+            self.sync_dirty()?;
+            if self.dirty_marks() == before {
+                break;
+            }
+        }
+        let _held = self.order.write().unwrap_or_else(|e| e.into_inner());
+        let held = std::time::Instant::now();
+        let _count_held = Elapsed(held, &self.counts.held_ns);
+        self.sync_dirty()?;
+        let unordered = {
+            let m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+            m.iter().any(|(dirty, synced)| dirty > synced)
+        };
+        if unordered {
+            self.counts
+                .unordered_state_syncs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // The store's rows of those bytes before any other state that relies on them
+        // (a migration's completion row must never be durable without its store row).
+        match std::fs::File::open(&self.store_wal) {
+            Ok(w) => w.sync_data()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.commits_since
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.counts
+            .state_syncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state_sync()
+    }
+}
+
+/// Set by [`set_fetch_ordering`]`(false)`: barriers run the state sync alone.
+static FETCH_ORDERING_OFF: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the ordering of fetched data before state syncs off (`false`) or on again, in
+/// this process: only for measuring what the ordering costs (a benchmark's "before"
+/// run). Off, a power loss can leave rows saying present over bytes that never reached
+/// the disk.
+#[doc(hidden)]
+pub fn set_fetch_ordering(on: bool) {
+    FETCH_ORDERING_OFF.store(!on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Adds the time since `.0` to `.1` when dropped.
+struct Elapsed<'a>(std::time::Instant, &'a std::sync::atomic::AtomicU64);
+
+impl Drop for Elapsed<'_> {
+    fn drop(&mut self) {
+        self.1.fetch_add(
+            self.0.elapsed().as_nanos() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// Whether fetched data is ordered before state syncs (see [`set_fetch_ordering`]).
+pub(crate) fn fetch_ordering_on() -> bool {
+    !FETCH_ORDERING_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `syncfs(2)` of the file system holding `dir`.
+fn syncfs(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir)?;
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Removes `[start, end)` from a sorted, disjoint set of missing ranges; returns whether
 /// anything was removed.
 pub(crate) fn subtract(missing: &mut Vec<(u64, u64)>, start: u64, end: u64) -> bool {

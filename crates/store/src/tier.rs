@@ -5,7 +5,7 @@ use crate::config::TierConfig;
 use crate::emulate::Emulator;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Tier {
@@ -31,6 +31,32 @@ pub(crate) struct Tier {
     /// [`Tier::refresh_fs_room`]; `u64::MAX` before the first sample or when the file
     /// system cannot tell.
     fs_limit: AtomicU64,
+    /// The root directory's identity (device, inode) when last sampled; None while the
+    /// root is missing (see [`Tier::check_root`]).
+    root_id: Mutex<Option<(u64, u64)>>,
+    /// False while the root directory is missing: nothing is placed or moved there.
+    online: AtomicBool,
+}
+
+/// What [`Tier::check_root`] found since the previous sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootChange {
+    /// Same directory as before (or still missing).
+    Unchanged,
+    /// The root directory is gone (renamed away, its file system unmounted from under a
+    /// missing mountpoint directory).
+    Vanished,
+    /// A root directory is there again, or a different one now stands at the path (a
+    /// file system mounted or unmounted there): its tree must be looked at again.
+    Returned,
+}
+
+/// (device, inode) of the directory at `root`, following a symlink; None if there is no
+/// directory there now.
+fn root_identity(root: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(root).ok()?;
+    md.is_dir().then(|| (md.dev(), md.ino()))
 }
 
 impl Tier {
@@ -45,6 +71,7 @@ impl Tier {
             Some(_) => None,
             None => device_busy_ticks(&cfg.name, &cfg.path),
         });
+        let cfg_root = cfg.path.clone();
         Ok(Tier {
             root: cfg.path.clone(),
             cfg,
@@ -57,6 +84,8 @@ impl Tier {
             busy_snap: Mutex::new((0, 0)),
             last_busy: Mutex::new(0.0),
             fs_limit: AtomicU64::new(u64::MAX),
+            root_id: Mutex::new(root_identity(&cfg_root)),
+            online: AtomicBool::new(true),
         })
     }
 
@@ -99,15 +128,17 @@ impl Tier {
         self.capacity().saturating_sub(self.used())
     }
 
-    /// Whether `bytes` more fit below the hard capacity.
+    /// Whether `bytes` more fit below the hard capacity (never while the tier's root
+    /// directory is missing: new files and moves go to the other tiers).
     pub fn fits(&self, bytes: u64) -> bool {
-        self.used().saturating_add(bytes) <= self.capacity()
+        self.online() && self.used().saturating_add(bytes) <= self.capacity()
     }
 
     /// Whether `bytes` more fit below the high watermark (the placement threshold).
     pub fn fits_below_high(&self, bytes: u64) -> bool {
-        (self.used().saturating_add(bytes) as f64)
-            <= self.cfg.high_watermark * self.capacity() as f64
+        self.online()
+            && (self.used().saturating_add(bytes) as f64)
+                <= self.cfg.high_watermark * self.capacity() as f64
     }
 
     pub fn add_used(&self, delta: i64) {
@@ -120,6 +151,30 @@ impl Tier {
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
                     Some(u.saturating_sub(d))
                 });
+        }
+    }
+
+    /// Whether the root directory was there at the last [`Tier::check_root`].
+    pub fn online(&self) -> bool {
+        self.online.load(Ordering::Acquire)
+    }
+
+    /// Sample the root directory's presence and identity (one `stat`): the store calls
+    /// this every 100 ms. A root that vanished takes the tier offline; one that is back,
+    /// or replaced by another directory at the same path, brings it online again and
+    /// asks the caller to look at its tree again.
+    pub fn check_root(&self) -> RootChange {
+        let now = root_identity(&self.root);
+        let mut id = self.root_id.lock().unwrap_or_else(|e| e.into_inner());
+        if *id == now {
+            return RootChange::Unchanged;
+        }
+        *id = now;
+        self.online.store(now.is_some(), Ordering::Release);
+        if now.is_some() {
+            RootChange::Returned
+        } else {
+            RootChange::Vanished
         }
     }
 
@@ -361,6 +416,36 @@ mod tests {
             device: None,
         })
         .expect("tier")
+    }
+
+    #[test]
+    fn root_that_vanishes_takes_the_tier_offline_until_it_returns() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("t");
+        std::fs::create_dir(&root).unwrap();
+        let t = tier_at(&root, 1 << 30);
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        assert!(t.online() && t.fits(1) && t.fits_below_high(1));
+        let away = d.path().join("away");
+        std::fs::rename(&root, &away).unwrap();
+        assert_eq!(t.check_root(), RootChange::Vanished);
+        assert!(!t.online() && !t.fits(1) && !t.fits_below_high(1));
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        // The same directory back: online again, its tree to be merged.
+        std::fs::rename(&away, &root).unwrap();
+        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(t.online() && t.fits(1));
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        // Another directory at the same path (a file system mounted there): also a return.
+        std::fs::rename(&root, &away).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(t.online());
+        // A file is no tier root.
+        std::fs::remove_dir(&root).unwrap();
+        std::fs::write(&root, b"x").unwrap();
+        assert_eq!(t.check_root(), RootChange::Vanished);
+        assert!(!t.online());
     }
 
     #[test]

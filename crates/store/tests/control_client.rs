@@ -84,3 +84,153 @@ fn status_reports_the_planner_counters_under_mover() {
     let back: kaiso_store::StoreStatus = serde_json::from_value(old).unwrap();
     assert_eq!(back.mover.plans, 0);
 }
+
+/// Paths travel as strings when they are UTF-8 and as byte arrays when not; both forms
+/// are read back to the same path.
+#[test]
+fn paths_that_are_not_utf8_cross_the_protocol_as_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let latin = std::path::PathBuf::from(OsStr::from_bytes(b"caf\xe9/x\xff"));
+    let req = Request::Where {
+        path: latin.clone(),
+    };
+    let v = serde_json::to_value(&req).unwrap();
+    assert_eq!(
+        v["path"],
+        serde_json::json!(b"caf\xe9/x\xff".to_vec()),
+        "{v}"
+    );
+    assert_eq!(serde_json::from_value::<Request>(v).unwrap(), req);
+    let plain = Request::Unpin {
+        path: "a/b".into(),
+        recursive: true,
+    };
+    let v = serde_json::to_value(&plain).unwrap();
+    assert_eq!(v["path"], "a/b");
+    assert_eq!(serde_json::from_value::<Request>(v).unwrap(), plain);
+    // An older client's string form still parses.
+    let old = r#"{"op":"explain","path":"d/f"}"#;
+    assert_eq!(
+        serde_json::from_str::<Request>(old).unwrap(),
+        Request::Explain { path: "d/f".into() }
+    );
+}
+
+/// Over a real socket: where/explain/pin/unpin/move of a Latin-1 name, and errors that
+/// say what failed (audit2 #14a, #32).
+#[test]
+fn a_served_store_answers_for_names_that_are_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let t = TestStore::new(&["1MiB", "1MiB"]);
+    let name = OsStr::from_bytes(b"n\xe9e");
+    let s = t.s();
+    let d = s
+        .mkdir(
+            kaiso_store::ROOT_INO,
+            OsStr::new("d"),
+            0o755,
+            0,
+            kaiso_store::Caller::ROOT,
+        )
+        .unwrap()
+        .ino;
+    let (_, o) = s
+        .create(
+            d,
+            name,
+            0o644,
+            0,
+            libc::O_RDWR,
+            kaiso_store::Caller::ROOT,
+            false,
+        )
+        .unwrap();
+    assert_eq!(s.write(o.fh, 0, b"latin").unwrap(), 5);
+    s.release(o.fh).unwrap();
+    let rel = std::path::Path::new("d").join(name);
+    let on = |tier: usize| t.tier(tier).join(&rel).exists();
+    let sock = control::serve(t.s().clone()).unwrap();
+    let mut c = Client::connect(sock.parent().unwrap()).unwrap();
+    let v = c.call(&Request::Where { path: rel.clone() }).unwrap();
+    let p: kaiso_store::Placement = serde_json::from_value(v).unwrap();
+    assert_eq!(p.tiers, vec!["t0"]);
+    assert_eq!(
+        p.backing_path_raw(),
+        t.tier(0).join(&rel).as_os_str().as_bytes()
+    );
+    assert!(p.backing_path.contains('\u{fffd}'), "{p:?}");
+    let v = c
+        .call(&Request::Move {
+            path: rel.clone(),
+            direction: kaiso_store::Direction::Demote,
+            tier: None,
+            recursive: false,
+        })
+        .unwrap();
+    let job = v["job"].as_u64().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let p: kaiso_store::JobProgress =
+            serde_json::from_value(c.call(&Request::Job { id: job }).unwrap()).unwrap();
+        if p.finished {
+            assert_eq!((p.files_done, p.failed), (1, 0), "{p:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "move did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(on(1) && !on(0));
+    let v = c
+        .call(&Request::Pin {
+            path: "d".into(),
+            tier: Some("t1".into()),
+            recursive: true,
+        })
+        .unwrap();
+    assert_eq!(v["files"], 1);
+    let e: kaiso_store::Explanation =
+        serde_json::from_value(c.call(&Request::Explain { path: rel.clone() }).unwrap()).unwrap();
+    assert!(e.rule.contains("pinned to tier t1"), "{e:?}");
+    let v = c
+        .call(&Request::Unpin {
+            path: rel.clone(),
+            recursive: false,
+        })
+        .unwrap();
+    assert_eq!(v["files"], 1);
+
+    fn c_err(c: &mut Client, req: &Request) -> String {
+        c.call(req).unwrap_err().to_string()
+    }
+    let e = c_err(
+        &mut c,
+        &Request::Move {
+            path: rel.clone(),
+            direction: kaiso_store::Direction::Promote,
+            tier: Some("bogus".into()),
+            recursive: false,
+        },
+    );
+    assert_eq!(e, "unknown tier \"bogus\" (tiers: t0, t1)");
+    let e = c_err(
+        &mut c,
+        &Request::Pin {
+            path: "d".into(),
+            tier: None,
+            recursive: false,
+        },
+    );
+    assert_eq!(e, "is a directory: give -r to pin every file below it");
+    let e = c_err(
+        &mut c,
+        &Request::Where {
+            path: "nope".into(),
+        },
+    );
+    assert_eq!(e, "no such file or directory in the store");
+    let e = c_err(&mut c, &Request::Job { id: 999 });
+    assert!(e.contains("no job 999"), "{e}");
+    t.s().shutdown();
+}

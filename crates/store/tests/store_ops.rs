@@ -541,3 +541,33 @@ fn moves_race_with_writes_truncates_renames_and_links() {
         moves.load(Ordering::Relaxed)
     );
 }
+
+/// Operator requests fail with the errno a face would use and a message that says what
+/// is wrong (the caller names the path in front of it).
+#[test]
+fn operator_errors_carry_errno_and_words() {
+    let t = TestStore::new(&["1MiB", "1MiB"]);
+    t.put("d/f", b"x");
+    let s = t.s().clone();
+    let e = s.where_is("d/nope".as_ref()).unwrap_err();
+    assert_eq!(
+        (e.errno, e.message.as_str()),
+        (FsError::NOENT, "no such file or directory in the store")
+    );
+    let e = s
+        .start_move("d".as_ref(), kaiso_store::Direction::Demote, None, false)
+        .unwrap_err();
+    assert_eq!(e.errno, FsError::ISDIR);
+    assert_eq!(
+        e.to_string(),
+        "is a directory: give -r to demote every file below it"
+    );
+    // A bad tier is reported even when the path is fine, and nothing is pinned.
+    let e = s.pin("d/f".as_ref(), Some("ssd"), false).unwrap_err();
+    assert_eq!(e.errno, FsError::INVAL);
+    assert_eq!(e.message, "unknown tier \"ssd\" (tiers: t0, t1)");
+    assert!(s.where_is("d/f".as_ref()).unwrap().pinned.is_none());
+    assert_eq!(FsError::from(e), FsError::INVAL);
+    let e = s.unpin("d".as_ref(), false).unwrap_err();
+    assert!(e.message.contains("-r to unpin"), "{e}");
+}

@@ -297,6 +297,9 @@ fn finish(a: FinishArgs) -> anyhow::Result<()> {
             r.deleted_by_clients,
             r.skipped.len()
         );
+        for f in &r.refetched {
+            println!("  fetched again (its copy differed from the source): {f}");
+        }
         for s in &r.skipped {
             println!("  skipped {} [{}] {}", s.path, s.kind, s.reason);
         }

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use kaiso_store::{Store, StoreConfig, TierConfig};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -55,6 +56,10 @@ pub struct AdoptArgs {
     /// Faster tiers to put in front of DIR in a new configuration: NAME=PATH:SIZE (repeat).
     #[arg(long = "faster", value_name = "NAME=PATH:SIZE")]
     pub faster: Vec<String>,
+    /// Adopt even when paths in DIR also exist on another tier: kaiso then keeps the
+    /// faster tier's copy visible and renames DIR's to `NAME.kaiso-conflict-TIER`.
+    #[arg(long)]
+    pub rename_conflicts: bool,
 }
 
 #[derive(clap::Args)]
@@ -87,6 +92,25 @@ pub(crate) fn load_config(p: &Path) -> anyhow::Result<StoreConfig> {
     Ok(StoreConfig::from_toml_file(p)?)
 }
 
+/// How long a mount waits for the store's lock: `fusermount3 -u` returns before the
+/// previous daemon has closed its store (about a second), so an immediate remount would
+/// otherwise fail with "in use".
+const PREVIOUS_DAEMON_EXIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+fn open_waiting_for_previous_daemon(
+    cfg: kaiso_store::StoreConfig,
+) -> anyhow::Result<std::sync::Arc<Store>> {
+    let deadline = std::time::Instant::now() + PREVIOUS_DAEMON_EXIT;
+    loop {
+        match Store::open(cfg.clone()) {
+            Err(kaiso_store::OpenError::Busy(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     let cfg = load_config(&a.config)?;
     super::migrate::refuse_if_migrating(
@@ -97,7 +121,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     kaiso_fuse::preflight(&a.mountpoint)?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
-    let store = Store::open(cfg)?;
+    let store = open_waiting_for_previous_daemon(cfg)?;
     let _background = store.start_background();
     let sock =
         kaiso_store::control::serve(store.clone()).context("cannot start the control socket")?;
@@ -167,92 +191,316 @@ fn tier_for(name: &str, path: &Path, capacity: Option<&str>) -> anyhow::Result<T
     })
 }
 
-pub fn adopt(a: AdoptArgs) -> anyhow::Result<()> {
-    if !a.dir.is_dir() {
-        bail!("{} is not a directory", a.dir.display());
+/// Directories `adopt` created, removed again when it fails (deepest first; only while
+/// still empty, so nothing anyone put there is lost).
+#[derive(Default)]
+struct CreatedDirs(Vec<PathBuf>);
+
+impl CreatedDirs {
+    /// `create_dir_all`, remembering every directory it made.
+    fn create(&mut self, p: &Path) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut cur = Some(p);
+        while let Some(c) = cur {
+            if c.as_os_str().is_empty() || c.exists() {
+                break;
+            }
+            missing.push(c.to_path_buf());
+            cur = c.parent();
+        }
+        std::fs::create_dir_all(p)?;
+        self.0.extend(missing.into_iter().rev());
+        Ok(())
     }
-    let name = a.name.clone().unwrap_or_else(|| {
-        a.dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "adopted".into())
-    });
-    let tier = tier_for(&name, &a.dir, a.capacity.as_deref())?;
-    let mut cfg = if a.config.exists() {
+
+    fn remove(&mut self) {
+        for d in self.0.drain(..).rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The new configuration text, and the directories made for it (faster tiers').
+fn adopt_text(a: &AdoptArgs, tier: &TierConfig, made: &mut CreatedDirs) -> anyhow::Result<String> {
+    if a.config.exists() {
         if !a.faster.is_empty() || a.state_dir.is_some() {
             bail!(
                 "{} exists: --faster/--state-dir only apply when creating a configuration",
                 a.config.display()
             );
         }
-        load_config(&a.config)?
-    } else {
-        let stem = a
-            .config
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "kaiso".into());
-        let base = a
-            .config
+        let cfg = load_config(&a.config)?;
+        if let Some(t) = cfg.tiers.iter().find(|t| t.name == tier.name) {
+            bail!(
+                "{} already has a tier named {} ({}): give --name",
+                a.config.display(),
+                t.name,
+                t.path.display()
+            );
+        }
+        // Appended as it is, so the operator's comments and layout stay.
+        let old = std::fs::read_to_string(&a.config)
+            .with_context(|| format!("cannot read {}", a.config.display()))?;
+        let sep = if old.ends_with('\n') || old.is_empty() {
+            "\n"
+        } else {
+            "\n\n"
+        };
+        return Ok(format!("{old}{sep}{}", tier.to_toml()));
+    }
+    let stem = a
+        .config
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "kaiso".into());
+    let base = a
+        .config
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let state_dir = std::path::absolute(
+        a.state_dir
+            .clone()
+            .unwrap_or_else(|| base.join(format!("{stem}.state"))),
+    )?;
+    let mut text = format!(
+        "[store]\nstate_dir = {}\n",
+        kaiso_store::config::toml_quote(state_dir.to_str().ok_or_else(|| anyhow::anyhow!(
+            "state directory {}: a configuration path must be UTF-8",
+            state_dir.display()
+        ))?)
+    );
+    for f in &a.faster {
+        let bad = || anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE");
+        let (n, rest) = f.split_once('=').ok_or_else(bad)?;
+        let (p, size) = rest.rsplit_once(':').ok_or_else(bad)?;
+        made.create(Path::new(p))
+            .with_context(|| format!("tier {n}: {p}"))?;
+        text.push('\n');
+        text.push_str(&tier_for(n, Path::new(p), Some(size))?.to_toml());
+    }
+    text.push('\n');
+    text.push_str(&tier.to_toml());
+    Ok(text)
+}
+
+/// Paths under `dir` that another tier also has (other than a directory on both), which
+/// the store's scan would resolve by renaming the slower copy: how many, and the first
+/// with the tier that has it.
+fn conflicts(
+    dir: &Path,
+    others: &[TierConfig],
+) -> anyhow::Result<(u64, Option<(PathBuf, String)>)> {
+    let mut n = 0;
+    let mut first = None;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let here = dir.join(&rel);
+        let entries =
+            std::fs::read_dir(&here).with_context(|| format!("cannot list {}", here.display()))?;
+        for e in entries {
+            let e = e.with_context(|| format!("cannot list {}", here.display()))?;
+            let name = e.file_name();
+            if name.as_encoded_bytes().starts_with(b".kaiso-tmp") {
+                continue;
+            }
+            let rel = rel.join(&name);
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            for t in others {
+                let Ok(md) = std::fs::symlink_metadata(t.path.join(&rel)) else {
+                    continue;
+                };
+                if !(is_dir && md.is_dir()) {
+                    n += 1;
+                    first.get_or_insert_with(|| (rel.clone(), t.name.clone()));
+                    break;
+                }
+            }
+            if is_dir {
+                stack.push(rel);
+            }
+        }
+    }
+    Ok((n, first))
+}
+
+/// Replaces `path` by `text` atomically: a temporary file next to it (mode of the old
+/// file), fsynced, renamed over it, and the directory fsynced.
+struct PendingConfig {
+    tmp: PathBuf,
+    path: PathBuf,
+    /// Renamed into place: nothing left to remove.
+    committed: bool,
+}
+
+impl PendingConfig {
+    fn write(path: &Path, text: &str) -> anyhow::Result<PendingConfig> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        // A configuration reached through a symlink is replaced where it really is.
+        let real = std::fs::canonicalize(path).ok();
+        let path = real.as_deref().unwrap_or(path);
+        let name = path
+            .file_name()
+            .ok_or_else(|| anyhow::anyhow!("{}: not a file name", path.display()))?;
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(".adopt-tmp");
+        let tmp = path.with_file_name(tmp_name);
+        let mode = std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0o644);
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(mode)
+                .open(&tmp)?;
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            bail!("cannot write {}: {e}", tmp.display());
+        }
+        Ok(PendingConfig {
+            tmp,
+            path: path.to_path_buf(),
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> anyhow::Result<()> {
+        std::fs::rename(&self.tmp, &self.path).with_context(|| {
+            format!(
+                "cannot rename {} to {}",
+                self.tmp.display(),
+                self.path.display()
+            )
+        })?;
+        self.committed = true;
+        let dir = self
+            .path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let state_dir = a
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| base.join(format!("{stem}.state")));
-        std::fs::create_dir_all(&state_dir)
-            .with_context(|| format!("state directory {}", state_dir.display()))?;
-        let mut cfg = StoreConfig::from_toml_str(
-            &format!(
-                "[store]\nstate_dir = {:?}\n[[tier]]\nname = \"x\"\npath = \"/\"\ncapacity = 1\n",
-                std::fs::canonicalize(&state_dir)?.display().to_string()
-            ),
-            "adopt",
-        )?;
-        cfg.tiers.clear();
-        for f in &a.faster {
-            let (n, rest) = f
-                .split_once('=')
-                .ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
-            let (p, size) = rest
-                .rsplit_once(':')
-                .ok_or_else(|| anyhow::anyhow!("--faster {f:?}: expected NAME=PATH:SIZE"))?;
-            std::fs::create_dir_all(p).with_context(|| format!("tier {n}: {p}"))?;
-            cfg.tiers.push(tier_for(n, Path::new(p), Some(size))?);
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync {}", dir.display()))?;
+        Ok(())
+    }
+}
+
+impl Drop for PendingConfig {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
         }
-        cfg
-    };
-    if cfg
-        .tiers
-        .iter()
-        .any(|t| t.path == tier.path || t.name == tier.name)
-    {
+    }
+}
+
+/// `kaiso adopt`: everything is checked and the store opened (which indexes DIR) with
+/// the new configuration before the configuration file is replaced, atomically, as the
+/// last step; on any failure the file is left exactly as it was.
+pub fn adopt(a: AdoptArgs) -> anyhow::Result<()> {
+    let mut made = CreatedDirs::default();
+    let r = adopt_checked(&a, &mut made);
+    if r.is_err() {
+        made.remove();
+    }
+    r
+}
+
+fn adopt_checked(a: &AdoptArgs, made: &mut CreatedDirs) -> anyhow::Result<()> {
+    if !a.dir.is_dir() {
+        bail!("{} is not a directory", a.dir.display());
+    }
+    let name = a.name.clone().unwrap_or_else(|| {
+        std::fs::canonicalize(&a.dir)
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "adopted".into())
+    });
+    let tier = tier_for(&name, &a.dir, a.capacity.as_deref())?;
+    if tier.path.to_str().is_none() {
         bail!(
-            "{} (tier {}) is already a tier of {}",
-            tier.path.display(),
-            tier.name,
-            a.config.display()
+            "{}: a tier path must be UTF-8 to be written in a TOML configuration",
+            tier.path.display()
         );
     }
-    cfg.tiers.push(tier);
-    // Validate by round-tripping through the parser before writing anything.
-    let text = cfg.to_toml();
-    StoreConfig::from_toml_str(&text, &a.config.display().to_string())?;
-    let tmp = a.config.with_extension("toml.tmp");
-    std::fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &a.config)?;
-    let cfg = load_config(&a.config)?;
-    let store = Store::open(cfg)?;
-    let report = store.fsck()?;
+    let text = adopt_text(a, &tier, made)?;
+    let unchanged = || {
+        if a.config.exists() {
+            format!("{} is unchanged", a.config.display())
+        } else {
+            format!("{} was not created", a.config.display())
+        }
+    };
+    // Validated as the file it will be (paths relative to its directory; tiers distinct).
+    let cfg = StoreConfig::from_toml_text(&text, &a.config).map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (in the configuration adopt would write; {})",
+            unchanged()
+        )
+    })?;
+    if kaiso_store::control::Client::connect(&cfg.state_dir).is_ok() {
+        bail!(
+            "the store of {} is in use by a running kaiso process (its control socket {} answers): unmount it first; {}",
+            a.config.display(),
+            kaiso_store::control::socket_path(&cfg.state_dir).display(),
+            unchanged()
+        );
+    }
+    super::migrate::refuse_if_migrating(&cfg.state_dir, &a.config, "--mount MOUNTPOINT")?;
+    if !a.rename_conflicts {
+        let others = &cfg.tiers[..cfg.tiers.len() - 1];
+        let (n, first) = conflicts(&tier.path, others)?;
+        if let Some((rel, other)) = first {
+            bail!(
+                "{n} paths in {} also exist on tier {other} (first: {}): the store would rename {}'s copies to NAME.kaiso-conflict-{}; move them first or give --rename-conflicts; {}",
+                a.dir.display(),
+                rel.display(),
+                a.dir.display(),
+                tier.name,
+                unchanged()
+            );
+        }
+    }
+    let state_existed = cfg.state_dir.exists();
+    let pending = PendingConfig::write(&a.config, &text)?;
+    let store = match Store::open(cfg.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            if !state_existed {
+                let _ = std::fs::remove_dir_all(&cfg.state_dir);
+            }
+            bail!("{e}; {}", unchanged());
+        }
+    };
+    let report = store.fsck();
+    let committed = match &report {
+        Ok(_) => pending.commit(),
+        Err(_) => Ok(()),
+    };
     store.shutdown();
+    drop(store);
+    let report = report
+        .map_err(|e| anyhow::anyhow!("indexing {}: {e}; {}", a.dir.display(), unchanged()))?;
+    committed?;
     println!(
-        "kaiso: adopted {} as tier {name} in {} ({} files, {} directories indexed; nothing copied)",
+        "kaiso: adopted {} as tier {name} in {} (nothing copied; the store now indexes {} files, {} directories)",
         a.dir.display(),
         a.config.display(),
         report.files_seen,
         report.dirs_seen
     );
+    if report.conflicts > 0 {
+        println!(
+            "kaiso: {} paths were on two tiers: the slower copies were renamed NAME.kaiso-conflict-TIER",
+            report.conflicts
+        );
+    }
     println!(
         "mount it with: kaiso mount {} MOUNTPOINT",
         a.config.display()

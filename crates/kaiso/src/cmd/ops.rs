@@ -4,10 +4,17 @@
 //! the state directory is found from the mount's source name (`kaiso:<state_dir>` in
 //! /proc/self/mountinfo) or from `--config`. Without a running mount, `--config` opens the
 //! store in this process (moves then run here, with the same code).
+//!
+//! Paths are bytes end to end (a name need not be UTF-8): the control protocol carries
+//! them as such, text output prints them as they are, and JSON output shows a lossy
+//! string plus the exact bytes where they differ (`backing_path_bytes`).
 
 use anyhow::{Context, bail};
 use kaiso_store::control::{Client, Request};
 use kaiso_store::{Direction, Store};
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +23,9 @@ use std::time::Duration;
 pub struct StatusArgs {
     /// Store configuration (TOML); default: every mounted kaiso store.
     pub config: Option<PathBuf>,
+    /// The same as CONFIG (every other operator command takes `--config`).
+    #[arg(long = "config", value_name = "CONFIG", conflicts_with = "config")]
+    pub config_flag: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -65,44 +75,51 @@ struct KaisoMount {
 }
 
 fn kaiso_mounts() -> Vec<KaisoMount> {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+    // Bytes, not text: a mount point's name need not be UTF-8.
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
         return Vec::new();
     };
-    info.lines()
+    info.split(|b| *b == b'\n')
         .filter_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            let mut post = post.split(' ');
+            let sep = l.windows(3).position(|w| w == b" - ")?;
+            let (pre, post) = (&l[..sep], &l[sep + 3..]);
+            let mut post = post.split(|b| *b == b' ');
             let fstype = post.next()?;
             let source = post.next()?;
-            if !fstype.starts_with("fuse") || !source.starts_with("kaiso:") {
+            if !fstype.starts_with(b"fuse") || !source.starts_with(b"kaiso:") {
                 return None;
             }
-            let mp = pre.split(' ').nth(4)?;
+            let mp = pre.split(|b| *b == b' ').nth(4)?;
             Some(KaisoMount {
-                mountpoint: PathBuf::from(unescape(mp)),
-                state_dir: PathBuf::from(unescape(source.strip_prefix("kaiso:")?)),
+                mountpoint: unescape(mp),
+                state_dir: unescape(&source[b"kaiso:".len()..]),
             })
         })
         .collect()
 }
 
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
+/// Decodes mountinfo's octal escapes (`\040` for a space, …) into the path's bytes.
+fn unescape(s: &[u8]) -> PathBuf {
+    let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
-    let b = s.as_bytes();
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
+    while i < s.len() {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            out.push(v as char);
-            i += 4;
-            continue;
+            let v = s[i + 1..i + 4]
+                .iter()
+                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
+            if let Ok(v) = u8::try_from(v) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
         }
-        out.push(b[i] as char);
+        out.push(s[i]);
         i += 1;
     }
-    out
+    PathBuf::from(OsString::from_vec(out))
 }
 
 /// Where requests go: a running daemon, or a store opened here.
@@ -150,7 +167,13 @@ pub(crate) fn resolve(path: &Path, config: Option<&Path>) -> anyhow::Result<(Tar
         };
     }
     let abs = std::path::absolute(path)?;
-    let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
+    // Resolve symlinks above the named entry only: `where LINK` describes the link.
+    let abs = match (abs.parent(), abs.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or(abs.clone()),
+        _ => std::fs::canonicalize(&abs).unwrap_or(abs),
+    };
     let best = kaiso_mounts()
         .into_iter()
         .filter(|m| abs.starts_with(&m.mountpoint))
@@ -163,6 +186,23 @@ pub(crate) fn resolve(path: &Path, config: Option<&Path>) -> anyhow::Result<(Tar
     };
     let rel = abs.strip_prefix(&m.mountpoint)?.to_path_buf();
     Ok((Target::Remote(connect(&m.state_dir)?), rel))
+}
+
+/// Sends a request about the operator's PATH; an error names that path first, in one line.
+fn call_for(t: &mut Target, path: &Path, req: Request) -> anyhow::Result<serde_json::Value> {
+    t.call(req)
+        .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+}
+
+/// Prints byte strings as one line (paths exactly as they are, like `find`).
+fn print_bytes(parts: &[&[u8]]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for p in parts {
+        out.write_all(p)?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
 }
 
 fn human(b: u64) -> String {
@@ -218,7 +258,7 @@ fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
 
 pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     let mut targets: Vec<(String, Target)> = Vec::new();
-    match &a.config {
+    match a.config.as_ref().or(a.config_flag.as_ref()) {
         Some(c) => {
             let (t, _) = resolve(Path::new(""), Some(c))?;
             targets.push((c.display().to_string(), t));
@@ -249,41 +289,46 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
 
 pub fn where_is(a: PathArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Where { path: rel })?;
+    let v = call_for(&mut t, &a.path, Request::Where { path: rel })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let p: kaiso_store::Placement = serde_json::from_value(v)?;
-    println!(
-        "{}: {} on tier {} ({}){}",
-        a.path.display(),
-        p.kind,
-        p.tiers.join(","),
-        p.backing_path,
+    let tail = format!(
+        "){}",
         p.pinned
+            .as_ref()
             .map(|t| format!(", pinned to {t}"))
             .unwrap_or_default()
     );
-    Ok(())
+    print_bytes(&[
+        a.path.as_os_str().as_bytes(),
+        format!(": {} on tier {} (", p.kind, p.tiers.join(",")).as_bytes(),
+        p.backing_path_raw(),
+        tail.as_bytes(),
+    ])
 }
 
 pub fn explain(a: PathArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Explain { path: rel })?;
+    let v = call_for(&mut t, &a.path, Request::Explain { path: rel })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     let e: kaiso_store::Explanation = serde_json::from_value(v)?;
-    println!(
-        "{}: {} on tier {} ({}, {} bytes)",
-        a.path.display(),
-        e.placement.kind,
-        e.placement.tiers.join(","),
-        e.placement.backing_path,
-        e.placement.size
-    );
+    print_bytes(&[
+        a.path.as_os_str().as_bytes(),
+        format!(
+            ": {} on tier {} (",
+            e.placement.kind,
+            e.placement.tiers.join(",")
+        )
+        .as_bytes(),
+        e.placement.backing_path_raw(),
+        format!(", {} bytes)", e.placement.size).as_bytes(),
+    ])?;
     println!("  rule:   {}", e.rule);
     println!("  policy: {}", e.policy);
     Ok(())
@@ -291,6 +336,9 @@ pub fn explain(a: PathArgs) -> anyhow::Result<()> {
 
 /// Follow a job with a progress bar (bytes, ETA) until it finishes.
 fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    // On a terminal a bar; otherwise (logs, pipes, cron) a plain line a second.
+    let tty = std::io::stderr().is_terminal();
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -299,12 +347,18 @@ fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
         .progress_chars("=> "),
     );
+    let start = std::time::Instant::now();
+    let mut last_line: Option<std::time::Instant> = None;
     loop {
         let p: kaiso_store::JobProgress =
             serde_json::from_value(t.call(Request::Job { id: job })?)?;
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
         bar.set_message(format!("{what} {}/{} files", p.files_done, p.files_total));
+        if !tty && (p.finished || last_line.is_none_or(|l| l.elapsed() >= Duration::from_secs(1))) {
+            eprintln!("{}", progress_line(what, &p, start.elapsed()));
+            last_line = Some(std::time::Instant::now());
+        }
         if p.finished {
             bar.finish();
             if p.failed > 0 {
@@ -321,13 +375,43 @@ fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// One progress line: files, bytes, rate so far and the time left at that rate.
+fn progress_line(what: &str, p: &kaiso_store::JobProgress, elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    let rate = if secs > 0.0 {
+        p.bytes_done as f64 / secs
+    } else {
+        0.0
+    };
+    let left = p.bytes_total.saturating_sub(p.bytes_done);
+    let eta = if p.finished {
+        "done".to_string()
+    } else if rate > 0.0 {
+        format!("ETA {:.0} s", left as f64 / rate)
+    } else {
+        "ETA unknown".to_string()
+    };
+    format!(
+        "{what} {}/{} files, {}/{}, {}/s, {eta}",
+        p.files_done,
+        p.files_total,
+        human(p.bytes_done),
+        human(p.bytes_total),
+        human(rate as u64)
+    )
+}
+
 pub fn pin(a: PinArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Pin {
-        path: rel,
-        tier: a.tier.clone(),
-        recursive: a.recursive,
-    })?;
+    let v = call_for(
+        &mut t,
+        &a.path,
+        Request::Pin {
+            path: rel,
+            tier: a.tier.clone(),
+            recursive: a.recursive,
+        },
+    )?;
     println!("pinned {} files", v["files"]);
     if let Some(job) = v["job"].as_u64() {
         follow(&mut t, job, "moving to the pin tier")?;
@@ -337,22 +421,30 @@ pub fn pin(a: PinArgs) -> anyhow::Result<()> {
 
 pub fn unpin(a: MoveArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Unpin {
-        path: rel,
-        recursive: a.recursive,
-    })?;
+    let v = call_for(
+        &mut t,
+        &a.path,
+        Request::Unpin {
+            path: rel,
+            recursive: a.recursive,
+        },
+    )?;
     println!("unpinned {} files", v["files"]);
     Ok(())
 }
 
 fn start_move(a: MoveArgs, direction: Direction) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
-    let v = t.call(Request::Move {
-        path: rel,
-        direction,
-        tier: a.tier.clone(),
-        recursive: a.recursive,
-    })?;
+    let v = call_for(
+        &mut t,
+        &a.path,
+        Request::Move {
+            path: rel,
+            direction,
+            tier: a.tier.clone(),
+            recursive: a.recursive,
+        },
+    )?;
     let job = v["job"]
         .as_u64()
         .ok_or_else(|| anyhow::anyhow!("no job id in reply"))?;
@@ -377,4 +469,43 @@ pub fn promote(a: MoveArgs) -> anyhow::Result<()> {
 
 pub fn demote(a: MoveArgs) -> anyhow::Result<()> {
     start_move(a, Direction::Demote)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_give_counts_rate_and_eta() {
+        let mut p = kaiso_store::JobProgress {
+            files_total: 4,
+            files_done: 1,
+            bytes_total: 4 << 20,
+            bytes_done: 1 << 20,
+            ..Default::default()
+        };
+        let l = progress_line("demoting", &p, Duration::from_secs(2));
+        assert_eq!(
+            l,
+            "demoting 1/4 files, 1.0 MiB/4.0 MiB, 512.0 KiB/s, ETA 6 s"
+        );
+        p.bytes_done = 0;
+        assert!(progress_line("x", &p, Duration::ZERO).ends_with("ETA unknown"));
+        p.finished = true;
+        assert!(progress_line("x", &p, Duration::from_secs(1)).ends_with(", done"));
+    }
+
+    #[test]
+    fn mountinfo_escapes_decode_to_the_path_bytes() {
+        assert_eq!(
+            unescape(b"/mnt/my\\040data\\134x"),
+            PathBuf::from("/mnt/my data\\x")
+        );
+        // Bytes that are not UTF-8 come through raw, escapes that are not octal stay.
+        assert_eq!(
+            unescape(b"/mnt/caf\xe9\\9zz").as_os_str().as_bytes(),
+            b"/mnt/caf\xe9\\9zz"
+        );
+        assert_eq!(unescape(b"tail\\04").as_os_str().as_bytes(), b"tail\\04");
+    }
 }

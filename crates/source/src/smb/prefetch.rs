@@ -115,13 +115,6 @@ impl Prefetch {
         self.done.notify_all();
     }
 
-    /// Whether `path` has an answer waiting that `pick` looks at (without taking it).
-    pub fn has(&self, path: &SourcePath, pick: impl FnOnce(&Fetched) -> bool) -> bool {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(path)
-            .is_some_and(|(at, f)| at.elapsed() < TTL && pick(f))
-    }
-
     /// Waits (at most `limit`) while `path` is being fetched ahead, so a call does not
     /// ask the server a second time for what is already on its way.
     pub fn wait_for(&self, path: &SourcePath, limit: Duration) {
@@ -252,7 +245,8 @@ mod tests {
                 ..Fetched::default()
             },
         );
-        assert!(cache.has(&path, |f| f.xattrs.is_some() && f.streams.is_some()));
+        assert!(cache.take(&path, |f| f.streams.take()).is_some());
+        assert!(cache.take(&path, |f| f.xattrs.take()).is_some());
         assert!(!cache.claim(&path, true), "background job fetched it again");
         assert!(cache.claim(&path, false), "a call may always ask again");
         cache.finish(&path, Fetched::default());

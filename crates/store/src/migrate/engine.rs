@@ -103,6 +103,66 @@ fn on_crawler_thread() -> bool {
     CRAWLER_THREAD.with(|c| c.get())
 }
 
+/// How [`Migration::open`] is given the store: a `&Arc<Store>` lets it recount in the
+/// background after an unclean stop (the share serves meanwhile); a plain `&Store`
+/// recounts before `open` returns.
+pub trait StoreHandle {
+    fn store(&self) -> &Store;
+    /// The store as shared, when it is.
+    fn shared(&self) -> Option<Arc<Store>>;
+}
+
+impl StoreHandle for Store {
+    fn store(&self) -> &Store {
+        self
+    }
+    fn shared(&self) -> Option<Arc<Store>> {
+        None
+    }
+}
+
+impl StoreHandle for Arc<Store> {
+    fn store(&self) -> &Store {
+        self
+    }
+    fn shared(&self) -> Option<Arc<Store>> {
+        Some(self.clone())
+    }
+}
+
+/// The background recount after an unclean stop (see [`Migration::open`]).
+#[derive(Default)]
+struct Recount {
+    running: Mutex<bool>,
+    ended: Condvar,
+    /// Asked to stop (a clean close): the counter stays unrecounted, `clean` stays 0.
+    abort: AtomicBool,
+    /// The last recount ran to its end.
+    completed: AtomicBool,
+}
+
+/// Names of migrations whose background recount waits until released (tests).
+static HELD_RECOUNTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Makes the background recount of migration `name` wait (`true`) until released
+/// (`false`): tests of serving while the recount runs.
+#[doc(hidden)]
+pub fn hold_recount(name: &str, held: bool) {
+    let mut h = HELD_RECOUNTS.lock().unwrap_or_else(|e| e.into_inner());
+    h.retain(|n| n != name);
+    if held {
+        h.push(name.to_string());
+    }
+}
+
+fn recount_held(name: &str) -> bool {
+    HELD_RECOUNTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|n| n == name)
+}
+
 /// One migrated share: its source, its state database and its counters.
 pub struct Migration {
     pub(crate) cfg: MigrationConfig,
@@ -118,8 +178,10 @@ pub struct Migration {
     throttle_limit: AtomicU64,
     /// Set by a running crawler: tells it about client renames.
     pub(crate) rename_hook: Mutex<Option<RenameHook>>,
-    /// The last stop was unclean: the counter was recomputed at open.
+    /// The last stop was unclean: the counter is recomputed (at open, or in the
+    /// background after it).
     recounted: AtomicBool,
+    recount: Recount,
     /// Source attributes a read of the file returned for free (NFS post-op attributes),
     /// by store inode: used by `complete` instead of another `stat` round trip.
     after_read: Mutex<HashMap<Ino, (SourcePath, SourceAttr)>>,
@@ -228,11 +290,18 @@ impl Migration {
     /// store directory `cfg.target` (created if missing). A new migration starts with a
     /// single dummy: the target directory. After an unclean stop the remaining-stub
     /// counter is recomputed. Does not register the filler (see [`Migrations`]).
+    ///
+    /// The recount after an unclean stop visits every stub row (O(tree)); given the store
+    /// as `&Arc<Store>` it runs in the background after `open` returns, so the share
+    /// serves at once: [`Migration::recounting`] tells, [`Migration::remaining`] and
+    /// [`Migration::reconcile`] (so `finish` and the crawl's end) wait for it.
     pub fn open(
-        store: &Store,
+        store: &(impl StoreHandle + ?Sized),
         source: Box<dyn Source>,
         cfg: MigrationConfig,
     ) -> Result<Arc<Self>, String> {
+        let shared = store.shared();
+        let store = store.store();
         if cfg.unit_size == 0 || cfg.crawl_workers == 0 {
             return Err("unit_size and crawl_workers must be > 0".into());
         }
@@ -246,6 +315,7 @@ impl Migration {
         let db =
             MigrationDb::open(&dir.join(DB_FILE)).map_err(|e| format!("{}: {e}", dir.display()))?;
         let described = source.describe();
+        let identity = source.identity();
         let cfg_workers = cfg.crawl_workers;
         let fresh = db.meta("source").map_err(|e| e.to_string())?.is_none();
         let target = ensure_target(store, &cfg.target).and_then(|ino| match fresh {
@@ -284,9 +354,11 @@ impl Migration {
             paused: AtomicBool::new(false),
             rename_hook: Mutex::new(None),
             recounted: AtomicBool::new(false),
+            recount: Recount::default(),
             after_read: Mutex::new(HashMap::new()),
             buffers: BufferPool::new(cfg_workers + 2),
         });
+        m.db.set_barrier(store.fetch_barrier());
         let e = |e: std::io::Error| e.to_string();
         match m.db.meta("source").map_err(e)? {
             None => {
@@ -322,27 +394,157 @@ impl Migration {
                         },
                     )
                     .map_err(|er| format!("mark target unlisted: {er:?}"))?;
+                if let Some(id) = &identity {
+                    m.db.set_meta(SOURCE_IDENTITY, id).map_err(e)?;
+                }
                 m.db.set_meta("source", &described).map_err(e)?;
                 m.db.set_meta("started", &now_secs().to_string())
                     .map_err(e)?;
             }
             Some(prev) if prev != described => {
-                return Err(format!(
-                    "migration {:?} was started from {prev}, not {described}",
-                    m.cfg.name
-                ));
+                // The same source under a new address (the old server renamed, a mount
+                // moved) is accepted on its identity; anything else is refused.
+                let recorded = m.db.meta(SOURCE_IDENTITY).map_err(e)?;
+                match (&recorded, &identity) {
+                    (Some(was), Some(now)) if was == now => {
+                        tracing::warn!(
+                            migration = %m.cfg.name,
+                            from = %prev,
+                            to = %described,
+                            identity = %now,
+                            "source re-pointed: same identity under a new address"
+                        );
+                        m.db.set_meta("source", &described).map_err(e)?;
+                    }
+                    _ => {
+                        let shown = |id: &Option<String>| id.clone().unwrap_or("unknown".into());
+                        return Err(format!(
+                            "migration {:?} was started from {prev} (identity {}), not {described} (identity {}): a share follows its source to a new address only when both identities are known and equal",
+                            m.cfg.name,
+                            shown(&recorded),
+                            shown(&identity)
+                        ));
+                    }
+                }
             }
-            Some(_) => {}
+            Some(_) => {
+                // A share started before identities were recorded learns it now.
+                if let Some(id) = &identity
+                    && m.db.meta(SOURCE_IDENTITY).map_err(e)?.is_none()
+                {
+                    m.db.set_meta(SOURCE_IDENTITY, id).map_err(e)?;
+                }
+            }
         }
-        if m.db.meta("clean").map_err(e)?.as_deref() != Some("1") {
-            let n = m
-                .reconcile_inner(store, true)
-                .map_err(|er| format!("recount after unclean stop: {er:?}"))?;
-            tracing::warn!(migration = %m.cfg.name, remaining = n, "unclean stop: stub counter recomputed");
-            m.recounted.store(true, Ordering::Relaxed);
-        }
+        let unclean = m.db.meta("clean").map_err(e)?.as_deref() != Some("1");
         m.db.set_meta("clean", "0").map_err(e)?;
+        if unclean {
+            m.recounted.store(true, Ordering::Relaxed);
+            let background = shared.and_then(|s| m.start_background_recount(&s).err());
+            if let Some(why) = background {
+                tracing::warn!(migration = %m.cfg.name, "recount before serving: {why}");
+            }
+            if !*m.recount.running.lock().unwrap_or_else(|e| e.into_inner()) {
+                let n = m
+                    .reconcile_inner(store, true)
+                    .map_err(|er| format!("recount after unclean stop: {er:?}"))?;
+                m.recount.completed.store(true, Ordering::Release);
+                tracing::warn!(migration = %m.cfg.name, remaining = n, "unclean stop: stub counter recomputed");
+            }
+        }
         Ok(m)
+    }
+
+    /// Starts the recount after an unclean stop on its own thread. It holds neither the
+    /// store nor the migration between rows (a store shut down or dropped meanwhile
+    /// ends it, unfinished: the next open recounts again).
+    fn start_background_recount(&self, store: &Arc<Store>) -> std::io::Result<()> {
+        *self
+            .recount
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = true;
+        let (me, store) = (self.me.clone(), Arc::downgrade(store));
+        let spawned = std::thread::Builder::new()
+            .name("kaiso-recount".into())
+            .spawn(move || Self::recount_in_background(me, store));
+        if let Err(e) = spawned {
+            *self
+                .recount
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = false;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn recount_in_background(me: Weak<Migration>, store: Weak<Store>) {
+        let Some(m) = me.upgrade() else {
+            return;
+        };
+        let name = m.cfg.name.clone();
+        let rows = m.db.all();
+        drop(m);
+        let started = Instant::now();
+        while recount_held(&name) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let result: Result<Option<u64>, String> = (|| {
+            for row in rows.map_err(|e| e.to_string())? {
+                let (Some(m), Some(s)) = (me.upgrade(), store.upgrade()) else {
+                    return Ok(None);
+                };
+                if m.recount.abort.load(Ordering::Acquire) || s.stopping() {
+                    return Ok(None);
+                }
+                m.reconcile_row(&s, &row, true)
+                    .map_err(|e| format!("errno {}", e.errno()))?;
+            }
+            match me.upgrade() {
+                Some(m) => m.db.recount().map(Some).map_err(|e| e.to_string()),
+                None => Ok(None),
+            }
+        })();
+        let Some(m) = me.upgrade() else {
+            return;
+        };
+        match result {
+            Ok(Some(n)) => {
+                m.recount.completed.store(true, Ordering::Release);
+                tracing::warn!(migration = %name, remaining = n, ms = started.elapsed().as_millis() as u64, "unclean stop: stub counter recomputed in the background");
+            }
+            Ok(None) => tracing::info!(migration = %name, "recount stopped before its end"),
+            Err(e) => tracing::error!(migration = %name, "recount after unclean stop: {e}"),
+        }
+        *m.recount.running.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        m.recount.ended.notify_all();
+    }
+
+    /// Whether the recount after an unclean stop is still running (the counter is not
+    /// known yet; `status` shows "recounting").
+    pub fn recounting(&self) -> bool {
+        *self
+            .recount
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for a background recount to end.
+    fn wait_for_recount(&self) {
+        let mut running = self
+            .recount
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        while *running {
+            running = self
+                .recount
+                .ended
+                .wait(running)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -392,9 +594,19 @@ impl Migration {
         &self.cfg
     }
 
-    /// The remaining-stub counter: 0 means everything is migrated.
+    /// The remaining-stub counter: 0 means everything is migrated. Waits for a recount
+    /// after an unclean stop (see [`Migration::remaining_now`]).
     pub fn remaining(&self) -> u64 {
+        self.wait_for_recount();
         self.db.remaining().unwrap_or(u64::MAX)
+    }
+
+    /// The remaining-stub counter, or `None` while it is being recounted.
+    pub fn remaining_now(&self) -> Option<u64> {
+        if self.recounting() {
+            return None;
+        }
+        Some(self.db.remaining().unwrap_or(u64::MAX))
     }
 
     /// Bytes of stub files still to be fetched (for status, ETA and tests).
@@ -420,7 +632,15 @@ impl Migration {
 
     /// Marks a clean stop (no recount needed at next open).
     pub fn close(&self) {
-        let _ = self.db.set_meta("clean", "1");
+        // A recount still running is stopped; then the counter is not known right and
+        // the stop counts as unclean (the next open recounts).
+        self.recount.abort.store(true, Ordering::Release);
+        self.wait_for_recount();
+        let recounted = !self.recounted.load(Ordering::Relaxed)
+            || self.recount.completed.load(Ordering::Acquire);
+        if recounted {
+            let _ = self.db.set_meta("clean", "1");
+        }
         if let Err(e) = self.db.sync() {
             tracing::warn!(migration = %self.cfg.name, "sync of the migration state: {e}");
         }
@@ -429,36 +649,49 @@ impl Migration {
     /// Drops rows of objects that no longer exist or are already complete in the store,
     /// then recomputes the counter. Called after an unclean stop and between crawl rounds
     /// (clients may delete or complete stubs without telling us).
+    /// Waits for a background recount after an unclean stop first.
     pub fn reconcile(&self, store: &Store) -> FsResult<u64> {
-        self.reconcile_inner(store, false)
+        self.wait_for_recount();
+        let after_crash = self.recounted.load(Ordering::Relaxed)
+            && !self.recount.completed.load(Ordering::Acquire);
+        self.reconcile_inner(store, after_crash)
     }
 
     fn reconcile_inner(&self, store: &Store, after_crash: bool) -> FsResult<u64> {
         for row in self.db.all().map_err(io)? {
-            // An object with no name left is gone, even if a handle still holds it.
-            let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0);
-            let state = store.stub_state(row.ino);
-            if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
-                // Crashed after its entries were all created and it was marked listed,
-                // before its row went: clients may have used the entries since, so it is
-                // not listed again; only the tail (times, metadata, row) is redone. (A
-                // crash before that point leaves it unlisted: listed again, idempotently.)
-                self.finish_dir(store, row.ino, &row)?;
-                continue;
-            }
-            let done = match row.kind {
-                StubKind::DummyDir => false,
-                StubKind::DummyFile => false,
-                StubKind::PartialFile => state.missing.is_empty(),
-            };
-            if !exists {
-                self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
-            } else if done && let Err(e) = self.complete(&row) {
-                // The source is unreachable now: the row stays for the crawl.
-                tracing::warn!("{}: completion left to the crawl: {e}", row.src_path);
-            }
+            self.reconcile_row(store, &row, after_crash)?;
         }
         self.db.recount().map_err(io)
+    }
+
+    /// One row of [`Migration::reconcile`]. A row changed or gone since it was read is
+    /// left alone by every step (they look at the current row).
+    fn reconcile_row(&self, store: &Store, row: &StubRow, after_crash: bool) -> FsResult<()> {
+        // An object with no name left is gone, even if a handle still holds it.
+        let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0);
+        let state = store.stub_state(row.ino);
+        if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
+            // Crashed after its entries were all created and it was marked listed,
+            // before its row went: clients may have used the entries since, so it is
+            // not listed again; only the tail (times, metadata, row) is redone. (A
+            // crash before that point leaves it unlisted: listed again, idempotently.)
+            if self.db.get(row.ino).map_err(io)?.as_ref() == Some(row) {
+                self.finish_dir(store, row.ino, row)?;
+            }
+            return Ok(());
+        }
+        let done = match row.kind {
+            StubKind::DummyDir => false,
+            StubKind::DummyFile => false,
+            StubKind::PartialFile => state.missing.is_empty(),
+        };
+        if !exists {
+            self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
+        } else if done && let Err(e) = self.complete(row) {
+            // The source is unreachable now: the row stays for the crawl.
+            tracing::warn!("{}: completion left to the crawl: {e}", row.src_path);
+        }
+        Ok(())
     }
 
     /// A client removed a name of `ino`: once it has no name left its stub row goes and
@@ -1033,6 +1266,11 @@ impl Migration {
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
         }
+        // The database does not checkpoint by itself (see `state`): a group commit now
+        // and then bounds its WAL and what a power loss can take back.
+        if self.db.unsynced() >= COMMITS_PER_GROUP_COMMIT {
+            self.db.sync_unless_busy().map_err(io)?;
+        }
         Ok(())
     }
 
@@ -1308,6 +1546,13 @@ pub(crate) const REMOVED_AFTER_LISTING: &str = "removed on the source after list
 pub(crate) const ADDED_AFTER_LISTING: &str =
     "added on the source after listing; not migrated (start a new share for it)";
 
+/// Migration-database commits after which a completion makes them durable (one group
+/// commit: data, store rows, then this database's WAL).
+const COMMITS_PER_GROUP_COMMIT: u64 = 1000;
+
+/// The `meta` key of the source's identity (see `Source::identity`).
+const SOURCE_IDENTITY: &str = "source_identity";
+
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";
 
@@ -1441,6 +1686,10 @@ impl Migrations {
         let m = list.remove(at);
         if list.is_empty() {
             store.unset_stub_filler(self);
+            // Nothing fetches any more: the store database checkpoints by itself again.
+            if let Err(e) = store.end_fetch_ordering() {
+                tracing::warn!(errno = e.errno(), "fetch ordering not ended");
+            }
         }
         Some(m)
     }

@@ -23,8 +23,9 @@ use std::time::UNIX_EPOCH;
 
 use super::engine::{ADDED_AFTER_LISTING, Migration, REMOVED_AFTER_LISTING};
 use super::source::{SourceErrorKind, SourcePath};
-use super::state::Skipped;
+use super::state::{Skipped, StubKind, StubRow};
 use crate::Store;
+use crate::stub::StubState;
 
 /// What `finish` checked and found.
 #[derive(Clone, Debug, Default)]
@@ -35,6 +36,10 @@ pub struct FinishReport {
     pub deleted_by_clients: u64,
     /// Files whose size or checksum differs from the source (finish refuses then).
     pub mismatches: Vec<String>,
+    /// Files no client modified whose bytes differed from the source's (e.g. fetched
+    /// bytes lost to a power loss after their completion was recorded): fetched again
+    /// from the source and verified again, by source path.
+    pub refetched: Vec<String>,
     /// Everything that was skipped during the migration, with the reason, including
     /// entries added to or removed from the source after their directory was listed.
     pub skipped: Vec<Skipped>,
@@ -110,7 +115,20 @@ fn finish_inner(
             }
             Ok(true) => {}
         }
-        let outcome = verify_file(store, m, ino, &src, size);
+        let mut outcome = verify_file(store, m, ino, &src, size);
+        if let Verified::DataDiffers(why) = &outcome {
+            // Same size as the source, other bytes, and no client wrote it: the copy is
+            // bad (not the source changed: its size and mtime are checked again when the
+            // fetch completes). Re-stubbed and fetched again.
+            tracing::warn!("{src}: {why}; fetched again from the source");
+            outcome = match refetch(store, m, ino, &src, size, mtime_ns) {
+                Ok(()) => {
+                    report.refetched.push(src.to_string());
+                    verify_file(store, m, ino, &src, size)
+                }
+                Err(e) => Verified::Differs(format!("{why}; fetching again failed: {e}")),
+            };
+        }
         // A client may have written the file while it was read back: then it is
         // legitimately different, not a failed copy.
         if !unchanged().unwrap_or(false) {
@@ -124,7 +142,9 @@ fn finish_inner(
             }
             // Reported by the listing comparison below (removed after listing).
             Verified::GoneFromSource => {}
-            Verified::Differs(e) => report.mismatches.push(format!("{src}: {e}")),
+            Verified::Differs(e) | Verified::DataDiffers(e) => {
+                report.mismatches.push(format!("{src}: {e}"))
+            }
         }
     }
     record_source_changes(m)?;
@@ -335,6 +355,52 @@ enum Verified {
     /// The source no longer has the file (reported as removed after listing).
     GoneFromSource,
     Differs(String),
+    /// Same size, other bytes.
+    DataDiffers(String),
+}
+
+/// Makes completed file `ino` a stub again, wholly missing, with its row recorded as
+/// the crawl would have it, and fetches it again (the fetch records its completion).
+/// The file keeps its times; its size is the source's already.
+fn refetch(
+    store: &Store,
+    m: &Migration,
+    ino: u64,
+    src: &SourcePath,
+    size: u64,
+    mtime_ns: i64,
+) -> Result<(), String> {
+    let a = store
+        .getattr(ino, None)
+        .map_err(|e| format!("getattr: errno {}", e.errno()))?;
+    let row = StubRow {
+        ino,
+        kind: StubKind::PartialFile,
+        src_path: src.clone(),
+        src_ino: 0,
+        minsize: size,
+        listed_size: size,
+        listed_mtime_ns: mtime_ns,
+    };
+    // The row first: a crash in between leaves a stub the next start completes.
+    m.db.insert(std::slice::from_ref(&row), &[])
+        .map_err(|e| e.to_string())?;
+    store
+        .stub_mark(
+            ino,
+            StubState {
+                unlisted_dir: false,
+                missing: vec![(0, size)],
+                times: Some((a.atime, a.mtime)),
+            },
+        )
+        .map_err(|e| format!("re-stub: errno {}", e.errno()))?;
+    m.fetch_range(store, &row, 0, size)
+        .map_err(|e| format!("fetch: errno {}", e.errno()))?;
+    if !store.stub_state(ino).missing.is_empty() {
+        return Err("still missing after the fetch".into());
+    }
+    Ok(())
 }
 
 fn verify_file(store: &Store, m: &Migration, ino: u64, src: &SourcePath, size: u64) -> Verified {
@@ -379,7 +445,7 @@ fn verify_file(store: &Store, m: &Migration, ino: u64, src: &SourcePath, size: u
         return Verified::Differs(e);
     }
     if here != there {
-        return Verified::Differs(format!("CRC32C {here:08x} here, {there:08x} on the source"));
+        return Verified::DataDiffers(format!("CRC32C {here:08x} here, {there:08x} on the source"));
     }
     Verified::Same
 }

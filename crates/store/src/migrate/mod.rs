@@ -17,7 +17,7 @@ pub mod state;
 mod tests;
 
 pub use crawler::{CrawlFailure, CrawlState, Crawler};
-pub use engine::{Migration, MigrationConfig, Migrations};
+pub use engine::{Migration, MigrationConfig, Migrations, StoreHandle, hold_recount};
 pub use finish::{FinishReport, FinishStop, finish, finish_stopping_at, report_path};
 pub use source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,

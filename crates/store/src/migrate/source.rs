@@ -245,6 +245,13 @@ pub trait Source: Send + Sync {
     /// A human-readable location, e.g. `nfs://127.0.0.1:2049/export`.
     fn describe(&self) -> String;
 
+    /// A stable identity of the source's root, independent of the address it is reached
+    /// at (a share re-pointed at its source under another address is accepted when both
+    /// identities are known and equal). `None`: unknown (the address must not change).
+    fn identity(&self) -> Option<String> {
+        None
+    }
+
     fn features(&self) -> SourceFeatures;
 
     /// Attributes of the object at `path` (symlinks are not followed).

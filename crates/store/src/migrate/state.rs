@@ -52,12 +52,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::source::{SourceErrorKind, SourcePath};
+use crate::stub::FetchBarrier;
+use std::sync::{Arc, Mutex};
 
 /// Stub state of one object (normal objects have no row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +141,9 @@ pub struct MigrationDb {
     synced: AtomicU64,
     /// One fsync at a time; callers that queued behind it find their commits covered.
     sync_lock: Mutex<()>,
+    /// The store's fetch barrier: fetched bytes and the store's rows are made durable
+    /// before this database's WAL (see `sync`).
+    barrier: Mutex<Option<Arc<FetchBarrier>>>,
 }
 
 struct Inner {
@@ -147,6 +151,9 @@ struct Inner {
     /// Mirror of the `stubs` table (None on the read-only handle).
     rows: Option<HashMap<u64, StubRow>>,
 }
+
+/// WAL size past which `sync` checkpoints it into the main database file.
+const CHECKPOINT_WAL_BYTES: u64 = 8 << 20;
 
 fn sql_err(e: rusqlite::Error) -> std::io::Error {
     std::io::Error::other(format!("migration database: {e}"))
@@ -161,6 +168,7 @@ impl MigrationDb {
         conn.execute_batch(
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
+             PRAGMA wal_autocheckpoint=0;
              CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0);
              CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
@@ -219,7 +227,21 @@ impl MigrationDb {
             committed: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
+            barrier: Mutex::new(None),
         }
+    }
+
+    /// Orders this database's syncs after the store's fetched data (see `sync`).
+    pub fn set_barrier(&self, barrier: Arc<FetchBarrier>) {
+        *self.barrier.lock().unwrap_or_else(|e| e.into_inner()) = Some(barrier);
+    }
+
+    /// Commits not yet known durable (a caller syncs once enough have gathered: the
+    /// database does not checkpoint by itself, see `sync`).
+    pub fn unsynced(&self) -> u64 {
+        self.committed
+            .load(Ordering::Acquire)
+            .saturating_sub(self.synced.load(Ordering::Acquire))
     }
 
     /// Makes every change committed before this call durable against power loss: one
@@ -238,16 +260,57 @@ impl MigrationDb {
             return Ok(()); // the fsync we queued behind covered our commits
         }
         let upto = self.committed.load(Ordering::Acquire);
-        // A second descriptor on the WAL is safe to close: SQLite keeps its POSIX locks on
-        // the database and `-shm` files, never on the WAL, so closing ours drops none.
-        match std::fs::File::open(wal) {
-            Ok(f) => f.sync_data()?,
-            // No WAL: everything was checkpointed into the main file, which SQLite syncs
-            // at every checkpoint.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        // Completion rows vouch for fetched bytes and for the store's rows of them: those
+        // are made durable first, and no fetch writes until this WAL is (power loss).
+        let barrier = self
+            .barrier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match barrier {
+            Some(b) => b.sync_then(|| self.sync_wal(wal))?,
+            None => self.sync_wal(wal)?,
         }
         self.synced.fetch_max(upto, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// [`MigrationDb::sync`] unless a sync is already under way (then its caller returns
+    /// at once: the running one covers most commits, and the next trigger the rest). For
+    /// periodic group commits, which bound the WAL and what a power loss can take back;
+    /// a caller that needs its own commits durable uses `sync`.
+    pub fn sync_unless_busy(&self) -> std::io::Result<()> {
+        match self.sync_lock.try_lock() {
+            Ok(g) => {
+                drop(g);
+                self.sync()
+            }
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// One fsync of the WAL; a WAL grown past [`CHECKPOINT_WAL_BYTES`] is checkpointed
+    /// into the main file then (the database never checkpoints by itself: a checkpoint
+    /// makes rows durable, and must come after the fetched data, see `sync`).
+    fn sync_wal(&self, wal: &Path) -> std::io::Result<()> {
+        // A second descriptor on the WAL is safe to close: SQLite keeps its POSIX locks on
+        // the database and `-shm` files, never on the WAL, so closing ours drops none.
+        let len = match std::fs::File::open(wal) {
+            Ok(f) => {
+                f.sync_data()?;
+                f.metadata()?.len()
+            }
+            // No WAL: everything was checkpointed into the main file, which SQLite syncs
+            // at every checkpoint.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        if len > CHECKPOINT_WAL_BYTES {
+            self.lock()
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0))
+                .map_err(sql_err)?;
+        }
         Ok(())
     }
 

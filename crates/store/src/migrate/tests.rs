@@ -13,7 +13,7 @@ use super::source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
 };
-use super::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
+use super::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, hold_recount};
 use crate::types::{Ino, ROOT_INO};
 use crate::{Store, StoreConfig};
 
@@ -448,4 +448,236 @@ fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() 
         "with the source's mtime"
     );
     assert_eq!(s.read_all(f), content(7, 3000));
+}
+
+/// Power loss: a state sync (a WAL fsync or checkpoint of either database) makes stub
+/// and completion rows durable, so the fetched bytes they vouch for must be durable
+/// first. The store's fetch barrier counts its data syncs (`syncfs` of a tier holding
+/// fetched bytes), its state syncs, and state syncs made while fetched bytes were not
+/// known durable: those must never happen, on every path that syncs state.
+#[test]
+fn fetched_data_is_synced_before_every_state_sync_that_can_make_its_rows_durable() {
+    let names: Vec<String> = (0..60).map(|i| format!("d/f{i}")).collect();
+    let files: Vec<(&str, u64, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_str(), 10 + i as u64, 20_000 + i))
+        .collect();
+    let s = Setup::new(MemSource::new(&["d"], &files, true), 2);
+    let b = s.store.fetch_barrier();
+    let counts = |b: &crate::stub::FetchBarrier| {
+        let c = b.counts();
+        (
+            c.data_syncs.load(Ordering::Acquire),
+            c.state_syncs.load(Ordering::Acquire),
+            c.unordered_state_syncs.load(Ordering::Acquire),
+        )
+    };
+    // Neither database checkpoints by itself (a checkpoint is a state sync too).
+    let auto = |c: &rusqlite::Connection| -> i64 {
+        c.pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(auto(&s.store.db().conn), 0);
+
+    // A client's read fetches a file (its completion row is committed), then the
+    // migration database syncs: the tier is synced first.
+    let f0 = s.resolve("d/f0");
+    assert_eq!(s.read_all(f0), content(10, 20_000));
+    let (d0, st0, _) = counts(&b);
+    s.m.db.sync().unwrap();
+    let (d1, st1, bad) = counts(&b);
+    assert!(d1 > d0, "a data sync before the state sync");
+    assert!(st1 > st0);
+    assert_eq!(bad, 0);
+
+    // Nothing fetched since: a state sync costs no data sync.
+    s.m.db.set_meta("probe", "1").unwrap();
+    s.m.db.sync().unwrap();
+    let (d2, st2, _) = counts(&b);
+    assert_eq!(d2, d1, "no fetched bytes, no data sync");
+    assert!(st2 > st1);
+
+    // A client's fsync of a partly fetched file checkpoints the store database (every
+    // file's rows): the other files' fetched bytes go first.
+    let f1 = s.resolve("d/f1");
+    let f2 = s.resolve("d/f2");
+    assert_eq!(s.read_all(f1).len(), 20_001);
+    let fh = s.store.open_file(f2, libc::O_RDWR, false).unwrap().fh;
+    s.store.write(fh, 0, b"client").unwrap();
+    let before = counts(&b);
+    s.store.fsync(fh, false).unwrap();
+    s.store.release(fh).unwrap();
+    let after = counts(&b);
+    assert!(after.0 > before.0 && after.1 > before.1);
+    assert_eq!(after.2, 0);
+
+    // A whole crawl (listings group-committed by the crawler's committer, completions,
+    // the clean close): never a state sync ahead of fetched bytes.
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+    drop(crawler);
+    s.m.close();
+    let (d3, st3, bad) = counts(&b);
+    assert!(d3 > d2 && st3 > st2);
+    assert_eq!(bad, 0, "no state sync while fetched bytes were not durable");
+    for (i, (path, ino, len)) in files.iter().enumerate() {
+        if i != 2 {
+            assert_eq!(s.read_all(s.resolve(path)), content(*ino, *len), "{path}");
+        }
+    }
+}
+
+/// The bytes of a completed file were lost behind kaiso's back (a power loss before its
+/// data reached the disk, say): `finish` finds the CRC differs while no client modified
+/// the file, fetches it again and verifies it, instead of failing for good.
+#[test]
+fn finish_fetches_again_a_completed_file_whose_bytes_were_lost() {
+    let s = Setup::new(
+        MemSource::new(&[], &[("a", 7, 150_000), ("b", 8, 3000)], true),
+        1,
+    );
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_eq!(s.m.remaining(), 0);
+    // Zeros where the data was, same size and mtime (what the power loss leaves).
+    let backing = s._dir.path().join("t0/a");
+    let mtime = std::fs::metadata(&backing).unwrap().modified().unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&backing)
+            .unwrap();
+        f.write_all_at(&vec![0; 150_000], 0).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    let a = s.resolve("a");
+    assert_ne!(s.read_all(a), content(7, 150_000));
+    let report = super::finish(&s.store, &s.m).expect("finish repairs the file");
+    assert_eq!(report.refetched, vec!["/a".to_string()]);
+    assert!(report.mismatches.is_empty());
+    assert_eq!(report.verified_files, 2);
+    assert_eq!(std::fs::read(&backing).unwrap(), content(7, 150_000));
+    assert_eq!(
+        std::fs::metadata(&backing).unwrap().modified().unwrap(),
+        mtime,
+        "the file keeps its times"
+    );
+}
+
+/// All-zero 4 KiB blocks of a fetched range stay holes: a sparse source file stays
+/// sparse (at most one extra block per run of data), and reads back exactly.
+#[test]
+fn fetch_leaves_all_zero_blocks_as_holes() {
+    let size = 3 << 20;
+    let mut bytes = vec![0u8; size];
+    // Runs of data: an unaligned head, one in the middle across a unit boundary, a tail.
+    let runs = [
+        (0usize, 5000usize),
+        (64 << 10 | 100, 9000),
+        (size - 3000, 3000),
+    ];
+    for &(at, len) in &runs {
+        for (i, b) in bytes[at..at + len].iter_mut().enumerate() {
+            *b = (i % 250 + 1) as u8;
+        }
+    }
+    let mut source = MemSource::new(&[], &[("sparse.img", 9, size)], true);
+    source.data.insert(9, bytes.clone());
+    let s = Setup::new(source, 1);
+    let f = s.resolve("sparse.img");
+    assert_eq!(s.read_all(f), bytes);
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(s._dir.path().join("t0/sparse.img")).unwrap();
+    assert_eq!(meta.len(), size as u64);
+    let data: u64 = runs.iter().map(|r| r.1 as u64).sum();
+    let allowed = data.div_ceil(512) + runs.len() as u64 * 2 * 8;
+    assert!(
+        meta.blocks() <= allowed,
+        "{} blocks of 512 bytes allocated, {allowed} allowed",
+        meta.blocks()
+    );
+}
+
+/// After an unclean stop the recount of every stub row runs in the background: `open`
+/// returns while it is held back, the share serves meanwhile, `remaining_now` says it is
+/// recounting, and `remaining` waits for it and gets the right count (a row whose file
+/// the store already holds complete was completed by it).
+#[test]
+fn after_an_unclean_stop_the_share_serves_while_its_counter_is_recounted() {
+    let names: Vec<String> = (0..40).map(|i| format!("d/f{i}")).collect();
+    let files: Vec<(&str, u64, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.as_str(), 10 + i as u64, 5000))
+        .collect();
+    let source = || MemSource::new(&["d"], &files, true);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("t0")).unwrap();
+    let cfg = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+        dir.path().join("state").display(),
+        dir.path().join("t0").display()
+    );
+    let open_store = || Store::open(StoreConfig::from_toml_str(&cfg, "t.toml").unwrap()).unwrap();
+    let name = "recount-in-background";
+    let mut mc = MigrationConfig::new(name);
+    mc.unit_size = 64 << 10;
+    let before;
+    {
+        let store = open_store();
+        let m = Migration::open(&store, Box::new(source()), mc.clone()).unwrap();
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        let d = store.lookup(ROOT_INO, OsStr::new("d")).unwrap().ino;
+        let f0 = store.lookup(d, OsStr::new("f0")).unwrap().ino;
+        let fh = store.open_file(f0, libc::O_RDONLY, false).unwrap().fh;
+        assert_eq!(store.read(fh, 0, 5000).unwrap(), content(10, 5000));
+        store.release(fh).unwrap();
+        // A file whose data the store holds complete while its row is left: what a
+        // crash between the store's row and the completion leaves.
+        let f1 = store.lookup(d, OsStr::new("f1")).unwrap().ino;
+        m.db.set_kind(f1, super::state::StubKind::PartialFile)
+            .unwrap();
+        store
+            .stub_mark(f1, crate::stub::StubState::default())
+            .unwrap();
+        before = m.remaining();
+        assert_eq!(before, 39);
+        // Dropped without `close`: an unclean stop.
+    }
+    let store = open_store();
+    hold_recount(name, true);
+    let opened = Instant::now();
+    let m = Migration::open(&store, Box::new(source()), mc).unwrap();
+    assert!(
+        opened.elapsed() < Duration::from_secs(5),
+        "open did not wait"
+    );
+    assert!(m.recounted_at_open());
+    assert!(m.recounting());
+    assert_eq!(m.remaining_now(), None);
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all);
+    let d = store.lookup(ROOT_INO, OsStr::new("d")).unwrap().ino;
+    let f5 = store.lookup(d, OsStr::new("f5")).unwrap().ino;
+    let fh = store.open_file(f5, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(
+        store.read(fh, 0, 5000).unwrap(),
+        content(15, 5000),
+        "serves"
+    );
+    store.release(fh).unwrap();
+    assert!(m.recounting(), "still held");
+    hold_recount(name, false);
+    // f1 completed by the recount, f5 by its read.
+    assert_eq!(m.remaining(), before - 2);
+    assert!(!m.recounting());
+    assert_eq!(m.remaining_now(), Some(before - 2));
+    m.close();
+    assert_eq!(m.db.meta("clean").unwrap().as_deref(), Some("1"));
 }

@@ -3,11 +3,27 @@
 
 use super::*;
 
-/// What one run cost: elapsed time and CPU time (user + system).
+/// What one run cost: elapsed time, elapsed time until the copy is durable (the run, then
+/// a `syncfs` of the destination's file system), and CPU time (user + system).
 #[derive(Clone, Copy)]
 struct Cost {
     wall: Duration,
+    durable: Duration,
     cpu: Duration,
+}
+
+/// `syncfs(2)` of the file system holding `dir`: what is still dirty of a run's copy is
+/// written back. kaiso makes fetched data durable before the state that marks it present
+/// (power loss), so part of its write-back is inside its elapsed time; rsync writes
+/// nothing back itself. The "durable" columns compare both once the data is on disk.
+fn sync_fs_of(dir: &Path) -> Result<Duration> {
+    let t = Instant::now();
+    let f = fs::File::open(dir).with_context(|| format!("open {}", dir.display()))?;
+    // SAFETY: a valid descriptor, owned by `f` for the call.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&f)) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("syncfs");
+    }
+    Ok(t.elapsed())
 }
 
 /// CPU time (user + system) of this process (`RUSAGE_SELF`) or of its waited-for
@@ -69,9 +85,12 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
         }
         std::thread::sleep(Duration::from_millis(1));
     };
+    let wall = t.elapsed();
+    let cpu = cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu);
     let took = Cost {
-        wall: t.elapsed(),
-        cpu: cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu),
+        wall,
+        durable: wall + sync_fs_of(&dest.dir)?,
+        cpu,
     };
     if let Some((me, server, io)) = cpu_at_start {
         let io_now = proxy::io_counts();
@@ -116,13 +135,16 @@ fn rsync(s: &Setup, from: &str, bytes: u64) -> Result<Cost> {
         .arg(format!("{}/", to.display()))
         .status()
         .context("run rsync")?;
-    let took = Cost {
-        wall: t.elapsed(),
-        cpu: cpu_time(libc::RUSAGE_CHILDREN).saturating_sub(cpu),
-    };
+    let wall = t.elapsed();
+    let cpu = cpu_time(libc::RUSAGE_CHILDREN).saturating_sub(cpu);
     if !st.success() {
         bail!("rsync {from} failed: {st}");
     }
+    let took = Cost {
+        wall,
+        durable: wall + sync_fs_of(to)?,
+        cpu,
+    };
     // Removed before the unmount (`own` dropped here), so nothing is written back.
     let _ = fs::remove_dir_all(to);
     drop(own);
@@ -144,15 +166,17 @@ fn total_row(out: &mut String, head: &str, setup: &str, r: Cost, k: Result<Cost>
             } else {
                 "— | — | —".to_string()
             };
+            let (rd, kd) = (r.durable.as_secs_f64(), k.durable.as_secs_f64());
             writeln!(
                 out,
-                "{head} {setup} | {rw:.2} | {kw:.2} | {:.2}× | {cpu_cols} |",
-                kw / rw
+                "{head} {setup} | {rw:.2} | {kw:.2} | {:.2}× | {rd:.2} | {kd:.2} | {:.2}× | {cpu_cols} |",
+                kw / rw,
+                kd / rd
             )
         }
         Err(e) => writeln!(
             out,
-            "{head} {setup} | {rw:.2} | failed: {e:#} | — | — | — | — |"
+            "{head} {setup} | {rw:.2} | failed: {e:#} | — | — | — | — | — | — | — |"
         ),
     };
     println!("{}", out.lines().last().unwrap_or_default());
@@ -167,6 +191,7 @@ fn best_of(reps: usize, mut f: impl FnMut() -> Result<Cost>) -> Result<Cost> {
         let c = f()?;
         best = Cost {
             wall: best.wall.min(c.wall),
+            durable: best.durable.min(c.durable),
             cpu: best.cpu.min(c.cpu),
         };
     }
@@ -185,7 +210,7 @@ pub(super) fn bench_total(
     let reps = if s.quick { 3 } else { 1 };
     let mut out = format!(
         "## 3. Total migration time, Table 2.2-shaped datasets (counts / {count_div}, sizes / {size_div})\n\n\
-         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+{} (s) | kaiso / rsync | rsync CPU (s) | kaiso CPU (s) | CPU kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+         | dataset | dirs | files | GiB | mean depth | path | rsync -aHAX (s) | kaiso BFS+{} (s) | kaiso / rsync | rsync + syncfs (s) | kaiso + syncfs (s) | durable kaiso / rsync | rsync CPU (s) | kaiso CPU (s) | CPU kaiso / rsync |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         s.order.phasing.as_str()
     );
     let networked: Vec<SrcKind> = kinds(s)
@@ -250,7 +275,8 @@ pub(super) fn bench_total(
         out,
         "\nkaiso: {} crawler threads, bfs + {} crawl, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
          Destinations (rsync's and kaiso's): {}. Best of {reps} runs each (time and CPU each at \
-         their minimum). CPU: user + system time of kaiso's process (every thread) and of rsync's \
+         their minimum). Durable columns: each run followed by a `syncfs` of its destination's file system, timed \
+         (kaiso orders fetched data before the state that marks it present, so part of its write-back is inside its own time; rsync writes nothing back itself). CPU: user + system time of kaiso's process (every thread) and of rsync's \
          processes during the run, local rows only. Source trees are in the page cache for every row. Delayed rows: {}.\n",
         s.workers,
         s.order.phasing.as_str(),

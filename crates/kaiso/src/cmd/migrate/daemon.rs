@@ -100,8 +100,10 @@ fn overlaps(a: &str, b: &str) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
-/// Opens the source and the migration state of one share (fresh or resumed).
-fn open_share(store: &Store, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
+/// Opens the source and the migration state of one share (fresh or resumed). With the
+/// store's `Arc` the recount after an unclean stop runs in the background, so the share
+/// serves at once.
+fn open_share(store: &Arc<Store>, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
     // The daemon connects, so its own environment must hold an SMB password (a share
     // added by a later `start` or resumed after a restart).
     super::smb_password_set(&spec.url)
@@ -339,7 +341,13 @@ impl Daemon {
         st.crawl_fetches = k.crawl_fetches.load(Ordering::Relaxed);
         st.dirs_listed = k.dirs_listed.load(Ordering::Relaxed);
         match s.m.progress(&self.store) {
-            Ok(p) => apply_progress(&mut st, p),
+            Ok(p) => {
+                apply_progress(&mut st, p);
+                // The saved counter is stale until the background recount is done.
+                if s.m.recounting() {
+                    st.state = "recounting".into();
+                }
+            }
             Err(e) => {
                 st.remaining_stubs = s.m.remaining();
                 st.skipped = vec![SkippedEntry {
@@ -451,6 +459,7 @@ fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary,
         verified_bytes: r.verified_bytes,
         modified_by_clients: r.modified_by_clients,
         deleted_by_clients: r.deleted_by_clients,
+        refetched: r.refetched.clone(),
         skipped,
         report: report_path.display().to_string(),
     })

@@ -83,6 +83,7 @@ fn pct(done: u64, total: u64) -> f64 {
 
 fn eta_text(s: &ShareStatus) -> String {
     match s.eta_secs {
+        _ if s.state == "recounting" => "unknown (recounting)".into(),
         _ if s.remaining_stubs == 0 => "done".into(),
         Some(e) => HumanDuration(Duration::from_secs_f64(e.max(0.0))).to_string(),
         None => "unknown".into(),
@@ -187,7 +188,8 @@ pub fn render(r: &StatusReply) -> String {
 
 fn settled(r: &StatusReply) -> bool {
     r.shares.iter().all(|s| {
-        s.remaining_stubs == 0 || matches!(s.state.as_str(), "stuck" | "finished" | "not running")
+        (s.remaining_stubs == 0 && s.state != "recounting")
+            || matches!(s.state.as_str(), "stuck" | "finished" | "not running")
     })
 }
 

@@ -63,7 +63,8 @@ pub struct ShareStatus {
     pub name: String,
     pub source: String,
     pub into: String,
-    /// running, paused, done, stopped, stuck, finished, or "not running" (no daemon).
+    /// running, paused, done, stopped, stuck, finished, recounting (the counter after an
+    /// unclean stop), or "not running" (no daemon).
     pub state: String,
     /// metadata, data or bulk while running.
     pub pass: Option<String>,
@@ -120,6 +121,10 @@ pub struct FinishSummary {
     pub verified_bytes: u64,
     pub modified_by_clients: u64,
     pub deleted_by_clients: u64,
+    /// Files no client modified whose bytes differed from the source: fetched again
+    /// and verified again.
+    #[serde(default)]
+    pub refetched: Vec<String>,
     pub skipped: Vec<SkippedEntry>,
     /// The report file left next to where the state was.
     pub report: String,
