@@ -299,7 +299,17 @@ impl Model {
 
     /// Applies `op` (serial `serial`) with `outcome`.
     fn apply(&mut self, serial: u64, op: &Op, outcome: Outcome) {
-        let Some(k) = outcome else { return };
+        let Some(k) = outcome else {
+            // Cut off by a kill before any byte changed: the file may still have the
+            // client's mtime (write(2) updates it before copying), so it no longer
+            // counts as untouched.
+            if let Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Rewrite { path, .. } =
+                op
+            {
+                self.untouched.remove(path);
+            }
+            return;
+        };
         match op {
             Op::Write { path, offset, len } => {
                 let data = op_data(serial, *len);
