@@ -29,6 +29,7 @@ mod mount;
 mod read;
 mod rpc;
 
+use crate::block_on;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -208,7 +209,7 @@ impl NfsSource {
             })?;
         let auth: Arc<[u8]> = rpc::encode_auth(&credential(&config)).into();
         let (cfg, mount_auth) = (config.clone(), auth.clone());
-        let (nfs_port, root) = block_on(&runtime, async move {
+        let (nfs_port, root) = block_on(runtime.handle(), async move {
             tokio::time::timeout(cfg.connect_timeout, mount_export(&cfg, mount_auth))
                 .await
                 .map_err(|_| {
@@ -242,7 +243,7 @@ impl NfsSource {
             if !sub.is_root() {
                 // Resolved through the export root, then made the root itself: every
                 // path of this source is relative to it.
-                let fh = block_on(&source.runtime, source.resolve(&sub))?;
+                let fh = block_on(source.runtime.handle(), source.resolve(&sub))?;
                 let mut handles = source.handles.lock().unwrap_or_else(|e| e.into_inner());
                 handles.clear();
                 handles.insert(SourcePath::root(), fh.clone());
@@ -1118,24 +1119,6 @@ fn attr_from_fattr(a: &fattr3) -> SourceAttr {
     }
 }
 
-/// Runs a future to completion from synchronous code, also when the caller itself runs
-/// inside a tokio runtime (then on a helper thread, since nesting `block_on` panics).
-fn block_on<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| {
-            s.spawn(|| rt.block_on(f))
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
-    } else {
-        rt.block_on(f)
-    }
-}
-
 impl Source for NfsSource {
     fn describe(&self) -> String {
         let sub = match self.config.subdir.as_deref().map(|s| s.trim_matches('/')) {
@@ -1176,13 +1159,13 @@ impl Source for NfsSource {
     }
 
     fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
-        block_on(&self.runtime, async {
+        block_on(self.runtime.handle(), async {
             self.getattr(path).await.map(|a| attr_from_fattr(&a))
         })
     }
 
     fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
-        block_on(&self.runtime, self.read_dir_async(path)).map(|(e, _)| e)
+        block_on(self.runtime.handle(), self.read_dir_async(path)).map(|(e, _)| e)
     }
 
     /// READDIRPLUS carries the directory's own post-op attributes: no GETATTR.
@@ -1190,11 +1173,11 @@ impl Source for NfsSource {
         &self,
         path: &SourcePath,
     ) -> SourceResult<(Vec<SourceEntry>, Option<SourceAttr>)> {
-        block_on(&self.runtime, self.read_dir_async(path))
+        block_on(self.runtime.handle(), self.read_dir_async(path))
     }
 
     fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
-        block_on(&self.runtime, self.read_async(path, offset, len)).map(|(d, _)| d)
+        block_on(self.runtime.handle(), self.read_async(path, offset, len)).map(|(d, _)| d)
     }
 
     /// The newest post-op attributes of the READ replies come with the data: no GETATTR.
@@ -1204,7 +1187,7 @@ impl Source for NfsSource {
         offset: u64,
         len: usize,
     ) -> SourceResult<(Vec<u8>, Option<SourceAttr>)> {
-        block_on(&self.runtime, self.read_async(path, offset, len))
+        block_on(self.runtime.handle(), self.read_async(path, offset, len))
     }
 
     /// Each READ reply is copied straight into its part of `buf`.
@@ -1214,11 +1197,14 @@ impl Source for NfsSource {
         offset: u64,
         buf: &mut [u8],
     ) -> SourceResult<(usize, Option<SourceAttr>)> {
-        block_on(&self.runtime, self.read_into_async(path, offset, buf))
+        block_on(
+            self.runtime.handle(),
+            self.read_into_async(path, offset, buf),
+        )
     }
 
     fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-        block_on(&self.runtime, self.read_link_async(path))
+        block_on(self.runtime.handle(), self.read_link_async(path))
     }
 
     fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {

@@ -48,6 +48,7 @@ mod link;
 mod prefetch;
 mod wire;
 
+use crate::block_on;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -248,24 +249,6 @@ struct Slots {
     links: Vec<Mutex<Option<Arc<Link>>>>,
     /// A background connect of the slot is under way.
     connecting: Vec<std::sync::atomic::AtomicBool>,
-}
-
-/// Runs a future to completion from synchronous code, also when the caller itself runs
-/// inside a tokio runtime (then on a helper thread, since nesting `block_on` panics).
-fn block_on<F>(rt: &tokio::runtime::Handle, f: F) -> F::Output
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| {
-            s.spawn(|| rt.block_on(f))
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
-    } else {
-        rt.block_on(f)
-    }
 }
 
 fn status_of(frame: &Frame) -> u32 {

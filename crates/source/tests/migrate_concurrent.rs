@@ -15,10 +15,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use kaiso_source::{NfsSource, PosixSource, SmbSource};
-use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
+use kaiso_store::migrate::{CrawlState, Crawler, MigrationConfig, Source};
 use kaiso_store::{Caller, FsResult, Ino, ROOT_INO, SetAttr, Store, StoreConfig};
 
 use common::read_hook::{HookedSource, ReadHook};
+use common::store_client::{attach, first_difference, join, lookup, read_all, split};
 
 /// A destination store with one tier and no mover, in a temporary directory.
 struct Dest {
@@ -45,33 +46,6 @@ impl Dest {
     }
 }
 
-fn attach(store: &Arc<Store>, source: Box<dyn Source>, cfg: MigrationConfig) -> Arc<Migration> {
-    let m = Migration::open(store, source, cfg).expect("open migration");
-    let all = Migrations::new();
-    all.add(m.clone());
-    store.set_stub_filler(all);
-    m
-}
-
-/// The inode at `path` (relative, `/`-separated), without keeping a lookup reference.
-fn lookup(store: &Store, path: &str) -> FsResult<Ino> {
-    let mut ino = ROOT_INO;
-    for c in path.split('/').filter(|c| !c.is_empty()) {
-        let a = store.lookup(ino, OsStr::new(c))?;
-        store.forget(a.ino, 1);
-        ino = a.ino;
-    }
-    Ok(ino)
-}
-
-/// The parent directory's path and the last component of `path`.
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    }
-}
-
 fn write_at(store: &Store, ino: Ino, flags: i32, offset: u64, data: &[u8]) -> FsResult<()> {
     let o = store.open_file(ino, flags, false)?;
     let r = if data.is_empty() {
@@ -84,40 +58,12 @@ fn write_at(store: &Store, ino: Ino, flags: i32, offset: u64, data: &[u8]) -> Fs
     Ok(())
 }
 
-fn read_all(store: &Store, ino: Ino) -> FsResult<Vec<u8>> {
-    let o = store.open_file(ino, libc::O_RDONLY, false)?;
-    let mut out = Vec::new();
-    let r = loop {
-        match store.read(o.fh, out.len() as u64, 256 << 10) {
-            Ok(b) if b.is_empty() => break Ok(()),
-            Ok(b) => out.extend_from_slice(&b),
-            Err(e) => break Err(e),
-        }
-    };
-    store.release(o.fh)?;
-    r.map(|_| out)
-}
-
 fn set_size(store: &Store, ino: Ino, size: u64) -> FsResult<()> {
     let set = SetAttr {
         size: Some(size),
         ..SetAttr::default()
     };
     store.setattr(ino, &set, Caller::ROOT).map(|_| ())
-}
-
-/// Where two byte strings first differ, for messages (a diff of megabytes says nothing).
-fn first_difference(a: &[u8], b: &[u8]) -> String {
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => format!(
-            "first difference at byte {i} (got {}, want {}); sizes {} and {}",
-            a[i],
-            b[i],
-            a.len(),
-            b.len()
-        ),
-        None => format!("sizes {} and {} (one is a prefix)", a.len(), b.len()),
-    }
 }
 
 // ---- a source whose data reads can be held ------------------------------------------
@@ -377,14 +323,6 @@ impl Model {
             .into_iter()
             .map(|p| re(&p).unwrap_or(p))
             .collect();
-    }
-}
-
-fn join(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}/{name}")
     }
 }
 

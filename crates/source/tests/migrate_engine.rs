@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::store_client::attach;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -52,14 +54,6 @@ impl Dest {
     fn tier(&self) -> PathBuf {
         self.root.join("t0")
     }
-}
-
-fn attach(store: &Arc<Store>, source: Box<dyn Source>, cfg: MigrationConfig) -> Arc<Migration> {
-    let m = Migration::open(store, source, cfg).expect("open migration");
-    let all = Migrations::new();
-    all.add(m.clone());
-    store.set_stub_filler(all);
-    m
 }
 
 /// A POSIX source over `root`, boxed for [`attach`].

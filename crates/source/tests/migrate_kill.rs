@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::store_client::{first_difference, join, lookup, read_all, split};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs;
@@ -29,8 +31,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kaiso_policy::cache::rng::SplitMix64;
-use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source};
-use kaiso_store::{Caller, FsResult, Ino, ROOT_INO, SetAttr, Store, StoreConfig};
+use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Source};
+use kaiso_store::{Caller, FsResult, Ino, SetAttr, Store, StoreConfig};
 
 const CHILD_ENV: &str = "KAISO_MIGRATE_KILL_CHILD";
 /// The share's directory the client works in; the rest of the source stays untouched.
@@ -65,53 +67,10 @@ fn attach(store: &Arc<Store>, source: Box<dyn Source>, throttled: bool) -> Arc<M
         // Slow enough that the kills land mid-crawl, files of a few MiB mid-fetch.
         cfg.throttle_bytes_per_sec = Some(6 << 20);
     }
-    let m = Migration::open(store, source, cfg).expect("open migration");
-    let all = Migrations::new();
-    all.add(m.clone());
-    store.set_stub_filler(all);
-    m
+    common::store_client::attach(store, source, cfg)
 }
 
 // ---- store access as a client does it ----------------------------------------------------
-
-fn lookup(store: &Store, path: &str) -> FsResult<Ino> {
-    let mut ino = ROOT_INO;
-    for c in path.split('/').filter(|c| !c.is_empty()) {
-        let a = store.lookup(ino, OsStr::new(c))?;
-        store.forget(a.ino, 1);
-        ino = a.ino;
-    }
-    Ok(ino)
-}
-
-fn split(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("", path),
-    }
-}
-
-fn join(parent: &str, name: &str) -> String {
-    if parent.is_empty() {
-        name.to_string()
-    } else {
-        format!("{parent}/{name}")
-    }
-}
-
-fn read_all(store: &Store, ino: Ino) -> FsResult<Vec<u8>> {
-    let o = store.open_file(ino, libc::O_RDONLY, false)?;
-    let mut out = Vec::new();
-    let r = loop {
-        match store.read(o.fh, out.len() as u64, 1 << 20) {
-            Ok(b) if b.is_empty() => break Ok(()),
-            Ok(b) => out.extend_from_slice(&b),
-            Err(e) => break Err(e),
-        }
-    };
-    store.release(o.fh)?;
-    r.map(|_| out)
-}
 
 /// Writes `data` at `offset` through a descriptor opened with `flags`, then fsyncs it.
 fn write_synced(store: &Store, ino: Ino, flags: i32, offset: u64, data: &[u8]) -> FsResult<()> {
@@ -128,19 +87,6 @@ fn write_synced(store: &Store, ino: Ino, flags: i32, offset: u64, data: &[u8]) -
     let r = r.and_then(|_| store.fsync(o.fh, false));
     store.release(o.fh)?;
     r
-}
-
-fn first_difference(a: &[u8], b: &[u8]) -> String {
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => format!(
-            "first difference at byte {i} (got {}, want {}); sizes {} and {}",
-            a[i],
-            b[i],
-            a.len(),
-            b.len()
-        ),
-        None => format!("sizes {} and {} (one is a prefix)", a.len(), b.len()),
-    }
 }
 
 // ---- the client's operations and their log -------------------------------------------------

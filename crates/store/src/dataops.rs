@@ -30,10 +30,6 @@ fn backing_flags(flags: i32) -> i32 {
     acc | (flags & keep)
 }
 
-/// Each open store's [`FetchBarrier`], by state directory (a `Store` has no slot for it).
-static FETCH_BARRIERS: std::sync::Mutex<Vec<(std::path::PathBuf, Arc<FetchBarrier>)>> =
-    std::sync::Mutex::new(Vec::new());
-
 /// Fetch row commits after which a fetch runs a barrier and checkpoints the store
 /// database (its automatic checkpoint is off while fetches are ordered).
 const FETCH_COMMITS_PER_CHECKPOINT: u64 = 1000;
@@ -969,35 +965,20 @@ impl Store {
     /// through the barrier instead (every [`FETCH_COMMITS_PER_CHECKPOINT`] fetches,
     /// client fsyncs, [`Store::sync_fetched_data`]) until [`Store::end_fetch_ordering`].
     pub fn fetch_barrier(&self) -> Arc<FetchBarrier> {
-        let tiers: Vec<std::path::PathBuf> = self.tiers.iter().map(|t| t.root.clone()).collect();
-        let wal = self.cfg.state_dir.join("kaiso.db-wal");
-        let barrier = {
-            let mut all = FETCH_BARRIERS.lock().unwrap_or_else(|e| e.into_inner());
-            match all
-                .iter()
-                .find(|(d, b)| *d == self.cfg.state_dir && b.matches(&tiers, &wal))
-            {
-                Some((_, b)) => b.clone(),
-                None => {
-                    all.retain(|(d, _)| *d != self.cfg.state_dir);
-                    let b = Arc::new(FetchBarrier::new(tiers, wal));
-                    all.push((self.cfg.state_dir.clone(), b.clone()));
-                    b
-                }
-            }
-        };
-        // Checked every time (cheap): a store reopened in this process has a new
-        // connection with the default automatic checkpoint.
-        let db = self.db();
-        let auto: i64 = db
-            .conn
-            .pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0))
-            .unwrap_or(0);
-        if auto != 0 {
-            if let Err(e) = db.conn.pragma_update(None, "wal_autocheckpoint", 0) {
-                tracing::error!("store database: automatic checkpoint not turned off: {e}");
-            }
+        let mut slot = self.fetch_barrier.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = &*slot {
+            return b.clone();
         }
+        let tiers: Vec<std::path::PathBuf> = self.tiers.iter().map(|t| t.root.clone()).collect();
+        let barrier = Arc::new(FetchBarrier::new(
+            tiers,
+            self.cfg.state_dir.join("kaiso.db-wal"),
+        ));
+        // Before anyone can fetch under it (lock order: this slot, then the database).
+        if let Err(e) = self.db().conn.pragma_update(None, "wal_autocheckpoint", 0) {
+            tracing::error!("store database: automatic checkpoint not turned off: {e}");
+        }
+        *slot = Some(barrier.clone());
         barrier
     }
 
@@ -1007,11 +988,11 @@ impl Store {
     /// ordered its writes); nothing otherwise. For a final checkpoint or a journal commit
     /// that would make completion rows durable.
     pub fn sync_fetched_data_if_ordered(&self) -> FsResult<()> {
-        let ordered = FETCH_BARRIERS
+        let ordered = self
+            .fetch_barrier
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|(d, _)| *d == self.cfg.state_dir);
+            .is_some();
         if ordered {
             self.sync_fetched_data()?;
         }
@@ -1048,10 +1029,7 @@ impl Store {
     /// durable and the store database checkpoints by itself again.
     pub fn end_fetch_ordering(&self) -> FsResult<()> {
         self.checkpoint_after_fetched_data("PASSIVE")?;
-        FETCH_BARRIERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(d, _)| *d != self.cfg.state_dir);
+        *self.fetch_barrier.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.db()
             .conn
             .pragma_update(None, "wal_autocheckpoint", 1000)

@@ -163,6 +163,9 @@ pub struct Store {
     /// Per tier whose root directory is missing: the files it held when it vanished, so
     /// they get their own numbers back when it returns (`Store::reattach_tier`).
     pub(crate) vanished: Mutex<HashMap<u8, HashSet<Ino>>>,
+    /// Orders a migration's fetched bytes before the state that marks them present
+    /// (`Store::fetch_barrier`); `None` while nothing fetches into this store.
+    pub(crate) fetch_barrier: Mutex<Option<Arc<crate::stub::FetchBarrier>>>,
     _lock: File,
 }
 
@@ -216,6 +219,7 @@ impl Store {
             ops: AtomicU64::new(0),
             fsync_checkpoints: AtomicU64::new(0),
             vanished: Mutex::new(HashMap::new()),
+            fetch_barrier: Mutex::new(None),
             _lock: lock,
         };
         let mut report = FsckReport::default();

@@ -285,10 +285,6 @@ impl FetchBarrier {
         }
     }
 
-    pub(crate) fn matches(&self, tiers: &[std::path::PathBuf], wal: &Path) -> bool {
-        self.tiers == tiers && self.store_wal == wal
-    }
-
     /// Held by a fetch from its data write through the commit of its row.
     pub(crate) fn write_guard(&self) -> std::sync::RwLockReadGuard<'_, ()> {
         self.order.read().unwrap_or_else(|e| e.into_inner())

@@ -775,6 +775,8 @@ pub fn client_read(store: &kaiso_store::Store, names: &[&str]) -> Result<Vec<u8>
 }
 
 /// A source wrapper for tests that act inside the engine's reads of file data.
+pub mod store_client;
+
 pub mod read_hook {
     use std::sync::Arc;
 
