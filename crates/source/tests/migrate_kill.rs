@@ -75,18 +75,21 @@ fn attach(store: &Arc<Store>, source: Box<dyn Source>, throttled: bool) -> Arc<M
 /// Writes `data` at `offset` through a descriptor opened with `flags`, then fsyncs it.
 fn write_synced(store: &Store, ino: Ino, flags: i32, offset: u64, data: &[u8]) -> FsResult<()> {
     let o = store.open_file(ino, flags, false)?;
-    let mut r = Ok(());
-    let mut done = 0;
-    while r.is_ok() && done < data.len() {
-        match store.write(o.fh, offset + done as u64, &data[done..]) {
-            Ok(0) => r = Err(kaiso_store::FsError::IO),
-            Ok(n) => done += n as usize,
-            Err(e) => r = Err(e),
-        }
-    }
-    let r = r.and_then(|_| store.fsync(o.fh, false));
+    let r = write_all_and_fsync(store, o.fh, offset, data);
     store.release(o.fh)?;
     r
+}
+
+/// Writes all of `data` at `offset` through open handle `fh`, then fsyncs it.
+fn write_all_and_fsync(store: &Store, fh: u64, offset: u64, data: &[u8]) -> FsResult<()> {
+    let mut done = 0;
+    while done < data.len() {
+        match store.write(fh, offset + done as u64, &data[done..])? {
+            0 => return Err(kaiso_store::FsError::IO),
+            n => done += n as usize,
+        }
+    }
+    store.fsync(fh, false)
 }
 
 // ---- the client's operations and their log -------------------------------------------------
@@ -687,16 +690,7 @@ fn perform(store: &Store, serial: u64, op: &Op) -> Result<(), String> {
                     false,
                 )
                 .map_err(e(&format!("create {path}")))?;
-            let mut r = Ok(());
-            let mut done = 0;
-            while r.is_ok() && done < data.len() {
-                match store.write(o.fh, done as u64, &data[done..]) {
-                    Ok(n) if n > 0 => done += n as usize,
-                    Ok(_) => r = Err(kaiso_store::FsError::IO),
-                    Err(x) => r = Err(x),
-                }
-            }
-            let r = r.and_then(|_| store.fsync(o.fh, false));
+            let r = write_all_and_fsync(store, o.fh, 0, &data);
             store.release(o.fh).map_err(e("release"))?;
             r.map_err(e(&format!("write new {path}")))?;
             store.fsyncdir(dir).map_err(e("fsyncdir"))
