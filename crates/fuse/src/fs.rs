@@ -11,6 +11,7 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use kaiso_store::migrate::samba_meta::{self, DosAttrib};
 use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -778,7 +779,9 @@ impl fuser::Filesystem for KaisoFs {
         reply: ReplyEmpty,
     ) {
         let _serving = self.gate.serve();
-        self.ino_empty(ino.0, reply, self.store.setxattr(ino.0, name, value, flags));
+        let value = dosattrib_to_store(&self.store, ino.0, name, value);
+        let r = self.store.setxattr(ino.0, name, &value, flags);
+        self.ino_empty(ino.0, reply, r);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -912,11 +915,11 @@ impl fuser::Filesystem for KaisoFs {
 
 /// Samba ("store dos attributes", its default) reads DOS attributes from `user.DOSATTRIB`.
 /// A file whose data is still on a migration source is reported FILE_ATTRIBUTE_OFFLINE
-/// there, so Explorer skips it for thumbnails. The value is synthesised in Samba's compat
-/// form (a NUL-terminated hex string), never stored: nothing remains once the file is whole.
-const DOSATTRIB: &str = "user.DOSATTRIB";
-const FILE_ATTRIBUTE_ARCHIVE: u32 = 0x20;
-const FILE_ATTRIBUTE_OFFLINE: u32 = 0x1000;
+/// there, so Explorer skips it for thumbnails: the stored value (the SMB source's
+/// attributes and creation time, or what Samba wrote) is read with OFFLINE added, in its
+/// own encoding; without one, a version-5 value with ARCHIVE|OFFLINE is synthesised. The
+/// bit is never stored: nothing of it remains once the file is whole.
+const DOSATTRIB: &str = samba_meta::DOSATTRIB_XATTR;
 
 fn offline(store: &Store, ino: Ino) -> bool {
     !store.stub_state(ino).missing.is_empty()
@@ -931,16 +934,56 @@ fn offline_dosattrib(
     if name != DOSATTRIB || !offline(store, ino) {
         return stored;
     }
-    // Keep the attributes a stored value has (its leading "0x…" string); else archive.
-    let base = stored
-        .ok()
-        .and_then(|v| {
-            let text = v.split(|b| *b == 0).next()?;
-            let hex = std::str::from_utf8(text).ok()?.strip_prefix("0x")?;
-            u32::from_str_radix(hex, 16).ok()
-        })
-        .unwrap_or(FILE_ATTRIBUTE_ARCHIVE);
-    Ok(format!("0x{:x}\0", base | FILE_ATTRIBUTE_OFFLINE).into_bytes())
+    with_offline(stored)
+}
+
+/// A stored `user.DOSATTRIB` (or its absence) with FILE_ATTRIBUTE_OFFLINE added.
+fn with_offline(stored: Result<Vec<u8>, FsError>) -> Result<Vec<u8>, FsError> {
+    let value = match stored {
+        Ok(blob) => match DosAttrib::decode(&blob) {
+            Ok(v) => v,
+            // Not a form we know: Samba's own, unchanged, beats a guess.
+            Err(_) => return Ok(blob),
+        },
+        Err(e) if e == FsError::NODATA || e.errno() == libc::EOPNOTSUPP => DosAttrib::V5 {
+            valid_flags: samba_meta::XATTR_DOSINFO_ATTRIB,
+            attrib: samba_meta::FILE_ATTRIBUTE_ARCHIVE,
+            create_time: 0,
+        },
+        Err(e) => return Err(e),
+    };
+    let attrib = value.attrib().unwrap_or(samba_meta::FILE_ATTRIBUTE_ARCHIVE);
+    Ok(value
+        .with_attrib(attrib | samba_meta::FILE_ATTRIBUTE_OFFLINE)
+        .encode())
+}
+
+/// What a writer of `user.DOSATTRIB` stores for a file that is offline: its value without
+/// the OFFLINE bit this face added. (smbd 4.17 masks OFFLINE out itself when it sets
+/// attributes; Samba versions whose attribute mask keeps it write back what they read.)
+fn dosattrib_to_store<'a>(
+    store: &Store,
+    ino: Ino,
+    name: &OsStr,
+    value: &'a [u8],
+) -> std::borrow::Cow<'a, [u8]> {
+    if name != DOSATTRIB || !offline(store, ino) {
+        return value.into();
+    }
+    without_offline(value)
+}
+
+fn without_offline(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match DosAttrib::decode(value) {
+        Ok(v) => match v.attrib() {
+            Some(a) if a & samba_meta::FILE_ATTRIBUTE_OFFLINE != 0 => v
+                .with_attrib(a & !samba_meta::FILE_ATTRIBUTE_OFFLINE)
+                .encode()
+                .into(),
+            _ => value.into(),
+        },
+        Err(_) => value.into(),
+    }
 }
 
 fn list_dosattrib(store: &Store, ino: Ino, mut names: Vec<u8>) -> Vec<u8> {
@@ -950,4 +993,40 @@ fn list_dosattrib(store: &Store, ino: Ino, mut names: Vec<u8>) -> Vec<u8> {
         names.push(0);
     }
     names
+}
+
+#[cfg(test)]
+mod dosattrib_tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// smbd 4.17 wrote this one for a hidden+system+archive file (version 5).
+    const HSA: &str = "00000500050000001100000026000000dbebfb9a7e7add01";
+    const HSA_OFFLINE: &str = "00000500050000001100000026100000dbebfb9a7e7add01";
+
+    #[test]
+    fn offline_is_added_in_the_stored_encoding_and_taken_off_on_write() {
+        assert_eq!(with_offline(Ok(hex(HSA))).unwrap(), hex(HSA_OFFLINE));
+        assert_eq!(without_offline(&hex(HSA_OFFLINE)).into_owned(), hex(HSA));
+        assert_eq!(without_offline(&hex(HSA)).into_owned(), hex(HSA));
+        // Samba 3's hex form stays a hex form.
+        assert_eq!(with_offline(Ok(b"0x22\0".to_vec())).unwrap(), b"0x1022\0");
+    }
+
+    #[test]
+    fn nothing_stored_gives_archive_offline_and_unknown_forms_pass() {
+        let made = DosAttrib::decode(&with_offline(Err(FsError::NODATA)).unwrap()).unwrap();
+        assert_eq!(made.attrib(), Some(0x1020));
+        assert_eq!(made.create_time(), None);
+        let odd = b"not samba".to_vec();
+        assert_eq!(with_offline(Ok(odd.clone())).unwrap(), odd);
+        assert_eq!(without_offline(&odd).into_owned(), odd);
+        assert!(with_offline(Err(FsError::NOENT)).is_err());
+    }
 }

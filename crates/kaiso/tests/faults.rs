@@ -18,10 +18,16 @@ const MIB: u64 = 1 << 20;
 /// Runs `kaiso mount` expecting it to refuse: returns its stderr after checking the exit
 /// code, that it did not panic, and that it did not leave a mount behind.
 fn mount_must_fail(config: &Path, mountpoint: &Path) -> String {
+    mount_must_fail_with(config, mountpoint, &[])
+}
+
+/// [`mount_must_fail`] with more arguments to `kaiso mount`.
+fn mount_must_fail_with(config: &Path, mountpoint: &Path, args: &[&str]) -> String {
     let mut child = Command::new(kaiso_bin())
         .arg("mount")
         .arg(config)
         .arg(mountpoint)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -37,6 +43,11 @@ fn mount_must_fail(config: &Path, mountpoint: &Path) -> String {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("mounted"),
+        "said it mounted before failing: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     check_refusal(&out)
 }
 
@@ -529,4 +540,183 @@ fn operator_commands_accept_mount_paths() {
     );
     assert_eq!(fs::read(m.path.join("dir/f")).unwrap(), b"on the slow tier");
     m.unmount();
+}
+
+/// Session 9 (audit2 #14c): `--threads` out of range is refused in one line before
+/// anything is mounted (100000 used to print "mounted", then die with "Too many open
+/// files" under the context word "unmount").
+#[test]
+fn mount_threads_out_of_range_is_refused_before_mounting() {
+    fuse_or_skip!();
+    let store = Store::new("threads", StoreSpec::tiers(1));
+    for n in ["100000", "0"] {
+        let err = mount_must_fail_with(&store.config, &store.mountpoint, &["--threads", n]);
+        assert!(
+            err.contains(&format!("--threads {n}")) && err.contains("1024"),
+            "--threads {n}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "not one line: {err}");
+        assert!(!common::is_mounted(&store.mountpoint));
+    }
+    // The top of the range mounts and serves.
+    let mut child = Command::new(kaiso_bin())
+        .arg("mount")
+        .arg(&store.config)
+        .arg(&store.mountpoint)
+        .args(["--threads", "1024"])
+        .env("KAISO_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !common::is_mounted(&store.mountpoint) {
+        if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            common::cleanup_mounts_under(&store.root);
+            panic!(
+                "--threads 1024 did not mount: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let io = fs::write(store.mountpoint.join("f"), b"x")
+        .and_then(|_| fs::read(store.mountpoint.join("f")));
+    let unmounted = common::unmount_path(&store.mountpoint);
+    if !unmounted {
+        common::force_unmount(&store.mountpoint);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(io.unwrap(), b"x");
+    assert!(unmounted);
+    assert!(
+        out.status.success(),
+        "--threads 1024: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Session 9: one tier directory serves one store. A second store (its own configuration
+/// and state directory) naming a mounted store's tier directory, or a directory inside
+/// one, is refused in one line naming the tier, the directory and the first store's
+/// state directory; the first keeps serving, and once it is unmounted the second mounts.
+#[test]
+fn second_store_on_a_tier_directory_is_refused() {
+    fuse_or_skip!();
+    let first = Store::new("tierlock-a", StoreSpec::tiers(2));
+    first.seed(0, "a-file", b"first");
+    let second = Store::new("tierlock-b", StoreSpec::tiers(1));
+    let m = first.mount();
+    let inner = first.tiers[1].join("inner");
+    fs::create_dir(&inner).unwrap();
+    let a_state = first.state.display().to_string();
+    for (what, dir) in [("same", &first.tiers[0]), ("inside", &inner)] {
+        common::write_config(
+            &second.spec,
+            &second.state,
+            std::slice::from_ref(dir),
+            &second.config,
+        )
+        .unwrap();
+        let err = mount_must_fail(&second.config, &second.mountpoint);
+        assert_eq!(err.trim().lines().count(), 1, "{what}: not one line: {err}");
+        assert!(
+            err.contains("tier t0")
+                && err.contains(&dir.display().to_string())
+                && err.contains(&a_state),
+            "{what}: {err}"
+        );
+        assert!(!common::is_mounted(&second.mountpoint), "{what}");
+        // The first store is unaffected.
+        assert_eq!(fs::read(m.path.join("a-file")).unwrap(), b"first");
+        fs::write(m.path.join(format!("after-{what}")), what).unwrap();
+    }
+    assert!(m.unmount().success());
+    // The first store is gone: the second takes its tier directory.
+    common::write_config(
+        &second.spec,
+        &second.state,
+        std::slice::from_ref(&first.tiers[0]),
+        &second.config,
+    )
+    .unwrap();
+    let m2 = second.mount();
+    assert_eq!(fs::read(m2.path.join("a-file")).unwrap(), b"first");
+    assert!(m2.unmount().success());
+}
+
+/// Unmounts (lazily) a tmpfs mounted on a tier directory, also when the test fails.
+struct TmpfsOn(std::path::PathBuf);
+
+impl TmpfsOn {
+    fn mount(dir: &Path) -> Option<TmpfsOn> {
+        let c = common::cstr(dir);
+        let ok = unsafe {
+            libc::mount(
+                c"none".as_ptr(),
+                c.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        } == 0;
+        ok.then(|| TmpfsOn(dir.to_path_buf()))
+    }
+}
+
+impl Drop for TmpfsOn {
+    fn drop(&mut self) {
+        let c = common::cstr(&self.0);
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Session 9: a tier's file system unmounted and another mounted at its directory at
+/// once (here tmpfs, which gets the same device and root inode numbers again) is seen
+/// as a returned tier: its files are shown and the old ones are gone, without fsck.
+/// Before, only (device, inode) was compared and such a swap went unnoticed for good.
+#[test]
+fn another_file_system_mounted_over_a_tier_is_noticed() {
+    fuse_or_skip!();
+    let store = Store::new("tier-swap", StoreSpec::tiers(2));
+    store.seed(0, "fast", b"fast");
+    let Some(first) = TmpfsOn::mount(&store.tiers[1]) else {
+        eprintln!("skipped: cannot mount tmpfs (needs root)");
+        return;
+    };
+    fs::write(store.tiers[1].join("old"), b"old").unwrap();
+    let m = store.mount();
+    assert_eq!(fs::read(m.path.join("old")).unwrap(), b"old");
+    // The store holds the tier directory open (its lock), so only a lazy unmount
+    // succeeds; the new file system is in place within microseconds.
+    drop(first);
+    let second = TmpfsOn::mount(&store.tiers[1]).expect("mount tmpfs again");
+    fs::write(store.tiers[1].join("new"), b"new").unwrap();
+    let t0 = Instant::now();
+    loop {
+        let names = list(&m.path);
+        if names.iter().any(|n| n == "new") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the new file system's file is not listed after 10 s: {names:?}\n{}",
+            m.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fs::read(m.path.join("new")).unwrap(), b"new");
+    let e = fs::read(m.path.join("old")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "old: {e}");
+    assert_eq!(fs::read(m.path.join("fast")).unwrap(), b"fast");
+    assert!(m.unmount().success());
+    drop(second);
 }

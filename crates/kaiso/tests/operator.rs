@@ -465,3 +465,95 @@ fn overlapping_tier_paths_are_refused_at_load() {
     }
     let _ = fs::remove_dir_all(&root);
 }
+
+/// Session 9: a tier whose directory vanished is shown offline by `kaiso status` (text and
+/// JSON: since when, how many files it held) and by the `kaiso_tier_online` gauge, and
+/// online again once the directory is back.
+#[test]
+fn status_and_metrics_show_an_offline_tier() {
+    fuse_or_skip!();
+    let store = two_tiers("offline-status", "metrics = \"127.0.0.1:0\"\n");
+    for i in 0..3 {
+        store.seed(1, &format!("cold{i}"), b"cold");
+    }
+    store.seed(0, "hot", b"hot");
+    let m = store.mount();
+    let addr = metrics_addr(&m);
+    let cfg = store.config.to_str().unwrap();
+    let online_gauge = |body: &str, tier: &str| -> String {
+        body.lines()
+            .find(|l| l.starts_with("kaiso_tier_online{") && l.contains(&format!("\"{tier}\"")))
+            .unwrap_or_else(|| panic!("no kaiso_tier_online line for {tier}:\n{body}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(online_gauge(&body, "slow"), "1", "{body}");
+
+    let gone = store.root.join("slow-gone");
+    fs::rename(&store.tiers[1], &gone).unwrap();
+    let before_secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Longer than the store's 100 ms sampling of tier roots.
+    std::thread::sleep(Duration::from_millis(600));
+
+    let out = store.kaiso(&["status", "--json", cfg]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let slow = &v["tiers"][1];
+    assert_eq!(slow["name"], "slow", "{v}");
+    assert_eq!(slow["online"], false, "{v}");
+    assert_eq!(slow["unreachable_files"], 3, "{v}");
+    let since = slow["offline_since_unix"]
+        .as_u64()
+        .expect("offline_since_unix");
+    assert!(since + 2 >= before_secs && since <= before_secs + 2, "{v}");
+    assert!(slow["offline_for_secs"].as_u64().is_some(), "{v}");
+    assert_eq!(v["tiers"][0]["online"], true, "{v}");
+    assert_eq!(v["tiers"][0]["unreachable_files"], 0, "{v}");
+
+    let out = store.kaiso(&["status", cfg]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let line = text
+        .lines()
+        .find(|l| l.contains("OFFLINE"))
+        .unwrap_or_else(|| panic!("no OFFLINE line:\n{text}"));
+    assert!(
+        line.contains("tier slow")
+            && line.contains(" since ")
+            && line.contains("3 files unreachable")
+            && line.contains(store.tiers[1].to_str().unwrap()),
+        "{line}"
+    );
+    let (_, body) = http_get(&addr, "/metrics");
+    assert_eq!(online_gauge(&body, "slow"), "0", "{body}");
+    assert_eq!(online_gauge(&body, "fast"), "1", "{body}");
+    assert!(
+        body.contains("kaiso_tier_unreachable_files{tier=\"slow\"} 3"),
+        "{body}"
+    );
+
+    // Back: online, nothing unreachable, no OFFLINE line.
+    fs::rename(&gone, &store.tiers[1]).unwrap();
+    let t0 = Instant::now();
+    loop {
+        let out = store.kaiso(&["status", "--json", cfg]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["tiers"][1]["online"] == true {
+            assert_eq!(v["tiers"][1]["unreachable_files"], 0, "{v}");
+            assert!(v["tiers"][1]["offline_since_unix"].is_null(), "{v}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "still offline: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = String::from_utf8_lossy(&store.kaiso(&["status", cfg]).stdout).into_owned();
+    assert!(!text.contains("OFFLINE"), "{text}");
+    assert_eq!(fs::read(m.path.join("cold2")).unwrap(), b"cold");
+    assert!(m.unmount().success());
+}

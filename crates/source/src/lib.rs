@@ -3,8 +3,10 @@
 //! Each implements [`kaiso_store::migrate::Source`], the trait the store's migration
 //! engine pulls from; the store never depends on this crate.
 
+pub mod deadline;
 pub mod nfs;
 pub mod posix;
+pub mod reconnect;
 pub mod smb;
 pub mod url;
 

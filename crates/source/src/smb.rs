@@ -40,10 +40,23 @@
 //!   one; the handle is kept for the file's next unit (at most 256 per source, 30 s) and
 //!   closed in the background.
 //!
+//! File data (the main stream) goes over connections of the source's own (`data`): the
+//! same compounds and windows of READs, with each READ reply decoded from the socket into
+//! the caller's buffer, unsigned. They are used only when the server requires neither
+//! signing nor encryption and [`SmbConfig::sign`] is off (MS-SMB2 lets an authenticated
+//! session go unsigned unless one side requires signing; the Linux kernel client also
+//! signs only with `-o sign`). The trade-off: an attacker on the path between kaiso and
+//! the old server could alter file data unnoticed, as with NFSv3 or an unsigned cifs
+//! mount; with `sign=1`, or a server with `server signing = mandatory`, every message is
+//! signed and reads go through the crate. Metadata always goes through the crate's
+//! sessions, which sign every message of an authenticated session (smb2 0.39 has no
+//! switch for that; its SMB 3.1.1 TREE_CONNECT must be signed anyway).
+//!
 //! Every request's reply is awaited at most [`SmbConfig::timeout`]; smb2's credit wait is
 //! bounded by the same timeout. A server found gone shuts every session at once, so the
 //! next call reconnects instead of each session waiting out the timeout on its own.
 
+mod data;
 mod link;
 mod prefetch;
 mod wire;
@@ -106,6 +119,12 @@ pub struct SmbConfig {
     /// request is not answered in time fails as unreachable (naming the server), the
     /// connection is dropped, and the next call connects again.
     pub timeout: Duration,
+    /// Sign every message even when the server does not require it (URL `sign=1`):
+    /// then all reads go through the crate's signed sessions. Off by default: file data
+    /// is read over the source's own unsigned connections when the server requires
+    /// neither signing nor encryption (as the Linux kernel client without `-o sign`);
+    /// metadata always goes over the crate's signed sessions. See the module docs.
+    pub sign: bool,
 }
 
 impl SmbConfig {
@@ -128,6 +147,7 @@ impl SmbConfig {
             parallel_reads: 16,
             connections: SMB_DEFAULT_CONNECTIONS,
             timeout: SMB_DEFAULT_TIMEOUT,
+            sign: false,
         }
     }
 
@@ -200,6 +220,10 @@ pub struct SmbStats {
     pub reads: u64,
     /// CLOSE.
     pub closes: u64,
+    /// Reads done on the source's own data connections (READ replies decoded straight
+    /// into the caller's buffer), and those connections set up.
+    pub reads_direct: u64,
+    pub data_connections: u64,
 }
 
 #[derive(Default)]
@@ -242,6 +266,8 @@ struct Shared {
     named_streams: bool,
     stats: Counters,
     requests: Arc<Requests>,
+    /// Connections of the source's own for large reads.
+    data: data::DataPool,
 }
 
 /// The sessions; `None` or broken means the next call on that slot connects again.
@@ -286,7 +312,7 @@ fn kind_of_status(status: u32) -> SourceErrorKind {
 fn kind_of(fail: &Fail) -> SourceErrorKind {
     match fail {
         Fail::Status { status, .. } => kind_of_status(*status),
-        Fail::TimedOut => SourceErrorKind::Unreachable,
+        Fail::TimedOut | Fail::Io(_) => SourceErrorKind::Unreachable,
         Fail::Malformed(_) => SourceErrorKind::Io,
         Fail::Smb(e) => {
             if let Some(s) = e.status() {
@@ -361,6 +387,7 @@ impl SmbSource {
                 .collect(),
         });
         *slots.links[0].lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
+        let data = data::DataPool::new(&config);
         let shared = Arc::new(Shared {
             prefetch_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.connections * PREFETCH_PER_LINK,
@@ -376,6 +403,7 @@ impl SmbSource {
             named_streams,
             stats: Counters::default(),
             requests,
+            data,
         });
         // The other sessions connect meanwhile; a slot whose connect fails is connected
         // again later (or by the next call that finds no session).
@@ -403,6 +431,8 @@ impl SmbSource {
             listings: get(&r.listings),
             reads: get(&r.reads),
             closes: get(&r.closes),
+            reads_direct: get(&self.shared.data.reads),
+            data_connections: get(&self.shared.data.connects),
         }
     }
 
@@ -487,6 +517,44 @@ async fn share_attributes(link: &Link, timeout: Duration) -> Result<u32, Fail> {
         .await?;
     wire::fs_attributes(buffer(&frames[1], "query file system")?)
         .ok_or(Fail::Malformed("file system attributes"))
+}
+
+/// The share's identity, independent of the address it is reached at: the volume's
+/// serial number and creation time (FileFsVolumeInformation) and the root directory's
+/// FileId (FileInternalInformation). One compound.
+async fn share_identity(link: &Link, timeout: Duration) -> Result<String, Fail> {
+    let create = wire::create(String::new(), OpenFor::Only(0x80));
+    let volume = wire::query(
+        InfoType::Filesystem,
+        wire::FILE_FS_VOLUME_INFORMATION,
+        0,
+        FileId::SENTINEL,
+    );
+    let internal = wire::query(
+        InfoType::File,
+        wire::FILE_INTERNAL_INFORMATION,
+        0,
+        FileId::SENTINEL,
+    );
+    let close = wire::close(FileId::SENTINEL);
+    let frames = link
+        .compound(
+            &[
+                (Command::Create, &create, 1),
+                (Command::QueryInfo, &volume, 1),
+                (Command::QueryInfo, &internal, 1),
+                (Command::Close, &close, 1),
+            ],
+            timeout,
+        )
+        .await?;
+    let (created, serial) = wire::volume_identity(buffer(&frames[1], "query volume")?)
+        .ok_or(Fail::Malformed("FileFsVolumeInformation"))?;
+    let root = wire::internal_id(buffer(&frames[2], "query root id")?)
+        .ok_or(Fail::Malformed("FileInternalInformation"))?;
+    Ok(format!(
+        "smb:volume={serial:08x}:created={created:016x}:root={root:016x}"
+    ))
 }
 
 impl Drop for SmbSource {
@@ -627,6 +695,7 @@ impl Shared {
         }
         self.prefetch.clear();
         self.kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.data.clear();
     }
 
     fn attr(&self, raw: &RawAttr) -> SourceAttr {
@@ -1088,12 +1157,23 @@ impl Shared {
             Some(size) => (size.saturating_sub(offset) as usize + (64 << 10)).min(buf.len()),
             None => buf.len(),
         };
-        if wanted <= max_read {
+        // A later unit of a file read on a data connection goes on with its handle.
+        let direct = suffix.is_empty() && (wanted > max_read || self.data.holds(path));
+        if !direct {
             let len = wanted.min(max_read);
-            let r = self.run(
-                &link,
-                self.read_compound(&link, name, offset, &mut buf[..len]),
-            );
+            let on_data = if suffix.is_empty() {
+                self.data
+                    .read_small(path, &name, offset, &mut buf[..len], &self.requests)
+            } else {
+                None
+            };
+            let r = match on_data {
+                Some(r) => r,
+                None => self.run(
+                    &link,
+                    self.read_compound(&link, name, offset, &mut buf[..len]),
+                ),
+            };
             let (n, attr) = r.map_err(|f| self.error(path, "read", f))?;
             self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
             self.stats.reads_compound.fetch_add(1, Ordering::Relaxed);
@@ -1104,6 +1184,23 @@ impl Shared {
                 return Ok((n + more, attr));
             }
             return Ok((n, attr.map(|a| self.attr(&a))));
+        }
+        if direct
+            && let Some(r) = self
+                .data
+                .read(path, &name, offset, buf, want_attr, &self.requests)
+        {
+            let r = r.map_err(|f| self.error(path, "read", f))?;
+            let way = if r.opened {
+                &self.stats.reads_opened
+            } else {
+                &self.stats.reads_continued
+            };
+            way.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .round_trips
+                .fetch_add(r.round_trips, Ordering::Relaxed);
+            return Ok((r.n, r.attr.map(|a| self.attr(&a))));
         }
         self.stats.reads_opened.fetch_add(1, Ordering::Relaxed);
         let r = self.run(&link, async {
@@ -1376,6 +1473,19 @@ impl Source for SmbSource {
     fn describe(&self) -> String {
         let c = &self.shared.config;
         format!("smb://{}/{}", c.server(), c.share)
+    }
+
+    fn identity(&self) -> Option<String> {
+        let s = &self.shared;
+        let root = SourcePath::root();
+        let link = s.link(&root).ok()?;
+        match s.run(&link, share_identity(&link, s.config.timeout)) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::debug!(error = %e, "smb2: share identity unknown");
+                None
+            }
+        }
     }
 
     fn features(&self) -> SourceFeatures {

@@ -1,22 +1,26 @@
 //! Source locations as URLs, for the command line and configuration:
 //!
-//! - `/srv/old` or `posix:/srv/old`: a directory on this host (e.g. a kernel NFS/SMB mount)
+//! - `/srv/old[?timeout=SECONDS|off]` or `posix:/srv/old[?timeout=…]`: a directory on
+//!   this host (e.g. a kernel NFS/SMB mount); on a file system that can hang (network,
+//!   FUSE) each call fails as unreachable after `timeout` (default 15 s), `off` never
 //! - `nfs://HOST[:NFSPORT]/EXPORT[?mountport=N&portmapper=N&uid=N&gid=N&connections=N&rsize=N&unprivileged=1&timeout=SECONDS&subdir=PATH]`:
 //!   `subdir` migrates one directory inside the export as the share; `timeout` bounds
 //!   each NFS call (default 15 s) before it fails as unreachable and the next one
 //!   reconnects
-//! - `smb://[[DOMAIN;]USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N]`:
+//! - `smb://[[DOMAIN;]USER@]HOST[:PORT]/SHARE[?uid=N&gid=N&timeout=SECONDS&connections=N&sign=0|1]`:
 //!   the password comes from the environment variable `KAISO_SMB_PASSWORD` (never from
 //!   the command line); `DOMAIN` is the NTLM domain of the account (default none);
 //!   `timeout` bounds each SMB request (default 15 s) before the call fails and the next
 //!   one reconnects; `connections` is the number of SMB sessions, each on its own TCP
-//!   connection (default 8, 1 to 64)
+//!   connection (default 8, 1 to 64); `sign=1` signs every message, also when the
+//!   server does not require it (default `sign=0`: signed only when the server requires
+//!   signing; encryption the server asks for is always used)
 //!
 //! HOST must be a literal IP address for NFS (the user-space client does no DNS).
 
 use kaiso_store::migrate::{Source, SourceError, SourceErrorKind, SourcePath};
 
-use crate::{NfsConfig, NfsSource, PosixSource, SmbConfig, SmbSource};
+use crate::{NfsConfig, NfsSource, SmbConfig, SmbSource};
 
 fn invalid(msg: impl Into<String>) -> SourceError {
     SourceError::new(SourceErrorKind::Invalid, &SourcePath::root(), msg)
@@ -165,6 +169,20 @@ fn check_keys(query: &[(String, String)], allowed: &[&str]) -> Result<(), Source
     Ok(())
 }
 
+/// `sign=1` signs every SMB message, `sign=0` (the default) only when the server
+/// requires signing.
+fn smb_sign(query: &[(String, String)]) -> Result<bool, SourceError> {
+    match query
+        .iter()
+        .find(|(k, _)| k == "sign")
+        .map(|(_, v)| v.as_str())
+    {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(invalid(format!("bad sign={v:?} (0 or 1)"))),
+    }
+}
+
 /// A timeout given in seconds: positive and finite (an hour at most).
 fn timeout_secs(t: f64) -> Result<std::time::Duration, SourceError> {
     if t.is_finite() && t > 0.0 && t <= 3600.0 {
@@ -221,7 +239,8 @@ fn nfs_config(
 /// Connects to the source a URL names.
 pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
     match SourceUrl::parse(url)? {
-        SourceUrl::Posix(p) => Ok(Box::new(PosixSource::open(p)?)),
+        // A hung mount must not hang callers: a per-call deadline (see `deadline`).
+        SourceUrl::Posix(p) => crate::deadline::open_posix(&p),
         SourceUrl::Nfs {
             host,
             port,
@@ -239,7 +258,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
             share,
             query,
         } => {
-            check_keys(&query, &["uid", "gid", "timeout", "connections"])?;
+            check_keys(&query, &["uid", "gid", "timeout", "connections", "sign"])?;
             let password = std::env::var("KAISO_SMB_PASSWORD").unwrap_or_default();
             let mut c = SmbConfig::new(host, share, user, password);
             c.domain = domain;
@@ -259,6 +278,7 @@ pub fn open_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
                 }
                 c.connections = n;
             }
+            c.sign = smb_sign(&query)?;
             Ok(Box::new(SmbSource::connect(c)?))
         }
     }
@@ -370,6 +390,18 @@ mod tests {
         assert_eq!(c.uid, 7);
         let e = parse("nfs://10.0.0.1/export?timeout=0").unwrap_err();
         assert!(e.message.contains("timeout=0"), "{e}");
+    }
+
+    #[test]
+    fn smb_sign_is_0_or_1() {
+        let q = |v: &str| vec![("sign".to_string(), v.to_string())];
+        assert!(!smb_sign(&[]).unwrap());
+        assert!(!smb_sign(&q("0")).unwrap());
+        assert!(smb_sign(&q("1")).unwrap());
+        for bad in ["", "yes", "2"] {
+            let e = smb_sign(&q(bad)).unwrap_err();
+            assert!(e.message.contains("sign"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -635,3 +635,88 @@ fn a_sparse_source_file_is_migrated_sparse() {
     finish(&store, &m).expect("finish");
     store.shutdown();
 }
+
+#[test]
+fn finish_fetches_again_what_changed_on_the_source_after_its_copy_completed() {
+    use std::os::unix::fs::MetadataExt;
+    let src = tempfile::tempdir().unwrap();
+    fs::write(src.path().join("grows"), common::content(1, 50_000)).unwrap();
+    fs::write(src.path().join("same_size"), common::content(2, 30_000)).unwrap();
+    fs::write(src.path().join("kept"), b"never changes").unwrap();
+    let dest = Dest::new();
+    let store = dest.open();
+    let m = migrate_all(&store, src.path(), "chg");
+    // The "read-only" source changes after the copies completed: one file grows, one is
+    // rewritten at the same size (with another mtime, whatever the clock's resolution).
+    fs::write(src.path().join("grows"), common::content(3, 3_000_000)).unwrap();
+    fs::write(src.path().join("same_size"), common::content(4, 30_000)).unwrap();
+    let old = filetime_of(&src.path().join("kept"));
+    set_mtime(&src.path().join("same_size"), old.0 + 1000, 0);
+    let r = finish(&store, &m).expect("a source that changed is reported, not a failure");
+    assert!(r.mismatches.is_empty(), "{r:?}");
+    assert_eq!(
+        r.verified_files, 1,
+        "only the unchanged file is verified: {r:?}"
+    );
+    assert_eq!(r.modified_by_clients, 0, "{r:?}");
+    assert_eq!(r.changed_on_source.len(), 2, "{r:?}");
+    let grows = r
+        .changed_on_source
+        .iter()
+        .find(|c| c.starts_with("/grows"))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    assert!(grows.contains("size 50000 → 3000000"), "{grows}");
+    let same = r
+        .changed_on_source
+        .iter()
+        .find(|c| c.starts_with("/same_size"))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    assert!(same.contains("mtime ") && !same.contains("size "), "{same}");
+    for name in ["grows", "same_size"] {
+        let s = r
+            .skipped
+            .iter()
+            .find(|s| s.src_path.as_bytes() == name.as_bytes())
+            .unwrap_or_else(|| panic!("{name} not reported: {:?}", r.skipped));
+        assert_eq!(s.kind, "Changed", "{s:?}");
+        assert!(s.reason.contains("after its copy completed"), "{s:?}");
+        // The copy holds the source's bytes and mtime now.
+        let (here, there) = (dest.tier().join(name), src.path().join(name));
+        assert_eq!(
+            fs::read(&here).unwrap(),
+            fs::read(&there).unwrap(),
+            "{name}"
+        );
+        let (h, t) = (fs::metadata(&here).unwrap(), fs::metadata(&there).unwrap());
+        assert_eq!(
+            (h.mtime(), h.mtime_nsec()),
+            (t.mtime(), t.mtime_nsec()),
+            "{name}"
+        );
+    }
+    let summary = fs::read_to_string(dest.state().join("migrate/chg.finished.txt")).unwrap();
+    assert!(summary.contains("changed on the source 2"), "{summary}");
+    store.shutdown();
+}
+
+fn filetime_of(p: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(p).unwrap();
+    (m.mtime(), m.mtime_nsec())
+}
+
+fn set_mtime(p: &Path, secs: i64, nanos: i64) {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: nanos,
+        },
+    ];
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(r, 0, "utimensat {}", p.display());
+}

@@ -31,6 +31,8 @@ fn since(a: SmbStats, b: SmbStats) -> SmbStats {
         listings: a.listings - b.listings,
         reads: a.reads - b.reads,
         closes: a.closes - b.closes,
+        reads_direct: a.reads_direct - b.reads_direct,
+        data_connections: a.data_connections - b.data_connections,
     }
 }
 
@@ -151,6 +153,10 @@ fn smb_requests_per_file_of_a_crawl() {
     assert_eq!(d.creates, FILES as u64 + 1, "data: {d:?}");
     assert_eq!(d.reads, FILES as u64 + (BIG >> 20) as u64, "data: {d:?}");
     assert_eq!(d.queries, read_calls, "data: {d:?}");
+    // Samba here requires neither signing nor encryption: every read went over the
+    // source's own data connections (replies decoded into the caller's buffer).
+    assert_eq!(d.reads_direct, read_calls, "data: {d:?}");
+    assert!(d.data_connections >= 1, "data: {d:?}");
     // Every handle is closed once nothing more is read from it.
     let s = since(settled(&source), before);
     assert_eq!(s.closes, s.creates, "{s:?}");

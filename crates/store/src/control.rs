@@ -133,7 +133,7 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
     let e = |x: crate::operator::OpError| x.to_string();
     let j = |v: Result<serde_json::Value, serde_json::Error>| v.map_err(|x| x.to_string());
     match req {
-        Request::Status => j(serde_json::to_value(store.status())),
+        Request::Status => status_value(store).map_err(|x| x.to_string()),
         Request::Where { path } => j(serde_json::to_value(store.where_is(&path).map_err(e)?)),
         Request::Explain { path } => j(serde_json::to_value(store.explain(&path).map_err(e)?)),
         Request::Pin {
@@ -175,6 +175,29 @@ pub fn handle(store: &Arc<Store>, req: Request) -> Result<serde_json::Value, Str
             None => Err(NOT_MIGRATING.into()),
         },
     }
+}
+
+/// The status reply: [`Store::status`] with each tier's [`crate::operator::TierHealth`]
+/// fields (`online`, `offline_since_unix`, `offline_for_secs`, `unreachable_files`) added to
+/// its object, so older readers of the reply keep working.
+pub fn status_value(store: &Store) -> Result<serde_json::Value, serde_json::Error> {
+    let mut v = serde_json::to_value(store.status())?;
+    let health = store.tier_health();
+    if let Some(tiers) = v.get_mut("tiers").and_then(|t| t.as_array_mut()) {
+        for (t, h) in tiers.iter_mut().zip(health) {
+            let (Some(obj), serde_json::Value::Object(extra)) =
+                (t.as_object_mut(), serde_json::to_value(h)?)
+            else {
+                continue;
+            };
+            for (k, val) in extra {
+                if k != "name" {
+                    obj.insert(k, val);
+                }
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// Serve the control socket in a background thread (removes a stale socket first).

@@ -30,10 +30,6 @@ fn backing_flags(flags: i32) -> i32 {
     acc | (flags & keep)
 }
 
-/// Fetch row commits after which a fetch runs a barrier and checkpoints the store
-/// database (its automatic checkpoint is off while fetches are ordered).
-const FETCH_COMMITS_PER_CHECKPOINT: u64 = 1000;
-
 /// A test hook of [`Store::stub_write`] ([`Store::set_stub_resolve_hook`]).
 type StubResolveHook = std::rc::Rc<dyn Fn(Ino)>;
 
@@ -505,7 +501,7 @@ impl Store {
             let (kind, bino) = (f.kind, f.bino);
             let path = ns
                 .file_path(ino)
-                .map(|p| self.tiers[tier as usize].path(&p))
+                .map(|p| self.tiers[tier as usize].backing(&p))
                 .ok_or(FsError::NOENT)?;
             drop(ns);
             return self.open_special(&state, kind, tier, bino, &path, flags);
@@ -517,12 +513,14 @@ impl Store {
         // close the descriptor, and its number be reused for another file, in between.
         let mut reopen_through = None;
         let path = match ns.file_path(ino) {
-            Some(p) => self.tiers[tier as usize].path(&p),
+            Some(p) => self.tiers[tier as usize].backing(&p),
             None => match state.open_handles().first().cloned() {
                 Some(h) => {
                     let fd = std::os::unix::io::AsRawFd::as_raw_fd(&*h.file());
                     reopen_through = Some(h);
-                    format!("/proc/self/fd/{fd}").into()
+                    crate::tier::BackingPath::from(std::path::PathBuf::from(format!(
+                        "/proc/self/fd/{fd}"
+                    )))
                 }
                 None => return Err(FsError::NOENT),
             },
@@ -703,7 +701,11 @@ impl Store {
                 );
                 let mut tries = 0;
                 return loop {
-                    match self.move_file(ino, t, &reason, need) {
+                    // A partially fetched stub moves too (its missing ranges go with it).
+                    let moved = crate::mover::allowing_partial_stub_move(|| {
+                        self.move_file(ino, t, &reason, need)
+                    });
+                    match moved {
                         Ok(_) => break Ok(()),
                         // Its last name went during the copy: the next try moves it as a
                         // file with no name (it fails alike if no handle holds it either).
@@ -806,7 +808,7 @@ impl Store {
                     (None, Some(p)) => Some(
                         std::fs::OpenOptions::new()
                             .write(true)
-                            .open(self.tiers[f.tier as usize].path(&p))?,
+                            .open(self.tiers[f.tier as usize].backing(&p))?,
                     ),
                     _ => None,
                 };
@@ -962,8 +964,8 @@ impl Store {
     /// This store's [`FetchBarrier`] (created on first use). While fetches are ordered
     /// the store database does not checkpoint by itself: a checkpoint would make stub
     /// rows durable ahead of the fetched bytes they mark present. Its checkpoints go
-    /// through the barrier instead (every [`FETCH_COMMITS_PER_CHECKPOINT`] fetches,
-    /// client fsyncs, [`Store::sync_fetched_data`]) until [`Store::end_fetch_ordering`].
+    /// through the barrier instead (on the barrier's schedule,
+    /// [`FetchBarrier::commit_counted`]; client fsyncs; [`Store::sync_fetched_data`]) until [`Store::end_fetch_ordering`].
     pub fn fetch_barrier(&self) -> Arc<FetchBarrier> {
         let mut slot = self.fetch_barrier.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = &*slot {
@@ -1324,8 +1326,17 @@ impl Store {
                 // its descriptor: no path lookups), so `create_entry` finds the entry as
                 // the source has it and changes nothing after. Owner before mode: a chown
                 // clears set-id bits.
-                let (ino, tier, _, _) =
-                    self.create_entry(&mut ns, parent, name, caller, None, &|p| {
+                // A file is placed by its listed size, which its tier accounts from now on
+                // (`used` holds apparent sizes; fetched bytes do not change them), so a
+                // listing cannot put more on a tier than it holds.
+                let listed = if kind == FileKind::File { size } else { 0 };
+                // From taking the room to noting the stub (its tier is not known yet).
+                let _stub_change: Vec<_> = match listed {
+                    0 => Vec::new(),
+                    _ => self.tiers.iter().map(|t| t.stub_change()).collect(),
+                };
+                let (ino, tier, made, _) =
+                    self.create_entry_sized(&mut ns, parent, name, caller, None, listed, &|p| {
                         match kind {
                             FileKind::File => {
                                 let f = std::fs::OpenOptions::new()
@@ -1364,10 +1375,9 @@ impl Store {
                         Ok(None)
                     })?;
                 if kind == FileKind::File && size > 0 {
-                    if !self.reserve(tier, size) {
-                        self.tiers[tier as usize].add_used(size as i64);
-                    }
                     if let Some(f) = ns.files.get(&ino) {
+                        // Its missing bytes are room promised on the tier's file system.
+                        self.tiers[tier as usize].note_stub(tier, &f.state);
                         f.state.size.store(size, Ordering::Release);
                         // The crawler's accesses are not recorded: tell the policy here.
                         self.placer().note_size(ino, size);
@@ -1380,11 +1390,18 @@ impl Store {
                     }
                 }
                 let fstate = ns.files.get(&ino).map(|f| f.state.clone());
+                let identity = made.as_ref().and_then(|f| {
+                    crate::stub::BackingIdentity::of_file(f, ns.slots[tier as usize])
+                });
                 // The row is written with the namespace unlocked (other listings go on
                 // meanwhile) and before this call returns (before the filler marks the
                 // parent listed).
                 drop(ns);
                 if kind == FileKind::File && size > 0 {
+                    // The row records which backing file it is for (`BackingIdentity`).
+                    if let Some(id) = identity {
+                        crate::db::note_stub_identity(ino, id.encode());
+                    }
                     let r = self.put_stub_row(ino, false, vec![(0, size)], Some((atime, mtime)));
                     if let Some(st) = &fstate {
                         st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
@@ -1402,7 +1419,7 @@ impl Store {
             if let Some(p) = p {
                 if let Some(t) = self.dir_tiers(&p).first() {
                     util::lutimens(
-                        &self.tiers[*t as usize].path(&p),
+                        &self.tiers[*t as usize].backing(&p),
                         util::UTime::At(e.atime),
                         util::UTime::At(e.mtime),
                     )?;
@@ -1504,19 +1521,87 @@ impl Store {
             ns.files.get(&ino).ok_or(FsError::NOENT)?.state.clone()
         };
         let barrier = self.fetch_barrier();
-        let written = self.stub_write_ordered(ino, &state, &barrier, offset, data)?;
+        let written = match self.stub_write_ordered(ino, &state, &barrier, offset, data) {
+            Err(e) if e == FsError::NOSPC || e == FsError(libc::EDQUOT) => {
+                self.move_stub_for_room(ino, &state)?;
+                self.stub_write_ordered(ino, &state, &barrier, offset, data)?
+            }
+            r => r?,
+        };
         // Now and then the store database is checkpointed (it does not do so by itself
         // while fetches are ordered), with no lock of this file held.
         // One fetch runs it; the others go on (each used to start a `syncfs` of its own,
         // and all crawler threads stalled there for seconds).
-        if barrier.commits_since.fetch_add(1, Ordering::Relaxed) + 1 >= FETCH_COMMITS_PER_CHECKPOINT
-            && !barrier.checkpoint_claim.swap(true, Ordering::AcqRel)
-        {
+        if barrier.commit_counted() && !barrier.checkpoint_claim.swap(true, Ordering::AcqRel) {
             let r = self.checkpoint_after_fetched_data("PASSIVE");
             barrier.checkpoint_claim.store(false, Ordering::Release);
             r?;
         }
         Ok(written)
+    }
+
+    /// A fetch into stub file `state` found the file system of its tier full (filled by
+    /// others than this store: its accounting keeps a stub's listed size on the tier):
+    /// the partial stub moves to the next tier with room for its whole size, slower ones
+    /// first, its present ranges and holes as they are and its missing set unchanged
+    /// (see [`crate::mover::allowing_partial_stub_move`]), so the fetch goes on there
+    /// instead of failing, as a client's write spills.
+    fn move_stub_for_room(&self, ino: Ino, state: &Arc<FileState>) -> FsResult<()> {
+        // The tiers' real room now, not at the last sample.
+        self.refresh_fs_room();
+        let from = state.tier();
+        let size = state.size.load(Ordering::Acquire);
+        let n = self.tiers.len() as u8;
+        let reason = format!(
+            "a fetch found the file system of tier {} full",
+            self.tiers[from as usize].cfg.name
+        );
+        let mut last = FsError::NOSPC;
+        for t in (from + 1..n).chain(0..from) {
+            if !self.tiers[t as usize].fits(size) {
+                continue;
+            }
+            match crate::mover::allowing_partial_stub_move(|| {
+                self.move_file_inner(ino, t, &reason, None)
+            }) {
+                Ok(_) => {
+                    tracing::warn!(ino, from, to = t, "{reason}: stub moved, fetch retried");
+                    self.tiers[t as usize].note_stub(t, state);
+                    self.renote_stub_identity(ino, state);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::warn!(ino, to = t, error = %e, "{reason}: stub not moved");
+                    last = e.errno();
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// After a move of stub file `state`, its row records the new backing file's identity
+    /// (see [`crate::stub::BackingIdentity`]), so the check against inode reuse at open
+    /// keeps covering it. Best effort: a row keeping the old identity is trusted.
+    fn renote_stub_identity(&self, ino: Ino, state: &Arc<FileState>) {
+        // Shared: no fetch changes the row meanwhile.
+        let _g = state.gate.read().unwrap_or_else(|e| e.into_inner());
+        let id = {
+            let ns = self.ns();
+            let tier = state.tier() as usize;
+            ns.file_path(ino).and_then(|p| {
+                let f = std::fs::File::open(self.tiers[tier].backing(&p)).ok()?;
+                crate::stub::BackingIdentity::of_file(&f, ns.slots[tier])
+            })
+        };
+        let Some(id) = id else { return };
+        let Some(s) = state.stub.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        crate::db::note_stub_identity(ino, id.encode());
+        if let Err(e) = self.db().set_stub(ino, s.unlisted_dir, &s.missing, s.times) {
+            tracing::warn!(ino, error = %e, "stub row keeps its old backing identity");
+        }
+        state.mark_unsynced(STUB_ROW_CHANGED);
     }
 
     /// [`Store::stub_write_counted`] of file `state`: its data write and the commit of
@@ -1549,7 +1634,7 @@ impl Store {
             let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
             let f = std::fs::OpenOptions::new()
                 .write(true)
-                .open(self.tiers[entry.tier as usize].path(&p))?;
+                .open(self.tiers[entry.tier as usize].backing(&p))?;
             (f, entry.tier as usize)
         };
         // What is still missing of the range, within the current size.
@@ -1587,6 +1672,8 @@ impl Store {
         };
         // From the data write through the row commit (see `FetchBarrier`).
         let _ordered = barrier.write_guard();
+        // From the data write to the missing-set update (see `Tier::refresh_fs_room`).
+        let _stub_change = self.tiers[tier].stub_change();
         // In pieces: one multi-megabyte write(2) into the page cache cost up to several
         // times the CPU of the same bytes written a megabyte at a time (measured:
         // docs/reproduction/migration.md §3), and a crawl is CPU-bound.
@@ -1603,6 +1690,8 @@ impl Store {
             }
         }
         barrier.mark_dirty(tier);
+        // A move's copy of this file that began before these bytes is redone.
+        state.write_gen.fetch_add(1, Ordering::AcqRel);
         if *self.fail.lock().unwrap_or_else(|e| e.into_inner())
             == Some(crate::store::FailPoint::StubAfterWrite)
         {

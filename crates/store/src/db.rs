@@ -55,6 +55,20 @@ pub(crate) struct Db {
     pub conn: Connection,
 }
 
+thread_local! {
+    /// Backing identities of new stub files noted on this thread, each written with the
+    /// file's next stub row (`Db::set_stub`), which this thread writes: directly, or when
+    /// its `Store::stub_batch` commits.
+    static PENDING_IDENTITIES: std::cell::RefCell<std::collections::HashMap<u64, Vec<u8>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// Records `ident` (an encoded [`crate::stub::BackingIdentity`]) with the next stub row
+/// this thread writes for `ino`. Called right before that row is written or queued.
+pub(crate) fn note_stub_identity(ino: u64, ident: Vec<u8>) {
+    PENDING_IDENTITIES.with(|p| p.borrow_mut().insert(ino, ident));
+}
+
 /// One journal row.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct JournalRow {
@@ -108,7 +122,7 @@ impl Db {
              CREATE TABLE IF NOT EXISTS pins(ino INTEGER PRIMARY KEY, tier INTEGER NOT NULL, path BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS heat(ino INTEGER PRIMARY KEY, heat REAL NOT NULL, last INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS reasons(ino INTEGER PRIMARY KEY, rule TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL, times BLOB);",
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL, times BLOB, ident BLOB);",
         )?;
         // Databases from before pending times lack the column (NULL: no pending times).
         let has_times = conn
@@ -116,6 +130,14 @@ impl Db {
             .exists([])?;
         if !has_times {
             conn.execute_batch("ALTER TABLE stubs ADD COLUMN times BLOB")?;
+        }
+        // Databases from before backing identities lack this one (NULL: none recorded,
+        // the row is trusted as before; see `crate::stub::BackingIdentity`).
+        let has_ident = conn
+            .prepare("SELECT 1 FROM pragma_table_info('stubs') WHERE name='ident'")?
+            .exists([])?;
+        if !has_ident {
+            conn.execute_batch("ALTER TABLE stubs ADD COLUMN ident BLOB")?;
         }
         Ok(Db { conn })
     }
@@ -394,6 +416,9 @@ impl Db {
         missing: &[(u64, u64)],
         times: Option<StubTimes>,
     ) -> rusqlite::Result<()> {
+        // A row keeps the identity of the backing file it was created for, unless this
+        // thread noted one for it (a new stub: `note_stub_identity`).
+        let ident = PENDING_IDENTITIES.with(|p| p.borrow_mut().remove(&ino));
         // Cached statements: a listing writes one row per entry, a fetch one per unit.
         if !unlisted && missing.is_empty() {
             self.conn
@@ -408,14 +433,34 @@ impl Db {
         }
         self.conn
             .prepare_cached(
-                "INSERT OR REPLACE INTO stubs(ino,unlisted,missing,times) VALUES(?1,?2,?3,?4)",
+                "INSERT INTO stubs(ino,unlisted,missing,times,ident) VALUES(?1,?2,?3,?4,?5)
+                 ON CONFLICT(ino) DO UPDATE SET unlisted=excluded.unlisted,
+                 missing=excluded.missing, times=excluded.times,
+                 ident=COALESCE(excluded.ident, stubs.ident)",
             )?
             .execute(params![
                 ino as i64,
                 unlisted as i64,
                 b,
-                times.map(encode_times)
+                times.map(encode_times),
+                ident
             ])?;
+        Ok(())
+    }
+
+    /// The recorded backing identities of stub rows, by inode number.
+    pub fn stub_identities(&self) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT ino, ident FROM stubs WHERE ident IS NOT NULL")?;
+        let rows = st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+        rows.collect()
+    }
+
+    /// Drops the stub row of `ino` (a row left by a file that is gone).
+    pub fn drop_stub_row(&self, ino: u64) -> rusqlite::Result<()> {
+        self.conn
+            .execute("DELETE FROM stubs WHERE ino=?1", [ino as i64])?;
         Ok(())
     }
 }
@@ -463,5 +508,46 @@ impl Db {
         );
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         r.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database from before backing identities gets the column; its rows have none
+    /// (trusted as before). A new stub's noted identity is written with its row and kept
+    /// by later writes of the row, and goes with the row.
+    #[test]
+    fn stub_rows_keep_the_identity_noted_at_their_creation() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let old = Connection::open(dir.path().join("kaiso.db")).unwrap();
+            old.execute_batch(
+                "CREATE TABLE stubs(ino INTEGER PRIMARY KEY, unlisted INTEGER NOT NULL, missing BLOB NOT NULL, times BLOB);
+                 INSERT INTO stubs(ino, unlisted, missing) VALUES(7, 0, X'0000000000000000FF00000000000000');",
+            )
+            .unwrap();
+        }
+        let db = Db::open(dir.path()).unwrap();
+        assert_eq!(db.stubs().unwrap(), vec![(7, false, vec![(0, 255)], None)]);
+        assert!(
+            db.stub_identities().unwrap().is_empty(),
+            "old rows have none"
+        );
+        db.set_stub(7, false, &[(0, 100)], None).unwrap();
+        assert!(db.stub_identities().unwrap().is_empty());
+
+        note_stub_identity(8, b"id-8".to_vec());
+        db.set_stub(8, false, &[(0, 10)], None).unwrap();
+        db.set_stub(8, false, &[(5, 10)], None).unwrap();
+        assert_eq!(db.stub_identities().unwrap(), vec![(8, b"id-8".to_vec())]);
+        // Written once: a later row of another file with that number has none.
+        db.set_stub(8, false, &[], None).unwrap();
+        db.set_stub(8, false, &[(0, 1)], None).unwrap();
+        assert!(db.stub_identities().unwrap().is_empty());
+        db.drop_stub_row(8).unwrap();
+        db.drop_stub_row(7).unwrap();
+        assert!(db.stubs().unwrap().is_empty());
     }
 }

@@ -8,7 +8,8 @@ use crate::db::JournalRow;
 use crate::error::{FsError, FsResult};
 use crate::handles::{DirHandle, FileState};
 use crate::namespace::{FileNode, Namespace};
-use crate::store::{Store, TEMP_PREFIX};
+use crate::store::{FailPoint, Store, TEMP_PREFIX};
+use crate::tier::BackingPath;
 use crate::types::{
     Caller, DirEntry, FileAttr, FileKind, Ino, ROOT_INO, SetAttr, StatFs, TimeSet, rename_flags,
 };
@@ -78,7 +79,7 @@ impl Store {
         }
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         for (ti, t) in self.tiers.iter().enumerate() {
-            let Some(st) = util::lstat_opt(&t.path(&rel))? else {
+            let Some(st) = util::lstat_opt(&t.backing(&rel))? else {
                 continue;
             };
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
@@ -117,7 +118,7 @@ impl Store {
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         if let Some(path) = ns.file_path(ino) {
             let t = &self.tiers[f.tier as usize];
-            match util::lstat_opt(&t.path(&path))? {
+            match util::lstat_opt(&t.backing(&path))? {
                 Some(st) => {
                     let mut attr = Self::attr_of(ino, &st);
                     // A stub shows its pending mtime, also while a fetch has written a
@@ -240,19 +241,19 @@ impl Store {
             self.stub_client_change(st)?;
         }
         let mut ns = self.ns();
-        let paths: Vec<PathBuf> = if let Some(d) = ns.dirs.get(&ino) {
+        let paths: Vec<BackingPath> = if let Some(d) = ns.dirs.get(&ino) {
             if set.size.is_some() {
                 return Err(FsError::ISDIR);
             }
             let rel = d.path.clone();
             self.dir_tiers(&rel)
                 .into_iter()
-                .map(|t| self.tiers[t as usize].path(&rel))
+                .map(|t| self.tiers[t as usize].backing(&rel))
                 .collect()
         } else {
             let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
             match ns.file_path(ino) {
-                Some(p) => vec![self.tiers[f.tier as usize].path(&p)],
+                Some(p) => vec![self.tiers[f.tier as usize].backing(&p)],
                 None => Vec::new(),
             }
         };
@@ -379,6 +380,26 @@ impl Store {
         umask: Option<u32>,
         make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
     ) -> FsResult<(Ino, u8, Option<std::fs::File>, libc::stat)> {
+        self.create_entry_sized(ns, parent, name, caller, umask, 0, make)
+    }
+
+    /// [`Store::create_entry`] of an entry that holds `size_hint` bytes from its creation
+    /// (a migration stub at its listed size; 0 for ordinary creates): it is placed by
+    /// that size, and the size is taken on the chosen tier in the same atomic step as
+    /// the room check ([`crate::tier::Tier::hold`]), so creators racing for the last room
+    /// of a tier cannot all pass. The bytes stay accounted to the tier (`used`) once the
+    /// entry exists.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_entry_sized(
+        &self,
+        ns: &mut Namespace,
+        parent: Ino,
+        name: &OsStr,
+        caller: Caller,
+        umask: Option<u32>,
+        size_hint: u64,
+        make: &dyn Fn(&Path) -> std::io::Result<Option<std::fs::File>>,
+    ) -> FsResult<(Ino, u8, Option<std::fs::File>, libc::stat)> {
         check_name(name)?;
         if hidden(name) {
             return Err(FsError::INVAL);
@@ -392,14 +413,15 @@ impl Store {
         }
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         let parent_rel = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
-        let first = self.place_new(0)?;
+        let first = self.place_new(size_hint)?;
         let n = self.tiers.len() as u8;
         let mut last_err = FsError::NOSPC;
         for tier in (first..n).chain(0..first) {
-            if !self.tiers[tier as usize].fits(0) {
+            // Given back if the create fails here (dropped), kept once the entry exists.
+            let Some(held) = self.tiers[tier as usize].hold(size_hint) else {
                 continue;
-            }
-            let p = self.tiers[tier as usize].path(&rel);
+            };
+            let p = self.tiers[tier as usize].backing(&rel);
             let made = match util::creation_umask::with(umask, || make(&p)) {
                 // The directory has no copy on this tier yet.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
@@ -463,6 +485,7 @@ impl Store {
                 pl.reasons.insert(ino, rule);
             }
             self.trace_event(now, ino, Op::Create, 0, 0, 0, &rel);
+            held.keep();
             return Ok((ino, tier, file, st));
         }
         Err(last_err)
@@ -494,7 +517,7 @@ impl Store {
             .and_then(|p| {
                 self.dir_stat(p)
                     .ok()
-                    .map(|(t, _)| self.tiers[t as usize].path(p))
+                    .map(|(t, _)| self.tiers[t as usize].backing(p))
             })
             .is_some_and(|p| util::lgetxattr(&p, OsStr::new("system.posix_acl_default")).is_ok());
         NewMode {
@@ -578,7 +601,7 @@ impl Store {
         let parent_rel = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         let (tier, _) = self.dir_stat(&parent_rel)?;
-        let p = self.tiers[tier as usize].path(&rel);
+        let p = self.tiers[tier as usize].backing(&rel);
         let new = self.creation_mode(&ns, parent, mode, umask);
         let (m, set) = (new.bits, new.chmod_after);
         util::creation_umask::with(new.fs_umask, || {
@@ -631,7 +654,7 @@ impl Store {
             return Err(FsError::INVAL);
         }
         let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
-        Ok(std::fs::read_link(self.tiers[f.tier as usize].path(&p))?.into_os_string())
+        Ok(std::fs::read_link(self.tiers[f.tier as usize].backing(&p))?.into_os_string())
     }
 
     /// A name of file `ino` went away; `nlink_before` is the backing link count before.
@@ -683,7 +706,7 @@ impl Store {
         }
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
         let tier = ns.files.get(&ino).map(|f| f.tier).ok_or(FsError::NOENT)?;
-        let p = self.tiers[tier as usize].path(&rel);
+        let p = self.tiers[tier as usize].backing(&rel);
         let st = util::lstat(&p)?;
         std::fs::remove_file(&p)?;
         ns.remove_name(parent, name);
@@ -698,7 +721,7 @@ impl Store {
     /// Whether directory `rel` is empty on every tier.
     fn dir_empty(&self, rel: &Path) -> FsResult<bool> {
         for t in &self.tiers {
-            match std::fs::read_dir(t.path(rel)) {
+            match std::fs::read_dir(t.backing(rel)) {
                 Ok(mut rd) => {
                     if rd.any(|e| e.map(|e| !hidden(&e.file_name())).unwrap_or(true)) {
                         return Ok(false);
@@ -729,7 +752,7 @@ impl Store {
             return Err(FsError::NOTEMPTY);
         }
         for t in self.dir_tiers(&rel) {
-            let p = self.tiers[t as usize].path(&rel);
+            let p = self.tiers[t as usize].backing(&rel);
             // Remove our own leftovers first (they are never visible).
             if let Ok(rd) = std::fs::read_dir(&p) {
                 for e in rd.flatten() {
@@ -887,17 +910,44 @@ impl Store {
                 tmp: PathBuf::new(),
                 state: "renaming".into(),
             };
-            let id = self.db().journal_add(&row)?;
+            let id = self.commit_durable(|db| db.journal_add(&row))?;
+            self.rename_fail_at(FailPoint::RenameAfterJournal)?;
+            // All tiers or none: the tiers renamed so far, each with the empty directory
+            // the rename replaced there (its metadata, to put it back on a rollback).
+            let mut renamed: Vec<(usize, Option<libc::stat>)> = Vec::new();
             for (ti, t) in self.tiers.iter().enumerate() {
-                let has_src = util::lstat_opt(&t.path(&sp))?.is_some();
-                let has_dst = util::lstat_opt(&t.path(&dp))?.is_some();
-                if has_src {
+                let step = (|| -> FsResult<Option<Option<libc::stat>>> {
+                    if util::lstat_opt(&t.backing(&sp))?.is_none() {
+                        return Ok(None);
+                    }
+                    let replaced = util::lstat_opt(&t.backing(&dp))?;
                     self.ensure_dir(ti as u8, &dparent)?;
-                    std::fs::rename(t.path(&sp), t.path(&dp))?;
-                } else if has_dst {
-                    let _ = std::fs::remove_dir(t.path(&dp));
+                    std::fs::rename(t.backing(&sp), t.backing(&dp))?;
+                    Ok(Some(replaced))
+                })();
+                match step {
+                    Ok(Some(replaced)) => {
+                        renamed.push((ti, replaced));
+                        if renamed.len() == 1 {
+                            self.rename_fail_at(FailPoint::RenameAfterFirstTier)?;
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.undo_dir_rename(id, &sp, &dp, &renamed);
+                        return Err(e);
+                    }
                 }
             }
+            // The empty directory replaced, on the tiers the renamed one was not on.
+            if dst.is_some() {
+                for (ti, t) in self.tiers.iter().enumerate() {
+                    if !renamed.iter().any(|(r, _)| *r == ti) {
+                        let _ = std::fs::remove_dir(t.backing(&dp));
+                    }
+                }
+            }
+            self.rename_fail_at(FailPoint::RenameAfterRemoveTarget)?;
             if let Some(d) = dst {
                 ns.remove_name(newparent, newname);
                 ns.drop_dir(d);
@@ -909,6 +959,7 @@ impl Store {
             }
             ns.rename_dir(src, newparent, newname);
             self.db().rename_dirs(&sp, &dp)?;
+            self.rename_fail_at(FailPoint::RenameBeforeDone)?;
             self.db().journal_done(id)?;
             return Ok(());
         }
@@ -933,26 +984,49 @@ impl Store {
                     tmp: PathBuf::new(),
                     state: "renaming".into(),
                 };
-                let id = self.db().journal_add(&row)?;
-                std::fs::rename(t.path(&sp), t.path(&dp))?;
-                let old = self.tiers[dtier as usize].path(&dp);
+                let id = self.commit_durable(|db| db.journal_add(&row))?;
+                self.rename_fail_at(FailPoint::RenameAfterJournal)?;
+                if let Err(e) = std::fs::rename(t.backing(&sp), t.backing(&dp)) {
+                    // Nothing changed: the row has nothing to finish.
+                    let _ = self.db().journal_done(id);
+                    return Err(e.into());
+                }
+                self.rename_fail_at(FailPoint::RenameAfterFirstTier)?;
+                let old = self.tiers[dtier as usize].backing(&dp);
                 let nlink = util::lstat(&old).map(|s| s.st_nlink).unwrap_or(1);
-                std::fs::remove_file(&old)?;
+                if let Err(e) = std::fs::remove_file(&old) {
+                    // Both names would show: the source goes back to its old name.
+                    match std::fs::rename(t.backing(&dp), t.backing(&sp)) {
+                        Ok(()) => {
+                            let _ = self.db().journal_done(id);
+                        }
+                        Err(back) => tracing::error!(
+                            error = %back,
+                            "rename over {} not rolled back; finished at the next start",
+                            dp.display()
+                        ),
+                    }
+                    return Err(e.into());
+                }
+                self.rename_fail_at(FailPoint::RenameAfterRemoveTarget)?;
+                self.rename_fail_at(FailPoint::RenameBeforeDone)?;
                 self.db().journal_done(id)?;
                 ns.remove_name(newparent, newname);
                 self.after_unlink(ns, d, nlink);
             }
             Some((d, _, _)) => {
-                let nlink = util::lstat(&t.path(&dp)).map(|s| s.st_nlink).unwrap_or(1);
-                std::fs::rename(t.path(&sp), t.path(&dp))?;
+                let nlink = util::lstat(&t.backing(&dp))
+                    .map(|s| s.st_nlink)
+                    .unwrap_or(1);
+                std::fs::rename(t.backing(&sp), t.backing(&dp))?;
                 ns.remove_name(newparent, newname);
                 self.after_unlink(ns, d, nlink);
             }
             None => {
-                util::renameat2(&t.path(&sp), &t.path(&dp), libc::RENAME_NOREPLACE).or_else(
+                util::renameat2(&t.backing(&sp), &t.backing(&dp), libc::RENAME_NOREPLACE).or_else(
                     |e| {
                         if e.raw_os_error() == Some(libc::EINVAL) {
-                            std::fs::rename(t.path(&sp), t.path(&dp))
+                            std::fs::rename(t.backing(&sp), t.backing(&dp))
                         } else {
                             Err(e)
                         }
@@ -971,6 +1045,81 @@ impl Store {
             lookups: 0,
         });
         Ok(())
+    }
+
+    /// Puts back the tiers a directory rename had renamed when a later tier refused
+    /// (`renamed`: tier, and the empty directory the rename replaced there), so the
+    /// rename is all or nothing; then closes journal row `id`. Should a tier refuse to go
+    /// back, the row stays: the next start finishes the rename on every tier.
+    fn undo_dir_rename(
+        &self,
+        id: i64,
+        sp: &Path,
+        dp: &Path,
+        renamed: &[(usize, Option<libc::stat>)],
+    ) {
+        let mut undone = true;
+        for (ti, replaced) in renamed.iter().rev() {
+            let t = &self.tiers[*ti];
+            let back =
+                std::fs::rename(t.backing(dp), t.backing(sp)).and_then(|()| match replaced {
+                    Some(st) => {
+                        std::fs::create_dir(t.backing(dp))?;
+                        util::copy_meta(st, &t.backing(dp))
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = back {
+                undone = false;
+                tracing::error!(
+                    tier = %t.cfg.name,
+                    error = %e,
+                    "directory rename {} -> {} not rolled back; finished at the next start",
+                    sp.display(),
+                    dp.display()
+                );
+            }
+        }
+        if undone {
+            if let Err(e) = self.db().journal_done(id) {
+                tracing::warn!(error = %e, "journal row of a rolled-back rename left");
+            }
+        }
+    }
+
+    /// Stops a journalled rename at `fp` when a test asked for it (see
+    /// [`Store::set_fail_point`]): the error a crash there would leave, nothing undone.
+    fn rename_fail_at(&self, fp: FailPoint) -> FsResult<()> {
+        if *self.fail.lock().unwrap_or_else(|e| e.into_inner()) == Some(fp) {
+            tracing::warn!("injected failure {fp:?}");
+            return Err(FsError::IO);
+        }
+        Ok(())
+    }
+
+    /// Runs `commit`, a database write that fsyncs the store's WAL (a journal row,
+    /// `synchronous=FULL`). That fsync makes every stub row committed before it durable
+    /// too, so while a migration fetches into this store it runs inside the fetch
+    /// barrier: after the fetched bytes those rows mark present are on disk, with fetch
+    /// writes held back until it is done (see [`crate::stub::FetchBarrier`]).
+    pub(crate) fn commit_durable<T>(
+        &self,
+        commit: impl FnOnce(&crate::db::Db) -> rusqlite::Result<T>,
+    ) -> FsResult<T> {
+        let barrier = self
+            .fetch_barrier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(barrier) = barrier else {
+            return Ok(commit(&self.db())?);
+        };
+        barrier
+            .sync_then(|| commit(&self.db()).map_err(std::io::Error::other))
+            .map_err(|e| {
+                tracing::error!(error = %e, "journal commit after fetched data");
+                FsError::IO
+            })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -998,19 +1147,21 @@ impl Store {
         let a_parent = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
         let b_parent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
         for (ti, t) in self.tiers.iter().enumerate() {
-            let ha = util::lstat_opt(&t.path(&ap))?.is_some()
+            let ha = util::lstat_opt(&t.backing(&ap))?.is_some()
                 && (a_dir || ns.files.get(&a).is_some_and(|f| f.tier == ti as u8));
-            let hb = util::lstat_opt(&t.path(&bp))?.is_some()
+            let hb = util::lstat_opt(&t.backing(&bp))?.is_some()
                 && (b_dir || ns.files.get(&b).is_some_and(|f| f.tier == ti as u8));
             match (ha, hb) {
-                (true, true) => util::renameat2(&t.path(&ap), &t.path(&bp), libc::RENAME_EXCHANGE)?,
+                (true, true) => {
+                    util::renameat2(&t.backing(&ap), &t.backing(&bp), libc::RENAME_EXCHANGE)?
+                }
                 (true, false) => {
                     self.ensure_dir(ti as u8, &b_parent)?;
-                    std::fs::rename(t.path(&ap), t.path(&bp))?;
+                    std::fs::rename(t.backing(&ap), t.backing(&bp))?;
                 }
                 (false, true) => {
                     self.ensure_dir(ti as u8, &a_parent)?;
-                    std::fs::rename(t.path(&bp), t.path(&ap))?;
+                    std::fs::rename(t.backing(&bp), t.backing(&ap))?;
                 }
                 (false, false) => {}
             }
@@ -1071,7 +1222,7 @@ impl Store {
         let dparent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
         self.ensure_dir(tier, &dparent)?;
         let t = &self.tiers[tier as usize];
-        std::fs::hard_link(t.path(&src), t.path(&dp))?;
+        std::fs::hard_link(t.backing(&src), t.backing(&dp))?;
         ns.add_file_name(ino, newparent, newname, || unreachable_node(ino, tier));
         let attr = self.attr_locked(&mut ns, ino)?;
         self.add_lookup(&mut ns, ino, 1);
@@ -1189,7 +1340,7 @@ impl Store {
     pub fn fsyncdir(&self, ino: Ino) -> FsResult<()> {
         let rel = self.ns().dir_path(ino).ok_or(FsError::NOENT)?.to_path_buf();
         for t in self.dir_tiers(&rel) {
-            util::fsync_dir(&self.tiers[t as usize].path(&rel))?;
+            util::fsync_dir(&self.tiers[t as usize].backing(&rel))?;
         }
         Ok(())
     }
@@ -1270,19 +1421,19 @@ impl Store {
     }
 
     /// Backing paths an xattr operation applies to (all copies for directories).
-    fn xattr_paths(&self, ino: Ino) -> FsResult<Vec<PathBuf>> {
+    fn xattr_paths(&self, ino: Ino) -> FsResult<Vec<BackingPath>> {
         let ns = self.ns();
         if let Some(d) = ns.dirs.get(&ino) {
             let rel = d.path.clone();
             return Ok(self
                 .dir_tiers(&rel)
                 .into_iter()
-                .map(|t| self.tiers[t as usize].path(&rel))
+                .map(|t| self.tiers[t as usize].backing(&rel))
                 .collect());
         }
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
-        Ok(vec![self.tiers[f.tier as usize].path(&p)])
+        Ok(vec![self.tiers[f.tier as usize].backing(&p)])
     }
 
     /// A migration stub's metadata (xattrs, ACLs) is copied from its source before any

@@ -47,6 +47,25 @@ pub fn render(store: &Store) -> String {
         "gauge",
         per_tier(&|t| t.busy),
     );
+    let health = store.tier_health();
+    let per_tier_health = |f: &dyn Fn(&crate::operator::TierHealth) -> f64| -> Vec<(String, f64)> {
+        health
+            .iter()
+            .map(|h| (format!("{{tier=\"{}\"}}", h.name), f(h)))
+            .collect()
+    };
+    metric(
+        "kaiso_tier_online",
+        "1 while the tier's directory is there, 0 while it is missing (offline)",
+        "gauge",
+        per_tier_health(&|h| if h.online { 1.0 } else { 0.0 }),
+    );
+    metric(
+        "kaiso_tier_unreachable_files",
+        "Files of an offline tier, unreachable until its directory returns",
+        "gauge",
+        per_tier_health(&|h| h.unreachable_files as f64),
+    );
     metric(
         "kaiso_mover_moved_files_total",
         "Files moved",

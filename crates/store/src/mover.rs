@@ -27,7 +27,7 @@ use crate::namespace::Namespace;
 use crate::operator::JobProgress;
 use crate::orphan;
 use crate::store::{FailPoint, JobId, Store, TEMP_PREFIX};
-use crate::tier::Tier;
+use crate::tier::{BackingPath, Tier};
 use crate::types::{FileKind, Ino};
 use crate::util;
 use kaiso_policy::MoveReason;
@@ -155,6 +155,29 @@ impl Drop for MoveSlot<'_> {
     }
 }
 
+thread_local! {
+    /// Set while this thread moves a partially fetched migration stub out of a tier whose
+    /// file system is full ([`allowing_partial_stub_move`]).
+    static PARTIAL_STUB_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a move) with partially fetched migration stubs movable on this thread. Other
+/// moves (the policy's) leave stubs alone until complete. Such a move is safe: a fetch
+/// bumps the write generation (the copy is redone) and writes under the gate held
+/// exclusively (no fetch during the last pass and the switch); the missing set is the
+/// file's, not its copy's, and its ranges stay holes in the copy.
+pub(crate) fn allowing_partial_stub_move<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            PARTIAL_STUB_MOVE.with(|c| c.set(false));
+        }
+    }
+    PARTIAL_STUB_MOVE.with(|c| c.set(true));
+    let _reset = Reset;
+    f()
+}
+
 /// Lock-free copy passes before the last one, which runs under the file's gate.
 const QUIET_COPY_ATTEMPTS: u32 = 3;
 
@@ -277,7 +300,7 @@ fn relieves_slower_tier(r: MoveReason) -> bool {
 #[derive(Default)]
 struct DirTimes {
     /// Backing directory, and the times to give it back.
-    dirs: Vec<(PathBuf, libc::timespec, libc::timespec)>,
+    dirs: Vec<(BackingPath, libc::timespec, libc::timespec)>,
 }
 
 impl DirTimes {
@@ -309,16 +332,16 @@ impl DirTimes {
         };
         let mut dirs = Vec::new();
         for rel in rels {
-            let on_source = util::lstat_opt(&ft.path(&rel)).ok().flatten();
-            let on_dest = util::lstat_opt(&tt.path(&rel)).ok().flatten();
+            let on_source = util::lstat_opt(&ft.backing(&rel)).ok().flatten();
+            let on_dest = util::lstat_opt(&tt.backing(&rel)).ok().flatten();
             if let Some(st) = &on_source {
                 let (a, m) = times(st);
-                dirs.push((ft.path(&rel), a, m));
+                dirs.push((ft.backing(&rel), a, m));
             }
             // A copy the destination creates for the move gets the source copy's times.
             if let Some(st) = on_dest.as_ref().or(on_source.as_ref()) {
                 let (a, m) = times(st);
-                dirs.push((tt.path(&rel), a, m));
+                dirs.push((tt.backing(&rel), a, m));
             }
         }
         DirTimes { dirs }
@@ -546,10 +569,10 @@ impl Store {
     /// Every name of a link group on `tier` (walks the tier when the index knows fewer
     /// names than the link count, e.g. links made directly in the tier directory).
     fn link_group(&self, tier: u8, bino: u64, known: Vec<PathBuf>) -> Vec<PathBuf> {
-        let root = &self.tiers[tier as usize].root;
+        let t = &self.tiers[tier as usize];
         let nlink = known
             .first()
-            .and_then(|p| util::lstat(&root.join(p)).ok())
+            .and_then(|p| util::lstat(&t.backing(p)).ok())
             .map(|s| s.st_nlink as usize)
             .unwrap_or(1);
         if nlink <= known.len() {
@@ -562,11 +585,11 @@ impl Store {
     /// Up to about `nlink` names of backing inode `bino`, found by walking `tier`
     /// (kaiso's own hidden entries skipped).
     fn names_on_tier(&self, tier: u8, bino: u64, nlink: usize) -> Vec<PathBuf> {
-        let root = &self.tiers[tier as usize].root;
+        let t = &self.tiers[tier as usize];
         let mut found = Vec::new();
         let mut stack = vec![PathBuf::new()];
         while let Some(rel) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
+            let Ok(rd) = std::fs::read_dir(t.backing(&rel)) else {
                 continue;
             };
             for e in rd.flatten() {
@@ -604,11 +627,12 @@ impl Store {
         if state.passthrough_open.load(Ordering::SeqCst) > 0 {
             return Some(MoveError::new(FsError::BUSY, PASSTHROUGH_OPEN));
         }
-        if state
-            .stub
-            .lock()
-            .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
-            .unwrap_or(true)
+        if !PARTIAL_STUB_MOVE.with(std::cell::Cell::get)
+            && state
+                .stub
+                .lock()
+                .map(|s| s.as_ref().is_some_and(|s| !s.is_complete()))
+                .unwrap_or(true)
         {
             return Some(MoveError::new(
                 FsError::BUSY,
@@ -699,7 +723,7 @@ impl Store {
             let names = ns.file_paths(ino);
             let (names, src, orphan) = match names.first() {
                 Some(first) => {
-                    let src = open_source(&self.tiers[f.tier as usize].path(first))?;
+                    let src = open_source(&self.tiers[f.tier as usize].backing(first))?;
                     (names, src, false)
                 }
                 None => {
@@ -775,11 +799,7 @@ impl Store {
         };
         // Journal commits fsync the store's WAL: fetched bytes of a migration first, so no
         // completion row becomes durable ahead of its data.
-        if let Err(e) = self.sync_fetched_data_if_ordered() {
-            reserved.release();
-            return Err(e.into());
-        }
-        let id = match self.db().journal_add(&row) {
+        let id = match self.commit_durable(|db| db.journal_add(&row)) {
             Ok(id) => id,
             Err(e) => {
                 reserved.release();
@@ -787,7 +807,7 @@ impl Store {
             }
         };
         self.fail_at(FailPoint::AfterJournal)?;
-        let tmp_path = tt.path(&tmp);
+        let tmp_path = tt.backing(&tmp);
         // Undo everything before the switch (not for injected failures: they stand for a
         // crash, which the next open recovers).
         let cleanup = |e: MoveError| {
@@ -920,7 +940,7 @@ impl Store {
                 Err(e) => return Err(abort(e.into(), ns, gate)),
             }
         } else {
-            match util::lstat(&ft.path(&names[0])) {
+            match util::lstat(&ft.backing(&names[0])) {
                 Ok(s) if s.st_ino == bino => s,
                 Ok(_) => {
                     return Err(abort(
@@ -945,21 +965,21 @@ impl Store {
             if orphan {
                 orphan::copy_xattrs_from(&src, &tmp_path)?;
             } else {
-                util::copy_xattrs(&ft.path(&names[0]), &tmp_path)?;
+                util::copy_xattrs(&ft.backing(&names[0]), &tmp_path)?;
             }
             util::copy_meta(&st, &tmp_path)?;
             // chown dropped file capabilities: set them again after it.
             copy_capability(&src, &dst)?;
-            self.sync_fetched_data_if_ordered()?;
-            self.db()
-                .journal_set_names(id, &journal_names(&names, &dst_names), dst_bino)?;
+            self.commit_durable(|db| {
+                db.journal_set_names(id, &journal_names(&names, &dst_names), dst_bino)
+            })?;
             for (i, n) in dst_names.iter().enumerate() {
                 if orphan {
                     orphan::ensure_dir(tt)?;
                 } else {
                     self.ensure_dir(to, &parent_of(n))?;
                 }
-                let p = tt.path(n);
+                let p = tt.backing(n);
                 if util::lstat_opt(&p)?.is_some() {
                     // Something unknown to the index sits there: keep it, do not move.
                     return Err(MoveError::new(
@@ -970,18 +990,18 @@ impl Store {
                 if i == 0 {
                     std::fs::rename(&tmp_path, &p)?;
                 } else {
-                    std::fs::hard_link(tt.path(&dst_names[0]), &p)?;
+                    std::fs::hard_link(tt.backing(&dst_names[0]), &p)?;
                 }
             }
-            let dirs: HashSet<PathBuf> = dst_names.iter().map(|n| tt.path(&parent_of(n))).collect();
+            let dirs: HashSet<PathBuf> = dst_names.iter().map(|n| parent_of(n)).collect();
             for d in dirs {
-                util::fsync_dir(&d)?;
+                util::fsync_dir(&tt.backing(&d))?;
             }
             // Every open handle gets a descriptor of the new copy before the switch, so
             // the switch cannot leave one writing to the deleted source.
             for h in &handles {
                 reopened.push(crate::dataops::open_backing(
-                    &tt.path(&dst_names[0]),
+                    &tt.backing(&dst_names[0]),
                     h.flags,
                 )?);
             }
@@ -991,7 +1011,7 @@ impl Store {
         let rollback = |e: MoveError| {
             if !e.crashed {
                 for n in &dst_names {
-                    let p = tt.path(n);
+                    let p = tt.backing(n);
                     if util::lstat(&p)
                         .map(|s| s.st_ino == dst_bino)
                         .unwrap_or(false)
@@ -1016,10 +1036,8 @@ impl Store {
         } else {
             None
         };
-        if let Err(e) = self.sync_fetched_data_if_ordered().and_then(|()| {
-            self.db()
-                .journal_switch(id, &journal_names(&names, &dst_names), remap, ino)
-                .map_err(Into::into)
+        if let Err(e) = self.commit_durable(|db| {
+            db.journal_switch(id, &journal_names(&names, &dst_names), remap, ino)
         }) {
             return Err(abort(rollback(e.into()), ns, gate));
         }
@@ -1047,20 +1065,20 @@ impl Store {
         // 5. Delete the source.
         let mut src_dirs = HashSet::new();
         for n in &names {
-            let p = ft.path(n);
+            let p = ft.backing(n);
             if util::lstat(&p).map(|s| s.st_ino == bino).unwrap_or(false) {
                 if let Err(e) = std::fs::remove_file(&p) {
                     tracing::warn!(path = %p.display(), error = %e, "cannot remove the source copy");
                 }
-                src_dirs.insert(ft.path(&parent_of(n)));
+                src_dirs.insert(parent_of(n));
             }
         }
         for d in src_dirs {
-            let _ = util::fsync_dir(&d);
+            let _ = util::fsync_dir(&ft.backing(&d));
         }
         if orphan {
             // Gone when empty; another orphan keeps it (ENOTEMPTY).
-            let _ = std::fs::remove_dir(ft.path(Path::new(orphan::ORPHAN_DIR)));
+            let _ = std::fs::remove_dir(ft.backing(Path::new(orphan::ORPHAN_DIR)));
         }
         dir_times.restore();
         drop(ns);
@@ -1460,20 +1478,20 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
     let ino_at = |tier: u8, p: &Path| {
         tiers
             .get(tier as usize)
-            .and_then(|t| util::lstat(&t.path(p)).ok())
+            .and_then(|t| util::lstat(&t.backing(p)).ok())
             .map(|s| s.st_ino)
     };
     match row.kind.as_str() {
         "move" => {
             let (from, to) = (row.from_tier, row.to_tier);
             if let Some(t) = tiers.get(to as usize) {
-                let _ = std::fs::remove_file(t.path(&row.tmp));
+                let _ = std::fs::remove_file(t.backing(&row.tmp));
             }
             if row.state == "switched" {
                 // The new copy is authoritative: finish deleting the source.
                 for n in &row.names {
                     if ino_at(from, n) == Some(row.src_bino) && ino_at(to, n).is_some() {
-                        let _ = std::fs::remove_file(tiers[from as usize].path(n));
+                        let _ = std::fs::remove_file(tiers[from as usize].backing(n));
                     }
                 }
                 tracing::warn!(ino = row.ino, "finished an interrupted move");
@@ -1484,7 +1502,7 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
                         && ino_at(to, n) == Some(row.dst_bino)
                         && ino_at(from, n) == Some(row.src_bino)
                     {
-                        let _ = std::fs::remove_file(tiers[to as usize].path(n));
+                        let _ = std::fs::remove_file(tiers[to as usize].backing(n));
                     }
                 }
                 tracing::warn!(ino = row.ino, "rolled back an interrupted move");
@@ -1494,12 +1512,12 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
             // A file with no name left: nothing holds it open after a restart, so every
             // copy of it goes, switched or not (`Store::clean_orphans` sweeps the rest).
             if let Some(t) = tiers.get(row.to_tier as usize) {
-                let _ = std::fs::remove_file(t.path(&row.tmp));
+                let _ = std::fs::remove_file(t.backing(&row.tmp));
             }
             for n in row.names.iter().filter(|n| orphan::is_orphan_path(n)) {
                 for t in [row.from_tier, row.to_tier] {
                     if let Some(t) = tiers.get(t as usize) {
-                        let _ = std::fs::remove_file(t.path(n));
+                        let _ = std::fs::remove_file(t.backing(n));
                     }
                 }
             }
@@ -1513,21 +1531,32 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
                 if ino_at(row.to_tier, n) == Some(row.dst_bino)
                     && ino_at(row.from_tier, n) == Some(row.src_bino)
                 {
-                    let _ = std::fs::remove_file(tiers[row.from_tier as usize].path(n));
+                    // The rename was done: the old target goes, and with its last name
+                    // its rows (a stub row would land on the next file given its number).
+                    let old = tiers[row.from_tier as usize].backing(n);
+                    let last = util::lstat(&old).is_ok_and(|s| s.st_nlink <= 1);
+                    if std::fs::remove_file(&old).is_ok() && last {
+                        let _ = store.db().forget_file(row.ino);
+                    }
+                    tracing::warn!(ino = row.ino, "finished an interrupted rename over a file");
                 }
             }
         }
         "dirrename" => {
             if let [sp, dp] = &row.names[..] {
                 for t in tiers {
-                    if util::lstat_opt(&t.path(sp)).ok().flatten().is_some() {
+                    if util::lstat_opt(&t.backing(sp)).ok().flatten().is_some() {
                         if let Some(parent) = dp.parent() {
-                            let _ = std::fs::create_dir_all(t.path(parent));
+                            let _ = t.create_dir_all(parent);
                         }
-                        let _ = std::fs::rename(t.path(sp), t.path(dp));
+                        let _ = std::fs::rename(t.backing(sp), t.backing(dp));
                     }
                 }
                 let _ = store.db().rename_dirs(sp, dp);
+                tracing::warn!(
+                    "finished an interrupted directory rename to {}",
+                    dp.display()
+                );
             }
         }
         other => tracing::warn!(kind = other, "unknown journal entry ignored"),

@@ -34,6 +34,54 @@ pub struct TierStatus {
     pub device: Option<String>,
 }
 
+/// Whether a tier's root directory is there (see docs/tiering.md *Known limits*: a tier
+/// whose directory vanished is offline until it returns). `kaiso status` shows it beside
+/// each tier's row; the control socket's status reply carries these fields in each tier's
+/// object.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct TierHealth {
+    pub name: String,
+    pub online: bool,
+    /// When the root directory was found missing, seconds since the Unix epoch.
+    #[serde(default)]
+    pub offline_since_unix: Option<u64>,
+    /// How long the tier has been offline, in seconds.
+    #[serde(default)]
+    pub offline_for_secs: Option<u64>,
+    /// Files the tier held when its directory vanished: unreachable until it returns.
+    #[serde(default)]
+    pub unreachable_files: u64,
+}
+
+impl crate::Store {
+    /// Each tier's health, fastest first (one lock of the vanished-files table).
+    pub fn tier_health(&self) -> Vec<TierHealth> {
+        let vanished = self.vanished.lock().unwrap_or_else(|e| e.into_inner());
+        self.tiers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let since = t.offline_since();
+                let online = t.online();
+                TierHealth {
+                    name: t.cfg.name.clone(),
+                    online,
+                    offline_since_unix: since.map(|s| {
+                        s.duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_secs())
+                    }),
+                    offline_for_secs: since.map(|s| s.elapsed().map_or(0, |d| d.as_secs())),
+                    unreachable_files: if online {
+                        0
+                    } else {
+                        vanished.get(&(i as u8)).map_or(0, |v| v.len() as u64)
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
 pub struct MoverStatus {
     pub queued_files: u64,

@@ -131,7 +131,7 @@ impl Store {
                 pinned: pin,
             };
             if let Some(t) = tiers.first() {
-                p.set_backing_path(&self.tiers[*t as usize].path(&path));
+                p.set_backing_path(&self.tiers[*t as usize].display_path(&path));
             }
             return Ok(p);
         }
@@ -151,7 +151,7 @@ impl Store {
             size: f.state.size.load(Ordering::Relaxed),
             pinned: pin,
         };
-        p.set_backing_path(&t.path(&path));
+        p.set_backing_path(&t.display_path(&path));
         Ok(p)
     }
 

@@ -42,7 +42,7 @@ pub(crate) fn is_orphan_path(rel: &Path) -> bool {
 pub(crate) fn ensure_dir(tier: &Tier) -> std::io::Result<()> {
     match std::fs::DirBuilder::new()
         .mode(0o700)
-        .create(tier.path(Path::new(ORPHAN_DIR)))
+        .create(tier.backing(Path::new(ORPHAN_DIR)))
     {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
         _ => Ok(()),
@@ -80,12 +80,12 @@ impl Store {
     pub(crate) fn orphan_closed(&self, _ns: &mut Namespace, st: &FileState) {
         let tier = &self.tiers[st.tier() as usize];
         if let Some(rel) = st.orphan.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let p = tier.path(&rel);
+            let p = tier.backing(&rel);
             if let Err(e) = std::fs::remove_file(&p) {
                 tracing::warn!(path = %p.display(), error = %e, "cannot remove an orphan copy");
             }
             // Gone when empty; another orphan keeps it (ENOTEMPTY).
-            let _ = std::fs::remove_dir(tier.path(Path::new(ORPHAN_DIR)));
+            let _ = std::fs::remove_dir(tier.backing(Path::new(ORPHAN_DIR)));
         }
         if st.counted_unlinked.swap(false, Ordering::AcqRel) {
             tier.add_used(-(st.size.load(Ordering::Acquire) as i64));
@@ -102,7 +102,7 @@ impl Store {
             }
         }
         for (ti, tier) in self.tiers.iter().enumerate() {
-            let dir = tier.path(Path::new(ORPHAN_DIR));
+            let dir = tier.backing(Path::new(ORPHAN_DIR));
             let Ok(rd) = std::fs::read_dir(&dir) else {
                 continue;
             };

@@ -50,6 +50,15 @@ pub enum FailPoint {
     /// Migration: fetched bytes written into a stub file (`Store::stub_write`), its mtime
     /// not yet put back.
     StubAfterWrite,
+    /// Journalled rename (a rename over a file on another tier, a directory on several
+    /// tiers): journal row written, nothing renamed.
+    RenameAfterJournal,
+    /// Journalled rename: the first tier renamed, the others not.
+    RenameAfterFirstTier,
+    /// Journalled rename: every tier renamed and the old target removed.
+    RenameAfterRemoveTarget,
+    /// Journalled rename: done in the database too, journal row not yet removed.
+    RenameBeforeDone,
 }
 
 /// A test hook run by [`Store::stub_write`] (see [`Store::set_stub_write_hook`]).
@@ -167,6 +176,8 @@ pub struct Store {
     /// (`Store::fetch_barrier`); `None` while nothing fetches into this store.
     pub(crate) fetch_barrier: Mutex<Option<Arc<crate::stub::FetchBarrier>>>,
     _lock: File,
+    /// One tier directory, one store: held for the store's life (`tierlock.rs`).
+    _tier_locks: crate::tierlock::TierLocks,
 }
 
 impl Store {
@@ -188,6 +199,8 @@ impl Store {
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Err(OpenError::Busy(cfg.state_dir.clone()));
         }
+        let tier_locks =
+            crate::tierlock::lock_tiers(&cfg.tiers, &cfg.state_dir).map_err(OpenError::Tier)?;
         let mut tiers = Vec::new();
         for t in &cfg.tiers {
             tiers.push(Tier::new(t.clone()).map_err(OpenError::Tier)?);
@@ -221,6 +234,7 @@ impl Store {
             vanished: Mutex::new(HashMap::new()),
             fetch_barrier: Mutex::new(None),
             _lock: lock,
+            _tier_locks: tier_locks,
         };
         let mut report = FsckReport::default();
         store.recover_journal(&mut report)?;
@@ -388,7 +402,7 @@ impl Store {
     pub(crate) fn dir_tiers(&self, rel: &Path) -> Vec<u8> {
         (0..self.tiers.len() as u8)
             .filter(|t| {
-                util::lstat_opt(&self.tiers[*t as usize].path(rel))
+                util::lstat_opt(&self.tiers[*t as usize].backing(rel))
                     .ok()
                     .flatten()
                     .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR)
@@ -399,7 +413,7 @@ impl Store {
     /// Backing stat of a directory: its first copy.
     pub(crate) fn dir_stat(&self, rel: &Path) -> FsResult<(u8, libc::stat)> {
         for (i, t) in self.tiers.iter().enumerate() {
-            if let Some(st) = util::lstat_opt(&t.path(rel))? {
+            if let Some(st) = util::lstat_opt(&t.backing(rel))? {
                 if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                     return Ok((i as u8, st));
                 }
@@ -412,13 +426,13 @@ impl Store {
     /// owner, mode and xattrs (default ACLs included) of their first copy.
     pub(crate) fn ensure_dir(&self, tier: u8, rel: &Path) -> FsResult<()> {
         let t = &self.tiers[tier as usize];
-        if util::lstat_opt(&t.path(rel))?.is_some() {
+        if util::lstat_opt(&t.backing(rel))?.is_some() {
             return Ok(());
         }
         let mut cur = PathBuf::new();
         for c in rel.components() {
             cur.push(c);
-            let p = t.path(&cur);
+            let p = t.backing(&cur);
             if util::lstat_opt(&p)?.is_some() {
                 continue;
             }
@@ -428,7 +442,7 @@ impl Store {
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e.into()),
             }
-            let src = self.tiers[src_tier as usize].path(&cur);
+            let src = self.tiers[src_tier as usize].backing(&cur);
             let _ = util::copy_xattrs(&src, &p);
             util::lchown(&p, Some(st.st_uid), Some(st.st_gid))?;
             util::chmod(&p, st.st_mode & 0o7777)?;
@@ -508,7 +522,10 @@ impl Store {
             let mut counted: HashSet<u64> = HashSet::new();
             let mut stack: Vec<(PathBuf, Ino)> = vec![(PathBuf::new(), ROOT_INO)];
             while let Some((rel, dino)) = stack.pop() {
-                let rd = match std::fs::read_dir(tier.path(&rel)) {
+                // Children are reached from this directory's path (a long one is walked
+                // once per directory, not once per entry).
+                let dir = tier.backing(&rel);
+                let rd = match std::fs::read_dir(&dir) {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::warn!(tier = %tier.cfg.name, path = %rel.display(), error = %e, "cannot list directory");
@@ -518,7 +535,7 @@ impl Store {
                 for ent in rd.flatten() {
                     let name = ent.file_name();
                     let child = rel.join(&name);
-                    let full = tier.path(&child);
+                    let full = dir.join(&name);
                     if rel.as_os_str().is_empty() && name == crate::orphan::ORPHAN_DIR {
                         // Hidden copies of open files with no name (`clean_orphans`).
                         continue;
@@ -684,16 +701,17 @@ impl Store {
         if repair {
             let mut n = rel.as_os_str().to_os_string();
             n.push(format!(".kaiso-conflict-{}", t.cfg.name));
-            let _ = std::fs::rename(t.path(rel), t.path(Path::new(&n)));
+            let _ = std::fs::rename(t.backing(rel), t.backing(Path::new(&n)));
         }
     }
 
     /// Restore pins, heat and stub state from the database.
     fn restore_state(&self) -> Result<(), OpenError> {
-        let (pins, heat, stubs) = {
+        let (pins, heat, stubs, identities) = {
             let db = self.db();
-            (db.pins()?, db.heat()?, db.stubs()?)
+            (db.pins()?, db.heat()?, db.stubs()?, db.stub_identities()?)
         };
+        let identities: HashMap<u64, Vec<u8>> = identities.into_iter().collect();
         {
             let mut pl = self.placer();
             for (ino, tier) in pins {
@@ -702,15 +720,37 @@ impl Store {
             pl.restore(&heat);
         }
         let mut ns = self.ns();
-        for (ino, unlisted, missing, times) in stubs {
+        for (ino, unlisted, mut missing, times) in stubs {
             if let Some(d) = ns.dirs.get_mut(&ino) {
                 d.unlisted = unlisted;
             } else if let Some(f) = ns.files.get(&ino) {
+                if self.stub_row_outlived_its_file(&ns, ino, identities.get(&ino)) {
+                    continue;
+                }
                 if let Some((_, mtime)) = times {
                     // A crash between a fetch's write and the restore of the mtime left
                     // the time of the write: the stub's pending mtime goes back on.
                     self.restore_stub_mtime(&ns, ino, mtime);
                 }
+                // A crash between a truncate of the backing file and the commit of its
+                // row left ranges past the end: gone with the truncate, never to fetch
+                // (a fetch writes nothing past the end, so the file would stay a stub).
+                let size = f.state.size.load(Ordering::Acquire);
+                if crate::stub::subtract(&mut missing, size, u64::MAX) {
+                    tracing::warn!(
+                        ino,
+                        size,
+                        "stub ranges past the end of a truncated file dropped"
+                    );
+                    if let Err(e) = self.db().set_stub(ino, false, &missing, times) {
+                        tracing::warn!(ino, error = %e, "cannot write the stub row");
+                    }
+                    if missing.is_empty() {
+                        continue;
+                    }
+                }
+                // Its unfetched bytes are room promised on its tier (see `Tier::note_stub`).
+                self.tiers[f.tier as usize].note_stub(f.tier, &f.state);
                 *f.state.stub.lock().unwrap_or_else(|e| e.into_inner()) = Some(StubState {
                     unlisted_dir: false,
                     missing,
@@ -724,12 +764,43 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the stub row of file `ino` was written for another backing file than the
+    /// one now holding its inode number (its recorded identity `ident` differs): a row
+    /// whose delete a crash lost, while the file system gave the number to a new file.
+    /// Such a row is dropped (and logged); it would make the new file a stub.
+    fn stub_row_outlived_its_file(
+        &self,
+        ns: &Namespace,
+        ino: Ino,
+        ident: Option<&Vec<u8>>,
+    ) -> bool {
+        let Some(id) = ident.and_then(|b| crate::stub::BackingIdentity::decode(b)) else {
+            return false;
+        };
+        let (Some(f), Some(rel)) = (ns.files.get(&ino), ns.file_path(ino)) else {
+            return false;
+        };
+        let path = self.tiers[f.tier as usize].backing(&rel);
+        if !id.replaced_at(ns.slots[f.tier as usize], f.bino, &path) {
+            return false;
+        }
+        tracing::warn!(
+            ino,
+            path = %rel.display(),
+            "stub row of a removed file dropped: its inode number now belongs to another file"
+        );
+        if let Err(e) = self.db().drop_stub_row(ino) {
+            tracing::warn!(ino, error = %e, "cannot drop the stale stub row");
+        }
+        true
+    }
+
     /// Puts `mtime` back on stub file `ino` if its backing file shows another one.
     fn restore_stub_mtime(&self, ns: &Namespace, ino: Ino, mtime: std::time::SystemTime) {
         let (Some(f), Some(rel)) = (ns.files.get(&ino), ns.file_path(ino)) else {
             return;
         };
-        let p = self.tiers[f.tier as usize].path(&rel);
+        let p = self.tiers[f.tier as usize].backing(&rel);
         let shown = util::lstat(&p).map(|st| util::ts(st.st_mtime, st.st_mtime_nsec));
         if shown.is_ok_and(|t| t != mtime) {
             if let Err(e) = util::lutimens(&p, util::UTime::Omit, util::UTime::At(mtime)) {
@@ -989,12 +1060,13 @@ impl Store {
         rel: &Path,
     ) -> std::io::Result<Vec<(OsString, libc::stat)>> {
         let mut out = Vec::new();
-        for ent in std::fs::read_dir(tier.path(rel))?.flatten() {
+        let dir = tier.backing(rel);
+        for ent in std::fs::read_dir(&dir)?.flatten() {
             let name = ent.file_name();
             if util::name_bytes(&name).starts_with(TEMP_PREFIX.as_bytes()) {
                 continue;
             }
-            if let Ok(st) = util::lstat(&tier.path(&rel.join(&name))) {
+            if let Ok(st) = util::lstat(&dir.join(&name)) {
                 out.push((name, st));
             }
         }

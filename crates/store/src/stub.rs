@@ -255,7 +255,31 @@ pub struct FetchBarrier {
     /// fetching instead of each starting a `syncfs` of its own.
     pub(crate) checkpoint_claim: std::sync::atomic::AtomicBool,
     counts: BarrierCounts,
+    /// The first [`SYNC_LOG_MAX`] syncs, oldest first (timelines, diagnostics).
+    log: Mutex<Vec<BarrierSync>>,
+    /// When the last sync made the store's rows durable (see `commit_counted`).
+    last_sync: Mutex<std::time::Instant>,
 }
+
+/// Fetch commits, time and store-WAL size that make a periodic checkpoint due (see
+/// [`FetchBarrier::commit_counted`]).
+const CHECKPOINT_MIN_COMMITS: u64 = 1000;
+const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+const CHECKPOINT_WAL_BYTES: u64 = 64 << 20;
+
+/// One [`FetchBarrier::sync_then`]: when it started, how long it spent in `syncfs` and
+/// how long fetch writes were held back (the held part includes the caller's sync).
+#[derive(Clone, Copy, Debug)]
+pub struct BarrierSync {
+    pub started: std::time::Instant,
+    pub syncfs_calls: u32,
+    pub syncfs: std::time::Duration,
+    pub held: std::time::Duration,
+    pub total: std::time::Duration,
+}
+
+/// Syncs kept in a barrier's log (a migration makes a few per thousand files).
+const SYNC_LOG_MAX: usize = 4096;
 
 /// What the barrier did (tests, diagnostics, the cost figures).
 #[derive(Debug, Default)]
@@ -282,7 +306,38 @@ impl FetchBarrier {
             commits_since: std::sync::atomic::AtomicU64::new(0),
             checkpoint_claim: std::sync::atomic::AtomicBool::new(false),
             counts: BarrierCounts::default(),
+            log: Mutex::new(Vec::new()),
+            last_sync: Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    /// Counts one fetch's row commit; true when a periodic checkpoint of the store
+    /// database is due: [`CHECKPOINT_MIN_COMMITS`] commits since the last sync, and
+    /// [`CHECKPOINT_INTERVAL`] passed since it or the store's WAL grew past
+    /// [`CHECKPOINT_WAL_BYTES`]. Every checkpoint makes all fetched bytes durable first
+    /// (a `syncfs` of each tier in the middle of the crawl, which the crawl's writes
+    /// wait behind), so it bounds the WAL and what a power loss can take back, not more
+    /// often than that needs.
+    pub fn commit_counted(&self) -> bool {
+        let n = self
+            .commits_since
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if n < CHECKPOINT_MIN_COMMITS {
+            return false;
+        }
+        let since = self
+            .last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        since >= CHECKPOINT_INTERVAL
+            || std::fs::metadata(&self.store_wal).is_ok_and(|m| m.len() >= CHECKPOINT_WAL_BYTES)
+    }
+
+    /// The syncs made so far (the first [`SYNC_LOG_MAX`]), oldest first.
+    pub fn sync_log(&self) -> Vec<BarrierSync> {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Held by a fetch from its data write through the commit of its row.
@@ -310,7 +365,7 @@ impl FetchBarrier {
     }
 
     /// `syncfs` of every tier with marks not yet covered; a failed one stays dirty.
-    fn sync_dirty(&self) -> std::io::Result<()> {
+    fn sync_dirty(&self, tally: &mut BarrierSync) -> std::io::Result<()> {
         let todo: Vec<(usize, u64)> = {
             let m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
             m.iter()
@@ -322,6 +377,8 @@ impl FetchBarrier {
         for (tier, upto) in todo {
             let t = std::time::Instant::now();
             syncfs(&self.tiers[tier])?;
+            tally.syncfs_calls += 1;
+            tally.syncfs += t.elapsed();
             self.counts.data_sync_ns.fetch_add(
                 t.elapsed().as_nanos() as u64,
                 std::sync::atomic::Ordering::Relaxed,
@@ -346,11 +403,33 @@ impl FetchBarrier {
         if FETCH_ORDERING_OFF.load(std::sync::atomic::Ordering::Relaxed) {
             return state_sync();
         }
+        let mut tally = BarrierSync {
+            started: std::time::Instant::now(),
+            syncfs_calls: 0,
+            syncfs: std::time::Duration::ZERO,
+            held: std::time::Duration::ZERO,
+            total: std::time::Duration::ZERO,
+        };
+        let r = self.sync_then_timed(state_sync, &mut tally);
+        tally.total = tally.started.elapsed();
+        let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() < SYNC_LOG_MAX {
+            log.push(tally);
+        }
+        r
+    }
+
+    /// [`FetchBarrier::sync_then`]'s work, counted in `tally`.
+    fn sync_then_timed<T>(
+        &self,
+        state_sync: impl FnOnce() -> std::io::Result<T>,
+        tally: &mut BarrierSync,
+    ) -> std::io::Result<T> {
         // Write back unlocked until a pass finds (almost) nothing new, so the pass with
         // fetch writes held back covers only what arrived during the last one.
         for _ in 0..3 {
             let before = self.dirty_marks();
-            self.sync_dirty()?;
+            self.sync_dirty(tally)?;
             if self.dirty_marks() == before {
                 break;
             }
@@ -358,7 +437,7 @@ impl FetchBarrier {
         let _held = self.order.write().unwrap_or_else(|e| e.into_inner());
         let held = std::time::Instant::now();
         let _count_held = Elapsed(held, &self.counts.held_ns);
-        self.sync_dirty()?;
+        self.sync_dirty(tally)?;
         let unordered = {
             let m = self.marks.lock().unwrap_or_else(|e| e.into_inner());
             m.iter().any(|(dirty, synced)| dirty > synced)
@@ -377,10 +456,63 @@ impl FetchBarrier {
         }
         self.commits_since
             .store(0, std::sync::atomic::Ordering::Relaxed);
+        *self.last_sync.lock().unwrap_or_else(|e| e.into_inner()) = std::time::Instant::now();
         self.counts
             .state_syncs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        state_sync()
+        let r = state_sync();
+        tally.held = held.elapsed();
+        r
+    }
+}
+
+#[cfg(test)]
+mod barrier_schedule_tests {
+    use super::*;
+
+    fn barrier(dir: &Path) -> FetchBarrier {
+        FetchBarrier::new(vec![dir.to_path_buf()], dir.join("kaiso.db-wal"))
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_after_enough_commits_and_time_or_wal_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = barrier(dir.path());
+        // Commits alone, right after a sync: not yet (the WAL is small).
+        for _ in 0..CHECKPOINT_MIN_COMMITS * 3 {
+            assert!(!b.commit_counted());
+        }
+        // The WAL grown past its bound: due.
+        let wal = std::fs::File::create(dir.path().join("kaiso.db-wal")).unwrap();
+        wal.set_len(CHECKPOINT_WAL_BYTES).unwrap();
+        assert!(b.commit_counted());
+        // A sync resets both; time alone makes it due again once there are commits.
+        wal.set_len(0).unwrap();
+        b.sync_then(|| Ok(())).unwrap();
+        assert!(!b.commit_counted());
+        *b.last_sync.lock().unwrap() = std::time::Instant::now() - CHECKPOINT_INTERVAL;
+        for _ in 1..CHECKPOINT_MIN_COMMITS - 1 {
+            assert!(!b.commit_counted(), "too few commits");
+        }
+        assert!(b.commit_counted());
+    }
+
+    #[test]
+    fn each_sync_is_logged_with_its_syncfs_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = barrier(dir.path());
+        b.sync_then(|| Ok(())).unwrap();
+        b.mark_dirty(0);
+        b.sync_then(|| Ok(())).unwrap();
+        let log = b.sync_log();
+        assert_eq!(log.len(), 2);
+        assert_eq!(log[0].syncfs_calls, 0, "nothing fetched: no syncfs");
+        assert!(
+            log[1].syncfs_calls >= 1,
+            "fetched bytes: a syncfs of the tier"
+        );
+        assert!(log[1].started >= log[0].started);
+        assert!(log[1].total >= log[1].held);
     }
 }
 
@@ -409,9 +541,25 @@ impl Drop for Elapsed<'_> {
     }
 }
 
-/// Whether fetched data is ordered before state syncs (see [`set_fetch_ordering`]).
+/// Set by [`set_early_writeback`]`(false)`.
+static EARLY_WRITEBACK_OFF: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Turns off (`false`) or on the write-back that each fetch write starts at once while
+/// fetched data is ordered (so a barrier's `syncfs` finds little left to write), in this
+/// process: only for measuring what it costs. The ordering itself is unchanged (the
+/// barrier's `syncfs` then writes back everything fetched since the last one).
+#[doc(hidden)]
+pub fn set_early_writeback(on: bool) {
+    EARLY_WRITEBACK_OFF.store(!on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether a fetch write starts its write-back at once: fetched data is ordered before
+/// state syncs (see [`set_fetch_ordering`]) and early write-back is not turned off
+/// ([`set_early_writeback`]).
 pub(crate) fn fetch_ordering_on() -> bool {
     !FETCH_ORDERING_OFF.load(std::sync::atomic::Ordering::Relaxed)
+        && !EARLY_WRITEBACK_OFF.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `syncfs(2)` of the file system holding `dir`.
@@ -422,6 +570,156 @@ fn syncfs(dir: &Path) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Which backing file a stub row was written for.
+///
+/// Stub rows are keyed by the store's inode number, derived from the backing file's
+/// inode number, which the file system hands out again once the file is gone. A row
+/// whose delete was lost (a crash between the unlink of the backing file and the row's
+/// durable delete) would otherwise make the next file given that number a stub at the
+/// next start. So the row records, at the stub's creation, where its backing file was
+/// (tier slot and backing inode number) and a stamp that differs between two files ever
+/// given the same inode number: its birth time (`statx`: ext4, xfs, btrfs, tmpfs of
+/// recent kernels) or else its inode generation (`FS_IOC_GETVERSION`: ext2/3/4, xfs,
+/// btrfs). A file system offering neither records no identity: such rows, and rows
+/// from before identities, are trusted as they are. So is a row whose file is found at
+/// another slot or backing inode than recorded (the row followed its number). A
+/// partial stub moves only when a fetch or a client write finds its tier's file
+/// system full; a fetch's move records the new backing file's identity, a client
+/// write's spill does not, so such a row is then trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BackingIdentity {
+    pub slot: u8,
+    pub bino: u64,
+    pub stamp: Stamp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    /// Birth time: seconds, nanoseconds.
+    Birth(i64, u32),
+    /// Inode generation.
+    Generation(u32),
+}
+
+impl BackingIdentity {
+    /// The identity of open backing file `f` on the tier of slot `slot`; `None` when its
+    /// file system offers no stamp.
+    pub(crate) fn of_file(f: &std::fs::File, slot: u8) -> Option<Self> {
+        use std::os::fd::AsRawFd;
+        let (bino, birth) = statx_birth(f.as_raw_fd(), c"", libc::AT_EMPTY_PATH)?;
+        let stamp = match birth {
+            Some((s, ns)) => Stamp::Birth(s, ns),
+            None => Stamp::Generation(generation(f)?),
+        };
+        Some(Self { slot, bino, stamp })
+    }
+
+    /// The stamp of the backing file at `path` made the way `self`'s was, with its
+    /// inode number; `None` when it cannot be read (then nothing can be told).
+    pub(crate) fn current(&self, path: &Path) -> Option<(u64, Stamp)> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        match self.stamp {
+            Stamp::Birth(..) => {
+                let (bino, birth) = statx_birth(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)?;
+                birth.map(|(s, ns)| (bino, Stamp::Birth(s, ns)))
+            }
+            Stamp::Generation(_) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOATIME)
+                    .open(path)
+                    .or_else(|_| {
+                        // O_NOATIME is refused on files the caller does not own.
+                        std::fs::OpenOptions::new()
+                            .read(true)
+                            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                            .open(path)
+                    })
+                    .ok()?;
+                let st = crate::util::fstat(&f).ok()?;
+                Some((st.st_ino, Stamp::Generation(generation(&f)?)))
+            }
+        }
+    }
+
+    /// Whether the backing file at `path` is certainly another file than the one this
+    /// identity was taken of (same place, another stamp).
+    pub(crate) fn replaced_at(&self, slot: u8, bino: u64, path: &Path) -> bool {
+        if (slot, bino) != (self.slot, self.bino) {
+            return false;
+        }
+        match self.current(path) {
+            Some((now_bino, stamp)) => now_bino == self.bino && stamp != self.stamp,
+            None => false,
+        }
+    }
+
+    /// As stored: a kind byte, the slot, the backing inode number, the stamp.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(22);
+        match self.stamp {
+            Stamp::Birth(..) => b.push(b'b'),
+            Stamp::Generation(_) => b.push(b'g'),
+        }
+        b.push(self.slot);
+        b.extend_from_slice(&self.bino.to_le_bytes());
+        match self.stamp {
+            Stamp::Birth(s, ns) => {
+                b.extend_from_slice(&s.to_le_bytes());
+                b.extend_from_slice(&ns.to_le_bytes());
+            }
+            Stamp::Generation(g) => b.extend_from_slice(&g.to_le_bytes()),
+        }
+        b
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Option<Self> {
+        let (&kind, rest) = b.split_first()?;
+        let (&slot, rest) = rest.split_first()?;
+        let bino = u64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+        let rest = &rest[8..];
+        let stamp = match (kind, rest.len()) {
+            (b'b', 12) => Stamp::Birth(
+                i64::from_le_bytes(rest[..8].try_into().ok()?),
+                u32::from_le_bytes(rest[8..].try_into().ok()?),
+            ),
+            (b'g', 4) => Stamp::Generation(u32::from_le_bytes(rest.try_into().ok()?)),
+            _ => return None,
+        };
+        Some(Self { slot, bino, stamp })
+    }
+}
+
+/// `statx` of (`dirfd`, `path`, `flags`): inode number and birth time, if the file
+/// system reports one.
+fn statx_birth(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+) -> Option<(u64, Option<(i64, u32)>)> {
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_INO | libc::STATX_BTIME;
+    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, mask, &mut stx) } != 0 {
+        return None;
+    }
+    let birth = (stx.stx_mask & libc::STATX_BTIME != 0)
+        .then_some((stx.stx_btime.tv_sec, stx.stx_btime.tv_nsec));
+    Some((stx.stx_ino, birth))
+}
+
+/// The inode generation of `f` (`FS_IOC_GETVERSION`), if its file system has one.
+fn generation(f: &std::fs::File) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // The kernel writes an int whatever the request's encoded size says.
+    let mut g: libc::c_int = 0;
+    if unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETVERSION, &mut g) } != 0 {
+        return None;
+    }
+    Some(g as u32)
 }
 
 /// Removes `[start, end)` from a sorted, disjoint set of missing ranges; returns whether
@@ -496,5 +794,42 @@ mod tests {
         assert_eq!(entered.load(Ordering::SeqCst), 1);
         assert_eq!(gate.busy(), 0);
         assert!(gate.enter(7).is_some(), "free again after the guard");
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::{BackingIdentity, Stamp};
+
+    #[test]
+    fn a_backing_identity_tells_its_file_from_another_at_the_same_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let f = std::fs::File::create(&p).unwrap();
+        let Some(id) = BackingIdentity::of_file(&f, 3) else {
+            eprintln!("skipped: the temporary directory's file system offers no stamp");
+            return;
+        };
+        let bino = crate::util::fstat(&f).unwrap().st_ino;
+        assert_eq!((id.slot, id.bino), (3, bino));
+        assert_eq!(BackingIdentity::decode(&id.encode()), Some(id));
+        assert!(!id.replaced_at(3, bino, &p), "the same file");
+        // Another file at the same place (as one reusing the number would be).
+        let other = BackingIdentity {
+            stamp: match id.stamp {
+                Stamp::Birth(s, ns) => Stamp::Birth(s - 1, ns),
+                Stamp::Generation(g) => Stamp::Generation(g.wrapping_add(1)),
+            },
+            ..id
+        };
+        assert!(other.replaced_at(3, bino, &p));
+        // Elsewhere (another tier or backing inode): not checked.
+        assert!(!other.replaced_at(4, bino, &p));
+        assert!(!other.replaced_at(3, bino + 1, &p));
+        // Unreadable now: nothing can be told.
+        std::fs::remove_file(&p).unwrap();
+        assert!(!other.replaced_at(3, bino, &p));
+        assert_eq!(BackingIdentity::decode(b"x"), None);
+        assert_eq!(BackingIdentity::decode(&[b'b', 3, 0, 0]), None);
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::config::TierConfig;
 use crate::emulate::Emulator;
+pub(crate) use crate::longpath::BackingPath;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,11 +32,22 @@ pub(crate) struct Tier {
     /// [`Tier::refresh_fs_room`]; `u64::MAX` before the first sample or when the file
     /// system cannot tell.
     fs_limit: AtomicU64,
-    /// The root directory's identity (device, inode) when last sampled; None while the
-    /// root is missing (see [`Tier::check_root`]).
-    root_id: Mutex<Option<(u64, u64)>>,
+    /// Migration stubs placed on this tier, with the tier index they were placed on:
+    /// their missing bytes are in `used` (a stub counts its listed size from its
+    /// creation) but not yet on the file system (see [`Tier::stub_pending`]).
+    stubs: Mutex<Vec<(std::sync::Weak<crate::handles::FileState>, u8)>>,
+    /// Held shared by each stub creation (from taking its room to noting it) and each
+    /// fetch (from its data write to its missing-set update), exclusively by
+    /// [`Tier::refresh_fs_room`]: the sample sees the file system's room and the stubs'
+    /// missing bytes at one consistent point.
+    stub_change: std::sync::RwLock<()>,
+    /// The root directory's identity (device, inode, mount) when last sampled; None while
+    /// the root is missing (see [`Tier::check_root`]).
+    root_id: Mutex<Option<(u64, u64, u64)>>,
     /// False while the root directory is missing: nothing is placed or moved there.
     online: AtomicBool,
+    /// When [`Tier::check_root`] found the root missing (None while online).
+    offline_since: Mutex<Option<std::time::SystemTime>>,
 }
 
 /// What [`Tier::check_root`] found since the previous sample.
@@ -51,12 +63,48 @@ pub(crate) enum RootChange {
     Returned,
 }
 
-/// (device, inode) of the directory at `root`, following a symlink; None if there is no
-/// directory there now.
-fn root_identity(root: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(root).ok()?;
-    md.is_dir().then(|| (md.dev(), md.ino()))
+/// Room taken on a tier by [`Tier::hold`]: given back on drop unless kept.
+pub(crate) struct Held<'a> {
+    tier: &'a Tier,
+    bytes: u64,
+}
+
+impl Held<'_> {
+    /// The room stays taken (the bytes now belong to a file's accounted size).
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.tier.add_used(-(self.bytes as i64));
+    }
+}
+
+/// (device, inode, mount id) of the directory at `root`, following a symlink; None if
+/// there is no directory there now. The mount id is the kernel's unique one (Linux 6.8+,
+/// never reused; else the reusable one of 5.8+, else 0): a file system unmounted and
+/// another mounted at the path can get the same device and root inode numbers (tmpfs,
+/// other anonymous devices: `umount; mount -t tmpfs` gives the same pair again), and only
+/// the mount tells them apart.
+fn root_identity(root: &Path) -> Option<(u64, u64, u64)> {
+    let c = crate::util::cpath(root).ok()?;
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_MNT_ID_UNIQUE;
+    if unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, mask, &mut stx) } != 0 {
+        return None;
+    }
+    if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+        return None;
+    }
+    let dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    let mnt = if stx.stx_mask & (libc::STATX_MNT_ID_UNIQUE | libc::STATX_MNT_ID) != 0 {
+        stx.stx_mnt_id
+    } else {
+        0
+    };
+    Some((dev, stx.stx_ino, mnt))
 }
 
 impl Tier {
@@ -84,18 +132,36 @@ impl Tier {
             busy_snap: Mutex::new((0, 0)),
             last_busy: Mutex::new(0.0),
             fs_limit: AtomicU64::new(u64::MAX),
+            stubs: Mutex::new(Vec::new()),
+            stub_change: std::sync::RwLock::new(()),
             root_id: Mutex::new(root_identity(&cfg_root)),
             online: AtomicBool::new(true),
+            offline_since: Mutex::new(None),
         })
     }
 
-    /// The backing path of a store-relative path on this tier.
-    pub fn path(&self, rel: &Path) -> PathBuf {
+    /// The backing path of a store-relative path on this tier, usable in any path-taking
+    /// call whatever its length: a plain path when it is short (the common case, one
+    /// syscall per use), else one through a descriptor of a deep ancestor that lives as
+    /// long as the returned guard (see [`crate::longpath`]). Keep the guard while the
+    /// path is used; never copy the path out of it.
+    pub fn backing(&self, rel: &Path) -> BackingPath {
+        BackingPath::resolve(&self.root, rel)
+    }
+
+    /// The full backing path as text for people (`kaiso where`): not for system calls,
+    /// which may refuse it when it is longer than PATH_MAX.
+    pub fn display_path(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
             self.root.clone()
         } else {
             self.root.join(rel)
         }
+    }
+
+    /// `mkdir -p` of `rel` on this tier, at any depth.
+    pub fn create_dir_all(&self, rel: &Path) -> std::io::Result<()> {
+        crate::longpath::create_dir_all(&self.root, rel)
     }
 
     pub fn used(&self) -> u64 {
@@ -113,9 +179,13 @@ impl Tier {
     /// Sample the real free space of the tier's file system (statvfs `f_bavail`, the room
     /// an unprivileged writer has). `pending` is the part of `used` not yet written to the
     /// file system (room reserved for passthrough writers): it is room already promised,
-    /// so it does not count twice. The store calls this every second and before each
-    /// planning round; between samples the tier's own growth is counted through `used`.
+    /// so it does not count twice; the missing bytes of migration stubs on the tier
+    /// ([`Tier::stub_pending`]) are promised the same way. The store calls this every
+    /// second and before each planning round; between samples the tier's own growth is
+    /// counted through `used`.
     pub fn refresh_fs_room(&self, pending: u64) {
+        let _quiet = self.stub_change.write().unwrap_or_else(|e| e.into_inner());
+        let pending = pending.saturating_add(self.stub_pending());
         let limit = match fs_avail(&self.root) {
             Some(avail) => self.used().saturating_sub(pending).saturating_add(avail),
             None => u64::MAX,
@@ -154,9 +224,73 @@ impl Tier {
         }
     }
 
+    /// Take `bytes` of room below the hard capacity (and only while the tier is online),
+    /// in one atomic step: two creators cannot both pass the check on the last room.
+    /// The room goes back when the returned hold is dropped, unless it is kept.
+    pub(crate) fn hold(&self, bytes: u64) -> Option<Held<'_>> {
+        if !self.online() {
+            return None;
+        }
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                u.checked_add(bytes).filter(|&n| n <= self.capacity())
+            })
+            .ok()
+            .map(|_| Held { tier: self, bytes })
+    }
+
+    /// Held while a stub's accounting changes (see `stub_change`).
+    pub(crate) fn stub_change(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.stub_change.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count stub file `state`, placed on this tier (index `index`), in
+    /// [`Tier::stub_pending`] until it is complete, gone or moved.
+    pub(crate) fn note_stub(&self, index: u8, state: &std::sync::Arc<crate::handles::FileState>) {
+        self.stubs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((std::sync::Arc::downgrade(state), index));
+    }
+
+    /// Bytes of the stub files on this tier still to be fetched: counted in `used`
+    /// (listed sizes), not yet written to the file system. Forgets stubs that completed,
+    /// moved or went away. One pass over the outstanding stubs (each sample of
+    /// [`Tier::refresh_fs_room`]).
+    pub(crate) fn stub_pending(&self) -> u64 {
+        let mut stubs = self.stubs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut total = 0u64;
+        stubs.retain(|(w, index)| {
+            let Some(st) = w.upgrade() else { return false };
+            if st.tier() != *index {
+                return false;
+            }
+            let stub = st.stub.lock().unwrap_or_else(|e| e.into_inner());
+            match stub.as_ref() {
+                Some(s) if !s.missing.is_empty() => {
+                    let size = st.size.load(Ordering::Acquire);
+                    let missing: u64 = s
+                        .missing
+                        .iter()
+                        .map(|&(a, b)| b.min(size).saturating_sub(a))
+                        .sum();
+                    total = total.saturating_add(missing);
+                    true
+                }
+                _ => false,
+            }
+        });
+        total
+    }
+
     /// Whether the root directory was there at the last [`Tier::check_root`].
     pub fn online(&self) -> bool {
         self.online.load(Ordering::Acquire)
+    }
+
+    /// Since when the root directory has been missing (None while the tier is online).
+    pub fn offline_since(&self) -> Option<std::time::SystemTime> {
+        *self.offline_since.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sample the root directory's presence and identity (one `stat`): the store calls
@@ -170,6 +304,8 @@ impl Tier {
             return RootChange::Unchanged;
         }
         *id = now;
+        *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) =
+            now.is_none().then(std::time::SystemTime::now);
         self.online.store(now.is_some(), Ordering::Release);
         if now.is_some() {
             RootChange::Returned
@@ -448,6 +584,45 @@ mod tests {
         assert!(!t.online());
     }
 
+    /// `umount` and a new `mount -t tmpfs` at a tier root give the same device and root
+    /// inode numbers: only the mount id shows that another file system stands there now.
+    /// Needs root (skipped, with a note, where mounting is not allowed).
+    #[test]
+    fn another_file_system_mounted_at_the_root_is_a_return_even_with_the_same_numbers() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("t");
+        std::fs::create_dir(&root).unwrap();
+        let c = crate::util::cpath(&root).unwrap();
+        let tmpfs = |on: bool| unsafe {
+            if on {
+                libc::mount(
+                    c"none".as_ptr(),
+                    c.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                ) == 0
+            } else {
+                libc::umount2(c.as_ptr(), libc::MNT_DETACH) == 0
+            }
+        };
+        if !tmpfs(true) {
+            eprintln!("skipped: cannot mount tmpfs here (needs root)");
+            return;
+        }
+        let t = tier_at(&root, 1 << 30);
+        let first = root_identity(&root).expect("identity");
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        // Replaced between two samples.
+        assert!(tmpfs(false) && tmpfs(true), "remount tmpfs");
+        let second = root_identity(&root).expect("identity");
+        let changed = t.check_root();
+        assert!(tmpfs(false));
+        assert_ne!(first, second, "same identity after a new mount");
+        assert_eq!(changed, RootChange::Returned, "{first:?} -> {second:?}");
+        assert!(t.online() && t.offline_since().is_none());
+    }
+
     #[test]
     fn capacity_is_the_configured_one_until_the_file_system_is_sampled() {
         let d = tempfile::tempdir().expect("tempdir");
@@ -485,6 +660,66 @@ mod tests {
         assert!(before <= avail, "{before} > {avail}");
         t.add_used(1 << 20);
         assert_eq!(t.free(), before - (1 << 20));
+    }
+
+    #[test]
+    fn a_hold_takes_room_atomically_and_gives_it_back_unless_kept() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), 100);
+        let a = t.hold(60).expect("60 of 100 fit");
+        assert!(
+            t.hold(60).is_none(),
+            "the second 60 must not fit beside the first"
+        );
+        assert_eq!(t.used(), 60);
+        drop(a);
+        assert_eq!(t.used(), 0);
+        t.hold(100).expect("all of it fits").keep();
+        assert_eq!(t.used(), 100);
+        assert!(t.hold(1).is_none());
+        assert!(
+            t.hold(0).is_some() && t.fits(0),
+            "as fits(0): exactly full still fits 0"
+        );
+    }
+
+    #[test]
+    fn missing_bytes_of_stubs_are_room_promised_on_the_file_system() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), u64::MAX / 2);
+        let st = crate::handles::FileState::new(7, 0, 0);
+        st.size.store(1 << 30, std::sync::atomic::Ordering::Release);
+        *st.stub.lock().unwrap() = Some(crate::stub::StubState {
+            unlisted_dir: false,
+            missing: vec![(0, 1 << 29), (3 << 28, 1 << 30)],
+            times: None,
+        });
+        t.add_used(1 << 30);
+        t.note_stub(0, &st);
+        assert_eq!(t.stub_pending(), 3 << 28);
+        // The sample counts them as written: a 1 GiB sparse stub leaves no more room
+        // than its fetched quarter took.
+        t.refresh_fs_room(0);
+        let avail = fs_avail(d.path()).expect("statvfs");
+        let free = t.free();
+        assert!(free <= avail.saturating_sub(3 << 28), "{free} > {avail}");
+        // Complete, moved or gone: no longer counted.
+        st.stub.lock().unwrap().as_mut().unwrap().missing.clear();
+        assert_eq!(t.stub_pending(), 0);
+        *st.stub.lock().unwrap() = Some(crate::stub::StubState {
+            unlisted_dir: false,
+            missing: vec![(0, 10)],
+            times: None,
+        });
+        assert_eq!(t.stub_pending(), 0, "forgotten once complete");
+        t.note_stub(0, &st);
+        assert_eq!(t.stub_pending(), 10);
+        st.tier.store(1, std::sync::atomic::Ordering::Release);
+        assert_eq!(t.stub_pending(), 0, "moved away");
+        st.tier.store(0, std::sync::atomic::Ordering::Release);
+        t.note_stub(0, &st);
+        drop(st);
+        assert_eq!(t.stub_pending(), 0, "gone");
     }
 
     #[test]

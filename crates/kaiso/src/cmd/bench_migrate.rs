@@ -92,6 +92,15 @@ pub struct Args {
     /// of a fresh ext4 file system each (see `scratch_fs` for why fresh is the default).
     #[arg(long)]
     pub shared_fs: bool,
+    /// Total-time rows: one crawler thread fetches a file's units one after another, as
+    /// before session 9 (by default idle threads fetch other units of a large file).
+    #[arg(long)]
+    pub no_unit_sharing: bool,
+    /// Total-time rows: fetch writes do not start their write-back at once (the fetch
+    /// barrier's `syncfs` writes everything back instead); for measuring what early
+    /// write-back costs or saves.
+    #[arg(long)]
+    pub no_early_writeback: bool,
 }
 
 struct Setup {
@@ -114,6 +123,8 @@ struct Setup {
     order: CrawlOrder,
     /// Whether each total-time destination gets a fresh ext4 (not `--shared-fs`, root).
     fresh_fs: bool,
+    /// `--no-unit-sharing`: the crawler's threads do not share a large file's units.
+    share_units: bool,
 }
 
 impl Setup {
@@ -350,7 +361,11 @@ pub fn run(args: Args) -> Result<()> {
         timeline: args.timeline,
         order: CrawlOrder::parse("bfs", &args.phasing).map_err(|e| anyhow!("--phasing: {e}"))?,
         fresh_fs: !args.shared_fs && unsafe { libc::geteuid() } == 0,
+        share_units: !args.no_unit_sharing,
     };
+    if args.no_early_writeback {
+        kaiso_store::stub::set_early_writeback(false);
+    }
     let count_div = args
         .count_div
         .unwrap_or(if quick { 2000 } else { 400 })

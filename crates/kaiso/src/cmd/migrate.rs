@@ -288,17 +288,21 @@ fn finish(a: FinishArgs) -> anyhow::Result<()> {
     }
     for r in &reports {
         println!(
-            "kaiso: share {} finished: verified {} files ({} bytes) against {}; {} modified and {} deleted by clients; {} skipped",
+            "kaiso: share {} finished: verified {} files ({} bytes) against {}; {} modified and {} deleted by clients; {} changed on the source; {} skipped",
             r.share,
             r.verified_files,
             r.verified_bytes,
             r.source,
             r.modified_by_clients,
             r.deleted_by_clients,
+            r.changed_on_source.len(),
             r.skipped.len()
         );
         for f in &r.refetched {
             println!("  fetched again (its copy differed from the source): {f}");
+        }
+        for c in &r.changed_on_source {
+            println!("  fetched again (changed on the source after its copy): {c}");
         }
         for s in &r.skipped {
             println!("  skipped {} [{}] {}", s.path, s.kind, s.reason);
@@ -324,9 +328,17 @@ fn wait_crawled(a: &ShareArgs, limit: Duration) -> anyhow::Result<()> {
             );
         }
         if start.elapsed() >= limit {
+            // A share waiting for its source says so (its state names the error).
+            let waiting: Vec<String> = s
+                .shares
+                .iter()
+                .filter(|sh| sh.state.starts_with("source unreachable"))
+                .map(|sh| format!("; share {}: {}", sh.name, sh.state))
+                .collect();
             bail!(
-                "the crawl did not complete within {limit:?} ({} stubs left)",
-                s.shares.iter().map(|sh| sh.remaining_stubs).sum::<u64>()
+                "the crawl did not complete within {limit:?} ({} stubs left){}",
+                s.shares.iter().map(|sh| sh.remaining_stubs).sum::<u64>(),
+                waiting.concat()
             );
         }
         std::thread::sleep(Duration::from_millis(200));

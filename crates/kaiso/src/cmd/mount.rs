@@ -13,7 +13,7 @@ pub struct MountArgs {
     pub config: PathBuf,
     /// Where to present the union namespace.
     pub mountpoint: PathBuf,
-    /// FUSE worker threads.
+    /// FUSE worker threads (1 to 1024; each holds a /dev/fuse descriptor of its own).
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
     /// Never use kernel passthrough, even when the configuration allows it.
@@ -111,7 +111,50 @@ fn open_waiting_for_previous_daemon(
     }
 }
 
+/// Most FUSE worker threads a mount takes: one worker reads `/dev/fuse` and the others
+/// stand by for requests that block, so a few suffice; each holds a cloned `/dev/fuse`
+/// descriptor and a stack.
+pub const MAX_THREADS: usize = 1024;
+
+/// Descriptors a mount needs besides its workers' `/dev/fuse` clones (database, locks,
+/// sockets, the backing files of passthrough and kaiso-served opens).
+const OTHER_DESCRIPTORS: u64 = 256;
+
+/// Checks `--threads` before anything is mounted: in range, and the open-file limit
+/// leaves room for a descriptor per worker (raising the soft limit up to the hard one
+/// when needed). Without this check a large count mounted, then failed in the session
+/// with "Too many open files".
+pub(crate) fn check_threads(threads: usize) -> anyhow::Result<()> {
+    if !(1..=MAX_THREADS).contains(&threads) {
+        bail!("--threads {threads}: give 1 to {MAX_THREADS} FUSE worker threads");
+    }
+    let need = threads as u64 + OTHER_DESCRIPTORS;
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur >= need {
+        return Ok(());
+    }
+    if rl.rlim_max >= need {
+        let raised = libc::rlimit {
+            rlim_cur: need,
+            rlim_max: rl.rlim_max,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(());
+        }
+    }
+    bail!(
+        "--threads {threads}: needs about {need} open files, but the limit is {} \
+         (hard limit {}); raise it (ulimit -n) or give fewer threads",
+        rl.rlim_cur,
+        rl.rlim_max
+    )
+}
+
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
+    check_threads(a.threads)?;
     let cfg = load_config(&a.config)?;
     super::migrate::refuse_if_migrating(
         &cfg.state_dir,
@@ -155,7 +198,8 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     let r = mounted.unmount();
     store.shutdown();
     let _ = std::fs::remove_file(&sock);
-    r.context("unmount")?;
+    // The error is the session's (a worker's) or the unmount's.
+    r.with_context(|| format!("FUSE session on {}", a.mountpoint.display()))?;
     eprintln!("kaiso: unmounted {}", a.mountpoint.display());
     Ok(())
 }

@@ -220,7 +220,48 @@ fn human(b: u64) -> String {
     }
 }
 
-fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of a Unix time in seconds.
+fn utc_time(secs: u64) -> String {
+    // Days to a civil date (proleptic Gregorian), after H. Hinnant's days_from_civil inverse.
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The line `kaiso status` prints under an offline tier's row (None while it is online),
+/// from the tier's object in the status reply (older daemons send no `online`: online).
+fn offline_line(t: &serde_json::Value) -> Option<String> {
+    if t.get("online").and_then(|v| v.as_bool()).unwrap_or(true) {
+        return None;
+    }
+    let num = |k: &str| t.get(k).and_then(|v| v.as_u64());
+    let name = t.get("name").and_then(|v| v.as_str()).unwrap_or("?");
+    let path = t.get("path").and_then(|v| v.as_str()).unwrap_or("?");
+    let since = match (num("offline_since_unix"), num("offline_for_secs")) {
+        (Some(at), Some(f)) => format!(" since {} UTC ({f} s)", utc_time(at)),
+        _ => String::new(),
+    };
+    Some(format!(
+        "  ! tier {name} OFFLINE{since}: directory {path} is missing; {} files unreachable until it returns",
+        num("unreachable_files").unwrap_or(0)
+    ))
+}
+
+fn print_status(title: &str, v: &serde_json::Value) -> anyhow::Result<()> {
+    let s: kaiso_store::StoreStatus = serde_json::from_value(v.clone())?;
     println!("{title}  (policy {}, {} files)", s.policy, s.files);
     println!(
         "  {:<10} {:>10} {:>10} {:>6} {:>9} {:>7} {:>6}  device",
@@ -239,6 +280,10 @@ fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
             t.device.as_deref().unwrap_or("-")
         );
     }
+    let rows = v.get("tiers").and_then(|t| t.as_array());
+    for line in rows.into_iter().flatten().filter_map(offline_line) {
+        println!("{line}");
+    }
     let m = &s.mover;
     println!(
         "  mover: queue {} files / {}, moved {} files / {}, failed {}, rate {}/s{}",
@@ -254,6 +299,7 @@ fn print_status(title: &str, s: &kaiso_store::StoreStatus) {
             ""
         }
     );
+    Ok(())
 }
 
 pub fn status(a: StatusArgs) -> anyhow::Result<()> {
@@ -281,7 +327,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         if a.json {
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            print_status(&title, &serde_json::from_value(v)?);
+            print_status(&title, &v)?;
         }
     }
     Ok(())

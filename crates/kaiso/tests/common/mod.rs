@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod migrate_daemon;
 pub mod rng;
 
 use std::ffi::CString;

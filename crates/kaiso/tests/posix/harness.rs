@@ -1,5 +1,5 @@
-//! How a POSIX case runs: once on a plain directory, once on a kaiso mount, and the two
-//! sets of observations must be identical.
+//! How a POSIX case runs: once on a plain directory, then on a kaiso mount with kernel
+//! passthrough and on one without, and every set of observations must be identical.
 //!
 //! A case is a function `fn(&mut Env, &mut Rec)`. It records observations with
 //! `rec.want(label, value, expected)`: the value must equal the expectation.
@@ -84,7 +84,11 @@ impl Rec {
     }
 }
 
-/// Runs `case` on a plain directory and on a kaiso mount and compares.
+/// Runs `case` on a plain directory and on two kaiso mounts, one with kernel passthrough
+/// (the default: the kernel serves reads, writes and mmap of resident files from the
+/// backing file) and one without (every READ/WRITE goes through kaiso's own data path, as
+/// on emulated tiers, for migration stubs, writers without room for a reserve and kernels
+/// before 6.9), and compares each with the plain directory.
 pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
     unsafe { libc::umask(0o022) };
 
@@ -112,7 +116,43 @@ pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
         eprintln!("{name}: kaiso half skipped: {reason}");
         return;
     }
-    let store = Store::new(name, StoreSpec::tiers(TIERS).allow_other());
+    // The two mounts side by side: most of a pass is waiting (mount, unmount, the
+    // daemon's replies), so this keeps the suite's added time small.
+    std::thread::scope(|s| {
+        let without = s.spawn(|| run_kaiso(name, seeds, case, &want, false));
+        let with = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_kaiso(name, seeds, case, &want, true)
+        }));
+        for r in [with, without.join()] {
+            if let Err(panic) = r {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+}
+
+/// The kaiso half of [`run_case`]: the case on a fresh mount (with or without kernel
+/// passthrough), its observations compared with the plain directory's (`want`).
+fn run_kaiso(
+    name: &str,
+    seeds: Seeds,
+    case: fn(&mut Env, &mut Rec),
+    want: &Rec,
+    passthrough: bool,
+) {
+    let mut spec = StoreSpec::tiers(TIERS).allow_other();
+    let tag = if passthrough {
+        name.to_string()
+    } else {
+        spec = spec.extra("passthrough = false");
+        format!("{name}-nopt")
+    };
+    let how = if passthrough {
+        "with passthrough"
+    } else {
+        "without passthrough"
+    };
+    let store = Store::new(&tag, spec);
     for (tier, rel, data) in seeds {
         store.seed(*tier, rel, data);
     }
@@ -143,7 +183,7 @@ pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
     let diff = compare(&want.obs, &got.obs);
     assert!(
         diff.is_empty(),
-        "case {name}: kaiso differs from a plain directory:\n{}\n(daemon log:\n{log})",
+        "case {name}: kaiso {how} differs from a plain directory:\n{}\n(daemon log:\n{log})",
         diff.join("\n")
     );
     // After unmount, every name lives on exactly one tier.
@@ -160,12 +200,14 @@ pub fn run_case(name: &str, seeds: Seeds, case: fn(&mut Env, &mut Rec)) {
         .collect();
     assert!(
         dup.is_empty(),
-        "case {name}: names on more than one tier: {dup:?}"
+        "case {name} ({how}): names on more than one tier: {dup:?}"
     );
     // The daemon's exit status on unmount is asserted by faults.rs
     // (`unmount_exits_cleanly`); here it is only reported.
     if !exit_failures.is_empty() {
-        eprintln!("case {name}: unclean daemon exit: {exit_failures:?}\n(daemon logs:\n{log})");
+        eprintln!(
+            "case {name} ({how}): unclean daemon exit: {exit_failures:?}\n(daemon logs:\n{log})"
+        );
     }
 }
 

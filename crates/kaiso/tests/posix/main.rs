@@ -90,6 +90,7 @@ posix_case!(
 );
 posix_case!(permissions_as_nobody, NONE);
 posix_case!(large_offsets, NONE);
+posix_case!(deep_tree, NONE);
 
 /// statfs on the mount reports the tiers' capacities summed (mount-only: a plain
 /// directory has no tiers to sum).
@@ -2042,6 +2043,306 @@ mod cases {
             "far after remount",
             String::from_utf8_lossy(&pread(&fd, 8, off).unwrap()),
             "far away",
+        );
+    }
+
+    /// Directory descriptor `dir`'s entry `name` opened with `flags` (`*at` call).
+    fn open_at(dir: &Fd, name: &str, flags: i32, mode: u32) -> Result<Fd, String> {
+        let c = CString::new(name).unwrap();
+        let fd = unsafe { libc::openat(dir.0, c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+        if fd < 0 {
+            Err(errno_name(common::errno()))
+        } else {
+            Ok(Fd(fd))
+        }
+    }
+
+    fn fstat_at(dir: &Fd, name: &str) -> Result<libc::stat, String> {
+        let c = CString::new(name).unwrap();
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstatat(dir.0, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } < 0 {
+            Err(errno_name(common::errno()))
+        } else {
+            Ok(st)
+        }
+    }
+
+    /// The contents of `dir`'s entry `name`, or the errno of the open.
+    fn read_at(dir: &Fd, name: &str) -> String {
+        match open_at(dir, name, libc::O_RDONLY, 0) {
+            Ok(fd) => {
+                let st = fstat(&fd);
+                match pread(&fd, st.st_size as usize, 0) {
+                    Ok(b) => format!("{:?}", String::from_utf8_lossy(&b)),
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        }
+    }
+
+    /// Names in directory `dir`, sorted, long ones shortened to "first letter x length".
+    /// Read from a new open of the directory: what a stream opened before a change shows
+    /// of it is unspecified (POSIX readdir).
+    fn list_at(dir: &Fd) -> String {
+        let fd = match open_at(dir, ".", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+            Ok(fd) => fd,
+            Err(e) => return e,
+        };
+        let d = unsafe { libc::fdopendir(fd.0) };
+        if d.is_null() {
+            return errno_name(common::errno());
+        }
+        // The stream owns the descriptor now.
+        std::mem::forget(fd);
+        let mut names = Vec::new();
+        loop {
+            let ent = unsafe { libc::readdir(d) };
+            if ent.is_null() {
+                break;
+            }
+            let n = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let n = n.to_string_lossy().into_owned();
+            if n == "." || n == ".." {
+                continue;
+            }
+            names.push(if n.len() > 20 {
+                format!("{}x{}", &n[..1], n.len())
+            } else {
+                n
+            });
+        }
+        unsafe { libc::closedir(d) };
+        names.sort();
+        names.join(",")
+    }
+
+    /// Name of level `i` of the deep tree: 200 bytes of one letter.
+    fn level_name(i: usize) -> String {
+        std::iter::repeat_n((b'a' + (i % 26) as u8) as char, 200).collect()
+    }
+
+    /// A tree deeper than PATH_MAX (30 levels of 200-byte names, ~6 KB), built and used
+    /// only through `*at` calls from directory descriptors: a file system accepts it,
+    /// and so must the mount (its backing paths are longer than any path argument).
+    pub fn deep_tree(e: &mut Env, r: &mut Rec) {
+        const DEPTH: usize = 30;
+        let at = |dir: &Fd, name: &str| CString::new(name).map(|c| (dir.0, c)).unwrap();
+        let root = open(&e.p(""), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let mut dirs = vec![root];
+        let mut made = 0;
+        for i in 0..DEPTH {
+            let (fd, c) = at(&dirs[i], &level_name(i));
+            if rc(unsafe { libc::mkdirat(fd, c.as_ptr(), 0o755) }) != "OK" {
+                break;
+            }
+            match open_at(
+                &dirs[i],
+                &level_name(i),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+            ) {
+                Ok(d) => dirs.push(d),
+                Err(_) => break,
+            }
+            made += 1;
+        }
+        r.want("levels made", made, DEPTH);
+        if made < DEPTH {
+            return;
+        }
+        let deep = &dirs[DEPTH];
+        // A leaf written and read back.
+        let leaf = open_at(
+            deep,
+            "leaf",
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            0o644,
+        );
+        r.want(
+            "create leaf",
+            leaf.as_ref()
+                .map(|_| "OK".to_string())
+                .unwrap_or_else(|e| e.clone()),
+            "OK",
+        );
+        if let Ok(fd) = &leaf {
+            r.want("write leaf", write(fd, b"deep data"), "9");
+        }
+        drop(leaf);
+        r.want("read leaf", read_at(deep, "leaf"), "\"deep data\"");
+        r.want(
+            "leaf size",
+            fstat_at(deep, "leaf").map(|s| s.st_size).unwrap_or(-1),
+            9,
+        );
+        // Renamed across levels, both ends deep (levels 30 -> 15 -> 29).
+        let ren = |a: &Fd, an: &str, b: &Fd, bn: &str| {
+            let (ac, bc) = (CString::new(an).unwrap(), CString::new(bn).unwrap());
+            rc(unsafe { libc::renameat(a.0, ac.as_ptr(), b.0, bc.as_ptr()) })
+        };
+        r.want("rename up", ren(deep, "leaf", &dirs[15], "moved"), "OK");
+        r.want(
+            "old name gone",
+            fstat_at(deep, "leaf")
+                .map(|_| "OK".to_string())
+                .unwrap_or_else(|e| e),
+            "ENOENT",
+        );
+        r.want("read moved", read_at(&dirs[15], "moved"), "\"deep data\"");
+        r.want(
+            "rename down",
+            ren(&dirs[15], "moved", &dirs[29], "leaf2"),
+            "OK",
+        );
+        r.want("read leaf2", read_at(&dirs[29], "leaf2"), "\"deep data\"");
+        // A hard link at another level.
+        let (c_from, c_to) = (
+            CString::new("leaf2").unwrap(),
+            CString::new("hard").unwrap(),
+        );
+        r.want(
+            "linkat",
+            rc(unsafe { libc::linkat(dirs[29].0, c_from.as_ptr(), dirs[10].0, c_to.as_ptr(), 0) }),
+            "OK",
+        );
+        let (a, b) = (fstat_at(&dirs[29], "leaf2"), fstat_at(&dirs[10], "hard"));
+        r.want("nlink", a.as_ref().map(|s| s.st_nlink).unwrap_or(0), 2);
+        r.want(
+            "same inode",
+            matches!((&a, &b), (Ok(x), Ok(y)) if x.st_ino == y.st_ino),
+            true,
+        );
+        // xattrs on the deep file and a deep directory.
+        let name = CString::new("user.deep").unwrap();
+        let fx = open_at(&dirs[29], "leaf2", libc::O_RDWR, 0).unwrap();
+        r.want(
+            "fsetxattr file",
+            rc(unsafe { libc::fsetxattr(fx.0, name.as_ptr(), b"v1".as_ptr().cast(), 2, 0) }),
+            "OK",
+        );
+        r.want(
+            "fsetxattr dir",
+            rc(unsafe { libc::fsetxattr(deep.0, name.as_ptr(), b"dv".as_ptr().cast(), 2, 0) }),
+            "OK",
+        );
+        let getx = |fd: &Fd| {
+            let mut buf = [0u8; 16];
+            let n = unsafe { libc::fgetxattr(fd.0, name.as_ptr(), buf.as_mut_ptr().cast(), 16) };
+            if n < 0 {
+                errno_name(common::errno())
+            } else {
+                String::from_utf8_lossy(&buf[..n as usize]).into_owned()
+            }
+        };
+        r.want("fgetxattr file", getx(&fx), "v1");
+        r.want("fgetxattr dir", getx(deep), "dv");
+        drop(fx);
+        // A symlink at depth.
+        let (target, sl) = (CString::new("../x").unwrap(), CString::new("sl").unwrap());
+        r.want(
+            "symlinkat",
+            rc(unsafe { libc::symlinkat(target.as_ptr(), deep.0, sl.as_ptr()) }),
+            "OK",
+        );
+        let mut buf = [0u8; 64];
+        let n = unsafe { libc::readlinkat(deep.0, sl.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+        r.want(
+            "readlinkat",
+            String::from_utf8_lossy(&buf[..n.max(0) as usize]),
+            "../x",
+        );
+        // Listings at depth.
+        r.want("list deepest", list_at(deep), "sl");
+        r.want("list level 29", list_at(&dirs[29]), "dx200,leaf2");
+        r.want("list level 10", list_at(&dirs[10]), "hard,kx200");
+        let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+        r.want(
+            "fstatfs deep",
+            rc(unsafe { libc::fstatfs(deep.0, &mut sfs) }),
+            "OK",
+        );
+        // A deep directory moved to a shallower level, with the tree under it; the open
+        // descriptor of its deepest directory follows it.
+        r.want(
+            "rename dir",
+            ren(&dirs[25], &level_name(25), &dirs[5], "moveddir"),
+            "OK",
+        );
+        let after = open_at(deep, "after", libc::O_CREAT | libc::O_WRONLY, 0o644);
+        r.want(
+            "create after dir rename",
+            after
+                .as_ref()
+                .map(|_| "OK".to_string())
+                .unwrap_or_else(|e| e.clone()),
+            "OK",
+        );
+        if let Ok(fd) = &after {
+            r.want("write after", write(fd, b"after the move"), "14");
+        }
+        drop(after);
+        let rel: Vec<String> = (26..DEPTH).map(level_name).collect();
+        let moved = open_at(
+            &dirs[5],
+            &format!("moveddir/{}", rel.join("/")),
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        );
+        r.want(
+            "read via new path",
+            moved
+                .as_ref()
+                .map(|d| read_at(d, "after"))
+                .unwrap_or_else(|e| e.clone()),
+            "\"after the move\"",
+        );
+        drop(moved);
+        // After a remount (the daemon scans its tiers), walked again from the top.
+        drop(dirs);
+        e.remount();
+        let mut cur = open(&e.p(""), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        let mut walked = 0;
+        let path: Vec<String> = (0..5)
+            .map(level_name)
+            .chain(std::iter::once("moveddir".to_string()))
+            .chain((26..DEPTH).map(level_name))
+            .collect();
+        for n in &path {
+            match open_at(&cur, n, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+                Ok(d) => cur = d,
+                Err(_) => break,
+            }
+            walked += 1;
+        }
+        r.want("walk after remount", walked, path.len());
+        r.want(
+            "read after remount",
+            read_at(&cur, "after"),
+            "\"after the move\"",
+        );
+        r.want(
+            "xattr after remount",
+            match open_at(&cur, ".", libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+                Ok(d) => getx(&d),
+                Err(e) => e,
+            },
+            "dv",
+        );
+        // Unlinks at depth.
+        let un = |d: &Fd, n: &str, flags: i32| {
+            let c = CString::new(n).unwrap();
+            rc(unsafe { libc::unlinkat(d.0, c.as_ptr(), flags) })
+        };
+        r.want("unlink after", un(&cur, "after", 0), "OK");
+        r.want("unlink sl", un(&cur, "sl", 0), "OK");
+        r.want("list emptied", list_at(&cur), "");
+        r.want(
+            "stat unlinked",
+            fstat_at(&cur, "after")
+                .map(|_| "OK".to_string())
+                .unwrap_or_else(|e| e),
+            "ENOENT",
         );
     }
 }

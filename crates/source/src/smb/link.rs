@@ -27,7 +27,7 @@ pub struct Requests {
 }
 
 impl Requests {
-    fn count(&self, command: Command) {
+    pub fn count(&self, command: Command) {
         let c = match command {
             Command::Create => &self.creates,
             Command::QueryInfo => &self.queries,
@@ -51,6 +51,8 @@ pub enum Fail {
     Status { status: u32, op: &'static str },
     /// A reply this source could not decode.
     Malformed(&'static str),
+    /// The connection failed (on a data connection of the source's own).
+    Io(String),
 }
 
 impl std::fmt::Display for Fail {
@@ -60,6 +62,7 @@ impl std::fmt::Display for Fail {
             Fail::TimedOut => write!(f, "no answer in time"),
             Fail::Status { status, op } => write!(f, "{op}: NTSTATUS {status:#010x}"),
             Fail::Malformed(what) => write!(f, "malformed {what} reply"),
+            Fail::Io(e) => write!(f, "{e}"),
         }
     }
 }
@@ -92,7 +95,15 @@ impl Drop for BusyGuard {
 
 impl Link {
     /// Connects, authenticates (NTLM) and connects the share, all within the timeout.
+    /// The crate signs every message of an authenticated session (and seals them when
+    /// the server asks); bulk data goes over the source's own connections (`data`).
     pub async fn connect(config: &SmbConfig, requests: Arc<Requests>) -> Result<Self, Fail> {
+        tokio::time::timeout(config.timeout * 2, Self::setup(config, requests))
+            .await
+            .map_err(|_| Fail::TimedOut)?
+    }
+
+    async fn setup(config: &SmbConfig, requests: Arc<Requests>) -> Result<Self, Fail> {
         let client_config = ClientConfig {
             addr: config.server(),
             timeout: config.timeout,
@@ -107,31 +118,36 @@ impl Link {
             response_timeout: Some(config.timeout),
             ..Default::default()
         };
-        let setup = async {
-            let mut client = SmbClient::connect(client_config).await.map_err(Fail::Smb)?;
-            let tree = client
-                .connect_share(&config.share)
-                .await
-                .map_err(Fail::Smb)?;
-            Ok::<_, Fail>((client, tree))
-        };
-        let (client, tree) = tokio::time::timeout(config.timeout * 2, setup)
+        let mut client = SmbClient::connect(client_config).await.map_err(Fail::Smb)?;
+        let tree = client
+            .connect_share(&config.share)
             .await
-            .map_err(|_| Fail::TimedOut)??;
+            .map_err(Fail::Smb)?;
         let conn = client.connection().clone();
+        Ok(Self::new(client, conn, tree.tree_id, config, requests))
+    }
+
+    fn new(
+        client: SmbClient,
+        conn: Connection,
+        tree_id: TreeId,
+        config: &SmbConfig,
+        requests: Arc<Requests>,
+    ) -> Self {
         // smb2 bounds its credit wait; a wait longer than a request may take is a hang.
         conn.set_credit_wait_timeout(config.timeout);
         let params = conn.params();
-        Ok(Self {
+        tracing::debug!(dialect = ?params.as_ref().map(|p| p.dialect), "smb2: session up");
+        Self {
             max_read: params.as_ref().map_or(64 << 10, |p| p.max_read_size),
             max_transact: params.as_ref().map_or(64 << 10, |p| p.max_transact_size),
             _client: client,
             conn,
-            tree_id: tree.tree_id,
+            tree_id,
             busy: AtomicUsize::new(0),
             broken: AtomicBool::new(false),
             requests,
-        })
+        }
     }
 
     pub fn busy_guard(self: &Arc<Self>) -> BusyGuard {

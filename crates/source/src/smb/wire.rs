@@ -20,6 +20,8 @@ pub const FILE_ALL_INFORMATION: u8 = 18;
 pub const FILE_FULL_EA_INFORMATION: u8 = 15;
 pub const FILE_STREAM_INFORMATION: u8 = 22;
 pub const FILE_FS_ATTRIBUTE_INFORMATION: u8 = 5;
+pub const FILE_FS_VOLUME_INFORMATION: u8 = 1;
+pub const FILE_INTERNAL_INFORMATION: u8 = 6;
 /// Owner, group and DACL (MS-DTYP 2.4.7 SECURITY_INFORMATION).
 pub const OWNER_GROUP_DACL: u32 = 0x1 | 0x2 | 0x4;
 /// QUERY_INFO flag: return EAs from the first one on.
@@ -377,6 +379,16 @@ fn sid_string(b: &[u8]) -> Option<String> {
 /// The file system attribute bits of FILE_FS_ATTRIBUTE_INFORMATION (MS-FSCC 2.5.1).
 pub fn fs_attributes(b: &[u8]) -> Option<u32> {
     u32_at(b, 0)
+}
+
+/// VolumeCreationTime and VolumeSerialNumber of FileFsVolumeInformation (MS-FSCC 2.5.9).
+pub fn volume_identity(b: &[u8]) -> Option<(u64, u32)> {
+    Some((u64_at(b, 0)?, u32_at(b, 8)?))
+}
+
+/// IndexNumber of FileInternalInformation (MS-FSCC 2.4.22): the FileId.
+pub fn internal_id(b: &[u8]) -> Option<u64> {
+    u64_at(b, 0)
 }
 
 /// The data of a READ reply body (the body follows the 64-byte header; DataOffset counts

@@ -115,6 +115,9 @@ struct Shared {
     /// in a row made no progress.
     last_round: Mutex<(Option<RoundMark>, u32)>,
     failures: Mutex<Vec<CrawlFailure>>,
+    /// Files whose data a worker is fetching with more than one unit missing: idle
+    /// workers fetch other units of them meanwhile (see `help_with`).
+    offered: Mutex<Vec<Ino>>,
 }
 
 impl Shared {
@@ -211,6 +214,7 @@ impl Crawler {
             rounds: Mutex::new(0),
             last_round: Mutex::new((None, 0)),
             failures: Mutex::new(Vec::new()),
+            offered: Mutex::new(Vec::new()),
         });
         // Client renames reach the partition, so an object moved from a part of the tree
         // not crawled yet into one already crawled is still visited in this pass.
@@ -370,19 +374,26 @@ fn wait_while_paused(m: &Migration) -> bool {
     !should_stop(m)
 }
 
+/// What a worker does next: work of the partition, or units of a file another worker
+/// is fetching.
+enum Job {
+    Work(CrawlWork<Ino>),
+    Help(Ino),
+}
+
 fn worker(store: &Store, m: &Migration, sh: &Shared) {
     loop {
         if !wait_while_paused(m) {
             return;
         }
-        let work = {
+        let job = {
             let mut part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 if should_stop(m) || sh.ended() {
                     return;
                 }
                 if let Some(w) = part.take() {
-                    break w;
+                    break Job::Work(w);
                 }
                 if part.pass().is_some() && part.pass_done() {
                     if part.next_pass() {
@@ -398,7 +409,23 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
                     continue;
                 }
-                // Others are still listing, fetching or closing the round: wait for them.
+                // Others are still listing, fetching or closing the round: help with the
+                // units of a large file one of them is fetching, or wait for them.
+                if !sh
+                    .offered
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty()
+                {
+                    drop(part);
+                    if let Some(ino) = pick_file_to_help(store, m, sh) {
+                        break Job::Help(ino);
+                    }
+                    part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
+                    if part.pass().is_none() || part.pass_done() {
+                        continue;
+                    }
+                }
                 part = sh
                     .wake
                     .wait_timeout(part, Duration::from_millis(50))
@@ -406,12 +433,13 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     .0;
             }
         };
-        let go_on = match work {
-            CrawlWork::List(dir) => {
+        let go_on = match job {
+            Job::Help(ino) => help_with(store, m, sh, ino),
+            Job::Work(CrawlWork::List(dir)) => {
                 visit_dir(store, sh, dir);
                 true
             }
-            CrawlWork::Fetch(leaf, pass) => {
+            Job::Work(CrawlWork::Fetch(leaf, pass)) => {
                 let go_on = fetch_leaf(store, m, sh, leaf, pass);
                 sh.part
                     .lock()
@@ -561,12 +589,12 @@ fn fetch_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -
     let Ok(opened) = store.open_file(ino, libc::O_RDONLY | libc::O_NONBLOCK, false) else {
         return !should_stop(m); // gone, or not a regular file
     };
-    let go_on = visit_leaf(store, m, sh, ino, pass, opened.fh);
+    let go_on = visit_leaf(store, m, sh, ino, pass);
     let _ = store.release(opened.fh);
     go_on
 }
 
-fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, fh: u64) -> bool {
+fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -> bool {
     let Ok(Some(row)) = m.db.get(ino) else {
         return !should_stop(m);
     };
@@ -579,48 +607,460 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass, f
             return !should_stop(m);
         }
     }
-    // Data, unit by unit, checking pause/stop between units.
-    loop {
+    // Data, unit by unit, checking pause/stop between units: the first missing unit no
+    // other thread is fetching. A file with more units to go is offered to idle workers,
+    // which fetch other units of it meanwhile (a large file is not left to one worker
+    // while the others idle at the end of the pass); this worker completes it.
+    let mut offered = false;
+    let go_on = loop {
         if !wait_while_paused(m) {
-            return false;
+            break false;
         }
         let Ok(Some(row)) = m.db.get(ino) else {
-            return true;
+            break true;
         };
         let missing = store.stub_state(ino).missing;
-        let Some(&(start, _)) = missing.first() else {
+        if missing.is_empty() {
             // All data is here: completion (it checks the source did not change).
             if let Err(e) = m.fetch_range(store, &row, 0, 0) {
                 tracing::warn!(ino, errno = e.errno(), "crawler completion failed");
                 sh.fail(ino, e.errno(), "complete");
             }
-            return true;
-        };
-        // Admission (demand priority, throttle) before the fill path, never inside it:
-        // the store holds the file's fill lock for the whole fill, and a client reading
-        // another part of this file must not wait behind the crawler's sleep. Charged
-        // with the unit's missing bytes (what the fill will read from the source).
+            break true;
+        }
         let unit = m.cfg.unit_size;
-        let unit_start = start / unit * unit;
-        let unit_missing: u64 =
-            crate::stub::missing_within(&missing, unit_start, unit_start.saturating_add(unit))
-                .iter()
-                .map(|(s, e)| e - s)
-                .sum();
+        let free = free_units(m, ino, &missing, unit);
+        let Some(&(unit_start, unit_missing)) = free.first() else {
+            // Every missing unit is being fetched (by helpers or a client): wait for one.
+            m.wait_for_unit_release(Duration::from_millis(20));
+            continue;
+        };
+        if !offered && free.len() > 1 && m.cfg.share_units {
+            offered = true;
+            sh.offered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ino);
+            sh.wake.notify_all();
+        }
+        // Admission (demand priority, throttle) before the unit is claimed, never while
+        // holding it: a client reading this unit must not wait behind the crawler's
+        // sleep. Charged with the unit's missing bytes (what will be read).
         if !m.crawl_admission(unit_missing) {
             // Paused or stopped while throttled: the loop waits, then retries the unit.
             continue;
         }
-        // Through the store's fill path so the per-file fill lock orders us with clients.
-        // Reading the first missing byte makes the filler fetch its whole unit; reading
-        // the unit back would only copy what was just written.
-        match store.read(fh, start, 1) {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
-                sh.fail(ino, e.errno(), "fetch data");
-                return !should_stop(m);
+        let Some(claim) = m.try_claim_unit(ino, unit_start) else {
+            continue; // taken meanwhile
+        };
+        if let Err(e) = m.fetch_claimed_unit(store, &row, &claim) {
+            tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
+            sh.fail(ino, e.errno(), "fetch data");
+            break !should_stop(m);
+        }
+    };
+    if offered {
+        withdraw_offer(m, sh, ino);
+    }
+    go_on
+}
+
+/// The unit-aligned units of `missing` no thread is fetching, in file order, each with
+/// its missing bytes.
+fn free_units(m: &Migration, ino: Ino, missing: &[(u64, u64)], unit: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(s, e) in missing {
+        let mut at = s / unit * unit;
+        while at < e {
+            let bytes = e.min(at.saturating_add(unit)) - s.max(at);
+            match out.last_mut() {
+                Some(last) if last.0 == at => last.1 += bytes,
+                _ if m.unit_busy(ino, at) => {}
+                _ => out.push((at, bytes)),
+            }
+            at = at.saturating_add(unit);
+        }
+    }
+    out
+}
+
+/// Ends the offer of `ino`'s units and waits (bounded) for helpers still fetching one,
+/// so the file's visit, and with it the pass, ends only after their writes.
+fn withdraw_offer(m: &Migration, sh: &Shared, ino: Ino) {
+    sh.offered
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&i| i != ino);
+    let until = Instant::now() + Duration::from_secs(600);
+    while m.units_busy_in(ino) > 0 && Instant::now() < until {
+        m.wait_for_unit_release(Duration::from_millis(20));
+    }
+}
+
+/// The offered file with the most missing bytes that has a unit no one is fetching.
+fn pick_file_to_help(store: &Store, m: &Migration, sh: &Shared) -> Option<Ino> {
+    let offered = sh.offered.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let unit = m.cfg.unit_size;
+    offered
+        .into_iter()
+        .filter_map(|ino| {
+            let missing = store.stub_state(ino).missing;
+            let free = free_units(m, ino, &missing, unit);
+            (!free.is_empty()).then(|| (ino, missing.iter().map(|(s, e)| e - s).sum::<u64>()))
+        })
+        .max_by_key(|&(_, bytes)| bytes)
+        .map(|(ino, _)| ino)
+}
+
+/// Fetches units of `ino`, a file another worker is fetching (it completes the file),
+/// while it is offered and has units no one is fetching; returns false when the crawler
+/// must stop.
+fn help_with(store: &Store, m: &Migration, sh: &Shared, ino: Ino) -> bool {
+    // Held open, as the owner's visit holds it (see `fetch_leaf`).
+    let Ok(opened) = store.open_file(ino, libc::O_RDONLY | libc::O_NONBLOCK, false) else {
+        return !should_stop(m);
+    };
+    let unit = m.cfg.unit_size;
+    let go_on = loop {
+        if !wait_while_paused(m) {
+            break false;
+        }
+        let Ok(Some(row)) = m.db.get(ino) else {
+            break true;
+        };
+        let missing = store.stub_state(ino).missing;
+        let Some(&(unit_start, unit_missing)) = free_units(m, ino, &missing, unit).first() else {
+            break true;
+        };
+        if !m.crawl_admission(unit_missing) {
+            continue;
+        }
+        let Some(claim) = m.try_claim_unit(ino, unit_start) else {
+            continue;
+        };
+        // Only while still offered, checked with the unit claimed: the owner withdraws
+        // the offer before it waits for the claims on the file, so it never ends its
+        // visit with a helper's write still to come.
+        let still_offered = sh
+            .offered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&ino);
+        if !still_offered {
+            break true;
+        }
+        if let Err(e) = m.fetch_claimed_unit(store, &row, &claim) {
+            tracing::warn!(ino, errno = e.errno(), "crawler fetch failed (helping)");
+            sh.fail(ino, e.errno(), "fetch data");
+            break !should_stop(m);
+        }
+    };
+    let _ = store.release(opened.fh);
+    go_on
+}
+
+#[cfg(test)]
+mod tests {
+    //! The crawler's threads sharing the units of one large file, over a slow in-memory
+    //! source that records every read.
+
+    use super::*;
+    use crate::migrate::source::{
+        FileKind as SrcKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError,
+        SourceErrorKind, SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+    };
+    use crate::migrate::{MigrationConfig, Migrations};
+    use crate::types::ROOT_INO;
+    use crate::{Store, StoreConfig};
+    use std::collections::HashMap;
+
+    const UNIT: u64 = 64 << 10;
+
+    /// The root holds `files` (name, size); every read sleeps `delay` and is recorded.
+    struct SlowSource {
+        files: Vec<(String, u64)>,
+        delay: Duration,
+        reads: Arc<Reads>,
+    }
+
+    #[derive(Default)]
+    struct Reads {
+        /// (file, offset) → reads of it so far.
+        count: Mutex<HashMap<(String, u64), u32>>,
+        /// Reads in flight now, and the most seen at once.
+        in_flight: Mutex<(Vec<(String, u64)>, usize)>,
+    }
+
+    fn attr(kind: SrcKind, ino: u64, size: u64) -> SourceAttr {
+        let t = Timestamp {
+            secs: 1_000_000_000,
+            nanos: 0,
+        };
+        SourceAttr {
+            kind,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            size,
+            nlink: 1,
+            ino,
+            rdev: (0, 0),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            btime: None,
+            dos_attributes: None,
+        }
+    }
+
+    fn byte(name: &str, at: u64) -> u8 {
+        (at as u8).wrapping_mul(7).wrapping_add(name.len() as u8)
+    }
+
+    impl SlowSource {
+        fn get(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+            if path.is_root() {
+                return Ok(attr(SrcKind::Directory, 1, 0));
+            }
+            let name = String::from_utf8_lossy(path.as_bytes()).into_owned();
+            self.files
+                .iter()
+                .position(|(n, _)| *n == name)
+                .map(|i| attr(SrcKind::Regular, 10 + i as u64, self.files[i].1))
+                .ok_or_else(|| SourceError::new(SourceErrorKind::NotFound, path, "no such file"))
+        }
+    }
+
+    impl Source for SlowSource {
+        fn describe(&self) -> String {
+            "slow memory".into()
+        }
+        fn features(&self) -> SourceFeatures {
+            SourceFeatures {
+                unix_ids: true,
+                ..SourceFeatures::default()
             }
         }
+        fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+            self.get(path)
+        }
+        fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+            self.get(path)?;
+            Ok(self
+                .files
+                .iter()
+                .enumerate()
+                .map(|(i, (n, size))| SourceEntry {
+                    name: n.as_bytes().to_vec(),
+                    attr: attr(SrcKind::Regular, 10 + i as u64, *size),
+                })
+                .collect())
+        }
+        fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+            let size = self.get(path)?.size;
+            let name = String::from_utf8_lossy(path.as_bytes()).into_owned();
+            {
+                let mut f = self.reads.in_flight.lock().unwrap();
+                f.0.push((name.clone(), offset));
+                f.1 = f.1.max(f.0.len());
+            }
+            *self
+                .reads
+                .count
+                .lock()
+                .unwrap()
+                .entry((name.clone(), offset))
+                .or_default() += 1;
+            std::thread::sleep(self.delay);
+            self.reads
+                .in_flight
+                .lock()
+                .unwrap()
+                .0
+                .retain(|r| *r != (name.clone(), offset));
+            let end = offset.saturating_add(len as u64).min(size);
+            Ok((offset.min(end)..end).map(|at| byte(&name, at)).collect())
+        }
+        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(
+                SourceErrorKind::WrongKind,
+                path,
+                "no links",
+            ))
+        }
+        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+            Ok(SourceAcl::default())
+        }
+        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+            Ok(Vec::new())
+        }
+        fn read_stream(
+            &self,
+            path: &SourcePath,
+            _stream: &str,
+            _offset: u64,
+            _len: usize,
+        ) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(
+                SourceErrorKind::Unsupported,
+                path,
+                "no streams",
+            ))
+        }
+    }
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        store: Arc<Store>,
+        m: Arc<Migration>,
+        reads: Arc<Reads>,
+    }
+
+    fn setup(files: &[(&str, u64)], delay_ms: u64, workers: usize, share: bool) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        let store = Store::open(StoreConfig::from_toml_str(&cfg, "test.toml").unwrap()).unwrap();
+        let reads = Arc::new(Reads::default());
+        let source = SlowSource {
+            files: files.iter().map(|(n, s)| (n.to_string(), *s)).collect(),
+            delay: Duration::from_millis(delay_ms),
+            reads: reads.clone(),
+        };
+        let mut mc = MigrationConfig::new("t");
+        mc.crawl_workers = workers;
+        mc.unit_size = UNIT;
+        mc.share_units = share;
+        let m = Migration::open(&store, Box::new(source), mc).unwrap();
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        Setup {
+            _dir: dir,
+            store,
+            m,
+            reads,
+        }
+    }
+
+    impl Setup {
+        fn ino(&self, name: &str) -> Ino {
+            let a = self.store.lookup(ROOT_INO, OsStr::new(name)).unwrap();
+            self.store.forget(a.ino, 1);
+            a.ino
+        }
+
+        fn read(&self, ino: Ino, offset: u64, len: u32) -> Vec<u8> {
+            let fh = self.store.open_file(ino, libc::O_RDONLY, false).unwrap().fh;
+            let data = self.store.read(fh, offset, len).unwrap();
+            self.store.release(fh).unwrap();
+            data
+        }
+
+        fn expect_content(&self, name: &str, size: u64) {
+            let data = self.read(self.ino(name), 0, size as u32);
+            assert_eq!(data.len() as u64, size);
+            assert!(
+                data.iter()
+                    .enumerate()
+                    .all(|(i, b)| *b == byte(name, i as u64)),
+                "{name}: bytes differ from the source"
+            );
+        }
+
+        /// Every unit of `name` (`size` bytes) was read from the source exactly once.
+        fn expect_each_unit_read_once(&self, name: &str, size: u64) {
+            let count = self.reads.count.lock().unwrap();
+            for at in (0..size).step_by(UNIT as usize) {
+                assert_eq!(
+                    count.get(&(name.to_string(), at)),
+                    Some(&1),
+                    "{name}: unit at {at} read once"
+                );
+            }
+            let total: u32 = count
+                .iter()
+                .filter(|((n, _), _)| n == name)
+                .map(|(_, c)| c)
+                .sum();
+            assert_eq!(total as u64, size.div_ceil(UNIT), "{name}: no other reads");
+        }
+    }
+
+    fn crawl_to_the_end(s: &Setup) {
+        let crawler = Crawler::start(s.store.clone(), s.m.clone());
+        assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+        drop(crawler);
+        assert_eq!(s.m.remaining(), 0);
+    }
+
+    #[test]
+    fn idle_workers_fetch_distinct_units_of_one_large_file_at_once() {
+        let size = 12 * UNIT + 100;
+        let s = setup(&[("big", size), ("small", 1000)], 40, 4, true);
+        crawl_to_the_end(&s);
+        let most = s.reads.in_flight.lock().unwrap().1;
+        assert!(
+            most >= 2,
+            "units of one file fetched at once ({most} at most)"
+        );
+        s.expect_each_unit_read_once("big", size);
+        s.expect_content("big", size);
+        s.expect_content("small", 1000);
+    }
+
+    #[test]
+    fn without_unit_sharing_one_worker_fetches_a_files_units_one_after_another() {
+        // The counterpart of the test above: what it measures is the sharing.
+        let size = 8 * UNIT;
+        let s = setup(&[("big", size)], 20, 4, false);
+        crawl_to_the_end(&s);
+        assert_eq!(s.reads.in_flight.lock().unwrap().1, 1);
+        s.expect_each_unit_read_once("big", size);
+        s.expect_content("big", size);
+    }
+
+    #[test]
+    fn a_client_read_of_a_unit_being_fetched_waits_for_that_fetch_and_others_go_first() {
+        let size = 16 * UNIT;
+        let s = setup(&[("big", size)], 150, 2, true);
+        let big = s.ino("big");
+        let crawler = Crawler::start(s.store.clone(), s.m.clone());
+        // A unit the crawler is reading now.
+        let until = Instant::now() + Duration::from_secs(30);
+        let busy = loop {
+            let f = s.reads.in_flight.lock().unwrap().0.first().cloned();
+            if let Some((_, at)) = f {
+                break at;
+            }
+            assert!(Instant::now() < until, "the crawl never read");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let data = s.read(big, busy, 100);
+        assert!(
+            data.iter()
+                .enumerate()
+                .all(|(i, b)| *b == byte("big", busy + i as u64))
+        );
+        // The last unit, which the crawler reaches last: served at once, ahead of it.
+        let last = size - UNIT;
+        let data = s.read(big, last, 100);
+        assert_eq!(data[0], byte("big", last));
+        assert!(
+            !s.store.stub_state(big).missing.is_empty(),
+            "the client's read was served before the crawl fetched the rest"
+        );
+        assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+        drop(crawler);
+        // Neither the unit both wanted nor any other was read twice.
+        s.expect_each_unit_read_once("big", size);
+        s.expect_content("big", size);
     }
 }

@@ -14,11 +14,12 @@
 //!   report entries the source gained or lost after it was listed.
 //! - **Data** is fetched in units of `unit_size` (10 MiB by default) aligned to the unit,
 //!   clamped to `minsize`. Only the parts the store still reports missing are written, so
-//!   bytes a client wrote are never overwritten by a late fetch. The store serialises
-//!   fills per file, so concurrent requests for the same range wait for one fetch, while
-//!   fetches of different files run in parallel (one per calling thread). The crawler is
-//!   admitted (demand priority, throttle) before it enters a fill, never inside one, so a
-//!   client never waits behind the crawl's throttle.
+//!   bytes a client wrote are never overwritten by a late fetch. Every unit fetch claims
+//!   its unit first, so concurrent requests for the same unit wait for one fetch, while
+//!   distinct units run in parallel: of different files, and of one large file, whose
+//!   units the crawler's threads share. The crawler is admitted (demand priority,
+//!   throttle) before it claims a unit, never while holding one, so a client never waits
+//!   behind the crawl's throttle.
 //! - **Hard links**: a regular file with link count ≥ 2 is recorded as an *anchor* keyed
 //!   by its source inode; later paths with the same source inode become hard links to the
 //!   anchor's store inode instead of new stubs.
@@ -32,6 +33,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::readahead::ListingCache;
+use super::samba_meta::{self, DosAttrib, xattr_skip_reason};
 use super::source::{
     FileKind as SrcKind, Source, SourceAttr, SourceEntry, SourceError, SourceErrorKind, SourcePath,
     Timestamp,
@@ -43,10 +45,14 @@ use crate::stub::{DirFillGate, StubEntry, StubFiller, StubState};
 use crate::types::{Caller, FileKind, Ino, ROOT_INO, SetAttr, TimeSet};
 use kaiso_policy::crawl::CrawlOrder;
 
-/// Prefix of the xattrs that carry SMB-only metadata on the destination.
-pub const NT_SD_XATTR: &str = "user.kaiso.nt_security_descriptor";
-pub const OWNER_SID_XATTR: &str = "user.kaiso.owner_sid";
-pub const GROUP_SID_XATTR: &str = "user.kaiso.group_sid";
+/// Where an SMB source's NT security descriptor goes: Samba's vfs_acl_xattr blob, so a
+/// Samba share of the destination shows and enforces it (see [`samba_meta`]).
+pub const NT_SD_XATTR: &str = samba_meta::NTACL_XATTR;
+/// Owner and group SIDs of a source that gives them without a descriptor (none does
+/// today: SMB's are parsed from the descriptor, which already holds them). `trusted.*`:
+/// Samba shows only `user.*` xattrs to SMB clients as EAs.
+pub const OWNER_SID_XATTR: &str = "trusted.kaiso.owner_sid";
+pub const GROUP_SID_XATTR: &str = "trusted.kaiso.group_sid";
 
 /// Settings of one migrated share.
 #[derive(Clone, Debug)]
@@ -62,6 +68,10 @@ pub struct MigrationConfig {
     pub crawl_workers: usize,
     /// Crawler bandwidth limit in bytes per second (demand fetches are never throttled).
     pub throttle_bytes_per_sec: Option<u64>,
+    /// Idle crawler threads fetch other units of a large file a thread is fetching
+    /// (default). Off: one thread fetches a file's units one after another (the crawl
+    /// before session 9; for measuring the difference).
+    pub share_units: bool,
 }
 
 impl MigrationConfig {
@@ -73,6 +83,7 @@ impl MigrationConfig {
             order: CrawlOrder::default(),
             crawl_workers: 2,
             throttle_bytes_per_sec: None,
+            share_units: true,
         }
     }
 }
@@ -207,6 +218,91 @@ pub struct Migration {
     me: Weak<Migration>,
     /// One metadata copy (dummy → partial) per file at a time.
     meta_gate: DirFillGate,
+    /// Units being fetched (see [`UnitClaims`]).
+    units: UnitClaims,
+    /// When completions last group-committed (see `group_commit_due`).
+    last_group_commit: Mutex<Instant>,
+}
+
+/// Units being fetched, by (file, unit start). A fetch of a unit claims it first: a
+/// second request for the same unit (a client's read and the crawler, two clients) waits
+/// for the first instead of reading it again, while distinct units of one file are
+/// fetched at once (crawler threads share a large file's units: `crawler::visit_leaf`).
+#[derive(Default)]
+struct UnitClaims {
+    busy: Mutex<std::collections::HashSet<(Ino, u64)>>,
+    released: Condvar,
+}
+
+/// A claimed unit; released (and waiters woken) when dropped.
+pub(crate) struct UnitClaim<'a> {
+    claims: &'a UnitClaims,
+    ino: Ino,
+    at: u64,
+}
+
+impl UnitClaims {
+    /// Claims unit `at` of `ino`, waiting while another thread holds it.
+    fn claim(&self, ino: Ino, at: u64) -> UnitClaim<'_> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        while busy.contains(&(ino, at)) {
+            // Timed: a holder always releases, but a lost wakeup must not hang a read.
+            busy = self
+                .released
+                .wait_timeout(busy, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        busy.insert((ino, at));
+        UnitClaim {
+            claims: self,
+            ino,
+            at,
+        }
+    }
+
+    /// Claims unit `at` of `ino` unless another thread holds it.
+    fn try_claim(&self, ino: Ino, at: u64) -> Option<UnitClaim<'_>> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if !busy.insert((ino, at)) {
+            // (Never a claim made and dropped here: its drop would release the holder's.)
+            return None;
+        }
+        Some(UnitClaim {
+            claims: self,
+            ino,
+            at,
+        })
+    }
+
+    fn is_busy(&self, ino: Ino, at: u64) -> bool {
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        busy.contains(&(ino, at))
+    }
+
+    fn busy_in(&self, ino: Ino) -> usize {
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        busy.iter().filter(|(i, _)| *i == ino).count()
+    }
+
+    /// Waits until some unit is released or `limit` passes.
+    fn wait_release(&self, limit: Duration) {
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if !busy.is_empty() {
+            let _ = self.released.wait_timeout(busy, limit);
+        }
+    }
+}
+
+impl Drop for UnitClaim<'_> {
+    fn drop(&mut self) {
+        self.claims
+            .busy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(self.ino, self.at));
+        self.claims.released.notify_all();
+    }
 }
 
 /// A few unit-sized buffers kept for reuse: a fetch takes one and gives it back, so a
@@ -336,6 +432,8 @@ impl Migration {
         let m = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             meta_gate: DirFillGate::new(),
+            units: UnitClaims::default(),
+            last_group_commit: Mutex::new(Instant::now()),
             listings: ListingCache::default(),
             anchor_claims: Mutex::new(HashMap::new()),
             pending: Mutex::default(),
@@ -1016,6 +1114,7 @@ impl Migration {
             unlisted: a.kind == SrcKind::Directory,
         };
         let ino = store.stub_create(parent, name, &entry)?;
+        self.copy_dos_attributes(store, ino, src, a);
         if matches!(a.kind, SrcKind::Regular | SrcKind::Directory)
             && self.db.get(ino).map_err(io)?.is_none()
         {
@@ -1028,15 +1127,26 @@ impl Migration {
             // listed itself).
             let state = store.stub_state(ino);
             let now = store.getattr(ino, None).ok();
-            let size = now.as_ref().map_or(0, |x| x.size);
+            let mut size = now.as_ref().map_or(0, |x| x.size);
             let mtime = to_system_time(a.mtime);
-            if a.kind == SrcKind::Regular && now.is_some_and(|x| x.mtime != mtime) {
+            // A crash between the creation and the `ftruncate` to the listed size left a
+            // shorter file: give it the listed size (sparse) before marking it missing,
+            // or it would stay short (a fetch writes nothing past the end).
+            let resize = a.kind == SrcKind::Regular
+                && state.missing.is_empty()
+                && now.is_some()
+                && size != a.size;
+            if a.kind == SrcKind::Regular && (resize || now.is_some_and(|x| x.mtime != mtime)) {
                 let set = SetAttr {
+                    size: resize.then_some(a.size),
                     atime: Some(TimeSet::At(to_system_time(a.atime))),
                     mtime: Some(TimeSet::At(mtime)),
                     ..SetAttr::default()
                 };
                 store.setattr(ino, &set, Caller::ROOT)?;
+                if resize {
+                    size = a.size;
+                }
             }
             if a.kind == SrcKind::Directory && !state.unlisted_dir {
                 store.stub_mark(
@@ -1133,7 +1243,7 @@ impl Migration {
                             let _ = self.db.skip(
                                 src,
                                 SourceErrorKind::Io,
-                                &format!("{name}: errno {}", e.errno()),
+                                &xattr_skip_reason(name, e.errno()),
                             );
                         }
                     };
@@ -1143,14 +1253,21 @@ impl Migration {
                     if let Some(v) = &acl.posix_default {
                         set("system.posix_acl_default", v);
                     }
-                    if let Some(v) = &acl.nt_security_descriptor {
-                        set(NT_SD_XATTR, v);
-                    }
-                    if let Some(v) = &acl.owner_sid {
-                        set(OWNER_SID_XATTR, v.as_bytes());
-                    }
-                    if let Some(v) = &acl.group_sid {
-                        set(GROUP_SID_XATTR, v.as_bytes());
+                    match &acl.nt_security_descriptor {
+                        Some(sd) => match samba_meta::ntacl_v1(sd) {
+                            Ok(blob) => set(NT_SD_XATTR, &blob),
+                            Err(e) => {
+                                let _ = self.db.skip(src, SourceErrorKind::Invalid, &e.to_string());
+                            }
+                        },
+                        None => {
+                            if let Some(v) = &acl.owner_sid {
+                                set(OWNER_SID_XATTR, v.as_bytes());
+                            }
+                            if let Some(v) = &acl.group_sid {
+                                set(GROUP_SID_XATTR, v.as_bytes());
+                            }
+                        }
                     }
                 }
                 Err(e) => self.metadata_skip(src, &e, "ACL"),
@@ -1192,6 +1309,25 @@ impl Migration {
                 }
                 Err(e) => self.metadata_skip(src, &e, "streams"),
             }
+        }
+    }
+
+    /// Stores the DOS attributes and creation time a source lists (SMB) where Samba keeps
+    /// them (`user.DOSATTRIB`, see [`samba_meta`]), when the entry is created: they come
+    /// with the listing, so this costs no request to the source. A tier that cannot hold
+    /// the xattr is reported, never fatal.
+    fn copy_dos_attributes(&self, store: &Store, ino: Ino, src: &SourcePath, a: &SourceAttr) {
+        let Some(attributes) = a.dos_attributes else {
+            return;
+        };
+        let blob = DosAttrib::from_source(attributes, a.btime).encode();
+        let name = samba_meta::DOSATTRIB_XATTR;
+        if let Err(e) = store.stub_setxattr(ino, OsStr::new(name), &blob, 0) {
+            let _ = self.db.skip(
+                src,
+                SourceErrorKind::Io,
+                &xattr_skip_reason(name, e.errno()),
+            );
         }
     }
 
@@ -1268,10 +1404,32 @@ impl Migration {
         }
         // The database does not checkpoint by itself (see `state`): a group commit now
         // and then bounds its WAL and what a power loss can take back.
-        if self.db.unsynced() >= COMMITS_PER_GROUP_COMMIT {
+        if self.group_commit_due() {
             self.db.sync_unless_busy().map_err(io)?;
         }
         Ok(())
+    }
+
+    /// Whether a completion should group-commit now: [`COMMITS_PER_GROUP_COMMIT`]
+    /// commits gathered and [`GROUP_COMMIT_INTERVAL`] passed since the last one, or
+    /// [`COMMITS_FORCING_GROUP_COMMIT`] gathered. Each group commit makes every fetched
+    /// byte durable first (the fetch barrier's `syncfs`), so one every thousand files
+    /// put the destination's write-back inside the crawl several times per gigabyte
+    /// (measured: docs/reproduction/migration.md §3, session 9).
+    fn group_commit_due(&self) -> bool {
+        let unsynced = self.db.unsynced();
+        if unsynced < COMMITS_PER_GROUP_COMMIT {
+            return false;
+        }
+        let mut last = self
+            .last_group_commit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if last.elapsed() < GROUP_COMMIT_INTERVAL && unsynced < COMMITS_FORCING_GROUP_COMMIT {
+            return false;
+        }
+        *last = Instant::now();
+        true
     }
 
     /// Whether the source file no longer matches its listing (it should be read-only):
@@ -1394,6 +1552,8 @@ impl Migration {
         let mut at = offset / unit * unit;
         let end = (offset + len).div_ceil(unit).saturating_mul(unit);
         while at < end {
+            // A unit another thread is fetching is waited for, not read again.
+            let _claim = self.units.claim(row.ino, at);
             let missing = crate::stub::missing_within(
                 &store.stub_state(row.ino).missing,
                 at,
@@ -1408,6 +1568,57 @@ impl Migration {
             self.complete(row)?;
         }
         Ok(())
+    }
+
+    /// The crawler's unit `at` of `ino` (unit-aligned), claimed unless another thread
+    /// is fetching it (then `None`).
+    pub(crate) fn try_claim_unit(&self, ino: Ino, at: u64) -> Option<UnitClaim<'_>> {
+        self.units.try_claim(ino, at)
+    }
+
+    /// Whether another thread is fetching unit `at` of `ino`.
+    pub(crate) fn unit_busy(&self, ino: Ino, at: u64) -> bool {
+        self.units.is_busy(ino, at)
+    }
+
+    /// Units of `ino` being fetched now.
+    pub(crate) fn units_busy_in(&self, ino: Ino) -> usize {
+        self.units.busy_in(ino)
+    }
+
+    /// Waits until a unit fetch ends somewhere or `limit` passes.
+    pub(crate) fn wait_for_unit_release(&self, limit: Duration) {
+        self.units.wait_release(limit);
+    }
+
+    /// The crawler's fetch of one claimed unit, outside the store's fill path (so that
+    /// several crawler threads can fetch distinct units of one file at once; the unit
+    /// claims order them with clients' fills instead of the store's per-file fill lock).
+    /// Writes what is still missing of the unit; does not complete the file.
+    pub(crate) fn fetch_claimed_unit(
+        &self,
+        store: &Store,
+        row: &StubRow,
+        claim: &UnitClaim<'_>,
+    ) -> FsResult<()> {
+        debug_assert_eq!(claim.ino, row.ino);
+        self.ensure_partial(store, row)?;
+        let unit = self.cfg.unit_size;
+        let missing = crate::stub::missing_within(
+            &store.stub_state(row.ino).missing,
+            claim.at,
+            claim.at.saturating_add(unit),
+        );
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let r = self.fetch_unit(store, row, claim.at, row.minsize, &missing);
+        // A client fsync of the file must make this migration's state of it durable
+        // (the store's fill path marks this for the fills it runs).
+        if let Some(f) = store.ns().files.get(&row.ino) {
+            f.state.mark_unsynced(crate::handles::FILLER_TOUCHED);
+        }
+        r
     }
 
     /// Fetches one unit and writes the parts of it that are still missing.
@@ -1547,8 +1758,12 @@ pub(crate) const ADDED_AFTER_LISTING: &str =
     "added on the source after listing; not migrated (start a new share for it)";
 
 /// Migration-database commits after which a completion makes them durable (one group
-/// commit: data, store rows, then this database's WAL).
+/// commit: data, store rows, then this database's WAL), at most once per
+/// [`GROUP_COMMIT_INTERVAL`] unless [`COMMITS_FORCING_GROUP_COMMIT`] have gathered.
 const COMMITS_PER_GROUP_COMMIT: u64 = 1000;
+const GROUP_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+/// Bounds the WAL (a few KiB per commit) however fast completions come.
+const COMMITS_FORCING_GROUP_COMMIT: u64 = 20_000;
 
 /// The `meta` key of the source's identity (see `Source::identity`).
 const SOURCE_IDENTITY: &str = "source_identity";

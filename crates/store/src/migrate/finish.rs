@@ -5,7 +5,10 @@
 //! since (same size and mtime as when its copy completed, before and after it is read
 //! back): its size must equal the source's and its CRC32C must equal the source's, read
 //! again from the source. Files clients modified or deleted are counted, not compared
-//! (they are legitimately different). Every source directory that was listed is listed
+//! (they are legitimately different). A source file whose size or mtime differs from
+//! what its completed copy recorded changed on the source (which should have been
+//! read-only): it is fetched again, reported as changed with both values, and neither
+//! verified nor a mismatch. Every source directory that was listed is listed
 //! once more: names added or removed on the source since are reported (the source should
 //! have been read-only), not treated as failures.
 //!
@@ -22,10 +25,10 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use super::engine::{ADDED_AFTER_LISTING, Migration, REMOVED_AFTER_LISTING};
-use super::source::{SourceErrorKind, SourcePath};
+use super::source::{SourceAttr, SourceErrorKind, SourcePath, Timestamp};
 use super::state::{Skipped, StubKind, StubRow};
-use crate::Store;
 use crate::stub::StubState;
+use crate::{Caller, SetAttr, Store};
 
 /// What `finish` checked and found.
 #[derive(Clone, Debug, Default)]
@@ -40,6 +43,10 @@ pub struct FinishReport {
     /// bytes lost to a power loss after their completion was recorded): fetched again
     /// from the source and verified again, by source path.
     pub refetched: Vec<String>,
+    /// Files that changed on the source after their copy completed (size or mtime no
+    /// longer what the copy recorded): fetched again, not counted as verified. Each
+    /// entry names the source path and both sizes and mtimes.
+    pub changed_on_source: Vec<String>,
     /// Everything that was skipped during the migration, with the reason, including
     /// entries added to or removed from the source after their directory was listed.
     pub skipped: Vec<Skipped>,
@@ -115,16 +122,31 @@ fn finish_inner(
             }
             Ok(true) => {}
         }
-        let mut outcome = verify_file(store, m, ino, &src, size);
+        let mut outcome = verify_file(store, m, ino, &src, size, mtime_ns);
+        if let Verified::Unreachable(e) = outcome {
+            // Nothing can be told about this file or the rest: finish again later.
+            return Err(format!(
+                "the source cannot be reached ({e}); finish again once it answers"
+            ));
+        }
+        if let Verified::SourceChanged(now) = outcome {
+            match fetch_changed(store, m, ino, &src, (size, mtime_ns), &now) {
+                Ok(Some(line)) => report.changed_on_source.push(line),
+                // A client wrote it meanwhile: legitimately different.
+                Ok(None) => report.modified_by_clients += 1,
+                Err(e) => report.mismatches.push(format!("{src}: {e}")),
+            }
+            continue;
+        }
         if let Verified::DataDiffers(why) = &outcome {
             // Same size as the source, other bytes, and no client wrote it: the copy is
             // bad (not the source changed: its size and mtime are checked again when the
             // fetch completes). Re-stubbed and fetched again.
             tracing::warn!("{src}: {why}; fetched again from the source");
-            outcome = match refetch(store, m, ino, &src, size, mtime_ns) {
+            outcome = match refetch(store, m, ino, &src, (size, mtime_ns), None) {
                 Ok(()) => {
                     report.refetched.push(src.to_string());
-                    verify_file(store, m, ino, &src, size)
+                    verify_file(store, m, ino, &src, size, mtime_ns)
                 }
                 Err(e) => Verified::Differs(format!("{why}; fetching again failed: {e}")),
             };
@@ -142,7 +164,11 @@ fn finish_inner(
             }
             // Reported by the listing comparison below (removed after listing).
             Verified::GoneFromSource => {}
-            Verified::Differs(e) | Verified::DataDiffers(e) => {
+            // Changed while its bad copy was fetched again: report it as changed.
+            Verified::SourceChanged(now) => report
+                .changed_on_source
+                .push(format!("{src}: {}", change_text((size, mtime_ns), &now))),
+            Verified::Differs(e) | Verified::DataDiffers(e) | Verified::Unreachable(e) => {
                 report.mismatches.push(format!("{src}: {e}"))
             }
         }
@@ -184,12 +210,18 @@ fn finish_inner(
 
 fn summary(m: &Migration, report: &FinishReport) -> String {
     format!(
-        "source {}\nverified {} files ({} bytes)\nmodified by clients {}\ndeleted by clients {}\nskipped {}\n{}",
+        "source {}\nverified {} files ({} bytes)\nmodified by clients {}\ndeleted by clients {}\nchanged on the source {}\n{}skipped {}\n{}",
         m.source().describe(),
         report.verified_files,
         report.verified_bytes,
         report.modified_by_clients,
         report.deleted_by_clients,
+        report.changed_on_source.len(),
+        report
+            .changed_on_source
+            .iter()
+            .map(|c| format!("  {c}\n"))
+            .collect::<String>(),
         report.skipped.len(),
         report
             .skipped
@@ -357,18 +389,115 @@ enum Verified {
     Differs(String),
     /// Same size, other bytes.
     DataDiffers(String),
+    /// The source's size or mtime is no longer what the completed copy recorded: its
+    /// attributes now.
+    SourceChanged(SourceAttr),
+    /// The source did not answer (nothing is known about the file).
+    Unreachable(String),
+}
+
+/// Source file `src` changed after the copy of `ino` completed (`was`: its size and
+/// mtime then; `now`: its attributes now): records the change in the skip report, fetches
+/// the file again at its new size with the source's new mtime, and checks the new copy.
+/// `Some(line for the report)`; `None` when a client wrote the file meanwhile; an error
+/// only when the source kept still and the copy still differs (or fetching failed).
+fn fetch_changed(
+    store: &Store,
+    m: &Migration,
+    ino: u64,
+    src: &SourcePath,
+    was: (u64, i64),
+    now: &SourceAttr,
+) -> Result<Option<String>, String> {
+    let line = change_text(was, now);
+    tracing::warn!("{src}: changed on the source after its copy completed ({line}); fetched again");
+    m.db.skip(
+        src,
+        SourceErrorKind::Changed,
+        &format!("changed on the source after its copy completed: {line}; fetched again"),
+    )
+    .map_err(|e| e.to_string())?;
+    let new = (now.size, ts_ns(now.mtime));
+    if let Err(e) = refetch(store, m, ino, src, new, Some(now.mtime)) {
+        return Err(format!(
+            "changed on the source ({line}); fetching again failed: {e}"
+        ));
+    }
+    let client_wrote = || {
+        !store
+            .getattr(ino, None)
+            .is_ok_and(|a| a.size == new.0 && ns_since_epoch(a.mtime) == new.1)
+    };
+    if client_wrote() {
+        return Ok(None);
+    }
+    match verify_file(store, m, ino, src, new.0, new.1) {
+        Verified::Same => Ok(Some(format!("{src}: {line}"))),
+        // Changing still (or gone): a source in use, reported, not a failed copy.
+        Verified::SourceChanged(again) => Ok(Some(format!(
+            "{src}: {line}; changed again: {}",
+            change_text(new, &again)
+        ))),
+        Verified::GoneFromSource => Ok(Some(format!("{src}: {line}; removed since"))),
+        Verified::Unreachable(e) => Err(format!(
+            "changed on the source ({line}) and fetched again, then not checked: {e}"
+        )),
+        Verified::Differs(e) | Verified::DataDiffers(e) if !client_wrote() => Err(format!(
+            "changed on the source ({line}) and fetched again, but the copy differs: {e}"
+        )),
+        Verified::Differs(_) | Verified::DataDiffers(_) => Ok(None),
+    }
+}
+
+/// `size A → B, mtime X → Y` (only what differs) for a source file that changed.
+fn change_text(was: (u64, i64), now: &SourceAttr) -> String {
+    let mut parts = Vec::new();
+    if was.0 != now.size {
+        parts.push(format!("size {} → {}", was.0, now.size));
+    }
+    let now_ns = ts_ns(now.mtime);
+    if was.1 != now_ns {
+        parts.push(format!("mtime {} → {}", ns_text(was.1), ns_text(now_ns)));
+    }
+    if parts.is_empty() {
+        parts.push("attributes changed".into());
+    }
+    parts.join(", ")
+}
+
+/// Nanoseconds since the epoch as `SECONDS.NANOSECONDS`.
+fn ns_text(ns: i64) -> String {
+    format!(
+        "{}.{:09}",
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000)
+    )
+}
+
+fn ts_ns(t: Timestamp) -> i64 {
+    t.secs.saturating_mul(1_000_000_000) + i64::from(t.nanos)
+}
+
+fn system_time(t: Timestamp) -> std::time::SystemTime {
+    let ns = ts_ns(t);
+    if ns >= 0 {
+        UNIX_EPOCH + std::time::Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - std::time::Duration::from_nanos(ns.unsigned_abs())
+    }
 }
 
 /// Makes completed file `ino` a stub again, wholly missing, with its row recorded as
 /// the crawl would have it, and fetches it again (the fetch records its completion).
-/// The file keeps its times; its size is the source's already.
+/// The copy takes the source's `size` first (a file whose source changed; else it has
+/// it already) and keeps its mtime, or takes `new_mtime` (the changed source's).
 fn refetch(
     store: &Store,
     m: &Migration,
     ino: u64,
     src: &SourcePath,
-    size: u64,
-    mtime_ns: i64,
+    (size, mtime_ns): (u64, i64),
+    new_mtime: Option<Timestamp>,
 ) -> Result<(), String> {
     let a = store
         .getattr(ino, None)
@@ -385,13 +514,22 @@ fn refetch(
     // The row first: a crash in between leaves a stub the next start completes.
     m.db.insert(std::slice::from_ref(&row), &[])
         .map_err(|e| e.to_string())?;
+    if a.size != size {
+        let set = SetAttr {
+            size: Some(size),
+            ..SetAttr::default()
+        };
+        store
+            .setattr(ino, &set, Caller::ROOT)
+            .map_err(|e| format!("resize to {size}: errno {}", e.errno()))?;
+    }
     store
         .stub_mark(
             ino,
             StubState {
                 unlisted_dir: false,
                 missing: vec![(0, size)],
-                times: Some((a.atime, a.mtime)),
+                times: Some((a.atime, new_mtime.map_or(a.mtime, system_time))),
             },
         )
         .map_err(|e| format!("re-stub: errno {}", e.errno()))?;
@@ -403,14 +541,26 @@ fn refetch(
     Ok(())
 }
 
-fn verify_file(store: &Store, m: &Migration, ino: u64, src: &SourcePath, size: u64) -> Verified {
+/// Compares completed file `ino` with source file `src`, which had `size` bytes and
+/// mtime `mtime_ns` when the copy completed.
+fn verify_file(
+    store: &Store,
+    m: &Migration,
+    ino: u64,
+    src: &SourcePath,
+    size: u64,
+    mtime_ns: i64,
+) -> Verified {
     let sattr = match m.source().stat(src) {
         Ok(a) => a,
         Err(e) if e.kind == SourceErrorKind::NotFound => return Verified::GoneFromSource,
+        Err(e) if e.kind == SourceErrorKind::Unreachable => {
+            return Verified::Unreachable(e.to_string());
+        }
         Err(e) => return Verified::Differs(e.to_string()),
     };
-    if sattr.size != size {
-        return Verified::Differs(format!("size {size} here, {} on the source", sattr.size));
+    if sattr.size != size || ts_ns(sattr.mtime) != mtime_ns {
+        return Verified::SourceChanged(sattr);
     }
     let opened = match store.open_file(ino, libc::O_RDONLY, false) {
         Ok(o) => o,

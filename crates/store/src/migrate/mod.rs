@@ -5,12 +5,14 @@
 //! - [`engine`]: [`Migration`] and [`Migrations`], the store's stub filler.
 //! - [`crawler`]: the background crawl.
 //! - [`finish`]: verification against the source and removal of all stub state.
+//! - [`samba_meta`]: DOS attributes and NT ACLs of SMB sources in Samba's xattr forms.
 //! - `readahead`: source listings of subdirectories fetched ahead of their expansion.
 
 pub mod crawler;
 pub mod engine;
 pub mod finish;
 mod readahead;
+pub mod samba_meta;
 pub mod source;
 pub mod state;
 #[cfg(test)]

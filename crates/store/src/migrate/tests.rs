@@ -402,21 +402,9 @@ fn two_listings_of_one_link_group_at_once_agree_on_one_anchor() {
 /// A crash between creating an entry and storing its row (or setting its times) leaves
 /// an entry without a row in a directory that is still unlisted: listing it again makes
 /// the entry a full stub again with the source's times.
-#[test]
-fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() {
-    let s = Setup::new(MemSource::new(&["a"], &[("a/f", 7, 3000)], true), 1);
-    let a = s.lookup(ROOT_INO, "a");
-    let f = s.lookup(a, "f");
-    let row = s.m.db.get(f).unwrap().expect("a stub row for a/f");
-    // What the crash left: the entry with the time of its creation and no row, its
-    // directory unlisted with its row back.
-    let set = crate::types::SetAttr {
-        mtime: Some(crate::types::TimeSet::Now),
-        ..Default::default()
-    };
-    s.store
-        .setattr(f, &set, crate::types::Caller::ROOT)
-        .unwrap();
+/// What a crash in the middle of listing directory `a` can leave: entry `f` without its
+/// row, `a` unlisted again with its row back.
+fn lose_the_row_of(s: &Setup, a: crate::types::Ino, f: crate::types::Ino) {
     s.m.db.remove(f).unwrap();
     s.store
         .stub_mark(
@@ -438,6 +426,24 @@ fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() 
         listed_mtime_ns: 0,
     };
     s.m.db.insert(&[dir_row], &[]).unwrap();
+}
+
+#[test]
+fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() {
+    let s = Setup::new(MemSource::new(&["a"], &[("a/f", 7, 3000)], true), 1);
+    let a = s.lookup(ROOT_INO, "a");
+    let f = s.lookup(a, "f");
+    let row = s.m.db.get(f).unwrap().expect("a stub row for a/f");
+    // What the crash left: the entry with the time of its creation and no row, its
+    // directory unlisted with its row back.
+    let set = crate::types::SetAttr {
+        mtime: Some(crate::types::TimeSet::Now),
+        ..Default::default()
+    };
+    s.store
+        .setattr(f, &set, crate::types::Caller::ROOT)
+        .unwrap();
+    lose_the_row_of(&s, a, f);
 
     assert_eq!(s.lookup(a, "f"), f, "the entry is kept");
     assert_eq!(s.m.db.get(f).unwrap(), Some(row), "and is a stub again");
@@ -446,6 +452,36 @@ fn listing_again_after_a_crash_restubs_entries_without_rows_with_source_times() 
         mtime,
         std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000),
         "with the source's mtime"
+    );
+    assert_eq!(s.read_all(f), content(7, 3000));
+}
+
+/// A crash between a stub file's creation and its `ftruncate` to the listed size leaves
+/// a 0-byte file without a row: the next listing must make it a full stub at the listed
+/// size (it used to stay a 0-byte file, and the crawl then found nothing to fetch).
+#[test]
+fn listing_again_after_a_crash_before_the_resize_gives_the_listed_size() {
+    let s = Setup::new(MemSource::new(&["a"], &[("a/f", 7, 3000)], true), 1);
+    let a = s.lookup(ROOT_INO, "a");
+    let f = s.lookup(a, "f");
+    let set = crate::types::SetAttr {
+        size: Some(0),
+        mtime: Some(crate::types::TimeSet::Now),
+        ..Default::default()
+    };
+    s.store
+        .stub_mark(f, crate::stub::StubState::default())
+        .unwrap();
+    s.store
+        .setattr(f, &set, crate::types::Caller::ROOT)
+        .unwrap();
+    lose_the_row_of(&s, a, f);
+
+    assert_eq!(s.lookup(a, "f"), f, "the entry is kept");
+    assert_eq!(
+        s.store.getattr(f, None).unwrap().size,
+        3000,
+        "at the listed size"
     );
     assert_eq!(s.read_all(f), content(7, 3000));
 }

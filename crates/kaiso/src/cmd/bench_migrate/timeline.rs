@@ -189,8 +189,39 @@ fn stat_cpu(from_comm_end: &str, last: usize) -> f64 {
         / tick
 }
 
-/// `after - before` per thread name, largest first, as one line.
-pub fn cpu_delta(what: &str, before: &[(String, f64)], after: &[(String, f64)]) -> String {
+/// CPU of a process over a run: the process's own total (every thread, also those that
+/// ended during the run) and the part of it by thread name of the threads still alive.
+pub struct ProcessCpu {
+    pub total: f64,
+    pub threads: Vec<(String, f64)>,
+}
+
+impl ProcessCpu {
+    /// Samples process `pid` now.
+    pub fn sample(pid: u32) -> Self {
+        Self {
+            total: process_cpu(pid, false),
+            threads: thread_cpu(pid),
+        }
+    }
+
+    /// `self` (later) against `before`, as one line: the process's total, then by thread
+    /// name what the threads alive now spent, then what threads that ended spent (the
+    /// process's total counts them; `/proc/PID/task` no longer lists them).
+    pub fn delta_line(&self, what: &str, before: &ProcessCpu) -> String {
+        let total = self.total - before.total;
+        let (line, by_thread) = cpu_delta_parts(&before.threads, &self.threads);
+        let ended = total - by_thread;
+        let mut out = format!("{what} CPU {total:.2} s: {line}");
+        if ended > 0.005 {
+            out.push_str(&format!(", threads that ended {ended:.2}"));
+        }
+        out
+    }
+}
+
+/// `after - before` per thread name, largest first, and their sum.
+fn cpu_delta_parts(before: &[(String, f64)], after: &[(String, f64)]) -> (String, f64) {
     let mut d: Vec<(String, f64)> = after
         .iter()
         .map(|(n, a)| {
@@ -202,7 +233,46 @@ pub fn cpu_delta(what: &str, before: &[(String, f64)], after: &[(String, f64)]) 
     d.sort_by(|a, b| b.1.total_cmp(&a.1));
     let total: f64 = d.iter().map(|x| x.1).sum();
     let parts: Vec<String> = d.iter().map(|(n, s)| format!("{n} {s:.2}")).collect();
-    format!("{what} CPU {total:.2} s: {}", parts.join(", "))
+    (parts.join(", "), total)
+}
+
+/// The fetch barrier's syncs of one run (`origin`: the run's start), as one line: how
+/// many, `syncfs` calls and time, time fetch writes were held back, and each sync as
+/// `start ms (syncfs ms / held ms)`.
+pub fn barrier_line(origin: Instant, syncs: &[kaiso_store::stub::BarrierSync]) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let calls: u32 = syncs.iter().map(|s| s.syncfs_calls).sum();
+    let syncfs: Duration = syncs.iter().map(|s| s.syncfs).sum();
+    let held: Duration = syncs.iter().map(|s| s.held).sum();
+    let total: Duration = syncs.iter().map(|s| s.total).sum();
+    let mut out = format!(
+        "fetch barrier: {} syncs, {calls} syncfs taking {:.0} ms, fetch writes held {:.0} ms, {:.0} ms in all",
+        syncs.len(),
+        ms(syncfs),
+        ms(held),
+        ms(total)
+    );
+    let shown: Vec<String> = syncs
+        .iter()
+        .filter(|s| s.syncfs_calls > 0)
+        .take(40)
+        .map(|s| {
+            format!(
+                "{:.0} ({:.0}/{:.0})",
+                ms(s.started.saturating_duration_since(origin)),
+                ms(s.syncfs),
+                ms(s.held)
+            )
+        })
+        .collect();
+    if !shown.is_empty() {
+        let _ = write!(
+            out,
+            "; those with syncfs at ms (syncfs ms/held ms): {}",
+            shown.join(" ")
+        );
+    }
+    out
 }
 
 /// A source whose calls are recorded in a [`CallLog`].

@@ -51,6 +51,7 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
     let mut cfg = MigrationConfig::new("bench");
     cfg.order = s.order;
     cfg.crawl_workers = s.workers;
+    cfg.share_units = s.share_units;
     // `--timeline`: source calls logged, CPU by thread sampled before the threads end.
     let log = timeline::CallLog::new();
     let server_pid = match kind {
@@ -59,8 +60,8 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
     };
     let cpu_at_start = s.timeline.then(|| {
         (
-            timeline::thread_cpu(std::process::id()),
-            server_pid.map(timeline::thread_cpu).unwrap_or_default(),
+            timeline::ProcessCpu::sample(std::process::id()),
+            server_pid.map(timeline::ProcessCpu::sample),
             proxy::io_counts(),
         )
     });
@@ -100,12 +101,16 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
             io_now.0 - io.0,
             io_now.1 - io.1
         );
-        let me_now = timeline::thread_cpu(std::process::id());
-        println!("  {}", timeline::cpu_delta("kaiso process", &me, &me_now));
-        if let Some(pid) = server_pid {
-            let now = timeline::thread_cpu(pid);
-            println!("  {}", timeline::cpu_delta("old server", &server, &now));
+        let me_now = timeline::ProcessCpu::sample(std::process::id());
+        println!("  {}", me_now.delta_line("kaiso process", &me));
+        if let (Some(pid), Some(server)) = (server_pid, server) {
+            let now = timeline::ProcessCpu::sample(pid);
+            println!("  {}", now.delta_line("old server", &server));
         }
+        println!(
+            "  {}",
+            timeline::barrier_line(t, &dest.store.fetch_barrier().sync_log())
+        );
     }
     drop(crawler);
     if st != CrawlState::Done {

@@ -1,6 +1,12 @@
 //! The migration daemon (`kaiso migrate start`): one per store, serving the store through
 //! its faces while the shares' crawlers run, answering the other `kaiso migrate`
 //! commands through the store's control socket.
+//!
+//! A resumed share whose source cannot be reached at start (the old server down after a
+//! power failure, `$KAISO_SMB_PASSWORD` missing from a restarted daemon) does not keep
+//! the store dark: it is served with a source that fails every call at once while the
+//! connect is retried in the background; its crawl starts once the source connects.
+//! A fresh share whose source cannot be reached is refused.
 
 use super::progress::{apply_progress, crawl_failure_entries, skipped_entries, status_skeleton};
 use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
@@ -9,8 +15,11 @@ use crate::cmd::mount::{catch_signals, load_config};
 use anyhow::{Context, bail};
 use kaiso_nfs::NfsServer;
 use kaiso_policy::crawl::CrawlOrder;
+use kaiso_source::reconnect::{ReconnectWatch, ReconnectingSource};
 use kaiso_store::Store;
-use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
+use kaiso_store::migrate::{
+    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceError,
+};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +40,8 @@ struct Share {
     started: Instant,
     /// (when, bytes fetched, files completed) once a second, for rates.
     samples: VecDeque<(Instant, u64, u64)>,
+    /// Set while the share's source has not connected since the daemon started.
+    source_down: Option<ReconnectWatch>,
 }
 
 /// A share whose `finish` succeeded: its source is detached, only the summary is kept
@@ -42,6 +53,7 @@ struct Finished {
 }
 
 struct Daemon {
+    me: Weak<Daemon>,
     store: Arc<Store>,
     migrations: Arc<Migrations>,
     /// Lock order: `shares` before `finished`.
@@ -100,24 +112,124 @@ fn overlaps(a: &str, b: &str) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
+/// What a resumed share's database recorded of its source: its description and
+/// identity. `None` for a fresh share.
+fn recorded_source(state_dir: &Path, name: &str) -> Option<(String, Option<String>)> {
+    let path = state_dir.join("migrate").join(name).join("migrate.db");
+    if !path.exists() {
+        return None;
+    }
+    let db = kaiso_store::migrate::state::MigrationDb::open_read_only(&path).ok()?;
+    let described = db.meta("source").ok()??;
+    Some((described, db.meta("source_identity").ok().flatten()))
+}
+
+/// Connects to a share's source. The daemon connects, so its own environment must hold
+/// an SMB password (a share added by a later `start` or resumed after a restart). The
+/// error's message is the whole one-line explanation, naming the source.
+fn connect_source(url: &str) -> Result<Box<dyn Source>, SourceError> {
+    let no_password = |e: String| {
+        SourceError::new(
+            kaiso_store::migrate::SourceErrorKind::PermissionDenied,
+            &kaiso_store::migrate::SourcePath::root(),
+            format!("{e}; the migration daemon's environment lacks it"),
+        )
+    };
+    super::smb_password_set(url).map_err(no_password)?;
+    kaiso_source::open_source(url)
+        .map_err(|e| SourceError::new(e.kind, &e.path, format!("source {url}: {e}")))
+}
+
 /// Opens the source and the migration state of one share (fresh or resumed). With the
 /// store's `Arc` the recount after an unclean stop runs in the background, so the share
-/// serves at once.
-fn open_share(store: &Arc<Store>, spec: &ShareSpec) -> Result<Arc<Migration>, String> {
-    // The daemon connects, so its own environment must hold an SMB password (a share
-    // added by a later `start` or resumed after a restart).
-    super::smb_password_set(&spec.url)
-        .map_err(|e| format!("{e}; the migration daemon's environment lacks it"))?;
-    let source =
-        kaiso_source::open_source(&spec.url).map_err(|e| format!("source {}: {e}", spec.url))?;
+/// serves at once. With `on_connect`, a resumed share whose source cannot be reached is
+/// opened anyway over a [`ReconnectingSource`] (returned watch: `Some`); `on_connect`
+/// runs once it connects. Without it (or for a fresh share) an unreachable source is an
+/// error.
+fn open_share(
+    store: &Arc<Store>,
+    spec: &ShareSpec,
+    on_connect: Option<Box<dyn FnOnce() + Send>>,
+) -> Result<(Arc<Migration>, Option<ReconnectWatch>), String> {
     let order = CrawlOrder::parse(&spec.order, &spec.mode)?;
+    let (source, watch) = match connect_source(&spec.url) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            let why = e.message;
+            let resumed = recorded_source(&store.config().state_dir, &spec.name);
+            match (on_connect, resumed) {
+                (Some(on_connect), Some((described, identity))) => {
+                    tracing::warn!(share = %spec.name, "{why}; serving the share without its source and reconnecting in the background");
+                    let url = spec.url.clone();
+                    let check_described = described.clone();
+                    let (s, w) = ReconnectingSource::start(
+                        described,
+                        why,
+                        Box::new(move || connect_source(&url)),
+                        Box::new(move |s| same_source(s, &check_described, identity.as_deref())),
+                        on_connect,
+                    );
+                    (Box::new(s) as Box<dyn Source>, Some(w))
+                }
+                _ => return Err(why),
+            }
+        }
+    };
     let mut cfg = MigrationConfig::new(spec.name.clone());
     cfg.target = PathBuf::from(&spec.into);
     cfg.unit_size = spec.chunk;
     cfg.order = order;
     cfg.crawl_workers = spec.parallel;
     cfg.throttle_bytes_per_sec = spec.rate;
-    Migration::open(store, source, cfg)
+    Migration::open(store, source, cfg).map(|m| (m, watch))
+}
+
+/// Whether source `s`, connected late, is the one a share recorded: the same
+/// description, or (re-pointed) the same known identity.
+fn same_source(s: &dyn Source, described: &str, identity: Option<&str>) -> Result<(), String> {
+    let now = s.describe();
+    if now == described {
+        return Ok(());
+    }
+    match (identity, s.identity()) {
+        (Some(was), Some(is)) if was == is => Ok(()),
+        (was, is) => Err(format!(
+            "the share was started from {described} (identity {}), the source now answers as {now} (identity {})",
+            was.unwrap_or("unknown"),
+            is.as_deref().unwrap_or("unknown")
+        )),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` of `t`.
+fn utc_text(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    // Civil date from days since the epoch (proleptic Gregorian calendar).
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The status state of a share whose source has not connected yet.
+fn unreachable_state(w: &ReconnectWatch) -> Option<String> {
+    w.down()
+        .map(|(since, why)| format!("source unreachable since {}: {why}", utc_text(since)))
 }
 
 impl Daemon {
@@ -152,13 +264,21 @@ impl Daemon {
         check(&self.lock())?;
         // Registered again if a finish unregistered it (the last share had finished).
         self.store.set_stub_filler(self.migrations.clone());
-        let m = open_share(&self.store, &spec)?;
+        let (me, name) = (self.me.clone(), spec.name.clone());
+        let on_connect: Box<dyn FnOnce() + Send> = Box::new(move || {
+            if let Some(d) = me.upgrade() {
+                d.source_connected(&name);
+            }
+        });
+        let (m, source_down) = open_share(&self.store, &spec, Some(on_connect))?;
         let mut shares = self.lock();
         check(&shares)?;
         save_spec(&self.state_dir(), &spec)
             .map_err(|e| format!("save share {}: {e}", spec.name))?;
         self.migrations.add(m.clone());
-        let crawler = (!paused).then(|| Crawler::start(self.store.clone(), m.clone()));
+        // Without its source the crawl starts when the source connects.
+        let reachable = source_down.as_ref().is_none_or(|w| w.down().is_none());
+        let crawler = (!paused && reachable).then(|| Crawler::start(self.store.clone(), m.clone()));
         self.lock_finished().retain(|f| f.spec.name != spec.name);
         shares.push(Share {
             spec,
@@ -167,8 +287,29 @@ impl Daemon {
             paused,
             started: Instant::now(),
             samples: VecDeque::new(),
+            source_down,
         });
         Ok(())
+    }
+
+    /// The source of share `name` connected late: its crawl starts (unless paused).
+    fn source_connected(&self, name: &str) {
+        if self.store.stopping() {
+            return;
+        }
+        let mut shares = self.lock();
+        let Some(s) = shares.iter_mut().find(|s| s.spec.name == name) else {
+            return;
+        };
+        eprintln!("kaiso: share {name}: source {} reachable again", s.spec.url);
+        let ended = s
+            .crawler
+            .as_ref()
+            .is_none_or(|c| matches!(c.state(), CrawlState::Stuck | CrawlState::Stopped));
+        if !s.paused && ended {
+            drop(s.crawler.take());
+            s.crawler = Some(Crawler::start(self.store.clone(), s.m.clone()));
+        }
     }
 
     fn handle(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
@@ -210,6 +351,10 @@ impl Daemon {
                 let store = self.store.clone();
                 self.each(share.as_deref(), move |s| {
                     s.paused = false;
+                    if s.source_down.as_ref().is_some_and(|w| w.down().is_some()) {
+                        // Its crawl starts when the source connects.
+                        return;
+                    }
                     let ended = s.crawler.as_ref().is_none_or(|c| {
                         matches!(c.state(), CrawlState::Stuck | CrawlState::Stopped)
                     });
@@ -262,6 +407,15 @@ impl Daemon {
         let picked: Vec<(String, Arc<Migration>, Option<Crawler>, bool)> = {
             let mut shares = self.lock();
             let list = select(&shares, share)?;
+            if let Some((name, state)) = list.iter().find_map(|&i| {
+                let s = &shares[i];
+                let state = s.source_down.as_ref().and_then(unreachable_state)?;
+                Some((s.spec.name.clone(), state))
+            }) {
+                return Err(format!(
+                    "share {name}: {state}; finish it once its source is back"
+                ));
+            }
             list.into_iter()
                 .map(|i| {
                     let s = &mut shares[i];
@@ -335,6 +489,7 @@ impl Daemon {
             st.rounds = c.rounds();
             st.crawl_failures = crawl_failure_entries(c.failures());
         }
+        let unreachable = s.source_down.as_ref().and_then(unreachable_state);
         let k = &s.m.counters;
         st.bytes_fetched = k.bytes_fetched.load(Ordering::Relaxed);
         st.demand_fetches = k.demand_fetches.load(Ordering::Relaxed);
@@ -346,6 +501,9 @@ impl Daemon {
                 // The saved counter is stale until the background recount is done.
                 if s.m.recounting() {
                     st.state = "recounting".into();
+                }
+                if let Some(u) = &unreachable {
+                    st.state = u.clone();
                 }
             }
             Err(e) => {
@@ -460,6 +618,7 @@ fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary,
         modified_by_clients: r.modified_by_clients,
         deleted_by_clients: r.deleted_by_clients,
         refetched: r.refetched.clone(),
+        changed_on_source: r.changed_on_source.clone(),
         skipped,
         report: report_path.display().to_string(),
     })
@@ -485,8 +644,8 @@ pub fn finish_offline(config: &Path, share: Option<&str>) -> anyhow::Result<serd
     let mut done = Vec::new();
     let mut result = Ok(());
     for spec in &specs {
-        let m = match open_share(&store, spec) {
-            Ok(m) => m,
+        let m = match open_share(&store, spec, None) {
+            Ok((m, _)) => m,
             Err(e) => {
                 result = Err(anyhow::anyhow!("share {}: {e}", spec.name));
                 break;
@@ -510,6 +669,10 @@ pub fn finish_offline(config: &Path, share: Option<&str>) -> anyhow::Result<serd
 /// `kaiso migrate start`.
 pub fn start(a: StartArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    if a.mount.is_some() {
+        // Before anything is opened, as `kaiso mount` does: a bad --threads is one line.
+        crate::cmd::mount::check_threads(a.threads)?;
+    }
     let spec = spec_of(&a)?;
     let cfg = load_config(&a.config)?;
     if let Some(mut c) = connect(&cfg.state_dir) {
@@ -556,7 +719,8 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     tracing::info!(ms = t0.elapsed().as_millis() as u64, "store opened");
     let migrations = Migrations::new();
     store.set_stub_filler(migrations.clone());
-    let daemon = Arc::new(Daemon {
+    let daemon = Arc::new_cyclic(|me| Daemon {
+        me: me.clone(),
         store: store.clone(),
         migrations,
         shares: Mutex::new(Vec::new()),
@@ -605,6 +769,9 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     };
     let mounted = match &a.mount {
         Some(mp) => {
+            if !store.config().allow_other {
+                eprintln!("{}", ALLOW_OTHER_WARNING);
+            }
             let opts = kaiso_fuse::MountOptions {
                 allow_other: store.config().allow_other,
                 threads: a.threads,
@@ -695,6 +862,10 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Samba (and NFS servers, other users) on the mount open files as the client's user:
+/// FUSE refuses every uid but the mounting one without `allow_other`.
+const ALLOW_OTHER_WARNING: &str = "kaiso: warning: allow_other is off in the store's configuration: only the user running kaiso can use the mount, so Samba exporting it serves no other SMB user (set allow_other = true under [store])";
+
 fn spawn_sampler(d: Weak<Daemon>, store: Arc<Store>) {
     let _ = std::thread::Builder::new()
         .name("kaiso-migrate-rates".into())
@@ -759,6 +930,13 @@ mod tests {
             kaiso_store::migrate::report_path(&done).exists(),
             "the report stays"
         );
+    }
+
+    #[test]
+    fn utc_text_is_a_civil_date() {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(utc_text(t), "2023-11-14 22:13:20 UTC");
+        assert_eq!(utc_text(std::time::UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub struct FinishSummary {
     /// and verified again.
     #[serde(default)]
     pub refetched: Vec<String>,
+    /// Files that changed on the source after their copy completed: fetched again, with
+    /// both sizes/mtimes (neither verified nor a mismatch).
+    #[serde(default)]
+    pub changed_on_source: Vec<String>,
     pub skipped: Vec<SkippedEntry>,
     /// The report file left next to where the state was.
     pub report: String,

@@ -1,0 +1,145 @@
+//! A running `kaiso migrate start` for the migration tests of the binary: started with the
+//! test's arguments (and only the environment the test gives), waited for until it serves,
+//! stopped with SIGTERM (bounded) or SIGKILL, its mount removed on drop.
+
+use super::{force_unmount, is_mounted, kaiso_bin};
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Waits at most `limit` for `child` to exit.
+pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `kaiso migrate start`.
+pub struct Daemon {
+    pub child: Option<Child>,
+    log: PathBuf,
+    mnt: Option<PathBuf>,
+}
+
+impl Daemon {
+    /// Starts the daemon and waits (bounded) until it says it serves and the mount is up.
+    pub fn start(args: &[&OsStr], log: PathBuf, mnt: Option<&Path>) -> Result<Daemon, String> {
+        Self::start_env(args, &[], log, mnt)
+    }
+
+    /// [`Daemon::start`] with extra environment variables.
+    pub fn start_env(
+        args: &[&OsStr],
+        env: &[(&str, &str)],
+        log: PathBuf,
+        mnt: Option<&Path>,
+    ) -> Result<Daemon, String> {
+        let f = fs::File::create(&log).unwrap();
+        let child = Command::new(kaiso_bin())
+            // Only what the test gives: never a password of the caller's environment.
+            .env_remove("KAISO_SMB_PASSWORD")
+            .envs(env.iter().copied())
+            .arg("migrate")
+            .arg("start")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut d = Daemon {
+            child: Some(child),
+            log,
+            mnt: mnt.map(Path::to_path_buf),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if d.log_text().contains("kaiso: serving after") && mnt.is_none_or(is_mounted) {
+                return Ok(d);
+            }
+            if let Some(s) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                d.child = None;
+                return Err(format!("daemon exited ({s}):\n{}", d.log_text()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("daemon not serving within 30 s:\n{}", d.log_text()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The daemon's own "serving after N ms".
+    pub fn serving_ms(&self) -> u64 {
+        let t = self.log_text();
+        let rest = t
+            .split("kaiso: serving after ")
+            .nth(1)
+            .expect("serving line");
+        rest.split(' ').next().unwrap().parse().unwrap()
+    }
+
+    pub fn nfs_port(&self) -> u16 {
+        let t = self.log_text();
+        let rest = t
+            .split("kaiso: nfs listening on ")
+            .nth(1)
+            .expect("nfs line");
+        let addr = rest.lines().next().unwrap();
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// SIGKILL, then the mount the daemon left is removed; the value forgets the
+    /// mountpoint, so that dropping it later cannot unmount a successor's mount there.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(m) = self.mnt.take() {
+            force_unmount(&m);
+        }
+    }
+
+    /// SIGTERM and a bounded wait: the daemon unmounts and exits.
+    pub fn stop(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("running daemon");
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        match wait_child(&mut c, Duration::from_secs(30)) {
+            Some(s) => s,
+            None => {
+                let _ = c.kill();
+                panic!("daemon did not stop within 30 s:\n{}", self.log_text());
+            }
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            if wait_child(&mut c, Duration::from_secs(10)).is_none() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if let Some(m) = &self.mnt
+            && is_mounted(m)
+        {
+            force_unmount(m);
+        }
+    }
+}

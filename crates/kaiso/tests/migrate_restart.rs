@@ -1,0 +1,357 @@
+//! `kaiso migrate` with the real binary when a source is not there: a restart with one
+//! of two shares' sources gone serves the store at once (the other share, complete
+//! files, clients' files), fails that share's stubs promptly, says so in `status`, and
+//! carries on once the source is back; a POSIX source on a hung mount (a `kaiso mount`
+//! whose daemon is stopped with SIGSTOP) fails client reads after the source's
+//! `timeout` instead of hanging them, and the crawl ends `stuck` instead of hanging.
+//! Every wait is bounded; daemons, mounts and stopped processes are cleaned up on drop.
+
+mod common;
+
+use common::migrate_daemon::{Daemon, wait_child};
+use common::{Store, StoreSpec, kaiso_bin, temp_dir};
+use std::ffi::OsStr;
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}
+
+/// Runs `kaiso migrate VERB CONFIG EXTRA…`, killed after `limit`.
+fn migrate(verb: &str, config: &Path, extra: &[&str], limit: Duration) -> Output {
+    let dir = temp_dir("migrestart-out");
+    let (o, e) = (dir.join("out"), dir.join("err"));
+    let mut child = Command::new(kaiso_bin())
+        .args(["migrate", verb])
+        .arg(config)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&o).unwrap())
+        .stderr(fs::File::create(&e).unwrap())
+        .spawn()
+        .expect("spawn kaiso");
+    let status = match wait_child(&mut child, limit) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            child.wait().unwrap()
+        }
+    };
+    let out = Output {
+        status,
+        stdout: fs::read(&o).unwrap_or_default(),
+        stderr: fs::read(&e).unwrap_or_default(),
+    };
+    let _ = fs::remove_dir_all(&dir);
+    out
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[track_caller]
+fn migrate_ok(verb: &str, config: &Path, extra: &[&str]) -> Output {
+    let o = migrate(verb, config, extra, Duration::from_secs(60));
+    assert!(o.status.success(), "{}", text(&o));
+    o
+}
+
+/// The status of share `name`.
+fn share_status(config: &Path, name: &str) -> serde_json::Value {
+    let o = migrate_ok("status", config, &["--json"]);
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    v["shares"]
+        .as_array()
+        .and_then(|l| l.iter().find(|s| s["name"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("no share {name} in {v:#}"))
+}
+
+/// Polls share `name`'s status until `pred` holds (bounded).
+fn wait_share(
+    config: &Path,
+    name: &str,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let s = share_status(config, name);
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {limit:?}; last status {s:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs `f` on its own thread and waits at most `limit` for it (a call into a hung
+/// mount must not hang the test): `None` when it did not return in time.
+fn bounded<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+#[test]
+fn a_restart_with_one_source_gone_serves_the_store_and_resumes_when_it_is_back() {
+    fuse_or_skip!();
+    let store = Store::new("migrestart-down", StoreSpec::tiers(1));
+    let (a, b) = (store.root.join("srv-a"), store.root.join("srv-b"));
+    fs::create_dir_all(a.join("d")).unwrap();
+    fs::write(a.join("d/one"), bytes(1, 200_000)).unwrap();
+    fs::write(a.join("two"), bytes(2, 50_000)).unwrap();
+    fs::create_dir_all(b.join("x")).unwrap();
+    fs::write(b.join("x/read-before"), bytes(3, 120_000)).unwrap();
+    fs::write(b.join("x/stub"), bytes(4, 300_000)).unwrap();
+    fs::write(b.join("top"), bytes(5, 10_000)).unwrap();
+    let cfg = store.config.clone();
+    let mnt = store.mountpoint.clone();
+    let start_a = |log: &str, paused: bool| {
+        let mut args = vec![
+            a.as_os_str(),
+            cfg.as_os_str(),
+            os("--into"),
+            os("a"),
+            os("--mount"),
+            mnt.as_os_str(),
+        ];
+        if paused {
+            args.push(os("--paused"));
+        }
+        Daemon::start(&args, store.root.join(log), Some(&mnt)).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let mut d = start_a("d1.log", true);
+    let add = Command::new(kaiso_bin())
+        .args(["migrate", "start"])
+        .arg(&b)
+        .arg(&cfg)
+        .args(["--into", "b", "--paused"])
+        .output()
+        .unwrap();
+    assert!(add.status.success(), "{}", text(&add));
+    // A client reads one file of each share (complete now), lists b/x (stubs), writes.
+    assert_eq!(
+        fs::read(mnt.join("b/x/read-before")).unwrap(),
+        bytes(3, 120_000)
+    );
+    assert_eq!(fs::read(mnt.join("a/two")).unwrap(), bytes(2, 50_000));
+    assert_eq!(fs::read_dir(mnt.join("b/x")).unwrap().count(), 2);
+    fs::write(mnt.join("a/client.txt"), b"written by a client").unwrap();
+    d.stop();
+    drop(d);
+
+    // Source b goes away; the restarted daemon serves anyway, at once.
+    let away = store.root.join("srv-b.away");
+    fs::rename(&b, &away).unwrap();
+    let d = start_a("d2.log", false);
+    eprintln!(
+        "restart with source b gone: serving after {} ms",
+        d.serving_ms()
+    );
+    assert!(d.serving_ms() < 1000, "{}", d.log_text());
+    // Samba on the mount would serve root only: the daemon says so.
+    assert!(
+        d.log_text().contains("allow_other is off"),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(
+        fs::read(mnt.join("a/client.txt")).unwrap(),
+        b"written by a client"
+    );
+    assert_eq!(fs::read(mnt.join("a/d/one")).unwrap(), bytes(1, 200_000));
+    assert_eq!(
+        fs::read(mnt.join("b/x/read-before")).unwrap(),
+        bytes(3, 120_000)
+    );
+    let stub = mnt.join("b/x/stub");
+    let t0 = Instant::now();
+    let r = bounded(Duration::from_secs(20), move || fs::read(stub).map(|_| ()))
+        .expect("a read of a stub whose source is gone returns");
+    let e = r.expect_err("no bytes without the source");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    eprintln!(
+        "read of a stub of the gone source failed after {:?}",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    let s = share_status(&cfg, "b");
+    let state = s["state"].as_str().unwrap();
+    assert!(
+        state.starts_with("source unreachable since ") && state.contains("srv-b"),
+        "{s:#}"
+    );
+    let o = migrate_ok("status", &cfg, &[]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("source unreachable since"),
+        "{}",
+        text(&o)
+    );
+    // The other share crawls meanwhile; finishing b is refused while its source is away.
+    wait_share(&cfg, "a", Duration::from_secs(60), "share a done", |s| {
+        s["remaining_stubs"] == 0
+    });
+    let o = migrate("finish", &cfg, &["--share", "b"], Duration::from_secs(60));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unreachable"),
+        "{}",
+        text(&o)
+    );
+
+    // The source is back: the daemon reconnects by itself and b's crawl carries on.
+    fs::rename(&away, &b).unwrap();
+    let t1 = Instant::now();
+    wait_share(&cfg, "b", Duration::from_secs(30), "b reconnected", |s| {
+        !s["state"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("source unreachable")
+    });
+    eprintln!("source b back: reconnected after {:?}", t1.elapsed());
+    assert!(d.log_text().contains("reachable again"), "{}", d.log_text());
+    let o = migrate(
+        "finish",
+        &cfg,
+        &["--wait", "120s"],
+        Duration::from_secs(180),
+    );
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.contains("share a finished") && t.contains("share b finished"),
+        "{}",
+        text(&o)
+    );
+    for (rel, data) in [
+        ("b/x/stub", bytes(4, 300_000)),
+        ("b/x/read-before", bytes(3, 120_000)),
+        ("b/top", bytes(5, 10_000)),
+        ("a/d/one", bytes(1, 200_000)),
+        ("a/client.txt", b"written by a client".to_vec()),
+    ] {
+        assert_eq!(fs::read(mnt.join(rel)).unwrap(), data, "{rel}");
+    }
+}
+
+/// Sends SIGCONT to a stopped process when dropped (a test that fails must not leave a
+/// stopped FUSE daemon, whose mount would hang everything that touches it).
+struct Continue(u32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
+#[test]
+fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
+    fuse_or_skip!();
+    // The old server: a kaiso mount of a store holding the share's files.
+    let old = Store::new("migrestart-hung-src", StoreSpec::tiers(1));
+    old.seed(0, "f1", &bytes(11, 250_000));
+    old.seed(0, "d/f2", &bytes(12, 40_000));
+    old.seed(0, "f3", &bytes(13, 1_000));
+    let source_mount = old.mount();
+    let pid = source_mount.pid().expect("source daemon pid");
+    let store = Store::new("migrestart-hung-dst", StoreSpec::tiers(1));
+    let (cfg, mnt) = (store.config.clone(), store.mountpoint.clone());
+    let url = format!("{}?timeout=1", old.mountpoint.display());
+    let d = Daemon::start(
+        &[
+            os(&url),
+            cfg.as_os_str(),
+            os("--mount"),
+            mnt.as_os_str(),
+            os("--paused"),
+            os("--parallel"),
+            os("2"),
+        ],
+        store.root.join("d.log"),
+        Some(&mnt),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The old server hangs: every call into its mount blocks.
+    let cont = Continue(pid);
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let f1 = mnt.join("f1");
+    let t0 = Instant::now();
+    let r = bounded(Duration::from_secs(30), move || fs::read(f1).map(|_| ()))
+        .expect("a client read through a hung source returns");
+    assert!(r.is_err(), "no bytes from a hung source");
+    eprintln!(
+        "read through the hung source failed after {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(1 + 4),
+        "failed after {:?}, not within the 1 s timeout and a margin",
+        t0.elapsed()
+    );
+    migrate_ok("resume", &cfg, &[]);
+    let t1 = Instant::now();
+    let s = wait_share(&cfg, "main", Duration::from_secs(120), "crawl stuck", |s| {
+        s["state"] == "stuck"
+    });
+    eprintln!("crawl over the hung source stuck after {:?}", t1.elapsed());
+    let failures = s["crawl_failures"].as_array().cloned().unwrap_or_default();
+    assert!(!failures.is_empty(), "{s:#}");
+    // The log names the path and the deadline.
+    let log = d.log_text();
+    assert!(
+        log.contains("did not return within 1.0 s")
+            && log.contains(&*old.mountpoint.to_string_lossy()),
+        "{log}"
+    );
+    // The old server answers again: resume, the crawl completes, finish verifies.
+    drop(cont);
+    migrate_ok("resume", &cfg, &[]);
+    let o = migrate(
+        "finish",
+        &cfg,
+        &["--wait", "120s"],
+        Duration::from_secs(180),
+    );
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log_text());
+    for (rel, data) in [
+        ("f1", bytes(11, 250_000)),
+        ("d/f2", bytes(12, 40_000)),
+        ("f3", bytes(13, 1_000)),
+    ] {
+        assert_eq!(fs::read(mnt.join(rel)).unwrap(), data, "{rel}");
+    }
+    drop(d);
+    source_mount.unmount();
+}
