@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::loop_ext4::LoopExt4;
+
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -201,64 +203,6 @@ fn a_share_larger_than_the_fast_tiers_capacity_spills_to_the_next_tier() {
     // The fast tier takes what fits under its high watermark (18 MiB), not nothing.
     assert!((12 * MIB..=18 * MIB).contains(&on_fast), "fast {on_fast}");
     assert!(on_slow >= 30 * MIB, "slow {on_slow}");
-}
-
-/// A fresh ext4 file system of `bytes` in an image file, loop-mounted; unmounted and
-/// removed on drop.
-struct LoopExt4 {
-    image: PathBuf,
-    mnt: PathBuf,
-}
-
-impl LoopExt4 {
-    fn new(dir: &Path, bytes: u64) -> Self {
-        let image = dir.join("fast.ext4");
-        let mnt = dir.join("fast-mnt");
-        fs::create_dir(&mnt).unwrap();
-        fs::File::create(&image).unwrap().set_len(bytes).unwrap();
-        let made = LoopExt4 { image, mnt };
-        let ok = Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-            .arg(&made.image)
-            .stdin(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mkfs.ext4 failed");
-        let ok = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
-            .arg(&made.image)
-            .arg(&made.mnt)
-            .stdin(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount -o loop failed");
-        made
-    }
-
-    fn avail(&self) -> u64 {
-        let c = std::ffi::CString::new(self.mnt.as_os_str().as_bytes()).unwrap();
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid NUL-terminated path and a statvfs to fill.
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
-        st.f_bavail * st.f_frsize
-    }
-}
-
-impl Drop for LoopExt4 {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).status();
-        let mounted = fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.split(' ').nth(4) == Some(&*self.mnt.to_string_lossy()));
-        if mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-        }
-        let _ = fs::remove_dir(&self.mnt);
-        let _ = fs::remove_file(&self.image);
-    }
 }
 
 #[test]

@@ -777,6 +777,9 @@ pub fn client_read(store: &kaiso_store::Store, names: &[&str]) -> Result<Vec<u8>
 /// A source wrapper for tests that act inside the engine's reads of file data.
 pub mod store_client;
 
+/// A loop-mounted ext4 of a test's own.
+pub mod loop_ext4;
+
 pub mod read_hook {
     use std::sync::Arc;
 
