@@ -453,7 +453,16 @@ fn journalled_renames_sync_fetched_data_first() {
 fn a_stub_row_left_by_a_crash_does_not_pass_to_a_file_reusing_the_number() {
     use std::os::unix::fs::MetadataExt;
     const FILES: u32 = 24;
-    let mut t = TestStore::new(&["64MiB"]);
+    if !loop_ext4::available() {
+        return;
+    }
+    // On an ext4 of the test's own with a journal and a tiny inode table: it hands a
+    // freed inode number out again at once (first free bit). An ext4 without a journal
+    // holds freed numbers back for about 30 s, and other file systems under /tmp may
+    // never reuse them.
+    let scratch = tempfile::tempdir().unwrap();
+    let ext4 = loop_ext4::LoopExt4::with_mkfs_args(scratch.path(), 64 << 20, &["-N", "256"]);
+    let mut t = TestStore::new_in(&ext4.mnt, &["64MiB"]);
     attach_remote(t.s(), FILES);
     let names: Vec<String> = (0..FILES).map(|i| format!("f{i}")).collect();
     let inos: Vec<Ino> = names
@@ -487,9 +496,7 @@ fn a_stub_row_left_by_a_crash_does_not_pass_to_a_file_reusing_the_number() {
         );
     }
     // The even files' backing files go while their rows stay, each followed at once by
-    // a new file: ext4 hands a freed number out again within the second of its release,
-    // then (without a journal, its inode table block cached) holds it back for about
-    // 30 s. More new files until one got a freed number, bounded.
+    // a new file, which the file system gives the freed number.
     let dir = t.tier(0).join("mig");
     let mut freed = std::collections::BTreeSet::new();
     let mut created: Vec<(String, u64, Vec<u8>)> = Vec::new();
@@ -504,14 +511,6 @@ fn a_stub_row_left_by_a_crash_does_not_pass_to_a_file_reusing_the_number() {
         freed.insert(std::fs::metadata(dir.join(n)).unwrap().ino());
         std::fs::remove_file(dir.join(n)).unwrap();
         create(i, &mut created);
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut i = created.len();
-    while !created.iter().any(|(_, b, _)| freed.contains(b)) && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(250));
-        create(i, &mut created);
-        i += 1;
     }
     let reused: Vec<&(String, u64, Vec<u8>)> = created
         .iter()

@@ -71,3 +71,21 @@ impl Drop for LoopExt4 {
         let _ = fs::remove_file(&self.image);
     }
 }
+
+/// Whether this machine can make and mount one: mkfs.ext4 on the PATH and root. Under
+/// CI (which installs e2fsprogs and runs as root) a missing piece is a failure.
+pub fn available() -> bool {
+    let mkfs = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join("mkfs.ext4").is_file()))
+        .unwrap_or(false);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !(mkfs && root) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "a loop-mounted ext4 needs mkfs.ext4 and root"
+        );
+        eprintln!("SKIP: a loop-mounted ext4 needs mkfs.ext4 and root");
+    }
+    mkfs && root
+}

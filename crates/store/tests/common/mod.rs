@@ -24,9 +24,19 @@ pub fn config_text(root: &Path, caps: &[&str]) -> String {
     s
 }
 
+/// A loop-mounted ext4 of a test's own (shared with the source tests by path).
+#[path = "../../../source/tests/common/loop_ext4.rs"]
+pub mod loop_ext4;
+
 impl TestStore {
     pub fn new(caps: &[&str]) -> TestStore {
-        let dir = tempfile::tempdir().unwrap();
+        Self::new_in(&std::env::temp_dir(), caps)
+    }
+
+    /// A store whose state and tier directories are in a new directory under `base`
+    /// (a file system the test chose).
+    pub fn new_in(base: &Path, caps: &[&str]) -> TestStore {
+        let dir = tempfile::tempdir_in(base).unwrap();
         for i in 0..caps.len() {
             std::fs::create_dir(dir.path().join(format!("t{i}"))).unwrap();
         }
