@@ -3,7 +3,9 @@
 #                workload, show promotions and falling latency, unmount and clean up
 #   make test  - every test: unit tests, FUSE integration tests, real-server tests
 SHELL := /bin/bash
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+# /usr/sbin and /sbin too: mkfs.ext4, smbd, ganesha.nfsd and rpcbind live there, and a
+# runner's PATH may lack them (the tests would then panic or silently skip).
+export PATH := $(HOME)/.cargo/bin:$(PATH):/usr/local/sbin:/usr/sbin:/sbin
 CARGO ?= cargo
 
 .PHONY: deps build demo test lint bench
@@ -17,9 +19,11 @@ build: deps
 demo: build
 	scripts/demo.sh
 
+# umask 022: trees that tests create as root are read by "nobody" in some of them,
+# whatever umask the runner has.
 test: deps
 	$(CARGO) build --release --workspace
-	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=2
+	umask 022 && $(CARGO) test --release --workspace --no-fail-fast -- --test-threads=2
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -69,6 +69,9 @@ fn a_second_process_is_refused_with_a_clear_error() {
 fn private_descriptors_never_collide_with_kernel_ones() {
     let s = Scratch::new("fds");
     let private = s.sub("private");
+    // A kernel file of the test's own (was /etc/hostname, which a container may lack).
+    let kernel_file = s.dir.join("kernel-file.txt");
+    std::fs::write(&kernel_file, b"a kernel file\n").unwrap();
     // Interleave many opens of private and kernel files; every number must be distinct and
     // each read must return its own file's contents.
     let script = format!(
@@ -78,8 +81,8 @@ fds = []
 for i in range(300):
     a = os.open(f"{{p}}/f{{i}}", os.O_CREAT | os.O_RDWR)
     os.write(a, f"private {{i}}".encode())
-    b = os.open("/etc/hostname", os.O_RDONLY)
-    fds += [(a, f"private {{i}}".encode()), (b, open("/etc/hostname", "rb").read())]
+    b = os.open("{k}", os.O_RDONLY)
+    fds += [(a, f"private {{i}}".encode()), (b, open("{k}", "rb").read())]
 assert len({{fd for fd, _ in fds}}) == len(fds), "descriptor collision"
 for fd, want in fds:
     os.lseek(fd, 0, 0)
@@ -87,7 +90,8 @@ for fd, want in fds:
     os.close(fd)
 print("ok", len(fds))
 "#,
-        p = private.display()
+        p = private.display(),
+        k = kernel_file.display()
     );
     if !have("python3") {
         panic!("python3 missing");

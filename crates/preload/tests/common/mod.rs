@@ -36,7 +36,22 @@ pub fn preload_lib() -> PathBuf {
     .clone()
 }
 
-/// A scratch directory removed on drop, with a pool path on /dev/shm beside it.
+/// Bytes available to unprivileged writers on the file system of `p` (0 if unknown).
+fn available_bytes(p: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+        return 0;
+    };
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a statvfs to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
+/// A scratch directory removed on drop, with a pool path on /dev/shm beside it (when
+/// /dev/shm has room).
 pub struct Scratch {
     pub dir: PathBuf,
     pub pool: PathBuf,
@@ -49,7 +64,9 @@ impl Scratch {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let shm = Path::new("/dev/shm");
-        let pool = if shm.is_dir() {
+        // A small /dev/shm (a container's 64 MiB) would SIGBUS the programs when their
+        // pool outgrows it: the scratch directory's file system then holds the pool.
+        let pool = if shm.is_dir() && available_bytes(shm) >= 1 << 30 {
             shm.join(format!("{id}.pool"))
         } else {
             dir.join("pool")

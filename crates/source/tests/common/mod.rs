@@ -45,8 +45,16 @@ pub fn have(programs: &[&str]) -> bool {
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-    l.local_addr().expect("local addr").port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct TCP ports on 127.0.0.1 that nothing listens on right now: every listener
+/// is held until all are chosen, so two calls in a row cannot hand out the same number.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port"))
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().expect("local addr").port())
 }
 
 /// Waits until `127.0.0.1:port` accepts connections, or fails after `limit`.
@@ -184,8 +192,7 @@ impl Ganesha {
         let lock = NFS_SERVER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let rpcbind = RpcbindRef::acquire();
         let dir = tempfile::tempdir().expect("tempdir");
-        let (nfs_port, mount_port, nlm_port, rquota_port) =
-            (free_port(), free_port(), free_port(), free_port());
+        let [nfs_port, mount_port, nlm_port, rquota_port] = free_ports::<4>();
         let pseudo = "/kaiso_src".to_string();
         let conf = format!(
             r#"NFS_CORE_PARAM {{
