@@ -1,12 +1,13 @@
 //! A running `kaiso migrate start` for the migration tests of the binary: started with the
 //! test's arguments (and only the environment the test gives), waited for until it serves,
-//! stopped with SIGTERM (bounded) or SIGKILL, its mount removed on drop.
+//! stopped with SIGTERM (bounded) or SIGKILL, its mount removed on drop. Plus the
+//! bounded `kaiso migrate VERB` commands the tests run against it, and status polling.
 
 use super::{force_unmount, is_mounted, kaiso_bin};
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Waits at most `limit` for `child` to exit.
@@ -141,5 +142,83 @@ impl Drop for Daemon {
         {
             force_unmount(m);
         }
+    }
+}
+
+/// Runs `kaiso ARGS` with extra environment variables, killed after `limit`; the output
+/// goes through files, so a child that keeps a pipe open cannot hang the test.
+pub fn run_kaiso_bounded(args: &[&OsStr], env: &[(&str, &str)], limit: Duration) -> Output {
+    let dir = super::temp_dir("migd-out");
+    let (o, e) = (dir.join("out"), dir.join("err"));
+    let mut child = Command::new(kaiso_bin())
+        .env_remove("KAISO_SMB_PASSWORD")
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&o).unwrap())
+        .stderr(fs::File::create(&e).unwrap())
+        .spawn()
+        .expect("spawn kaiso");
+    let status = match wait_child(&mut child, limit) {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let s = child.wait().unwrap();
+            eprintln!("kaiso {args:?} killed after {limit:?}");
+            s
+        }
+    };
+    let out = Output {
+        status,
+        stdout: fs::read(&o).unwrap_or_default(),
+        stderr: fs::read(&e).unwrap_or_default(),
+    };
+    let _ = fs::remove_dir_all(&dir);
+    out
+}
+
+/// `kaiso migrate VERB CONFIG EXTRA…`, killed after `limit`.
+pub fn migrate_cmd(verb: &str, config: &Path, extra: &[&str], limit: Duration) -> Output {
+    let mut args = vec![OsStr::new("migrate"), OsStr::new(verb), config.as_os_str()];
+    args.extend(extra.iter().map(OsStr::new));
+    run_kaiso_bounded(&args, &[], limit)
+}
+
+/// A command's exit status and both streams, for failure messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `kaiso migrate status CONFIG --json` (must succeed within 30 s), parsed.
+pub fn migrate_status_json(config: &Path) -> serde_json::Value {
+    let o = migrate_cmd("status", config, &["--json"], Duration::from_secs(30));
+    assert!(o.status.success(), "{}", output_text(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", output_text(&o)))
+}
+
+/// Polls `status --json` until `pred` holds for the first share, at most `limit`; the
+/// failure names `what` and shows the last status.
+pub fn wait_share_status(
+    config: &Path,
+    limit: Duration,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v = migrate_status_json(config);
+        if pred(&v["shares"][0]) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {limit:?}; last status {v:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
