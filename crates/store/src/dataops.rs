@@ -1002,6 +1002,7 @@ impl Store {
     }
 
     pub fn sync_fetched_data(&self) -> FsResult<()> {
+        drain_writeback();
         self.fetch_barrier().sync_then(|| Ok(()))?;
         Ok(())
     }
@@ -1030,6 +1031,7 @@ impl Store {
     /// No migration fetches into this store any more: the last fetched bytes are made
     /// durable and the store database checkpoints by itself again.
     pub fn end_fetch_ordering(&self) -> FsResult<()> {
+        drain_writeback();
         self.checkpoint_after_fetched_data("PASSIVE")?;
         *self.fetch_barrier.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.db()
@@ -1814,18 +1816,91 @@ fn write_keeping_holes(f: &File, data: &[u8], at: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`: starts the write-back of a range without
-/// waiting for it (a hint: failures are left to the barrier's `syncfs`).
+/// Ranges waiting for [`start_writeback`]'s thread at most: a full queue drops the hint
+/// (the barrier's `syncfs` writes those bytes back instead).
+const WRITEBACK_QUEUE: usize = 256;
+
+/// The thread that starts the write-back of fetched ranges (see [`start_writeback`]).
+struct Writeback {
+    queue: std::sync::mpsc::SyncSender<(File, u64, u64, u64)>,
+    /// Ranges queued and ranges the thread is done with (started or dropped).
+    sent: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+    /// Queued ranges of an earlier epoch are dropped unstarted (see [`drain_writeback`]).
+    epoch: std::sync::atomic::AtomicU64,
+}
+
+/// The write-back thread, started by the first fetch that needs it (`None`: it could
+/// not be started, and fetches start no write-back).
+static WRITEBACK: std::sync::OnceLock<Option<Writeback>> = std::sync::OnceLock::new();
+
+fn writeback() -> Option<&'static Writeback> {
+    WRITEBACK
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(File, u64, u64, u64)>(WRITEBACK_QUEUE);
+            std::thread::Builder::new()
+                .name("kaiso-writeback".into())
+                .spawn(move || {
+                    use std::os::fd::AsRawFd;
+                    for (f, offset, len, epoch) in rx {
+                        if let Some(wb) = WRITEBACK.get().and_then(Option::as_ref) {
+                            if epoch == wb.epoch.load(Ordering::Acquire) {
+                                // SAFETY: a descriptor this thread owns; no memory is passed.
+                                unsafe {
+                                    libc::sync_file_range(
+                                        f.as_raw_fd(),
+                                        offset as i64,
+                                        len as i64,
+                                        libc::SYNC_FILE_RANGE_WRITE,
+                                    )
+                                };
+                            }
+                            drop(f);
+                            wb.done.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| Writeback {
+                    queue: tx,
+                    sent: Default::default(),
+                    done: Default::default(),
+                    epoch: Default::default(),
+                })
+        })
+        .as_ref()
+}
+
+/// Starts the write-back of a range of fetched bytes without the calling fetch waiting
+/// for it: the `kaiso-writeback` thread issues the `sync_file_range(SYNC_FILE_RANGE_WRITE)`
+/// on a duplicate of the descriptor. Issued by the fetch itself, it blocked whenever the
+/// device's queue was full (block-layer write throttling, `rq_qos_wait`), with the file's
+/// gate and the barrier's write guard held: the crawl went at the speed of the
+/// destination's disk, where rsync's copy goes at the page cache's (measured:
+/// docs/reproduction/migration.md §3, session 10). A hint: failures, and ranges dropped
+/// when the queue is full, are left to the barrier's `syncfs`.
 fn start_writeback(f: &File, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    unsafe {
-        libc::sync_file_range(
-            f.as_raw_fd(),
-            offset as i64,
-            len as i64,
-            libc::SYNC_FILE_RANGE_WRITE,
-        )
+    let Some(wb) = writeback() else { return };
+    let Ok(dup) = f.try_clone() else { return };
+    let epoch = wb.epoch.load(Ordering::Acquire);
+    if wb.queue.try_send((dup, offset, len, epoch)).is_ok() {
+        wb.sent.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Drops the queued write-back hints unstarted and waits (briefly) until the thread
+/// holds no descriptor of a range queued before this call: a store that stops fetching
+/// keeps no tier file open through the queue (an unmount of the tier would fail busy).
+fn drain_writeback() {
+    let Some(wb) = WRITEBACK.get().and_then(Option::as_ref) else {
+        return;
     };
+    wb.epoch.fetch_add(1, Ordering::AcqRel);
+    let sent = wb.sent.load(Ordering::Acquire);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while wb.done.load(Ordering::Acquire) < sent && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 fn is_zero(b: &[u8]) -> bool {
@@ -2001,5 +2076,47 @@ mod use_watch {
             self.armed = armed;
             failed
         }
+    }
+}
+
+#[cfg(test)]
+mod writeback_tests {
+    use super::*;
+
+    /// Descriptors of this process open on `path`.
+    fn open_on(path: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|target| target == path)
+            .count()
+    }
+
+    #[test]
+    fn draining_the_write_back_queue_closes_its_descriptors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fetched");
+        let f = File::create(&path).unwrap();
+        f.write_all_at(&vec![7u8; 1 << 20], 0).unwrap();
+        // More hints than the queue holds: the fetch never waits, the excess is dropped.
+        let t = std::time::Instant::now();
+        for _ in 0..WRITEBACK_QUEUE * 4 {
+            start_writeback(&f, 0, 1 << 20);
+        }
+        let queued = t.elapsed();
+        drop(f);
+        drain_writeback();
+        assert_eq!(
+            open_on(&path),
+            0,
+            "no descriptor of a fetched file is left open after a drain (queued {:?})",
+            queued
+        );
+        // The queue works on after a drain.
+        let f = File::open(&path).unwrap();
+        start_writeback(&f, 0, 4096);
+        drop(f);
+        drain_writeback();
+        assert_eq!(open_on(&path), 0, "closed after a second drain");
     }
 }

@@ -8,14 +8,19 @@
 //! optional `--rate-mbit`). The POSIX source (a local directory, no network) is the
 //! last row. Measured:
 //! 1. time from start to serving (source connect + store open + migration open + the
-//!    first getattr of the share root), for a small and a large tree;
-//! 2. first open + read after cutover over the depth × width grid (no client timeout);
+//!    first getattr of the share root), for a small and a large tree; with `--face fuse`
+//!    / `nfs` also from spawning a real `kaiso migrate start` daemon until its FUSE
+//!    mount / NFSv3 face answers (bench_migrate/faces.rs);
+//! 2. first open + read after cutover over the depth × width grid (no client timeout),
+//!    in-process and through the daemon's faces (open/read on the FUSE mount; LOOKUP
+//!    chain + READ over NFSv3 with the JUKEBOX replies counted);
 //! 3. total migration time of Table 2.2-shaped datasets against `rsync -aHAX` of the same
 //!    tree over the same delayed path (rsync daemon behind the same proxy) and locally;
 //! 4. response-time percentiles of a replayed access pattern at 0/25/50/75 % progress for
 //!    BFS vs DFS and metadata-first vs bulk.
 
 mod dataset;
+mod faces;
 mod proxy;
 mod response;
 mod servers;
@@ -40,6 +45,7 @@ use kaiso_store::migrate::{CrawlState, Crawler, Migration, MigrationConfig, Migr
 use kaiso_store::{Ino, ROOT_INO, Store, StoreConfig};
 
 use dataset::{Rng, Shape, TABLE_2_2};
+use faces::Face;
 use proxy::DelayProxy;
 use servers::{Ganesha, RsyncDaemon, Samba};
 use subtree::Subtree;
@@ -101,6 +107,12 @@ pub struct Args {
     /// write-back costs or saves.
     #[arg(long)]
     pub no_early_writeback: bool,
+    /// Where the start and grid parts are measured: store (in-process, the store API),
+    /// fuse (a real `kaiso migrate start --mount` daemon, open/read on its mount), nfs
+    /// (the daemon's NFSv3 face, JUKEBOX after 0.5 s, kaiso's NFS client retrying);
+    /// default all three.
+    #[arg(long, value_delimiter = ',')]
+    pub face: Vec<String>,
 }
 
 struct Setup {
@@ -125,6 +137,8 @@ struct Setup {
     fresh_fs: bool,
     /// `--no-unit-sharing`: the crawler's threads do not share a large file's units.
     share_units: bool,
+    /// `--face`: where the start and grid parts are measured.
+    faces: Vec<Face>,
 }
 
 impl Setup {
@@ -180,6 +194,33 @@ impl Setup {
             SrcKind::Nfs => self.nfs_source(sub),
             SrcKind::Smb => self.smb_source(sub),
             SrcKind::Posix => self.posix_source(sub),
+        }
+    }
+
+    /// The `kaiso migrate start` source URL (and environment) of `kind` rooted at `sub`;
+    /// `None` for SMB with a `sub` (an smb:// URL names a whole share).
+    fn daemon_url(&self, kind: SrcKind, sub: &str) -> Option<(String, Vec<(String, String)>)> {
+        match kind {
+            SrcKind::Nfs => {
+                let (g, (mp, np)) = (self.ganesha.as_ref()?, self.proxies.as_ref()?);
+                Some((
+                    format!(
+                        "nfs://127.0.0.1:{}{}?mountport={}&subdir={sub}",
+                        np.port, g.pseudo, mp.port
+                    ),
+                    Vec::new(),
+                ))
+            }
+            SrcKind::Smb => {
+                let (smb, proxy) = (self.samba.as_ref()?, self.smb_proxy.as_ref()?);
+                sub.is_empty().then(|| {
+                    (
+                        format!("smb://{}@127.0.0.1:{}/{}", smb.user, proxy.port, smb.share),
+                        vec![("KAISO_SMB_PASSWORD".to_string(), smb.password.clone())],
+                    )
+                })
+            }
+            SrcKind::Posix => Some((self.src().join(sub).display().to_string(), Vec::new())),
         }
     }
 
@@ -338,6 +379,21 @@ pub fn run(args: Args) -> Result<()> {
         }
     }
     let source_wanted = |k: &str| args.sources.is_empty() || args.sources.iter().any(|s| s == k);
+    let mut faces = Vec::new();
+    for f in &args.face {
+        match Face::parse(f) {
+            Some(f) if !faces.contains(&f) => faces.push(f),
+            Some(_) => {}
+            None => bail!("--face: unknown face {f:?} (store, fuse, nfs)"),
+        }
+    }
+    if faces.is_empty() {
+        faces = Face::ALL.to_vec();
+    }
+    if faces.contains(&Face::Fuse) && !Path::new("/dev/fuse").exists() {
+        println!("FUSE rows skipped: no /dev/fuse");
+        faces.retain(|f| *f != Face::Fuse);
+    }
     servers::install_signal_cleanup();
     if !(args.delay_ms >= 0.0 && args.delay_ms < 10_000.0) || args.workers == 0 {
         bail!("--delay-ms must be in [0, 10000) and --workers > 0");
@@ -362,6 +418,7 @@ pub fn run(args: Args) -> Result<()> {
         order: CrawlOrder::parse("bfs", &args.phasing).map_err(|e| anyhow!("--phasing: {e}"))?,
         fresh_fs: !args.shared_fs && unsafe { libc::geteuid() } == 0,
         share_units: !args.no_unit_sharing,
+        faces,
     };
     if args.no_early_writeback {
         kaiso_store::stub::set_early_writeback(false);
@@ -485,15 +542,16 @@ fn kinds(s: &Setup) -> Vec<SrcKind> {
     k
 }
 
-/// 1. Start to serving: connect, open the store and the migration, answer getattr(root).
+/// Part 1, start to serving: connect, open the store and the migration, answer
+/// getattr(root); through the faces: spawn `kaiso migrate start` until the face answers.
 fn bench_start(
     s: &Setup,
     grid: &[(usize, usize, String, PathBuf)],
     datasets: &[(Shape, String, dataset::Generated)],
 ) -> Result<String> {
     let mut out = String::from(
-        "## 1. Time from start to serving (connect + store open + migration open + getattr of the root)\n\n\
-         | source | tree | objects in tree | start → serving (ms) | + first listing of the root (ms) |\n|---|---|---|---|---|\n",
+        "## 1. Time from start to serving\n\n\
+         | source | tree | objects in tree | face | start → serving (ms) | + first listing of the root (ms) | daemon's own \"serving after\" (ms) |\n|---|---|---|---|---|---|---|\n",
     );
     let mut trees: Vec<(String, String, u64)> = Vec::new();
     if let Some((_, _, sub, _)) = grid.iter().find(|g| g.0 == 1 && g.1 == 10) {
@@ -506,77 +564,174 @@ fn bench_start(
             g.files + g.dirs,
         ));
     }
+    let mut smb_whole_share = false;
     for kind in kinds(s) {
-        for (label, sub, objects) in &trees {
-            let mut best = (Duration::MAX, Duration::MAX);
-            for _ in 0..3 {
-                let t = Instant::now();
-                let dest = fresh_dest(s)?;
-                let source = s.source(kind, sub)?;
-                dest.attach(source, MigrationConfig::new("bench"))?;
-                dest.store
-                    .getattr(ROOT_INO, None)
-                    .map_err(|e| anyhow!("getattr root: {e:?}"))?;
-                let serving = t.elapsed();
-                let h = dest
-                    .store
-                    .opendir(ROOT_INO)
-                    .map_err(|e| anyhow!("opendir: {e:?}"))?;
-                let listed = t.elapsed();
-                let _ = dest.store.releasedir(h);
-                if serving < best.0 {
-                    best = (serving, listed);
+        for face in s.faces.iter().copied() {
+            let mut whole_share_done = false;
+            for (label, sub, objects) in &trees {
+                // The daemon's source URL; smb:// names a whole share, so the SMB daemon
+                // rows serve all of it (only its root is looked at, as for the other
+                // trees): one row for it.
+                let mut label = label.clone();
+                let mut objects = objects.to_string();
+                let daemon = match (face, s.daemon_url(kind, sub)) {
+                    (Face::Store, _) => None,
+                    (_, Some(u)) => Some(u),
+                    (_, None) => {
+                        if whole_share_done {
+                            continue;
+                        }
+                        whole_share_done = true;
+                        smb_whole_share = true;
+                        label = "whole share".into();
+                        objects = "(all trees)".into();
+                        Some(
+                            s.daemon_url(kind, "")
+                                .ok_or_else(|| anyhow!("no SMB server"))?,
+                        )
+                    }
+                };
+                // The best of 3: (serving, listed, the daemon's own figure).
+                let mut best = (Duration::MAX, Duration::MAX, None);
+                for _ in 0..3 {
+                    let got = if let Some((url, env)) = &daemon {
+                        let r = faces::start_through(s.root.path(), url, env, face)
+                            .with_context(|| format!("{} via {}", kind.label(), face.label()))?;
+                        (r.serving, r.listed, r.daemon_ms)
+                    } else {
+                        let t = Instant::now();
+                        let dest = fresh_dest(s)?;
+                        let source = s.source(kind, sub)?;
+                        dest.attach(source, MigrationConfig::new("bench"))?;
+                        dest.store
+                            .getattr(ROOT_INO, None)
+                            .map_err(|e| anyhow!("getattr root: {e:?}"))?;
+                        let serving = t.elapsed();
+                        let h = dest
+                            .store
+                            .opendir(ROOT_INO)
+                            .map_err(|e| anyhow!("opendir: {e:?}"))?;
+                        let listed = t.elapsed();
+                        let _ = dest.store.releasedir(h);
+                        (serving, listed, None)
+                    };
+                    if got.0 < best.0 {
+                        best = got;
+                    }
                 }
+                let _ = writeln!(
+                    out,
+                    "| {} | {label} | {objects} | {} | {} | {} | {} |",
+                    kind.label(),
+                    face.label(),
+                    ms(best.0),
+                    ms(best.1),
+                    best.2.map_or("—".to_string(), |m| m.to_string())
+                );
+                // Each row as soon as it is measured: a later failure keeps it.
+                print!(
+                    "{}",
+                    out.lines()
+                        .last()
+                        .map_or(String::new(), |l| format!("{l}\n"))
+                );
+                let _ = std::io::Write::flush(&mut std::io::stdout());
             }
-            let _ = writeln!(
-                out,
-                "| {} | {label} | {objects} | {} | {} |",
-                kind.label(),
-                ms(best.0),
-                ms(best.1)
-            );
         }
     }
     let _ = writeln!(
         out,
-        "\nBest of 3. The tree size does not enter: only the root is looked at. NFS and SMB rows: {}.\n",
+        "\nBest of 3. In-process: connect + store open + migration open + getattr of the root. \
+         Daemon rows: from spawning `kaiso migrate start --paused` (this binary, a fresh store) \
+         until a stat of the FUSE mount point returns the mount's root / MOUNT + an NFSv3 \
+         GETATTR of the export root answers (kaiso's NFS client, polling every 1 ms); the \
+         daemon's own figure is from its process start to its faces being up. The tree size \
+         does not enter: only the root is looked at.{} NFS and SMB rows: {}.\n",
+        if smb_whole_share {
+            " SMB daemon rows serve the whole share (an smb:// URL has no subdirectory)."
+        } else {
+            ""
+        },
         s.delay_note()
     );
-    println!("{out}");
+    println!("\n{out}");
     Ok(out)
 }
 
 /// 2. First open + read after cutover, depth × width grid.
 fn bench_grid(s: &Setup, grid: &[(usize, usize, String, PathBuf)]) -> Result<String> {
+    const LEN: usize = 64 << 10;
     let mut out = String::from(
         "## 2. First open + read (64 KiB) after cutover, target file 16 MiB, fetch unit 10 MiB\n\n\
-         | source | depth | width | open (ms) | read (ms) | open+read (ms) |\n|---|---|---|---|---|---|\n",
+         | source | face | depth | width | open (ms) | read (ms) | open+read (ms) | JUKEBOX replies |\n|---|---|---|---|---|---|---|---|\n",
     );
+    let mut smb_skipped = false;
     for kind in kinds(s) {
-        for (d, w, sub, target) in grid {
-            if kind == SrcKind::Posix && !(*d == 1 && *w == 10) && *d != 16 {
-                continue;
+        for face in s.faces.iter().copied() {
+            for (d, w, sub, target) in grid {
+                if kind == SrcKind::Posix && !(*d == 1 && *w == 10) && *d != 16 {
+                    continue;
+                }
+                let (o, r, jukebox) = if face == Face::Store {
+                    let dest = fresh_dest(s)?;
+                    let m = dest.attach(s.source(kind, sub)?, MigrationConfig::new("bench"))?;
+                    let (o, r) = open_read(&dest.store, target, LEN as u32)?;
+                    drop(m);
+                    (o, r, None)
+                } else {
+                    let Some((url, env)) = s.daemon_url(kind, sub) else {
+                        smb_skipped = true;
+                        continue;
+                    };
+                    let mut expect = vec![0u8; LEN];
+                    std::io::Read::read_exact(
+                        &mut fs::File::open(s.src().join(sub).join(target))?,
+                        &mut expect,
+                    )?;
+                    let f =
+                        faces::grid_through(s.root.path(), &url, &env, face, target, LEN, &expect)
+                            .with_context(|| {
+                                format!("d{d} w{w}: {} via {}", kind.label(), face.label())
+                            })?;
+                    (f.open, f.read, f.jukebox)
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {d} | {w} | {} | {} | {} | {} |",
+                    kind.label(),
+                    face.label(),
+                    ms(o),
+                    ms(r),
+                    ms(o + r),
+                    jukebox.map_or("—".to_string(), |j| j.to_string())
+                );
+                // Each row as soon as it is measured: a later failure keeps it.
+                print!(
+                    "{}",
+                    out.lines()
+                        .last()
+                        .map_or(String::new(), |l| format!("{l}\n"))
+                );
+                let _ = std::io::Write::flush(&mut std::io::stdout());
             }
-            let dest = fresh_dest(s)?;
-            let m = dest.attach(s.source(kind, sub)?, MigrationConfig::new("bench"))?;
-            let (o, r) = open_read(&dest.store, target, 64 << 10)?;
-            drop(m);
-            let _ = writeln!(
-                out,
-                "| {} | {d} | {w} | {} | {} | {} |",
-                kind.label(),
-                ms(o),
-                ms(r),
-                ms(o + r)
-            );
-            print!(".");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
         }
     }
     let _ = writeln!(
         out,
-        "\nNo client timeout applies (in-process access); each point is a fresh cutover (fresh store, \
-         fresh source connection). POSIX rows: only depth 1 / width 10 and depth 16. NFS and SMB rows: {}.{}\n",
+        "\nNo client timeout applies: in-process access has none, the NFS client's call \
+         timeout is one hour and it retries NFS3ERR_JUKEBOX (after 100 ms, doubling up to 5 s; \
+         the Linux kernel client waits 5 s each time), the FUSE rows are plain open(2)/read(2). \
+         Each point is a fresh cutover (fresh store, fresh source connection; daemon rows: a \
+         fresh `kaiso migrate start --paused` process, started before the clock starts). FUSE \
+         open = the kernel's LOOKUP chain + OPEN; NFS open = LOOKUP chain + GETATTR, NFS read = \
+         ACCESS + READ; the NFS face answers JUKEBOX after its default 0.5 s, and its JUKEBOX \
+         replies are the calls the client sent beyond the walk's own. POSIX rows: only depth 1 / \
+         width 10 and depth 16.{} NFS and SMB rows: {}.{}\n",
+        if smb_skipped {
+            " SMB daemon rows: not measured (an smb:// URL names a whole share, not a grid subtree)."
+        } else {
+            ""
+        },
         s.delay_note(),
         if s.quick {
             " Quick mode: depths {1,2,4,8,16} × widths {10,100}."

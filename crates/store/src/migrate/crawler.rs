@@ -382,6 +382,9 @@ enum Job {
 }
 
 fn worker(store: &Store, m: &Migration, sh: &Shared) {
+    // Whether this worker committed the deferred listings at the end of the metadata
+    // pass (see below).
+    let mut listings_committed = false;
     loop {
         if !wait_while_paused(m) {
             return;
@@ -396,6 +399,26 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     break Job::Work(w);
                 }
                 if part.pass().is_some() && part.pass_done() {
+                    // The listings still deferred are committed before the data pass
+                    // starts: then the fetch barrier's sync of that commit finds no
+                    // fetched bytes to write back. Committed once the data pass had
+                    // begun, it ran a `syncfs` chasing the fetches (seconds, measured:
+                    // docs/reproduction/migration.md §3, session 10), and the fetches
+                    // of files in those directories waited for it.
+                    if part.pass() == Some(Pass::Metadata) && !listings_committed {
+                        listings_committed = true;
+                        drop(part);
+                        if let Err(e) = m.commit_listings(store) {
+                            tracing::warn!(
+                                errno = e.errno(),
+                                "crawler: committing listings failed"
+                            );
+                            sh.fail(0, e.errno(), "commit listings");
+                        }
+                        part = sh.part.lock().unwrap_or_else(|e| e.into_inner());
+                        continue;
+                    }
+                    listings_committed = false;
                     if part.next_pass() {
                         sh.wake.notify_all();
                         continue;

@@ -12,7 +12,7 @@ use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -72,6 +72,26 @@ fn unregister(target: i32) {
     }
 }
 
+/// The FUSE mount point of the running `kaiso migrate start` (`--face fuse`), for the
+/// signal handler; leaked on purpose (a handler may read it as it is replaced).
+static DAEMON_MOUNT: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Registers a `kaiso migrate start` daemon (and its FUSE mount point, if any) for the
+/// signal handler: SIGTERM to it, then a lazy unmount of its mount.
+pub fn register_daemon(pid: i32, mnt: Option<&Path>) {
+    register(pid);
+    let p = mnt
+        .and_then(|m| std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).ok())
+        .map_or(std::ptr::null_mut(), std::ffi::CString::into_raw);
+    DAEMON_MOUNT.store(p, Ordering::SeqCst);
+}
+
+/// The daemon `pid` has stopped.
+pub fn unregister_daemon(pid: i32) {
+    unregister(pid);
+    DAEMON_MOUNT.store(std::ptr::null_mut(), Ordering::SeqCst);
+}
+
 extern "C" fn on_signal(sig: libc::c_int) {
     // Only async-signal-safe calls: kill, umount2, rmdir, unlink, signal, raise.
     for slot in &SERVERS {
@@ -79,6 +99,12 @@ extern "C" fn on_signal(sig: libc::c_int) {
         if t != 0 {
             unsafe { libc::kill(t, libc::SIGTERM) };
         }
+    }
+    // The daemon unmounts on SIGTERM; should it hang, its mount must not stay behind.
+    let m = DAEMON_MOUNT.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if !m.is_null() {
+        // SAFETY: a pointer from `CString::into_raw`, never freed.
+        unsafe { libc::umount2(m, libc::MNT_DETACH) };
     }
     // The total-time rows' fresh ext4 destinations: no `Drop` runs after this.
     crate::cmd::scratch_fs::detach_all_from_signal_handler();
