@@ -208,10 +208,26 @@ impl Store {
         let db = Db::open(&cfg.state_dir)?;
         let names: Vec<String> = cfg.tiers.iter().map(|t| t.name.clone()).collect();
         let slots = db.tier_slots(&names)?;
+        // Past every number a row holds, whatever the stored counter says: a crash
+        // between a row's commit and the counter's (before the counter was written
+        // first) left the counter at a number in use, and handing it out again gave two
+        // objects one number (`dirs` and `remap` keep numbers unique: the first object's
+        // row went, and every row keyed by the number passed to the other object).
+        // Only counter numbers: a moved file keeps its natural number (tier slot above
+        // `SLOT_SHIFT`) in its remap row.
+        let in_use = db
+            .dirs()?
+            .iter()
+            .map(|(_, i)| *i)
+            .chain(db.remaps()?.iter().map(|r| r.2))
+            .filter(|i| *i < 1 << crate::namespace::SLOT_SHIFT)
+            .max()
+            .map_or(0, |m| m + 1);
         let next_ino = db
             .meta("next_ino")?
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2);
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(2)
+            .max(in_use);
         let ns = Namespace::new(slots, next_ino);
         let placer = Placer::new(&cfg.policy);
         let store = Store {
@@ -361,8 +377,10 @@ impl Store {
         match ns.file_ino(tier, bino) {
             Assigned::Known(i) => Ok(i),
             Assigned::NewRemap(i, slot, b) => {
-                self.db().set_remap(slot, b, i)?;
+                // The counter past `i` first: a crash between the two commits must never
+                // leave a row holding a number the counter hands out again.
                 self.persist_counter(ns)?;
+                self.db().set_remap(slot, b, i)?;
                 Ok(i)
             }
         }
@@ -374,8 +392,9 @@ impl Store {
             return Ok(*i);
         }
         let i = ns.alloc_ino();
-        self.db().add_dir(path, i)?;
+        // Counter first (see `assign_file_ino`).
         self.persist_counter(ns)?;
+        self.db().add_dir(path, i)?;
         Ok(i)
     }
 
