@@ -185,7 +185,10 @@ fn nfs_source_permission_denied_is_skipped_reported_and_finished() {
                 "left here as an empty file",
             ],
         ),
-        ("/private", &["NFS3ERR_ACCES"]),
+        (
+            "/private",
+            &["NFS3ERR_ACCES", "left here as an empty directory"],
+        ),
     ];
     let v = assert_status_reports(&cfg, &d, &denied);
     for (rel, data) in &files {
@@ -369,7 +372,13 @@ fn smb_source_access_denied_by_acl_is_skipped_reported_and_finished() {
             "/denied.txt",
             &["ACCESS_DENIED|0xc0000022", "left here as an empty file"],
         ),
-        ("/locked", &["ACCESS_DENIED|0xc0000022"]),
+        (
+            "/locked",
+            &[
+                "ACCESS_DENIED|0xc0000022",
+                "left here as an empty directory",
+            ],
+        ),
     ];
     let started = Instant::now();
     let v = assert_status_reports(&cfg, &d, &denied);

@@ -1484,7 +1484,12 @@ impl Migration {
                 Err(FsError::IO)
             }
             _ if is_dir => {
-                let _ = self.db.skip(&e.path, e.kind, &e.message);
+                // Said in the report: the directory stands empty, its contents are not here.
+                let reason = format!(
+                    "{}; left here as an empty directory: nothing below it was copied",
+                    e.message
+                );
+                let _ = self.db.skip(&e.path, e.kind, &reason);
                 store.stub_dir_listed(ino)?;
                 self.db.remove(ino).map_err(io)?;
                 Ok(())
