@@ -389,6 +389,25 @@ fn finish(config: &Path, d: &Daemon) -> String {
     out
 }
 
+/// The client counts `finish` printed ("N modified and M deleted by clients") must be
+/// the files of the source the client changed and deleted, whatever their copy state
+/// when it did (a stub or a copied file counts the same).
+fn assert_client_counts(out: &str, modified: u64, deleted: u64) {
+    let counts = out.split_once(" deleted by clients").and_then(|(head, _)| {
+        let mut words = head.rsplit(' ');
+        let deleted = words.next()?.parse::<u64>().ok()?;
+        (words.next()? == "and").then_some(())?;
+        (words.next()? == "modified").then_some(())?;
+        let modified = words.next()?.parse::<u64>().ok()?;
+        Some((modified, deleted))
+    });
+    assert_eq!(
+        counts,
+        Some((modified, deleted)),
+        "finish must say {modified} modified and {deleted} deleted by clients: {out}"
+    );
+}
+
 // ---- libnfs -------------------------------------------------------------------------------
 
 /// `struct nfs_url` of libnfs (server, path, file).
@@ -714,6 +733,8 @@ fn libnfs_client_changes_the_tree_through_the_nfs_face_while_the_crawl_runs() {
     let during = crawl_position(&cfg);
     drop(nfs);
     let out = finish(&cfg, &d);
+    // Modified: w/over_short, w/over_long, w/trunc_down, w/trunc_up; deleted: w/del.
+    assert_client_counts(&out, 4, 1);
     assert_tree(
         &model,
         &links,
@@ -836,6 +857,8 @@ fn smbclient_changes_the_tree_through_samba_on_the_mount_while_the_crawl_runs() 
     let during = crawl_position(&cfg);
     drop(new);
     let out = finish(&cfg, &d);
+    // Modified: w/over_short, w/over_long, w/trunc_down (put over them); deleted: w/del.
+    assert_client_counts(&out, 3, 1);
     // An SMB source maps owners and modes: content, kinds and names are compared.
     assert_tree(
         &model,

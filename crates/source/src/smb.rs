@@ -560,10 +560,38 @@ async fn share_identity(link: &Link, timeout: Duration) -> Result<String, Fail> 
 impl Drop for SmbSource {
     fn drop(&mut self) {
         tracing::debug!(stats = ?self.stats(), "smb2: source closed");
-        // Sessions end with their tasks; a dead server is not waited for.
+        // Sessions end with their tasks (dropped, not run to their end: a dead server is
+        // not waited for); the runtime's threads are joined.
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
+            stop_runtime(rt, RUNTIME_STOP);
         }
+    }
+}
+
+/// How long dropping a source waits for its runtime's threads to end. They end at once
+/// (their tasks are dropped) unless a blocking task runs, e.g. a name lookup of a connect.
+const RUNTIME_STOP: Duration = Duration::from_secs(5);
+
+/// Stops `rt` and joins its threads, waiting at most `wait` for them to end.
+///
+/// Not `shutdown_background`: it wakes the worker threads to end and at once drops their
+/// `JoinHandle`s, i.e. calls `pthread_detach` on threads that are exiting at that moment.
+/// glibc 2.36 (Debian 12) reads the thread's descriptor (`cancelhandling`) after marking
+/// it detached; if the exiting thread frees its stack in between (unmapped when glibc's
+/// stack cache is over its 40 MiB) that read faults. `kaiso bench migrate` died once of
+/// SIGSEGV in `pthread_detach` on its main thread during an SMB grid point (kernel log:
+/// `segfault at ... in libc.so.6[8a28c,...]`, `pthread_detach+28` in Debian 12's libc),
+/// most likely here: the one place that detaches threads just told to exit. Joined
+/// threads are never detached; after `wait` the ones left (blocked, so not exiting just
+/// then) are detached as before. Within an async context, where tokio must not block,
+/// the wait runs on a scoped (joined) thread.
+fn stop_runtime(rt: tokio::runtime::Runtime, wait: Duration) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| {
+            s.spawn(move || rt.shutdown_timeout(wait));
+        });
+    } else {
+        rt.shutdown_timeout(wait);
     }
 }
 
@@ -1645,5 +1673,70 @@ impl Source for SmbSource {
             .shared
             .read_vec(path, &format!(":{stream}"), offset, len, false)?
             .0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Threads of this process whose name is `name`.
+    fn threads_named(name: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim_end() == name)
+            .count()
+    }
+
+    fn runtime(name: &str) -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(name)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A stopped runtime's threads are gone (joined, not detached while they exit: see
+    /// `stop_runtime`), also one that was running a blocking task, and also when stopped
+    /// from within an async context.
+    #[test]
+    fn stop_runtime_joins_its_threads() {
+        for (name, in_async) in [("kaiso-t-stop-a", false), ("kaiso-t-stop-b", true)] {
+            let rt = runtime(name);
+            // A blocking task still running at the stop (a name lookup does that).
+            let h = rt.spawn_blocking(|| std::thread::sleep(Duration::from_secs(1)));
+            let t = Instant::now();
+            while threads_named(name) < 3 && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(
+                threads_named(name),
+                3,
+                "two workers and one blocking thread expected before the stop"
+            );
+            drop(h);
+            if in_async {
+                let outer = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                outer.block_on(async move { stop_runtime(rt, Duration::from_secs(10)) });
+            } else {
+                stop_runtime(rt, Duration::from_secs(10));
+            }
+            // A joined thread leaves /proc a moment after pthread_join returns; a detached
+            // one here still sleeps out its second.
+            let t = Instant::now();
+            while threads_named(name) > 0 && t.elapsed() < Duration::from_millis(200) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(
+                threads_named(name),
+                0,
+                "every thread of the runtime joined when stop_runtime returns (in_async: \
+                 {in_async}); threads still running were left detached"
+            );
+        }
     }
 }

@@ -5,7 +5,10 @@
 //! since (same size and mtime as when its copy completed, before and after it is read
 //! back): its size must equal the source's and its CRC32C must equal the source's, read
 //! again from the source. Files clients modified or deleted are counted, not compared
-//! (they are legitimately different). A source file whose size or mtime differs from
+//! (they are legitimately different), whatever their copy state was: a deletion is
+//! counted in the migration database when the client's unlink (or rename over the file)
+//! removes its last name, as its rows go; a modification is seen here, as a size or
+//! mtime other than the source's. A source file whose size or mtime differs from
 //! what its completed copy recorded changed on the source (which should have been
 //! read-only): it is fetched again, reported as changed with both values, and neither
 //! verified nor a mismatch. Every source directory that was listed is listed
@@ -35,7 +38,14 @@ use crate::{Caller, SetAttr, Store};
 pub struct FinishReport {
     pub verified_files: u64,
     pub verified_bytes: u64,
+    /// Files copied from the source (or being copied) whose size or mtime a client
+    /// changed since: a write, a truncation or new times, before or after the copy
+    /// completed. Not compared with the source.
     pub modified_by_clients: u64,
+    /// Files copied from the source (or being copied) that clients deleted during the
+    /// migration, whatever their copy state then: never read, partly or wholly copied.
+    /// A file replaced by a client's rename over it counts; a file with several hard
+    /// links counts once its last name is gone.
     pub deleted_by_clients: u64,
     /// Files whose size or checksum differs from the source (finish refuses then).
     pub mismatches: Vec<String>,
@@ -104,7 +114,12 @@ fn finish_inner(
             "{remaining} stubs remain; let the crawl finish first (kaiso migrate status)"
         ));
     }
-    let mut report = FinishReport::default();
+    // Files deleted while the hook told us (their rows are gone); those whose deletion
+    // went unnoticed still have a completion record, and are counted below.
+    let mut report = FinishReport {
+        deleted_by_clients: m.db.deleted_by_clients().map_err(|e| e.to_string())?,
+        ..FinishReport::default()
+    };
     for (ino, src, size, mtime_ns) in m.db.done().map_err(|e| e.to_string())? {
         let unchanged = || {
             store

@@ -9,7 +9,7 @@
 //! | `stubs`   | one per object still a stub: state (dummy/partial), **source path** (derived from the parent's source path when the parent was listed, so client renames never change it), source inode, kind, `minsize` |
 //! | `anchors` | hard-link anchors: source inode → the store inode of its first link |
 //! | `skipped` | what could not be copied and why (the bad-input report)            |
-//! | `meta`    | the remaining-stub counter, the clean-shutdown flag, the source URL |
+//! | `meta`    | the remaining-stub counter, the clean-shutdown flag, the source URL, the count of files clients deleted |
 //!
 //! Which byte ranges of a partial file are still missing is tracked exactly by the store
 //! (its `stubs` table, through `Store::stub_state`), not here.
@@ -151,6 +151,9 @@ struct Inner {
     /// Mirror of the `stubs` table (None on the read-only handle).
     rows: Option<HashMap<u64, StubRow>>,
 }
+
+/// The `meta` key counting files clients deleted (see [`MigrationDb::forget_object`]).
+const DELETED_BY_CLIENTS: &str = "deleted_by_clients";
 
 /// WAL size past which `sync` checkpoints it into the main database file.
 const CHECKPOINT_WAL_BYTES: u64 = 8 << 20;
@@ -625,21 +628,43 @@ impl MigrationDb {
     /// its completion record and any hard-link anchor pointing at it go, so a later
     /// object that gets the same inode number inherits nothing. Rows of another source
     /// path are left alone: a new object may have got the inode number already.
+    ///
+    /// A file (a file stub's row or a completion record went) is counted, in the same
+    /// transaction, in [`MigrationDb::deleted_by_clients`]: once its rows are gone
+    /// nothing else remembers it, whatever its copy state was.
     pub fn forget_object(&self, ino: u64, src: &SourcePath) -> std::io::Result<bool> {
         let mut g = self.lock();
         let inner = &mut *g;
         let n = self.write(inner, |tx| {
+            let file_stub: bool = tx
+                .prepare_cached("SELECT 1 FROM stubs WHERE ino=?1 AND src_path=?2 AND kind<>?3")
+                .and_then(|mut st| {
+                    st.exists(params![
+                        ino as i64,
+                        src.as_bytes(),
+                        StubKind::DummyDir.code()
+                    ])
+                })
+                .map_err(sql_err)?;
             let n = tx
                 .execute(
                     "DELETE FROM stubs WHERE ino=?1 AND src_path=?2",
                     params![ino as i64, src.as_bytes()],
                 )
                 .map_err(sql_err)? as i64;
-            tx.execute(
-                "DELETE FROM done WHERE ino=?1 AND src_path=?2",
-                params![ino as i64, src.as_bytes()],
-            )
-            .map_err(sql_err)?;
+            let done = tx
+                .execute(
+                    "DELETE FROM done WHERE ino=?1 AND src_path=?2",
+                    params![ino as i64, src.as_bytes()],
+                )
+                .map_err(sql_err)?;
+            if file_stub || done > 0 {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO meta(key,value) VALUES(?1, COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key=?1), 0) + 1)",
+                )
+                .and_then(|mut st| st.execute([DELETED_BY_CLIENTS]))
+                .map_err(sql_err)?;
+            }
             let other: bool = tx
                 .prepare("SELECT 1 FROM stubs WHERE ino=?1")
                 .and_then(|mut st| st.exists([ino as i64]))
@@ -657,6 +682,15 @@ impl MigrationDb {
             m.remove(&ino);
         }
         Ok(n > 0)
+    }
+
+    /// Files clients deleted during the migration, whatever their copy state then
+    /// (counted by [`MigrationDb::forget_object`]).
+    pub fn deleted_by_clients(&self) -> std::io::Result<u64> {
+        Ok(self
+            .meta(DELETED_BY_CLIENTS)?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
     }
 
     /// The source path `ino` was copied from, if its copy completed.
@@ -1038,6 +1072,59 @@ mod tests {
         assert_eq!(db.all().unwrap(), ro.all().unwrap());
         assert_eq!(ro.get(8).unwrap(), db.get(8).unwrap());
         assert_eq!(db.remaining().unwrap(), 1);
+    }
+
+    #[test]
+    fn forgotten_files_are_counted_as_deleted_by_clients_once_whatever_their_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        let p = |s: &str| SourcePath::parse(s.as_bytes()).unwrap();
+        let r = |ino, kind, src: &str| StubRow {
+            ino,
+            kind,
+            src_path: p(src),
+            src_ino: ino,
+            minsize: 10,
+            listed_size: 10,
+            listed_mtime_ns: 0,
+        };
+        {
+            let db = MigrationDb::open(&path).unwrap();
+            db.insert(
+                &[
+                    r(1, StubKind::DummyDir, "d"),
+                    r(2, StubKind::DummyFile, "dummy"),
+                    r(3, StubKind::PartialFile, "partial"),
+                    r(4, StubKind::PartialFile, "done"),
+                ],
+                &[],
+            )
+            .unwrap();
+            assert!(db.complete(4, &p("done"), Some((10, 0))).unwrap());
+            assert_eq!(db.deleted_by_clients().unwrap(), 0);
+            // Another object's path (a reused inode number): nothing of ours goes.
+            assert!(!db.forget_object(2, &p("other")).unwrap());
+            assert!(!db.forget_object(4, &p("other")).unwrap());
+            assert_eq!(db.deleted_by_clients().unwrap(), 0);
+            assert!(db.forget_object(1, &p("d")).unwrap());
+            assert_eq!(
+                db.deleted_by_clients().unwrap(),
+                0,
+                "a directory is no file"
+            );
+            assert!(db.forget_object(2, &p("dummy")).unwrap());
+            assert!(db.forget_object(3, &p("partial")).unwrap());
+            db.forget_object(4, &p("done")).unwrap();
+            assert_eq!(db.done_path(4).unwrap(), None);
+            assert_eq!(db.deleted_by_clients().unwrap(), 3);
+            // Told twice (the hook, then a reconciliation): counted once.
+            db.forget_object(3, &p("partial")).unwrap();
+            db.forget_object(4, &p("done")).unwrap();
+            assert_eq!(db.deleted_by_clients().unwrap(), 3);
+            assert_eq!(db.remaining().unwrap(), 0);
+        }
+        let db = MigrationDb::open(&path).unwrap();
+        assert_eq!(db.deleted_by_clients().unwrap(), 3, "survives reopen");
     }
 
     #[test]

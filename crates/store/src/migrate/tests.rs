@@ -717,3 +717,68 @@ fn after_an_unclean_stop_the_share_serves_while_its_counter_is_recounted() {
     m.close();
     assert_eq!(m.db.meta("clean").unwrap().as_deref(), Some("1"));
 }
+
+/// `finish` counts every file a client deleted or modified during the migration, whatever
+/// its copy state then: deleted after its copy completed, deleted while still a dummy
+/// (never read) or a partial file, overwritten (truncated and written) while a dummy,
+/// written into while partial, written after its copy completed. Only the untouched file
+/// is verified.
+#[test]
+fn finish_counts_client_deletes_and_writes_whatever_the_copy_state() {
+    let files = [
+        ("done_del", 11, 3000),
+        ("dummy_del", 12, 3000),
+        ("partial_del", 13, 200_000),
+        ("dummy_over", 14, 3000),
+        ("partial_write", 15, 200_000),
+        ("done_write", 16, 3000),
+        ("keep", 17, 3000),
+    ];
+    let s = Setup::new(MemSource::new(&[], &files, true), 1);
+    let ino = |name: &str| s.lookup(ROOT_INO, name);
+    let write = |ino: Ino, flags: i32, at: u64, data: &[u8]| {
+        let fh = s.store.open_file(ino, flags, false).unwrap().fh;
+        assert_eq!(s.store.write(fh, at, data).unwrap() as usize, data.len());
+        s.store.release(fh).unwrap();
+    };
+    let (done_del, done_write) = (ino("done_del"), ino("done_write"));
+    assert_eq!(s.read_all(done_del), content(11, 3000));
+    assert_eq!(s.read_all(done_write), content(16, 3000));
+    // One 64 KiB unit of each partial file fetched: the rest still missing.
+    for name in ["partial_del", "partial_write"] {
+        let i = ino(name);
+        let fh = s.store.open_file(i, libc::O_RDONLY, false).unwrap().fh;
+        s.store.read(fh, 0, 100).unwrap();
+        s.store.release(fh).unwrap();
+        assert!(
+            !s.store.stub_state(i).missing.is_empty(),
+            "{name} is still partial"
+        );
+    }
+    for name in ["done_del", "dummy_del", "partial_del"] {
+        s.store.unlink(ROOT_INO, OsStr::new(name)).unwrap();
+    }
+    write(
+        ino("dummy_over"),
+        libc::O_WRONLY | libc::O_TRUNC,
+        0,
+        b"the client's",
+    );
+    write(ino("partial_write"), libc::O_WRONLY, 150_000, b"client");
+    write(done_write, libc::O_WRONLY, 10, b"client");
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    let report = super::finish(&s.store, &s.m).expect("finish");
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    assert_eq!(
+        (
+            report.deleted_by_clients,
+            report.modified_by_clients,
+            report.verified_files
+        ),
+        (3, 3, 1),
+        "deleted: done_del, dummy_del, partial_del; modified: dummy_over, partial_write, \
+         done_write; verified: keep ({report:?})"
+    );
+}
