@@ -705,12 +705,15 @@ mod tests {
         let (rx, mut tx) = std::io::pipe().unwrap();
         let t = Instant::now();
         match poll_for_request(rx.as_fd(), Duration::from_millis(2)) {
-            Polled::Nothing(d) => assert!(d >= Duration::from_millis(2)),
-            // A loaded test machine may run another thread during a yield.
+            Polled::Nothing(d) => {
+                assert!(d >= Duration::from_millis(2));
+                assert!(t.elapsed() >= d);
+            }
+            // A loaded test machine may run another thread during a yield: the loop
+            // gives way at once then, however little time has passed.
             Polled::GaveWay(_) => {}
             other => panic!("{other:?}"),
         }
-        assert!(t.elapsed() >= Duration::from_micros(30));
         tx.write_all(b"x").unwrap();
         assert!(matches!(
             poll_for_request(rx.as_fd(), Duration::from_millis(2)),
