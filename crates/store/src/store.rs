@@ -175,9 +175,70 @@ pub struct Store {
     /// Orders a migration's fetched bytes before the state that marks them present
     /// (`Store::fetch_barrier`); `None` while nothing fetches into this store.
     pub(crate) fetch_barrier: Mutex<Option<Arc<crate::stub::FetchBarrier>>>,
-    _lock: File,
     /// One tier directory, one store: held for the store's life (`tierlock.rs`).
     _tier_locks: crate::tierlock::TierLocks,
+    /// The state directory's lock. Last, so it is released after the tier locks: whoever
+    /// gets it next finds the tiers free.
+    _lock: StateLock,
+}
+
+/// State directories whose lock a store of this process holds.
+static LOCKED_HERE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// How long `Store::open` waits for a store of this process that holds the state
+/// directory's lock to finish being dropped (a background thread of the old store may
+/// hold the last reference for a moment after its owner let go). Another process's lock
+/// fails at once.
+const SAME_PROCESS_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The state directory's `flock`, and its entry in [`LOCKED_HERE`] while held.
+struct StateLock {
+    file: Option<File>,
+    dir: PathBuf,
+}
+
+impl StateLock {
+    fn acquire(dir: &Path) -> Result<StateLock, OpenError> {
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join("lock"))
+            .map_err(|e| OpenError::StateDir(dir.to_path_buf(), e.to_string()))?;
+        let deadline = std::time::Instant::now() + SAME_PROCESS_RELEASE_WAIT;
+        // SAFETY: flock on a descriptor we own.
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let ours = LOCKED_HERE
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|d| d == dir);
+            if !ours || std::time::Instant::now() >= deadline {
+                return Err(OpenError::Busy(dir.to_path_buf()));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        LOCKED_HERE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(dir.to_path_buf());
+        Ok(StateLock {
+            file: Some(file),
+            dir: dir.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        // Unlock (close) first, then forget it: a waiting open sees it ours until free.
+        drop(self.file.take());
+        let mut here = LOCKED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = here.iter().position(|d| *d == self.dir) {
+            here.swap_remove(i);
+        }
+    }
 }
 
 impl Store {
@@ -189,16 +250,7 @@ impl Store {
         }
         create_state_dir(&cfg.state_dir)
             .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(cfg.state_dir.join("lock"))
-            .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(OpenError::Busy(cfg.state_dir.clone()));
-        }
+        let lock = StateLock::acquire(&cfg.state_dir)?;
         let tier_locks =
             crate::tierlock::lock_tiers(&cfg.tiers, &cfg.state_dir).map_err(OpenError::Tier)?;
         let mut tiers = Vec::new();

@@ -571,3 +571,26 @@ fn operator_errors_carry_errno_and_words() {
     let e = s.unpin("d".as_ref(), false).unwrap_err();
     assert!(e.message.contains("-r to unpin"), "{e}");
 }
+
+/// A store whose owner let go while one of its background threads still held it for a
+/// moment (the tier-root check holds a reference while it runs): opening the same state
+/// directory again in this process waits for that store to be released instead of
+/// failing as busy (the rename_crash tests hit this once in a `make test`).
+#[test]
+fn a_reopen_waits_for_a_store_a_background_thread_still_holds() {
+    let mut t = TestStore::new(&["1GiB"]);
+    let held = t.store.take().unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(held);
+    });
+    let t0 = std::time::Instant::now();
+    let cfg = kaiso_store::StoreConfig::from_toml_str(&t.cfg_text, "test.toml").unwrap();
+    let s = kaiso_store::Store::open(cfg).expect("the old store of this process is released");
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_millis(250),
+        "opened while the old store still held the lock"
+    );
+    holder.join().unwrap();
+    s.shutdown();
+}
