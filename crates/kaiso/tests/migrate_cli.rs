@@ -11,7 +11,7 @@
 mod common;
 mod migrate_servers;
 
-use common::migrate_daemon::{Daemon, wait_child};
+use common::migrate_daemon::{Daemon, run_kaiso_env, wait_child};
 use common::{Store, StoreSpec, is_mounted, kaiso_bin, temp_dir};
 use migrate_servers::{Ganesha, Samba, servers_available};
 use std::collections::{BTreeMap, BTreeSet};
@@ -279,38 +279,7 @@ fn kaiso(args: &[&OsStr], limit: Duration) -> Output {
 /// Runs `kaiso ARGS` with extra environment variables (`None`: removed), killed after
 /// `limit`.
 fn kaiso_env(args: &[&OsStr], env: &[(&str, Option<&str>)], limit: Duration) -> Output {
-    let dir = temp_dir("migcli-out");
-    let (o, e) = (dir.join("out"), dir.join("err"));
-    let mut cmd = Command::new(kaiso_bin());
-    for (k, v) in env {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    let mut child = cmd
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&o).unwrap())
-        .stderr(fs::File::create(&e).unwrap())
-        .spawn()
-        .expect("spawn kaiso");
-    let status = match wait_child(&mut child, limit) {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            let s = child.wait().unwrap();
-            eprintln!("kaiso {args:?} killed after {limit:?}");
-            s
-        }
-    };
-    let out = Output {
-        status,
-        stdout: fs::read(&o).unwrap_or_default(),
-        stderr: fs::read(&e).unwrap_or_default(),
-    };
-    let _ = fs::remove_dir_all(&dir);
-    out
+    run_kaiso_env(args, env, limit)
 }
 
 fn os(s: &str) -> &OsStr {

@@ -8,12 +8,12 @@
 
 mod common;
 
-use common::migrate_daemon::{Daemon, wait_child};
-use common::{Store, StoreSpec, kaiso_bin, temp_dir};
+use common::migrate_daemon::{Daemon, run_kaiso_env};
+use common::{Store, StoreSpec, kaiso_bin};
 use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -35,31 +35,9 @@ fn os(s: &str) -> &OsStr {
 
 /// Runs `kaiso migrate VERB CONFIG EXTRA…`, killed after `limit`.
 fn migrate(verb: &str, config: &Path, extra: &[&str], limit: Duration) -> Output {
-    let dir = temp_dir("migrestart-out");
-    let (o, e) = (dir.join("out"), dir.join("err"));
-    let mut child = Command::new(kaiso_bin())
-        .args(["migrate", verb])
-        .arg(config)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&o).unwrap())
-        .stderr(fs::File::create(&e).unwrap())
-        .spawn()
-        .expect("spawn kaiso");
-    let status = match wait_child(&mut child, limit) {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            child.wait().unwrap()
-        }
-    };
-    let out = Output {
-        status,
-        stdout: fs::read(&o).unwrap_or_default(),
-        stderr: fs::read(&e).unwrap_or_default(),
-    };
-    let _ = fs::remove_dir_all(&dir);
-    out
+    let mut args: Vec<&OsStr> = vec![os("migrate"), os(verb), config.as_os_str()];
+    args.extend(extra.iter().map(|x| os(x)));
+    run_kaiso_env(&args, &[], limit)
 }
 
 fn text(o: &Output) -> String {

@@ -145,14 +145,28 @@ impl Drop for Daemon {
     }
 }
 
-/// Runs `kaiso ARGS` with extra environment variables, killed after `limit`; the output
-/// goes through files, so a child that keeps a pipe open cannot hang the test.
+/// Runs `kaiso ARGS` without `$KAISO_SMB_PASSWORD` unless `env` sets it, with `env`,
+/// killed after `limit`.
 pub fn run_kaiso_bounded(args: &[&OsStr], env: &[(&str, &str)], limit: Duration) -> Output {
+    let mut all: Vec<(&str, Option<&str>)> = vec![("KAISO_SMB_PASSWORD", None)];
+    all.extend(env.iter().map(|(k, v)| (*k, Some(*v))));
+    run_kaiso_env(args, &all, limit)
+}
+
+/// Runs `kaiso ARGS` with extra environment variables (`None`: removed), killed after
+/// `limit`; the output goes through files, so a child that keeps a pipe open cannot hang
+/// the test.
+pub fn run_kaiso_env(args: &[&OsStr], env: &[(&str, Option<&str>)], limit: Duration) -> Output {
     let dir = super::temp_dir("migd-out");
     let (o, e) = (dir.join("out"), dir.join("err"));
-    let mut child = Command::new(kaiso_bin())
-        .env_remove("KAISO_SMB_PASSWORD")
-        .envs(env.iter().copied())
+    let mut cmd = Command::new(kaiso_bin());
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(fs::File::create(&o).unwrap())
