@@ -72,7 +72,7 @@ fn smb_reply_stalling_mid_message_keeps_the_connection() {
     let server = common::Samba::start(share.path());
     let mut config = server.config();
     config.port = stalling_relay(server.port);
-    config.timeout = Duration::from_secs(8);
+    config.timeout = Duration::from_secs(30);
     config.connections = 1;
     let source = SmbSource::connect(config).expect("connect through the relay");
     let p = SourcePath::parse(b"big").unwrap();
@@ -86,7 +86,7 @@ fn smb_reply_stalling_mid_message_keeps_the_connection() {
         assert!(n > 0 && buf[..n] == data[off..off + n], "bytes at {off}");
         off += n;
     }
-    // Five pauses of 300 ms; a lost framing costs a timeout (8 s) and a reconnect.
+    // Five pauses of 300 ms; a lost framing costs a timeout (30 s) and a reconnect.
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(6), "read took {took:?}");
+    assert!(took < Duration::from_secs(15), "read took {took:?}");
 }

@@ -94,12 +94,25 @@ impl DataLink {
     /// READs: this path is not for it.
     pub fn connect(config: &SmbConfig) -> Result<Option<Self>, Fail> {
         let io = |e: io::Error| Fail::Io(e.to_string());
-        let addr = (config.host.as_str(), config.port)
+        // Every address the name resolves to, in turn (as `TcpStream::connect` does):
+        // `localhost` may give ::1 first while the server listens on 127.0.0.1 only.
+        let mut last = Fail::Io(format!("{}: no address", config.server()));
+        let mut connected = None;
+        for addr in (config.host.as_str(), config.port)
             .to_socket_addrs()
             .map_err(io)?
-            .next()
-            .ok_or_else(|| Fail::Io(format!("{}: no address", config.server())))?;
-        let sock = TcpStream::connect_timeout(&addr, config.timeout).map_err(io)?;
+        {
+            match TcpStream::connect_timeout(&addr, config.timeout) {
+                Ok(s) => {
+                    connected = Some(s);
+                    break;
+                }
+                Err(e) => last = io(e),
+            }
+        }
+        let Some(sock) = connected else {
+            return Err(last);
+        };
         sock.set_nodelay(true).map_err(io)?;
         sock.set_read_timeout(Some(config.timeout)).map_err(io)?;
         sock.set_write_timeout(Some(config.timeout)).map_err(io)?;
