@@ -182,14 +182,20 @@ pub struct Store {
     _lock: StateLock,
 }
 
-/// State directories whose lock a store of this process holds.
-static LOCKED_HERE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// State directories whose lock a store of this process holds (`None`) or released
+/// lately (`Some(when)`).
+static LOCKED_HERE: Mutex<Vec<(PathBuf, Option<std::time::Instant>)>> = Mutex::new(Vec::new());
 
 /// How long `Store::open` waits for a store of this process that holds the state
 /// directory's lock to finish being dropped (a background thread of the old store may
 /// hold the last reference for a moment after its owner let go). Another process's lock
 /// fails at once.
 const SAME_PROCESS_RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long after this process released a state directory's lock a failed `flock` is
+/// still taken for the release in progress: a child forked by another thread at that
+/// moment holds a copy of the descriptor, and so the lock, until its `exec`.
+const RECENT_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The state directory's `flock`, and its entry in [`LOCKED_HERE`] while held.
 struct StateLock {
@@ -207,22 +213,28 @@ impl StateLock {
             .open(dir.join("lock"))
             .map_err(|e| OpenError::StateDir(dir.to_path_buf(), e.to_string()))?;
         let deadline = std::time::Instant::now() + SAME_PROCESS_RELEASE_WAIT;
-        // SAFETY: flock on a descriptor we own.
-        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let ours = LOCKED_HERE
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .any(|d| d == dir);
-            if !ours || std::time::Instant::now() >= deadline {
-                return Err(OpenError::Busy(dir.to_path_buf()));
+        loop {
+            {
+                // Under the table's lock, so a release cannot slip between the failed
+                // `flock` and the look at the table.
+                let mut here = LOCKED_HERE.lock().unwrap_or_else(|e| e.into_inner());
+                // SAFETY: flock on a descriptor we own.
+                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                    here.retain(|(d, released)| {
+                        d != dir && released.is_none_or(|t| t.elapsed() < RECENT_RELEASE)
+                    });
+                    here.push((dir.to_path_buf(), None));
+                    break;
+                }
+                let ours = here.iter().any(|(d, released)| {
+                    d == dir && released.is_none_or(|t| t.elapsed() < RECENT_RELEASE)
+                });
+                if !ours || std::time::Instant::now() >= deadline {
+                    return Err(OpenError::Busy(dir.to_path_buf()));
+                }
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        LOCKED_HERE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(dir.to_path_buf());
         Ok(StateLock {
             file: Some(file),
             dir: dir.to_path_buf(),
@@ -232,11 +244,12 @@ impl StateLock {
 
 impl Drop for StateLock {
     fn drop(&mut self) {
-        // Unlock (close) first, then forget it: a waiting open sees it ours until free.
-        drop(self.file.take());
         let mut here = LOCKED_HERE.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = here.iter().position(|d| *d == self.dir) {
-            here.swap_remove(i);
+        drop(self.file.take());
+        for (d, released) in here.iter_mut() {
+            if *d == self.dir {
+                *released = Some(std::time::Instant::now());
+            }
         }
     }
 }
