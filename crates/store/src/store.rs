@@ -197,6 +197,12 @@ const SAME_PROCESS_RELEASE_WAIT: std::time::Duration = std::time::Duration::from
 /// moment holds a copy of the descriptor, and so the lock, until its `exec`.
 const RECENT_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// Whether a [`LOCKED_HERE`] entry's lock is held, or was released within
+/// [`RECENT_RELEASE`].
+fn held_or_lately(released: &Option<std::time::Instant>) -> bool {
+    released.is_none_or(|t| t.elapsed() < RECENT_RELEASE)
+}
+
 /// The state directory's `flock`, and its entry in [`LOCKED_HERE`] while held.
 struct StateLock {
     file: Option<File>,
@@ -220,15 +226,13 @@ impl StateLock {
                 let mut here = LOCKED_HERE.lock().unwrap_or_else(|e| e.into_inner());
                 // SAFETY: flock on a descriptor we own.
                 if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                    here.retain(|(d, released)| {
-                        d != dir && released.is_none_or(|t| t.elapsed() < RECENT_RELEASE)
-                    });
+                    here.retain(|(d, released)| d != dir && held_or_lately(released));
                     here.push((dir.to_path_buf(), None));
                     break;
                 }
-                let ours = here.iter().any(|(d, released)| {
-                    d == dir && released.is_none_or(|t| t.elapsed() < RECENT_RELEASE)
-                });
+                let ours = here
+                    .iter()
+                    .any(|(d, released)| d == dir && held_or_lately(released));
                 if !ours || std::time::Instant::now() >= deadline {
                     return Err(OpenError::Busy(dir.to_path_buf()));
                 }
