@@ -4,8 +4,8 @@
 //!
 //! smbd runs in a process group of its own (its SIGTERM handler signals its whole group,
 //! which must not be ours), so a Ctrl-C at the terminal does not reach it: the
-//! benchmark's SIGINT/SIGTERM handler ([`install_signal_cleanup`]) stops every server
-//! registered here before the process dies.
+//! benchmark's signal handler ([`install_signal_cleanup`]: SIGINT, SIGTERM and crashes)
+//! stops every server registered here before the process dies.
 
 use std::fs;
 use std::io::Write as _;
@@ -114,14 +114,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-/// On SIGINT/SIGTERM, stops every server started here and detaches the scratch file
-/// systems, then dies of the signal as usual.
+/// On SIGINT, SIGTERM or a crash (see `scratch_fs::ENDING_SIGNALS`), stops every server
+/// started here and detaches the scratch file systems, then dies of the signal as usual.
 pub fn install_signal_cleanup() {
-    let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    unsafe {
-        libc::signal(libc::SIGINT, h);
-        libc::signal(libc::SIGTERM, h);
-    }
+    crate::cmd::scratch_fs::install_cleanup_handler(on_signal);
 }
 
 /// SIGTERM, then SIGKILL after 5 s.
