@@ -20,6 +20,7 @@ pub mod operator;
 mod opsapi;
 mod orphan;
 mod placement;
+mod scan;
 mod store;
 pub mod stub;
 mod tier;

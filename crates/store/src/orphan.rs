@@ -95,15 +95,23 @@ impl Store {
     /// Remove the orphan copies no open file holds, on every tier (all of them at open),
     /// and orphan directories left empty. Call with the namespace lock held.
     pub(crate) fn clean_orphans(&self, ns: &Namespace, report: &mut FsckReport) {
+        // Usually no tier has one: then skip the pass over every file of the index.
+        let dirs: Vec<crate::longpath::BackingPath> = self
+            .tiers
+            .iter()
+            .map(|t| t.backing(Path::new(ORPHAN_DIR)))
+            .collect();
+        if !dirs.iter().any(|d| d.symlink_metadata().is_ok()) {
+            return;
+        }
         let mut held: HashSet<(u8, PathBuf)> = HashSet::new();
         for f in ns.files.values() {
             if let Some(rel) = f.state.orphan_path() {
                 held.insert((f.state.tier(), rel));
             }
         }
-        for (ti, tier) in self.tiers.iter().enumerate() {
-            let dir = tier.backing(Path::new(ORPHAN_DIR));
-            let Ok(rd) = std::fs::read_dir(&dir) else {
+        for (ti, dir) in dirs.iter().enumerate() {
+            let Ok(rd) = std::fs::read_dir(dir) else {
                 continue;
             };
             for e in rd.flatten() {
@@ -124,7 +132,7 @@ impl Store {
                     }
                 }
             }
-            let _ = std::fs::remove_dir(&dir);
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

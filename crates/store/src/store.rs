@@ -15,6 +15,7 @@ use crate::stub::{StubFiller, StubState};
 use crate::tier::{RootChange, Tier};
 use crate::types::{FileAttr, FileKind, Ino, ROOT_INO};
 use crate::util;
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
@@ -23,6 +24,8 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::scan;
 
 /// Prefix of kaiso's own temporary names inside tier directories (never shown).
 pub(crate) const TEMP_PREFIX: &str = ".kaiso-tmp-";
@@ -256,6 +259,24 @@ impl Drop for StateLock {
             }
         }
     }
+}
+
+/// Database meta key: how many files the last scan indexed (a size hint for the next).
+const SCAN_FILES_KEY: &str = "scan_files";
+
+/// Threads that list tier directories during a scan, besides the one merging their
+/// listings: one per core, at least 2 (a walk also waits on the disk), at most 8.
+/// `KAISO_SCAN_THREADS` overrides it (0: the merging thread lists every directory).
+fn scan_threads() -> usize {
+    if let Some(n) = std::env::var("KAISO_SCAN_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        return n.min(64);
+    }
+    std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 8)
 }
 
 impl Store {
@@ -557,8 +578,25 @@ impl Store {
     /// Walk every tier into the namespace index; account usage; feed the policy.
     /// With `repair`, also rename shadowed duplicates and drop stale records (fsck).
     pub(crate) fn scan(&self, repair: bool, report: &mut FsckReport) -> Result<(), OpenError> {
+        self.scan_with(repair, report, scan_threads())
+    }
+
+    /// [`Store::scan`] with `threads` listing threads (0: this thread lists too).
+    pub(crate) fn scan_with(
+        &self,
+        repair: bool,
+        report: &mut FsckReport,
+        threads: usize,
+    ) -> Result<(), OpenError> {
         let db_dirs: HashMap<PathBuf, u64> = self.db().dirs()?.into_iter().collect();
         let remaps = self.db().remaps()?;
+        // Files the last scan found: the index is sized for them at once rather than
+        // grown (and rehashed) step by step.
+        let files_hint = self
+            .db()
+            .meta(SCAN_FILES_KEY)?
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
         let mut ns = self.ns();
         let slots = ns.slots.clone();
         let known_ids: HashSet<Ino> = ns
@@ -569,6 +607,7 @@ impl Store {
             .collect();
         // Start from a fresh index, keeping the numbers already handed out.
         let mut fresh = Namespace::new(slots.clone(), ns.next_ino);
+        fresh.files.reserve(files_hint.max(ns.files.len()));
         for (slot, bino, ino) in &remaps {
             fresh.remap.insert((*slot, *bino), *ino);
             fresh.taken.insert(*ino);
@@ -605,120 +644,149 @@ impl Store {
         let mut new_dirs: Vec<(PathBuf, Ino)> = Vec::new();
         let mut new_remaps: Vec<(u8, u64, Ino)> = Vec::new();
         let mut placed: Vec<(Ino, u64, u8)> = Vec::new();
-        for (ti, tier) in self.tiers.iter().enumerate() {
-            let ti = ti as u8;
-            let mut counted: HashSet<u64> = HashSet::new();
-            let mut stack: Vec<(PathBuf, Ino)> = vec![(PathBuf::new(), ROOT_INO)];
-            while let Some((rel, dino)) = stack.pop() {
-                // Children are reached from this directory's path (a long one is walked
-                // once per directory, not once per entry).
-                let dir = tier.backing(&rel);
-                let rd = match std::fs::read_dir(&dir) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::warn!(tier = %tier.cfg.name, path = %rel.display(), error = %e, "cannot list directory");
-                        continue;
-                    }
-                };
-                for ent in rd.flatten() {
-                    let name = ent.file_name();
-                    let child = rel.join(&name);
-                    let full = dir.join(&name);
-                    if rel.as_os_str().is_empty() && name == crate::orphan::ORPHAN_DIR {
-                        // Hidden copies of open files with no name (`clean_orphans`).
-                        continue;
-                    }
-                    if util::name_bytes(&name).starts_with(TEMP_PREFIX.as_bytes()) {
-                        // Interrupted move leftovers: the journal recovery already decided
-                        // which copy is authoritative, so these are garbage.
-                        if std::fs::remove_file(&full).is_ok() {
-                            report.temp_removed += 1;
-                        }
-                        continue;
-                    }
-                    let st = match util::lstat(&full) {
-                        Ok(s) => s,
-                        Err(_) => continue,
-                    };
-                    let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
-                    let existing = fresh.child(dino, &name);
-                    if is_dir {
-                        match existing {
-                            Some(e) if fresh.is_dir(e) => {
-                                stack.push((child, e));
-                            }
-                            Some(_) => {
-                                report.conflicts += 1;
-                                self.conflict(repair, ti, &child);
-                            }
-                            None => {
-                                let ino = match fresh.dir_ids.get(&child) {
-                                    Some(i) => *i,
-                                    None => {
-                                        let i = fresh.alloc_ino();
-                                        new_dirs.push((child.clone(), i));
-                                        i
-                                    }
-                                };
-                                fresh.add_dir(ino, dino, &name, child.clone(), false);
-                                report.dirs_seen += 1;
-                                stack.push((child, ino));
-                            }
-                        }
-                        continue;
-                    }
-                    if existing.is_some() {
-                        report.conflicts += 1;
-                        self.conflict(repair, ti, &child);
-                        continue;
-                    }
-                    let bino = st.st_ino;
-                    let ino = match fresh.file_ino(ti, bino) {
-                        Assigned::Known(i) => i,
-                        Assigned::NewRemap(i, slot, b) => {
-                            new_remaps.push((slot, b, i));
-                            i
-                        }
-                    };
-                    if fresh.remap.get(&(slots[ti as usize], bino)) == Some(&ino) {
-                        seen_remaps.insert(ino);
-                    }
-                    let kind = FileKind::from_mode(st.st_mode);
-                    let size = st.st_size as u64;
-                    let is_new_node = !fresh.files.contains_key(&ino);
-                    if let Some(f) = fresh.files.get(&ino) {
-                        if f.tier != ti {
-                            // Same inode number from two tiers cannot happen; keep the first.
-                            report.conflicts += 1;
+        // Worker threads list the tier directories; this thread merges the listings into
+        // the index in the order of a serial depth-first walk, tier by tier (crate::scan).
+        let roots: Vec<PathBuf> = self.tiers.iter().map(|t| t.root.clone()).collect();
+        scan::Walk::run(&roots, threads, |walk| {
+            for (ti, tier) in self.tiers.iter().enumerate() {
+                let ti = ti as u8;
+                let mut counted: HashSet<u64> = HashSet::new();
+                // (directory, its number, the job listing it on this tier)
+                let mut stack: Vec<(PathBuf, Ino, scan::JobId)> =
+                    vec![(PathBuf::new(), ROOT_INO, ti as scan::JobId)];
+                while let Some((rel, dino, job)) = stack.pop() {
+                    let entries = match walk.take(job) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            tracing::warn!(tier = %tier.cfg.name, path = %rel.display(), error = %e, "cannot list directory");
                             continue;
                         }
+                    };
+                    // The names of one listing are unique: in a directory with no names
+                    // yet (its first copy) none needs looking up.
+                    let first_copy = fresh.dirs.get(&dino).is_some_and(|d| d.children.is_empty());
+                    let existing = |fresh: &Namespace, name: &OsString| {
+                        if first_copy {
+                            None
+                        } else {
+                            fresh.child(dino, name)
+                        }
+                    };
+                    // File names go into the directory at the end, in one go.
+                    let mut names: Vec<(OsString, Ino)> = Vec::with_capacity(entries.len());
+                    for scan::Entry { name, kind } in entries {
+                        let (mode, bino, size, nlink) = match kind {
+                            scan::EntryKind::Temp => {
+                                // Interrupted move leftovers: the journal recovery already
+                                // decided which copy is authoritative, so these are garbage.
+                                if std::fs::remove_file(&*tier.backing(&rel).join(&name)).is_ok() {
+                                    report.temp_removed += 1;
+                                }
+                                continue;
+                            }
+                            scan::EntryKind::Dir(job) => {
+                                let child = rel.join(&name);
+                                match existing(&fresh, &name) {
+                                    Some(e) if fresh.is_dir(e) => {
+                                        stack.push((child, e, job));
+                                    }
+                                    Some(_) => {
+                                        report.conflicts += 1;
+                                        self.conflict(repair, ti, &child);
+                                        walk.skip(job);
+                                    }
+                                    None => {
+                                        let ino = match fresh.dir_ids.get(&child) {
+                                            Some(i) => *i,
+                                            None => {
+                                                let i = fresh.alloc_ino();
+                                                new_dirs.push((child.clone(), i));
+                                                i
+                                            }
+                                        };
+                                        fresh.add_dir(ino, dino, &name, child.clone(), false);
+                                        report.dirs_seen += 1;
+                                        stack.push((child, ino, job));
+                                    }
+                                }
+                                continue;
+                            }
+                            scan::EntryKind::Other {
+                                mode,
+                                ino,
+                                size,
+                                nlink,
+                            } => (mode, ino, size, nlink),
+                        };
+                        if existing(&fresh, &name).is_some() {
+                            report.conflicts += 1;
+                            self.conflict(repair, ti, &rel.join(&name));
+                            continue;
+                        }
+                        let ino = match fresh.file_ino(ti, bino) {
+                            Assigned::Known(i) => i,
+                            Assigned::NewRemap(i, slot, b) => {
+                                new_remaps.push((slot, b, i));
+                                i
+                            }
+                        };
+                        if fresh.remap.get(&(slots[ti as usize], bino)) == Some(&ino) {
+                            seen_remaps.insert(ino);
+                        }
+                        let kind = FileKind::from_mode(mode);
+                        match fresh.files.entry(ino) {
+                            MapEntry::Occupied(mut o) => {
+                                let f = o.get_mut();
+                                if f.tier != ti {
+                                    // Same inode number from two tiers cannot happen; keep
+                                    // the first.
+                                    report.conflicts += 1;
+                                    continue;
+                                }
+                                // Another link of a file seen already.
+                                if !f.names.iter().any(|(p, n)| *p == dino && *n == name) {
+                                    f.names.push((dino, name.clone()));
+                                }
+                            }
+                            MapEntry::Vacant(v) => {
+                                let state = match ns.files.get(&ino) {
+                                    Some(old) => {
+                                        old.state.size.store(size, Ordering::Relaxed);
+                                        old.state.tier.store(ti, Ordering::Relaxed);
+                                        old.state.clone()
+                                    }
+                                    None => FileState::new(ino, ti, size),
+                                };
+                                v.insert(FileNode {
+                                    kind,
+                                    tier: ti,
+                                    bino,
+                                    names: vec![(dino, name.clone())],
+                                    state,
+                                    lookups: 0,
+                                });
+                                report.files_seen += 1;
+                                if !known_ids.contains(&ino) && repair {
+                                    report.adopted += 1;
+                                }
+                                if kind == FileKind::File && (nlink <= 1 || counted.insert(bino)) {
+                                    used[ti as usize] += size;
+                                    placed.push((ino, size, ti));
+                                }
+                            }
+                        }
+                        names.push((name, ino));
                     }
-                    let old_state = ns.files.get(&ino).map(|f| f.state.clone());
-                    fresh.add_file_name(ino, dino, &name, || FileNode {
-                        kind,
-                        tier: ti,
-                        bino,
-                        names: Vec::new(),
-                        state: old_state.unwrap_or_else(|| FileState::new(ino, ti, size)),
-                        lookups: 0,
-                    });
-                    if is_new_node {
-                        report.files_seen += 1;
-                        if !known_ids.contains(&ino) && repair {
-                            report.adopted += 1;
-                        }
-                        if kind == FileKind::File && (st.st_nlink <= 1 || counted.insert(bino)) {
-                            used[ti as usize] += size;
-                            placed.push((ino, size, ti));
-                        }
-                        if let Some(f) = fresh.files.get(&ino) {
-                            f.state.size.store(size, Ordering::Relaxed);
-                            f.state.tier.store(ti, Ordering::Relaxed);
+                    if let Some(d) = fresh.dirs.get_mut(&dino) {
+                        if d.children.is_empty() {
+                            d.children = names.into_iter().collect();
+                        } else {
+                            d.children.extend(names);
                         }
                     }
                 }
             }
-        }
+        });
         // Keep lookup counts and stub marks of directories that survived.
         for (ino, d) in ns.dirs.iter() {
             if let Some(nd) = fresh.dirs.get_mut(ino) {
@@ -762,6 +830,7 @@ impl Store {
                 report.dropped += 1;
             }
             db.set_meta("next_ino", &fresh.next_ino.to_string())?;
+            db.set_meta(SCAN_FILES_KEY, &fresh.files.len().to_string())?;
             tx.commit()?;
         }
         fresh.next_ino_dirty = false;
