@@ -1518,6 +1518,18 @@ impl Store {
     /// are written, so a crash between the write and the restore of the mtime is undone
     /// at the next start ([`Store::open`]). Writes do not change the atime.
     pub fn stub_write_counted(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<u64> {
+        self.stub_write_completing(ino, offset, data)
+            .map(|w| w.written)
+    }
+
+    /// [`Store::stub_write_counted`], also telling what the migration's `finish` needs to
+    /// tell a client's change from a damaged copy (see [`StubWrite`]).
+    pub(crate) fn stub_write_completing(
+        &self,
+        ino: Ino,
+        offset: u64,
+        data: &[u8],
+    ) -> FsResult<StubWrite> {
         let state = {
             let ns = self.ns();
             ns.files.get(&ino).ok_or(FsError::NOENT)?.state.clone()
@@ -1615,7 +1627,7 @@ impl Store {
         barrier: &FetchBarrier,
         offset: u64,
         data: &[u8],
-    ) -> FsResult<u64> {
+    ) -> FsResult<StubWrite> {
         // Exclusively, from reading the times to keep until they are back on: a client's
         // write, truncate or utimens (each under the gate shared, with its
         // `stub_client_change`) lands before the times are read or after they are put
@@ -1655,8 +1667,9 @@ impl Store {
             None => (Vec::new(), None),
         };
         if pieces.is_empty() {
-            return Ok(0);
+            return Ok(StubWrite::default());
         }
+        let client_changed = pending.is_none();
         let times = match pending {
             Some(t) => t,
             None => {
@@ -1714,7 +1727,7 @@ impl Store {
         // Marked before the change can be seen (a client may write over these bytes as
         // soon as they are marked present, then fsync) and again once the row is written.
         state.mark_unsynced(STUB_ROW_CHANGED);
-        let (missing, times) = {
+        let (missing, times, completed_ctime) = {
             let mut s = state.stub.lock().unwrap_or_else(|e| e.into_inner());
             match s.as_mut() {
                 Some(st) => {
@@ -1723,18 +1736,28 @@ impl Store {
                     }
                     let m = st.missing.clone();
                     let t = st.times;
+                    let mut ctime = None;
                     if m.is_empty() {
+                        // After the store's last change to the file, before it stops
+                        // being a stub (no client can change it in between).
+                        ctime = util::fstat(&f)
+                            .ok()
+                            .map(|x| util::ts(x.st_ctime, x.st_ctime_nsec));
                         *s = None;
                     }
-                    (m, t)
+                    (m, t, ctime)
                 }
-                None => (Vec::new(), None),
+                None => (Vec::new(), None, None),
             }
         };
         let r = self.db().set_stub(ino, false, &missing, times);
         state.mark_unsynced(STUB_ROW_CHANGED);
         r?;
-        Ok(written)
+        Ok(StubWrite {
+            written,
+            client_changed,
+            completed_ctime,
+        })
     }
 
     /// Run `hook` inside every [`Store::stub_write`] made on the calling thread, with the
@@ -1761,6 +1784,20 @@ fn run_stub_resolve_hook(ino: Ino) {
 /// Whether the calling thread does background work ([`Store::mark_background_thread`]).
 fn on_background_thread() -> bool {
     BACKGROUND_THREAD.with(|b| b.get())
+}
+
+/// What [`Store::stub_write_completing`] wrote and found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StubWrite {
+    /// Bytes written (what was still missing).
+    pub written: u64,
+    /// The file had no pending times: a client changed it (write, truncate, new times)
+    /// since the last fetch into it, or its row predates pending times.
+    pub client_changed: bool,
+    /// This write completed the file: its backing file's ctime right after the store's
+    /// last change to it (data, then mtime restored), taken before the file stopped being
+    /// a stub. A later change by anyone (client, tier move) gives another ctime.
+    pub completed_ctime: Option<std::time::SystemTime>,
 }
 
 /// Largest piece of a fetched unit written to a stub file in one `write(2)` (see

@@ -41,7 +41,7 @@ use super::source::{
 use super::state::{MigrationDb, Progress, StubKind, StubRow};
 use crate::Store;
 use crate::error::{FsError, FsResult};
-use crate::stub::{DirFillGate, StubEntry, StubFiller, StubState};
+use crate::stub::{BackingIdentity, DirFillGate, Stamp, StubEntry, StubFiller, StubState};
 use crate::types::{Caller, FileKind, Ino, ROOT_INO, SetAttr, TimeSet};
 use kaiso_policy::crawl::CrawlOrder;
 
@@ -102,6 +102,38 @@ pub struct Counters {
 thread_local! {
     /// Set on crawler threads, so their fetches yield to demand fetches and are throttled.
     static CRAWLER_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// What this thread holds that a client may wait for (a directory's fill gate, a
+    /// file's metadata gate, a unit claim): a crawler thread holding any never waits for
+    /// demand (the demand could be waiting for it).
+    static HOLDING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one thing held by this thread (see `HOLDING`) while alive.
+struct Holding;
+
+impl Holding {
+    fn new() -> Self {
+        HOLDING.with(|h| h.set(h.get() + 1));
+        Holding
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        HOLDING.with(|h| h.set(h.get().saturating_sub(1)));
+    }
+}
+
+/// A client's source call (data unit, listing, metadata) in flight while alive: the
+/// crawler's own calls wait meanwhile (see [`Migration::crawler_yield`]).
+pub(crate) struct Demand<'a>(Option<&'a AtomicUsize>);
+
+impl Drop for Demand<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.0 {
+            n.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 pub(crate) fn mark_crawler_thread() {
@@ -213,7 +245,11 @@ pub struct Migration {
     /// their creation on (their rows reach the database only with their listing's chunk).
     /// Held across the "is there an anchor?" check and the creation, so two workers
     /// listing two directories of one link group at once agree on one anchor.
-    anchor_claims: Mutex<HashMap<u64, Ino>>,
+    /// With the anchor's backing identity, checked before a link is made to it.
+    anchor_claims: Mutex<HashMap<u64, AnchorClaim>>,
+    /// What this process's fetches into each file found (see [`FetchTrack`]), until its
+    /// completion is recorded.
+    fetch_tracks: Mutex<HashMap<Ino, FetchTrack>>,
     /// This migration, for read-ahead threads.
     me: Weak<Migration>,
     /// One metadata copy (dummy → partial) per file at a time.
@@ -222,6 +258,24 @@ pub struct Migration {
     units: UnitClaims,
     /// When completions last group-committed (see `group_commit_due`).
     last_group_commit: Mutex<Instant>,
+}
+
+/// A hard-link anchor: the store inode of the group's first link, and its backing
+/// identity (if known).
+type AnchorClaim = (Ino, Option<Vec<u8>>);
+
+/// What the fetches into one file found, for its completion record: `finish` may fetch a
+/// completed file again over a copy that differs from the source only if no client can
+/// have changed it, which the tier file's ctime tells once the copy is complete — if the
+/// ctime recorded then is the one right after the fetch that completed it and no client
+/// changed the file while it was a stub.
+struct FetchTrack {
+    src: SourcePath,
+    /// Every fetch into the file was made by this process, from the first (the file was
+    /// wholly missing then), and none found a client change before it.
+    clean: bool,
+    /// The tier file's ctime right after the completing fetch.
+    completed_ctime: Option<SystemTime>,
 }
 
 /// Units being fetched, by (file, unit start). A fetch of a unit claims it first: a
@@ -239,6 +293,7 @@ pub(crate) struct UnitClaim<'a> {
     claims: &'a UnitClaims,
     ino: Ino,
     at: u64,
+    _held: Holding,
 }
 
 impl UnitClaims {
@@ -258,6 +313,7 @@ impl UnitClaims {
             claims: self,
             ino,
             at,
+            _held: Holding::new(),
         }
     }
 
@@ -272,6 +328,7 @@ impl UnitClaims {
             claims: self,
             ino,
             at,
+            _held: Holding::new(),
         })
     }
 
@@ -436,6 +493,7 @@ impl Migration {
             last_group_commit: Mutex::new(Instant::now()),
             listings: ListingCache::default(),
             anchor_claims: Mutex::new(HashMap::new()),
+            fetch_tracks: Mutex::new(HashMap::new()),
             pending: Mutex::default(),
             pending_added: Condvar::new(),
             commit_lock: Mutex::new(()),
@@ -477,6 +535,7 @@ impl Migration {
                         minsize: 0,
                         listed_size: attr.size,
                         listed_mtime_ns: ns_of(attr.mtime),
+                        ident: None,
                     }],
                     &[],
                 )
@@ -765,8 +824,10 @@ impl Migration {
     /// One row of [`Migration::reconcile`]. A row changed or gone since it was read is
     /// left alone by every step (they look at the current row).
     fn reconcile_row(&self, store: &Store, row: &StubRow, after_crash: bool) -> FsResult<()> {
-        // An object with no name left is gone, even if a handle still holds it.
-        let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0);
+        // An object with no name left is gone, even if a handle still holds it; so is one
+        // whose number another file holds now.
+        let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0)
+            && !replaced(store, row.ino, row.ident.as_deref());
         let state = store.stub_state(row.ino);
         if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
             // Crashed after its entries were all created and it was marked listed,
@@ -785,7 +846,7 @@ impl Migration {
         };
         if !exists {
             self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
-        } else if done && let Err(e) = self.complete(row) {
+        } else if done && let Err(e) = self.complete(store, row) {
             // The source is unreachable now: the row stays for the crawl.
             tracing::warn!("{}: completion left to the crawl: {e}", row.src_path);
         }
@@ -798,19 +859,26 @@ impl Migration {
     pub(crate) fn forget_if_gone(&self, store: &Store, ino: Ino) -> FsResult<()> {
         // Which object this is, read before looking at the store: once it is gone the
         // store may hand its inode number to a new object at any moment.
-        let src = match self.db.get(ino).map_err(io)? {
-            Some(row) => row.src_path,
-            None => match self.db.done_path(ino).map_err(io)? {
-                Some(p) => p,
+        let (src, ident) = match self.db.get(ino).map_err(io)? {
+            Some(row) => (row.src_path, row.ident),
+            None => match self.db.done_row(ino).map_err(io)? {
+                Some(d) => (d.src_path, d.ident),
                 None => return Ok(()),
             },
         };
+        // A new file may hold the number already (the store dropped its lock before
+        // telling us): then the file of the row is gone too.
         let gone = store
             .getattr(ino, None)
             .map(|a| a.nlink == 0)
-            .unwrap_or(true);
+            .unwrap_or(true)
+            || replaced(store, ino, ident.as_deref());
         if gone {
             self.after_read
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&ino);
+            self.fetch_tracks
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&ino);
@@ -1067,14 +1135,29 @@ impl Migration {
         let mut claims = (a.kind == SrcKind::Regular && self.may_be_hard_link(a))
             .then(|| self.anchor_claims.lock().unwrap_or_else(|e| e.into_inner()));
         // Every anchor this process made is claimed; older ones are in the database.
-        let known_anchor = || -> FsResult<Option<Ino>> {
+        let known_anchor = || -> FsResult<Option<AnchorClaim>> {
             match claims.as_ref().and_then(|c| c.get(&a.ino)) {
-                Some(&ino) => Ok(Some(ino)),
+                Some(claim) => Ok(Some(claim.clone())),
                 None => self.db.anchor(a.ino).map_err(io),
             }
         };
+        let mut anchor = None;
         if claims.is_some()
-            && let Some(anchor) = known_anchor()?
+            && let Some((ino, ident)) = known_anchor()?
+        {
+            if replaced(store, ino, ident.as_deref()) {
+                // The anchor's file is gone and a new file holds its number: no link to
+                // that one; this path becomes the group's new anchor.
+                tracing::warn!(ino, src = %src, "hard-link anchor of a removed file dropped");
+                self.db.drop_anchor(a.ino, ino).map_err(io)?;
+                if let Some(c) = claims.as_mut() {
+                    c.remove(&a.ino);
+                }
+            } else {
+                anchor = Some(ino);
+            }
+        }
+        if let Some(anchor) = anchor
             && store.getattr(anchor, None).is_ok()
         {
             return match store.link(anchor, parent, name) {
@@ -1114,6 +1197,10 @@ impl Migration {
             unlisted: a.kind == SrcKind::Directory,
         };
         let ino = store.stub_create(parent, name, &entry)?;
+        // Which file the rows are for: its number may go to another file once it is gone.
+        let ident = (a.kind == SrcKind::Regular)
+            .then(|| file_identity(store, ino))
+            .flatten();
         self.copy_dos_attributes(store, ino, src, a);
         if matches!(a.kind, SrcKind::Regular | SrcKind::Directory)
             && self.db.get(ino).map_err(io)?.is_none()
@@ -1177,12 +1264,13 @@ impl Migration {
                 minsize: 0,
                 listed_size: a.size,
                 listed_mtime_ns: ns_of(a.mtime),
+                ident: None,
             }),
             SrcKind::Regular => {
                 if let Some(claims) = claims.as_mut() {
                     // Stored with the rows (same transaction), never before them.
                     new_anchors.push((a.ino, ino));
-                    claims.insert(a.ino, ino);
+                    claims.insert(a.ino, (ino, ident.clone()));
                 }
                 Some(StubRow {
                     ino,
@@ -1192,6 +1280,7 @@ impl Migration {
                     minsize: a.size,
                     listed_size: a.size,
                     listed_mtime_ns: ns_of(a.mtime),
+                    ident,
                 })
             }
             _ => {
@@ -1347,11 +1436,19 @@ impl Migration {
         if row.kind != StubKind::DummyFile {
             return Ok(());
         }
+        // A client's metadata fetch goes first; the crawler's waits for it (bounded).
+        let _demand = self.demand();
+        self.crawler_yield();
         let Some(_copying) = self.meta_gate.enter(row.ino) else {
             return Ok(()); // this thread's own copy came back here
         };
+        let _held = Holding::new();
         match self.db.get(row.ino).map_err(io)? {
-            Some(cur) if cur.kind == StubKind::DummyFile && cur.src_path == row.src_path => {}
+            Some(cur) if cur.kind == StubKind::DummyFile && cur.src_path == row.src_path => {
+                if self.row_outlived_its_file(store, &cur)? {
+                    return Ok(());
+                }
+            }
             _ => return Ok(()),
         }
         self.copy_metadata(store, row.ino, &row.src_path);
@@ -1359,7 +1456,7 @@ impl Migration {
             .set_kind(row.ino, StubKind::PartialFile)
             .map_err(io)?;
         if store.stub_state(row.ino).missing.is_empty() {
-            self.complete(row)?;
+            self.complete(store, row)?;
         }
         Ok(())
     }
@@ -1368,7 +1465,7 @@ impl Migration {
     /// `finish` with the size and mtime the source listed, so `finish` verifies it only
     /// if the destination still looks like that (a client that wrote or truncated it
     /// changed the mtime: counted as modified, not compared).
-    fn complete(&self, row: &StubRow) -> FsResult<()> {
+    fn complete(&self, store: &Store, row: &StubRow) -> FsResult<()> {
         let ino = row.ino;
         let after_read = self
             .after_read
@@ -1377,12 +1474,28 @@ impl Migration {
             .remove(&ino)
             .filter(|(p, _)| *p == row.src_path)
             .map(|(_, a)| a);
+        let track = self
+            .fetch_tracks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&ino)
+            .filter(|t| t.src == row.src_path);
         match self.db.get(ino).map_err(io)? {
-            Some(cur) if cur.src_path == row.src_path => {}
+            Some(cur) if cur.src_path == row.src_path => {
+                if self.row_outlived_its_file(store, &cur)? {
+                    return Ok(());
+                }
+            }
             // Completed or given up by someone else already, or (different source path)
             // a new object that got the inode number of a deleted one: not ours.
             _ => return Ok(()),
         }
+        // The ctime `finish` compares with: only one this process saw right after a fetch
+        // completed the file, with no client change before it.
+        let ctime_ns = track
+            .filter(|t| t.clean)
+            .and_then(|t| t.completed_ctime)
+            .map(ns_since_epoch);
         // Unreachable: the data is here, but whether the source kept still is not known.
         // EIO, and the row stays: the crawl reports it and completes it once the source
         // answers.
@@ -1394,7 +1507,7 @@ impl Migration {
                     .map_err(io)?;
                 None
             }
-            None => Some((row.listed_size, row.listed_mtime_ns)),
+            None => Some((row.listed_size, row.listed_mtime_ns, ctime_ns)),
         };
         // Row removal, counter and completion record: one transaction.
         if self.db.complete(ino, &row.src_path, done).map_err(io)? {
@@ -1535,6 +1648,10 @@ impl Migration {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&ino);
+                self.fetch_tracks
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&ino);
                 self.db.remove(ino).map_err(io)?;
                 Ok(())
             }
@@ -1570,7 +1687,7 @@ impl Migration {
             at += unit;
         }
         if store.stub_state(row.ino).missing.is_empty() {
-            self.complete(row)?;
+            self.complete(store, row)?;
         }
         Ok(())
     }
@@ -1639,11 +1756,7 @@ impl Migration {
         // for this unit (see `crawl_admission`): nothing sleeps here, under the file's
         // fill lock, where a client's read of the same file would wait behind it.
         let crawler = on_crawler_thread();
-        if !crawler {
-            self.counters
-                .demand_in_flight
-                .fetch_add(1, Ordering::AcqRel);
-        }
+        let demand = self.demand();
         // One source read covers every missing piece of the unit; nothing at or past
         // `minsize` is read (those bytes were cut by a client truncate: zeros here).
         let from = missing.iter().map(|m| m.0).min().unwrap_or(at);
@@ -1657,11 +1770,7 @@ impl Migration {
         } else {
             Ok((0, None))
         };
-        if !crawler {
-            self.counters
-                .demand_in_flight
-                .fetch_sub(1, Ordering::AcqRel);
-        }
+        drop(demand);
         let got = match result {
             Ok((n, attr)) => {
                 if let Some(a) = attr {
@@ -1690,16 +1799,26 @@ impl Migration {
         // What the source did not give (past `minsize`, or a source shorter than listed)
         // is written as zeros.
         data[got..].fill(0);
+        self.track_fetch(store, row);
         let written = missing.iter().try_for_each(|&(s, e)| -> FsResult<()> {
             // One call per missing range: the store writes it in pieces itself.
             // Counts only what was still missing when written (a client may have
             // written or truncated meanwhile).
-            let n = store.stub_write_counted(
+            let w = store.stub_write_completing(
                 row.ino,
                 s,
                 &data[(s - from) as usize..(e - from) as usize],
             )?;
-            self.counters.bytes_fetched.fetch_add(n, Ordering::Relaxed);
+            self.counters
+                .bytes_fetched
+                .fetch_add(w.written, Ordering::Relaxed);
+            if w.client_changed || w.completed_ctime.is_some() {
+                let mut tracks = self.fetch_tracks.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = tracks.get_mut(&row.ino).filter(|t| t.src == row.src_path) {
+                    t.clean &= !w.client_changed;
+                    t.completed_ctime = w.completed_ctime.or(t.completed_ctime);
+                }
+            }
             Ok(())
         });
         self.buffers.give(buffer);
@@ -1712,6 +1831,52 @@ impl Migration {
         Ok(())
     }
 
+    /// Starts tracking the fetches into `row`'s file (see [`FetchTrack`]) at the first
+    /// of them in this process: clean only if the file is wholly missing then (no earlier
+    /// fetch, by a process whose findings are lost, wrote any of it).
+    fn track_fetch(&self, store: &Store, row: &StubRow) {
+        let mut tracks = self.fetch_tracks.lock().unwrap_or_else(|e| e.into_inner());
+        if tracks.get(&row.ino).is_some_and(|t| t.src == row.src_path) {
+            return;
+        }
+        let missing = store.stub_state(row.ino).missing;
+        let whole = store
+            .getattr(row.ino, None)
+            .is_ok_and(|a| missing == [(0, a.size)]);
+        tracks.insert(
+            row.ino,
+            FetchTrack {
+                src: row.src_path.clone(),
+                clean: whole,
+                completed_ctime: None,
+            },
+        );
+    }
+
+    /// Whether `row` (the current row of its inode) was made for a file that is gone,
+    /// its number now another file's (see [`replaced`]): then the row is dropped, and the
+    /// removed file counted as deleted by clients; nothing of it applies to the new file.
+    fn row_outlived_its_file(&self, store: &Store, row: &StubRow) -> FsResult<bool> {
+        if !replaced(store, row.ino, row.ident.as_deref()) {
+            return Ok(false);
+        }
+        tracing::warn!(
+            ino = row.ino,
+            src = %row.src_path,
+            "migration row of a removed file dropped: its inode number now belongs to another file"
+        );
+        self.after_read
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&row.ino);
+        self.fetch_tracks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&row.ino);
+        self.db.forget_object(row.ino, &row.src_path).map_err(io)?;
+        Ok(true)
+    }
+
     /// Admits the crawler's next data unit of `bytes` missing bytes: waits while demand
     /// fetches are in flight, then for the crawl's bandwidth budget. Called by the
     /// crawler before it enters the store's fill path (never under a fill lock); false
@@ -1719,6 +1884,26 @@ impl Migration {
     pub(crate) fn crawl_admission(&self, bytes: u64) -> bool {
         self.wait_for_demand();
         self.throttle_wait(bytes)
+    }
+
+    /// A client's source call of this share while alive (nothing on a crawler thread):
+    /// counted in `demand_in_flight`, which crawler calls wait for.
+    pub(crate) fn demand(&self) -> Demand<'_> {
+        if on_crawler_thread() {
+            return Demand(None);
+        }
+        let n = &self.counters.demand_in_flight;
+        n.fetch_add(1, Ordering::AcqRel);
+        Demand(Some(n))
+    }
+
+    /// On a crawler thread about to make a listing or metadata call to the source, and
+    /// holding nothing a client may wait for: waits while clients' calls are in flight
+    /// (bounded, see `wait_for_demand`). One atomic load when no client is active.
+    pub(crate) fn crawler_yield(&self) {
+        if on_crawler_thread() && HOLDING.with(|h| h.get()) == 0 {
+            self.wait_for_demand();
+        }
     }
 
     /// Crawler fetches wait while demand fetches are in flight (bounded: never starve).
@@ -1775,6 +1960,60 @@ const SOURCE_IDENTITY: &str = "source_identity";
 
 /// The state database's file name inside a share's state directory.
 const DB_FILE: &str = "migrate.db";
+
+/// The backing identity of file `ino` now, encoded (see [`BackingIdentity`]); `None`
+/// for what is not a file of the store or lives on a file system without a stamp.
+pub(crate) fn file_identity(store: &Store, ino: Ino) -> Option<Vec<u8>> {
+    let (path, slot) = {
+        let ns = store.ns();
+        let f = ns.files.get(&ino)?;
+        let rel = ns.file_path(ino)?;
+        (
+            store.tiers[f.tier as usize].backing(&rel),
+            ns.slots[f.tier as usize],
+        )
+    };
+    // Birth time where the file system has one (one `statx`), else the generation.
+    let probe = |stamp| BackingIdentity {
+        slot,
+        bino: 0,
+        stamp,
+    };
+    let (bino, stamp) = probe(Stamp::Birth(0, 0))
+        .current(&path)
+        .or_else(|| probe(Stamp::Generation(0)).current(&path))?;
+    Some(BackingIdentity { slot, bino, stamp }.encode())
+}
+
+/// Whether the file holding number `ino` now is certainly another than the one whose
+/// identity `ident` a row recorded: same tier slot and backing inode number, another
+/// birth time or generation — the row's file is gone and the file system gave its
+/// number to a new one. Unknown identities, and files found elsewhere (moved to another
+/// tier: the number followed them), are taken as the same.
+pub(crate) fn replaced(store: &Store, ino: Ino, ident: Option<&[u8]>) -> bool {
+    let Some(id) = ident.and_then(BackingIdentity::decode) else {
+        return false;
+    };
+    let (slot, bino, path) = {
+        let ns = store.ns();
+        let (Some(f), Some(rel)) = (ns.files.get(&ino), ns.file_path(ino)) else {
+            return false;
+        };
+        (
+            ns.slots[f.tier as usize],
+            f.bino,
+            store.tiers[f.tier as usize].backing(&rel),
+        )
+    };
+    id.replaced_at(slot, bino, &path)
+}
+
+fn ns_since_epoch(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
 
 /// `<state_dir>/migrate/<name>`: the state directory of one share.
 fn share_dir(state_dir: &Path, name: &str) -> PathBuf {
@@ -1926,10 +2165,19 @@ impl Migrations {
 
 impl StubFiller for Migrations {
     fn fill_dir(&self, store: &Store, ino: Ino, _path: &Path) -> FsResult<()> {
+        // A client's listing is demand from the start (also while it waits for another
+        // caller's listing of the directory); a crawler's waits for clients' calls first,
+        // before it holds the directory.
+        let owner = self.owner(ino)?.map(|(m, _)| m);
+        let _demand = owner.as_ref().map(|m| m.demand());
+        if let Some(m) = &owner {
+            m.crawler_yield();
+        }
         let Some(_listing) = self.dir_gate.enter(ino) else {
             // Re-entered from this thread's own listing of `ino`: go on.
             return Ok(());
         };
+        let _held = Holding::new();
         if !store.stub_state(ino).unlisted_dir {
             // Another caller listed it while we waited.
             return Ok(());

@@ -1,14 +1,27 @@
 //! `finish`: verify the destination against the source, then remove every trace of the
 //! migration so the tiers hold plain files and nothing of the migration stays in the path.
 //!
-//! Verification covers every file copied from the source that clients have not changed
-//! since (same size and mtime as when its copy completed, before and after it is read
-//! back): its size must equal the source's and its CRC32C must equal the source's, read
-//! again from the source. Files clients modified or deleted are counted, not compared
-//! (they are legitimately different), whatever their copy state was: a deletion is
-//! counted in the migration database when the client's unlink (or rename over the file)
-//! removes its last name, as its rows go; a modification is seen here, as a size or
-//! mtime other than the source's. A source file whose size or mtime differs from
+//! Verification covers every file copied from the source whose size and mtime are still
+//! the source's (before and after it is read back): its CRC32C must equal the source's,
+//! read again from the source. Files clients modified or deleted are counted, not
+//! compared (they are legitimately different), whatever their copy state was: a deletion
+//! is counted in the migration database when the client's unlink (or rename over the
+//! file) removes its last name, as its rows go (or here, when the number is found held
+//! by another file: `Migration::row_outlived_its_file`); a modification is seen here, as
+//! a size or mtime other than the source's.
+//!
+//! **A copy is fetched again only if nobody can have changed it.** A completed file with
+//! the source's size and mtime whose bytes differ is either a damaged copy or a client's
+//! rewrite that put the mtime back (`touch -r`, `cp -p`, rsync, tar). The tier file's
+//! ctime, recorded right after the fetch that completed it (no client can set a ctime
+//! back), tells them apart: unchanged, nobody touched the file and it is fetched again;
+//! changed (a client, a tier move, a hard link made after completion) or not recorded
+//! (completed otherwise, a client change while it was a stub, a crash mid-file, a
+//! database from before), its bytes are never replaced: equal to the source's it is
+//! verified, else counted as modified by clients. The same holds for a file whose source
+//! changed after its copy completed: fetched again only if its ctime is unchanged.
+//!
+//! A source file whose size or mtime differs from
 //! what its completed copy recorded changed on the source (which should have been
 //! read-only): it is fetched again, reported as changed with both values, and neither
 //! verified nor a mismatch. Every source directory that was listed is listed
@@ -40,7 +53,9 @@ pub struct FinishReport {
     pub verified_bytes: u64,
     /// Files copied from the source (or being copied) whose size or mtime a client
     /// changed since: a write, a truncation or new times, before or after the copy
-    /// completed. Not compared with the source.
+    /// completed (not compared with the source); and files with the source's size and
+    /// mtime but other bytes that someone may have changed since their copy completed
+    /// (their ctime is not the one recorded then): kept as they are.
     pub modified_by_clients: u64,
     /// Files copied from the source (or being copied) that clients deleted during the
     /// migration, whatever their copy state then: never read, partly or wholly copied.
@@ -49,9 +64,10 @@ pub struct FinishReport {
     pub deleted_by_clients: u64,
     /// Files whose size or checksum differs from the source (finish refuses then).
     pub mismatches: Vec<String>,
-    /// Files no client modified whose bytes differed from the source's (e.g. fetched
-    /// bytes lost to a power loss after their completion was recorded): fetched again
-    /// from the source and verified again, by source path.
+    /// Files nobody changed since their copy completed (ctime as recorded then) whose
+    /// bytes differed from the source's (e.g. fetched bytes lost to a power loss after
+    /// their completion was recorded): fetched again from the source and verified again,
+    /// by source path.
     pub refetched: Vec<String>,
     /// Files that changed on the source after their copy completed (size or mtime no
     /// longer what the copy recorded): fetched again, not counted as verified. Each
@@ -120,23 +136,31 @@ fn finish_inner(
         deleted_by_clients: m.db.deleted_by_clients().map_err(|e| e.to_string())?,
         ..FinishReport::default()
     };
-    for (ino, src, size, mtime_ns) in m.db.done().map_err(|e| e.to_string())? {
-        let unchanged = || {
-            store
-                .getattr(ino, None)
-                .map(|a| a.size == size && ns_since_epoch(a.mtime) == mtime_ns)
-        };
-        match unchanged() {
+    for done in m.db.done().map_err(|e| e.to_string())? {
+        let (ino, src, size, mtime_ns) =
+            (done.ino, done.src_path.clone(), done.size, done.mtime_ns);
+        let before = match store.getattr(ino, None) {
             Err(_) => {
                 report.deleted_by_clients += 1;
                 continue;
             }
-            Ok(false) => {
-                report.modified_by_clients += 1;
-                continue;
-            }
-            Ok(true) => {}
+            Ok(a) => a,
+        };
+        if super::engine::replaced(store, ino, done.ident.as_deref()) {
+            // The file of the record is gone; another file holds its number now.
+            m.db.forget_object(ino, &src).map_err(|e| e.to_string())?;
+            report.deleted_by_clients += 1;
+            continue;
         }
+        if before.size != size || ns_since_epoch(before.mtime) != mtime_ns {
+            report.modified_by_clients += 1;
+            continue;
+        }
+        // Nobody changed the file since its copy completed: only then may it be
+        // fetched again over what it holds.
+        let untouched = done.ctime_ns == Some(ns_since_epoch(before.ctime));
+        // What it looked like when it was read back (a client may write meanwhile).
+        let mut seen = before;
         let mut outcome = verify_file(store, m, ino, &src, size, mtime_ns);
         if let Verified::Unreachable(e) = outcome {
             // Nothing can be told about this file or the rest: finish again later.
@@ -144,8 +168,26 @@ fn finish_inner(
                 "the source cannot be reached ({e}); finish again once it answers"
             ));
         }
+        if let Verified::SourceChanged(now) = &outcome
+            && !untouched
+        {
+            // The copy may hold a client's bytes: kept, the change reported.
+            let line = format!(
+                "{src}: {}; not fetched again: the copy changed here after it completed",
+                change_text((size, mtime_ns), now)
+            );
+            m.db.skip(
+                &src,
+                SourceErrorKind::Changed,
+                &format!("changed on the source after its copy completed: {line}"),
+            )
+            .map_err(|e| e.to_string())?;
+            report.changed_on_source.push(line);
+            continue;
+        }
         if let Verified::SourceChanged(now) = outcome {
-            match fetch_changed(store, m, ino, &src, (size, mtime_ns), &now) {
+            let expect = before.ctime;
+            match fetch_changed(store, m, ino, &src, (size, mtime_ns), &now, expect) {
                 Ok(Some(line)) => report.changed_on_source.push(line),
                 // A client wrote it meanwhile: legitimately different.
                 Ok(None) => report.modified_by_clients += 1,
@@ -153,22 +195,60 @@ fn finish_inner(
             }
             continue;
         }
+        if let Verified::DataDiffers(why) = &outcome
+            && !untouched
+        {
+            // Someone may have written it since its copy completed (its ctime moved, or
+            // was not recorded): its bytes are never replaced.
+            tracing::info!(
+                "{src}: {why}, with the source's size and mtime; changed since its copy completed, so kept as modified"
+            );
+            report.modified_by_clients += 1;
+            continue;
+        }
         if let Verified::DataDiffers(why) = &outcome {
-            // Same size as the source, other bytes, and no client wrote it: the copy is
-            // bad (not the source changed: its size and mtime are checked again when the
-            // fetch completes). Re-stubbed and fetched again.
+            // Same size as the source, other bytes, and nobody changed it since its copy
+            // completed (its ctime is the one recorded then): the copy is bad (not the
+            // source changed: its size and mtime are checked again when the fetch
+            // completes). Re-stubbed and fetched again.
             tracing::warn!("{src}: {why}; fetched again from the source");
-            outcome = match refetch(store, m, ino, &src, (size, mtime_ns), None) {
+            let refetched = refetch(
+                store,
+                m,
+                ino,
+                &src,
+                (size, mtime_ns),
+                None,
+                (before.ctime, done.ident.clone()),
+            );
+            outcome = match refetched {
                 Ok(()) => {
                     report.refetched.push(src.to_string());
-                    verify_file(store, m, ino, &src, size, mtime_ns)
+                    match store.getattr(ino, None) {
+                        Ok(a) if a.size == size && ns_since_epoch(a.mtime) == mtime_ns => {
+                            seen = a;
+                            verify_file(store, m, ino, &src, size, mtime_ns)
+                        }
+                        // Written by a client while it was fetched again.
+                        _ => {
+                            report.modified_by_clients += 1;
+                            continue;
+                        }
+                    }
+                }
+                Err(e) if e == CHANGED_MEANWHILE => {
+                    report.modified_by_clients += 1;
+                    continue;
                 }
                 Err(e) => Verified::Differs(format!("{why}; fetching again failed: {e}")),
             };
         }
         // A client may have written the file while it was read back: then it is
         // legitimately different, not a failed copy.
-        if !unchanged().unwrap_or(false) {
+        let still = store
+            .getattr(ino, None)
+            .is_ok_and(|a| (a.size, a.mtime, a.ctime) == (seen.size, seen.mtime, seen.ctime));
+        if !still {
             report.modified_by_clients += 1;
             continue;
         }
@@ -414,6 +494,8 @@ enum Verified {
 /// Source file `src` changed after the copy of `ino` completed (`was`: its size and
 /// mtime then; `now`: its attributes now): records the change in the skip report, fetches
 /// the file again at its new size with the source's new mtime, and checks the new copy.
+/// `expect`: the copy's ctime, which nobody changed since it completed (else it is not
+/// fetched again, see `refetch`).
 /// `Some(line for the report)`; `None` when a client wrote the file meanwhile; an error
 /// only when the source kept still and the copy still differs (or fetching failed).
 fn fetch_changed(
@@ -423,6 +505,7 @@ fn fetch_changed(
     src: &SourcePath,
     was: (u64, i64),
     now: &SourceAttr,
+    expect: std::time::SystemTime,
 ) -> Result<Option<String>, String> {
     let line = change_text(was, now);
     tracing::warn!("{src}: changed on the source after its copy completed ({line}); fetched again");
@@ -433,7 +516,14 @@ fn fetch_changed(
     )
     .map_err(|e| e.to_string())?;
     let new = (now.size, ts_ns(now.mtime));
-    if let Err(e) = refetch(store, m, ino, src, new, Some(now.mtime)) {
+    let ident =
+        m.db.done_row(ino)
+            .map_err(|e| e.to_string())?
+            .and_then(|d| d.ident);
+    if let Err(e) = refetch(store, m, ino, src, new, Some(now.mtime), (expect, ident)) {
+        if e == CHANGED_MEANWHILE {
+            return Ok(None);
+        }
         return Err(format!(
             "changed on the source ({line}); fetching again failed: {e}"
         ));
@@ -502,10 +592,15 @@ fn system_time(t: Timestamp) -> std::time::SystemTime {
     }
 }
 
+/// What [`refetch`] fails with when the file changed since it was checked.
+const CHANGED_MEANWHILE: &str = "changed by a client meanwhile; kept";
+
 /// Makes completed file `ino` a stub again, wholly missing, with its row recorded as
 /// the crawl would have it, and fetches it again (the fetch records its completion).
 /// The copy takes the source's `size` first (a file whose source changed; else it has
 /// it already) and keeps its mtime, or takes `new_mtime` (the changed source's).
+/// Only while its ctime is still `expect` (nobody changed it since it was checked; else
+/// it fails with [`CHANGED_MEANWHILE`], nothing done); `ident`: its backing identity.
 fn refetch(
     store: &Store,
     m: &Migration,
@@ -513,10 +608,14 @@ fn refetch(
     src: &SourcePath,
     (size, mtime_ns): (u64, i64),
     new_mtime: Option<Timestamp>,
+    (expect, ident): (std::time::SystemTime, Option<Vec<u8>>),
 ) -> Result<(), String> {
     let a = store
         .getattr(ino, None)
         .map_err(|e| format!("getattr: errno {}", e.errno()))?;
+    if a.ctime != expect {
+        return Err(CHANGED_MEANWHILE.into());
+    }
     let row = StubRow {
         ino,
         kind: StubKind::PartialFile,
@@ -525,6 +624,7 @@ fn refetch(
         minsize: size,
         listed_size: size,
         listed_mtime_ns: mtime_ns,
+        ident,
     };
     // The row first: a crash in between leaves a stub the next start completes.
     m.db.insert(std::slice::from_ref(&row), &[])

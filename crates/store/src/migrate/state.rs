@@ -7,9 +7,18 @@
 //! | table     | row                                                                 |
 //! |-----------|---------------------------------------------------------------------|
 //! | `stubs`   | one per object still a stub: state (dummy/partial), **source path** (derived from the parent's source path when the parent was listed, so client renames never change it), source inode, kind, `minsize` |
-//! | `anchors` | hard-link anchors: source inode → the store inode of its first link |
+//! | `anchors` | hard-link anchors: source inode → the store inode of its first link (and that file's backing identity) |
+//! | `done`    | files whose copy completed: source path, size and mtime listed, the tier file's ctime right after the completing fetch (NULL: unknown), backing identity |
 //! | `skipped` | what could not be copied and why (the bad-input report)            |
 //! | `meta`    | the remaining-stub counter, the clean-shutdown flag, the source URL, the count of files clients deleted |
+//!
+//! Rows keyed by inode number also record the **backing identity** of the file they were
+//! made for (`ident`: tier slot, backing inode number, birth time or inode generation;
+//! `crate::stub::BackingIdentity`, as the store's own stub rows): the file system hands
+//! a freed number to the next new file, and a row that outlived its file (a kill between
+//! a client's unlink and the row's removal) must not pass to it. The engine checks it
+//! before a row's state is applied (see `Migration::row_outlived_its_file`). NULL (rows
+//! from before, directories, file systems without a stamp): trusted as before.
 //!
 //! Which byte ranges of a partial file are still missing is tracked exactly by the store
 //! (its `stubs` table, through `Store::stub_state`), not here.
@@ -102,6 +111,24 @@ pub struct StubRow {
     /// matches them when its copy completes changed under us (reported, not verified).
     pub listed_size: u64,
     pub listed_mtime_ns: i64,
+    /// The backing identity of the file the row was made for (encoded
+    /// `crate::stub::BackingIdentity`), if known.
+    pub ident: Option<Vec<u8>>,
+}
+
+/// One completion record (see [`MigrationDb::complete`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DoneRow {
+    pub ino: u64,
+    pub src_path: SourcePath,
+    /// Size and mtime (ns) the source listed, which the copy has.
+    pub size: u64,
+    pub mtime_ns: i64,
+    /// The tier file's ctime (ns) right after the fetch that completed it; `None` when
+    /// not known (completed otherwise, or a client changed it while it was a stub, or a
+    /// database from before): `finish` then never fetches it again over what it holds.
+    pub ctime_ns: Option<i64>,
+    pub ident: Option<Vec<u8>>,
 }
 
 /// One entry of the skip report.
@@ -172,25 +199,33 @@ impl MigrationDb {
             "PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
              PRAGMA wal_autocheckpoint=0;
-             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0);
-             CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0, ident BLOB);
+             CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL, ident BLOB);
              CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
              CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER, ident BLOB);
              CREATE TABLE IF NOT EXISTS listed(src_path BLOB PRIMARY KEY, names BLOB NOT NULL);",
         )
         .map_err(sql_err)?;
-        // Databases of the first version lack the listed size/mtime columns.
-        for col in ["listed_size", "listed_mtime"] {
+        // Columns older databases lack: the listed size/mtime (first version), the
+        // backing identities and the completion ctime (session 11; NULL: unknown).
+        for (table, col, decl) in [
+            ("stubs", "listed_size", "INTEGER NOT NULL DEFAULT 0"),
+            ("stubs", "listed_mtime", "INTEGER NOT NULL DEFAULT 0"),
+            ("stubs", "ident", "BLOB"),
+            ("anchors", "ident", "BLOB"),
+            ("done", "ctime_ns", "INTEGER"),
+            ("done", "ident", "BLOB"),
+        ] {
             let has: bool = conn
-                .prepare("SELECT 1 FROM pragma_table_info('stubs') WHERE name=?1")
+                .prepare(&format!(
+                    "SELECT 1 FROM pragma_table_info('{table}') WHERE name=?1"
+                ))
                 .and_then(|mut st| st.exists([col]))
                 .map_err(sql_err)?;
             if !has {
-                conn.execute_batch(&format!(
-                    "ALTER TABLE stubs ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
-                ))
-                .map_err(sql_err)?;
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {col} {decl}"))
+                    .map_err(sql_err)?;
             }
         }
         // A brand-new database has nothing to recount: it starts cleanly stopped with a
@@ -484,7 +519,7 @@ impl MigrationDb {
         self.write(inner, |tx| {
             let mut put = tx
                 .prepare_cached(
-                    "INSERT OR REPLACE INTO stubs(ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime) VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                    "INSERT OR REPLACE INTO stubs(ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime,ident) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
                 )
                 .map_err(sql_err)?;
             for r in fresh.iter().chain(reused.iter()) {
@@ -495,7 +530,8 @@ impl MigrationDb {
                     r.src_ino as i64,
                     r.minsize as i64,
                     r.listed_size as i64,
-                    r.listed_mtime_ns
+                    r.listed_mtime_ns,
+                    r.ident
                 ])
                 .map_err(sql_err)?;
             }
@@ -503,8 +539,11 @@ impl MigrationDb {
                 tx.execute("DELETE FROM done WHERE ino=?1", [r.ino as i64])
                     .map_err(sql_err)?;
             }
+            // With the identity of the row stored above for the same file.
             let mut anchor = tx
-                .prepare_cached("INSERT OR REPLACE INTO anchors(src_ino,ino) VALUES(?1,?2)")
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO anchors(src_ino,ino,ident) VALUES(?1,?2,(SELECT ident FROM stubs WHERE ino=?2))",
+                )
                 .map_err(sql_err)?;
             for (src_ino, ino) in anchors {
                 anchor
@@ -533,7 +572,7 @@ impl MigrationDb {
         }
         g.conn
             .query_row(
-                "SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime FROM stubs WHERE ino=?1",
+                "SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime,ident FROM stubs WHERE ino=?1",
                 [ino as i64],
                 row,
             )
@@ -575,13 +614,13 @@ impl MigrationDb {
     }
 
     /// A file's copy is complete: in one transaction its row goes (if it is still the one
-    /// for `src`), the counter drops and, with `done` = (size, mtime_ns), it is recorded
-    /// for `finish` (see [`MigrationDb::record_done`]). True if the row went.
+    /// for `src`), the counter drops and, with `done` = (size, mtime_ns, ctime_ns), it is
+    /// recorded for `finish` with the row's backing identity. True if the row went.
     pub fn complete(
         &self,
         ino: u64,
         src: &SourcePath,
-        done: Option<(u64, i64)>,
+        done: Option<(u64, i64, Option<i64>)>,
     ) -> std::io::Result<bool> {
         self.remove_where(ino, Some(src), done)
     }
@@ -590,7 +629,7 @@ impl MigrationDb {
         &self,
         ino: u64,
         src: Option<&SourcePath>,
-        done: Option<(u64, i64)>,
+        done: Option<(u64, i64, Option<i64>)>,
     ) -> std::io::Result<bool> {
         let mut g = self.lock();
         let inner = &mut *g;
@@ -604,12 +643,19 @@ impl MigrationDb {
             return Ok(false);
         }
         self.write(inner, |tx| {
-            if let (Some((size, mtime_ns)), Some(src)) = (done, src) {
+            if let (Some((size, mtime_ns, ctime_ns)), Some(src)) = (done, src) {
+                // The stub row's identity goes with it (it is deleted below).
                 tx.prepare_cached(
-                    "INSERT OR REPLACE INTO done(ino,src_path,size,mtime_ns) VALUES(?1,?2,?3,?4)",
+                    "INSERT OR REPLACE INTO done(ino,src_path,size,mtime_ns,ctime_ns,ident) VALUES(?1,?2,?3,?4,?5,(SELECT ident FROM stubs WHERE ino=?1))",
                 )
                 .and_then(|mut st| {
-                    st.execute(params![ino as i64, src.as_bytes(), size as i64, mtime_ns])
+                    st.execute(params![
+                        ino as i64,
+                        src.as_bytes(),
+                        size as i64,
+                        mtime_ns,
+                        ctime_ns
+                    ])
                 })
                 .map_err(sql_err)?;
             }
@@ -724,23 +770,26 @@ impl MigrationDb {
         Ok(())
     }
 
-    /// (ino, source path, size, mtime_ns) of every completed file.
-    pub fn done(&self) -> std::io::Result<Vec<(u64, SourcePath, u64, i64)>> {
+    /// The completion record of `ino`, if its copy completed.
+    pub fn done_row(&self, ino: u64) -> std::io::Result<Option<DoneRow>> {
+        self.lock()
+            .conn
+            .prepare_cached(
+                "SELECT ino,src_path,size,mtime_ns,ctime_ns,ident FROM done WHERE ino=?1",
+            )
+            .and_then(|mut st| st.query_row([ino as i64], done_row).optional())
+            .map_err(sql_err)
+    }
+
+    /// Every completion record, by inode.
+    pub fn done(&self) -> std::io::Result<Vec<DoneRow>> {
         let g = self.lock();
         let mut st = g
             .conn
-            .prepare("SELECT ino,src_path,size,mtime_ns FROM done ORDER BY ino")
+            .prepare("SELECT ino,src_path,size,mtime_ns,ctime_ns,ident FROM done ORDER BY ino")
             .map_err(sql_err)?;
         let rows = st
-            .query_map([], |r| {
-                let p: Vec<u8> = r.get(1)?;
-                Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    SourcePath::parse(&p).unwrap_or_default(),
-                    r.get::<_, i64>(2)? as u64,
-                    r.get(3)?,
-                ))
-            })
+            .query_map([], done_row)
             .map_err(sql_err)?
             .collect::<Result<Vec<_>, _>>()
             .map_err(sql_err)?;
@@ -798,15 +847,32 @@ impl MigrationDb {
         select_rows(&g.conn)
     }
 
-    pub fn anchor(&self, src_ino: u64) -> std::io::Result<Option<u64>> {
+    /// The store inode anchoring source inode `src_ino`'s link group, with the backing
+    /// identity of its file (if known).
+    pub fn anchor(&self, src_ino: u64) -> std::io::Result<Option<(u64, Option<Vec<u8>>)>> {
         self.lock()
             .conn
-            .prepare_cached("SELECT ino FROM anchors WHERE src_ino=?1")
+            .prepare_cached("SELECT ino, ident FROM anchors WHERE src_ino=?1")
             .and_then(|mut st| {
-                st.query_row([src_ino as i64], |r| r.get::<_, i64>(0).map(|v| v as u64))
-                    .optional()
+                st.query_row([src_ino as i64], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+                })
+                .optional()
             })
             .map_err(sql_err)
+    }
+
+    /// Drops the anchor of `src_ino` if it still names `ino` (whose file is gone).
+    pub fn drop_anchor(&self, src_ino: u64, ino: u64) -> std::io::Result<()> {
+        let mut g = self.lock();
+        self.write(&mut g, |tx| {
+            tx.execute(
+                "DELETE FROM anchors WHERE src_ino=?1 AND ino=?2",
+                params![src_ino as i64, ino as i64],
+            )
+            .map_err(sql_err)
+        })?;
+        Ok(())
     }
 
     pub fn set_anchor(&self, src_ino: u64, ino: u64) -> std::io::Result<()> {
@@ -887,7 +953,7 @@ fn existing(inner: &Inner, ino: u64) -> std::io::Result<Option<SourcePath>> {
 
 fn select_rows(conn: &Connection) -> std::io::Result<Vec<StubRow>> {
     let mut st = conn
-        .prepare("SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime FROM stubs ORDER BY ino")
+        .prepare("SELECT ino,kind,src_path,src_ino,minsize,listed_size,listed_mtime,ident FROM stubs ORDER BY ino")
         .map_err(sql_err)?;
     let rows = st
         .query_map([], row)
@@ -919,6 +985,19 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StubRow> {
         minsize: r.get::<_, i64>(4)? as u64,
         listed_size: r.get::<_, i64>(5)? as u64,
         listed_mtime_ns: r.get(6)?,
+        ident: r.get(7)?,
+    })
+}
+
+fn done_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DoneRow> {
+    let p: Vec<u8> = r.get(1)?;
+    Ok(DoneRow {
+        ino: r.get::<_, i64>(0)? as u64,
+        src_path: SourcePath::parse(&p).unwrap_or_default(),
+        size: r.get::<_, i64>(2)? as u64,
+        mtime_ns: r.get(3)?,
+        ctime_ns: r.get(4)?,
+        ident: r.get(5)?,
     })
 }
 
@@ -939,6 +1018,7 @@ mod tests {
             minsize: 5,
             listed_size: 5,
             listed_mtime_ns: 1_000_000_007,
+            ident: None,
         };
         db.insert(
             &[
@@ -949,7 +1029,7 @@ mod tests {
             &[(88, 2)],
         )
         .unwrap();
-        assert_eq!(db.anchor(88).unwrap(), Some(2));
+        assert_eq!(db.anchor(88).unwrap(), Some((2, None)));
         assert_eq!(db.remaining().unwrap(), 2, "duplicate insert not counted");
         db.set_kind(2, StubKind::PartialFile).unwrap();
         db.lower_minsize(2, 3).unwrap();
@@ -969,7 +1049,7 @@ mod tests {
         db.set_meta("remaining", "999").unwrap();
         assert_eq!(db.recount().unwrap(), 1);
         db.set_anchor(77, 5).unwrap();
-        assert_eq!(db.anchor(77).unwrap(), Some(5));
+        assert_eq!(db.anchor(77).unwrap(), Some((5, None)));
         db.skip(
             &SourcePath::parse(b"x").unwrap(),
             SourceErrorKind::PermissionDenied,
@@ -995,6 +1075,7 @@ mod tests {
             minsize,
             listed_size: minsize,
             listed_mtime_ns: 0,
+            ident: None,
         };
         db.insert(
             &[
@@ -1041,6 +1122,7 @@ mod tests {
             minsize: 9,
             listed_size: 9,
             listed_mtime_ns: 5,
+            ident: None,
         };
         db.insert(std::slice::from_ref(&row), &[]).unwrap();
         assert_eq!(
@@ -1050,7 +1132,7 @@ mod tests {
         );
         let other = SourcePath::parse(b"d/g").unwrap();
         assert!(
-            !db.complete(7, &other, Some((9, 5))).unwrap(),
+            !db.complete(7, &other, Some((9, 5, None))).unwrap(),
             "another object's completion touches nothing"
         );
         assert_eq!(db.done_path(7).unwrap(), None);
@@ -1059,8 +1141,11 @@ mod tests {
             db.synced.load(Ordering::Acquire),
             db.committed.load(Ordering::Acquire)
         );
-        assert!(db.complete(7, &src, Some((9, 5))).unwrap());
-        assert!(!db.complete(7, &src, Some((9, 5))).unwrap(), "only once");
+        assert!(db.complete(7, &src, Some((9, 5, None))).unwrap());
+        assert!(
+            !db.complete(7, &src, Some((9, 5, None))).unwrap(),
+            "only once"
+        );
         assert_eq!((db.get(7).unwrap(), db.remaining().unwrap()), (None, 0));
         assert_eq!(db.done_path(7).unwrap(), Some(src.clone()));
         db.sync().unwrap();
@@ -1087,6 +1172,7 @@ mod tests {
             minsize: 10,
             listed_size: 10,
             listed_mtime_ns: 0,
+            ident: None,
         };
         {
             let db = MigrationDb::open(&path).unwrap();
@@ -1100,7 +1186,7 @@ mod tests {
                 &[],
             )
             .unwrap();
-            assert!(db.complete(4, &p("done"), Some((10, 0))).unwrap());
+            assert!(db.complete(4, &p("done"), Some((10, 0, None))).unwrap());
             assert_eq!(db.deleted_by_clients().unwrap(), 0);
             // Another object's path (a reused inode number): nothing of ours goes.
             assert!(!db.forget_object(2, &p("other")).unwrap());
@@ -1157,6 +1243,72 @@ mod tests {
             .unwrap();
         assert_eq!(db.listings().unwrap()[1].1, vec![b"b".to_vec()]);
         assert_eq!(db.remaining().unwrap(), 0, "a listing is no stub row");
+    }
+
+    /// A database from before session 11 gains the identity and ctime columns, its rows
+    /// reading as unknown; new rows carry a stub's identity on to its completion record
+    /// and its anchor.
+    #[test]
+    fn identities_and_completion_ctimes_are_added_to_old_databases_and_follow_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m/migrate.db");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0);
+                 CREATE TABLE anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL);
+                 CREATE TABLE done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL);
+                 INSERT INTO stubs VALUES(3, 1, X'61', 30, 9, 9, 5);
+                 INSERT INTO anchors VALUES(30, 3);
+                 INSERT INTO done VALUES(4, X'62', 7, 6);",
+            )
+            .unwrap();
+        }
+        let db = MigrationDb::open(&path).unwrap();
+        let p = |s: &str| SourcePath::parse(s.as_bytes()).unwrap();
+        assert_eq!(
+            db.done().unwrap(),
+            vec![DoneRow {
+                ino: 4,
+                src_path: p("b"),
+                size: 7,
+                mtime_ns: 6,
+                ctime_ns: None,
+                ident: None
+            }]
+        );
+        assert_eq!(db.get(3).unwrap().unwrap().ident, None);
+        assert_eq!(db.anchor(30).unwrap(), Some((3, None)));
+        let row = StubRow {
+            ino: 8,
+            kind: StubKind::DummyFile,
+            src_path: p("c"),
+            src_ino: 80,
+            minsize: 10,
+            listed_size: 10,
+            listed_mtime_ns: 11,
+            ident: Some(b"id-8".to_vec()),
+        };
+        db.insert(std::slice::from_ref(&row), &[(80, 8)]).unwrap();
+        assert_eq!(db.anchor(80).unwrap(), Some((8, Some(b"id-8".to_vec()))));
+        assert!(db.complete(8, &p("c"), Some((10, 11, Some(-12)))).unwrap());
+        assert!(db.complete(3, &p("a"), Some((9, 5, None))).unwrap());
+        drop(db);
+        let db = MigrationDb::open(&path).unwrap();
+        let done = db.done_row(8).unwrap().unwrap();
+        assert_eq!(
+            (done.size, done.mtime_ns, done.ctime_ns, done.ident),
+            (10, 11, Some(-12), Some(b"id-8".to_vec()))
+        );
+        assert_eq!(db.done_row(3).unwrap().unwrap().ctime_ns, None);
+        db.drop_anchor(80, 9).unwrap();
+        assert!(
+            db.anchor(80).unwrap().is_some(),
+            "another inode's anchor stays"
+        );
+        db.drop_anchor(80, 8).unwrap();
+        assert_eq!(db.anchor(80).unwrap(), None);
     }
 
     #[test]

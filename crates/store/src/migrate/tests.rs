@@ -218,7 +218,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(source: MemSource, workers: usize) -> Self {
+    fn new(source: impl Source + 'static, workers: usize) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("t0")).unwrap();
         let cfg = format!(
@@ -424,6 +424,7 @@ fn lose_the_row_of(s: &Setup, a: crate::types::Ino, f: crate::types::Ino) {
         minsize: 0,
         listed_size: 0,
         listed_mtime_ns: 0,
+        ident: None,
     };
     s.m.db.insert(&[dir_row], &[]).unwrap();
 }
@@ -564,43 +565,207 @@ fn fetched_data_is_synced_before_every_state_sync_that_can_make_its_rows_durable
     }
 }
 
-/// The bytes of a completed file were lost behind kaiso's back (a power loss before its
-/// data reached the disk, say): `finish` finds the CRC differs while no client modified
-/// the file, fetches it again and verifies it, instead of failing for good.
+/// Overwrites the fetched bytes of `name` (on tier `t0` of `s`) with zeros inside the
+/// fetch that writes them, before the store restores the file's mtime and takes its
+/// ctime: what a fetch whose bytes do not land (a lost write, bit rot) leaves, with no
+/// client involved. Armed for the next fetch into that file only.
+fn damage_next_fetch_into(s: &Setup, name: &str) {
+    let backing = s._dir.path().join("t0").join(name);
+    let armed = std::sync::atomic::AtomicBool::new(true);
+    s.store.set_stub_write_hook(Some(Arc::new(move |_ino| {
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&backing)
+            && armed.swap(false, Ordering::AcqRel)
+        {
+            use std::os::unix::fs::FileExt;
+            let len = f.metadata().unwrap().len() as usize;
+            f.write_all_at(&vec![0; len], 0).unwrap();
+        }
+    })));
+}
+
+/// A completed file's copy is damaged while nobody changed the file since (its bytes
+/// went wrong inside the fetch that completed it, see `damage_next_fetch_into`): `finish`
+/// finds the CRC differs while the ctime is the one recorded at completion, fetches it
+/// again and verifies it, instead of failing for good.
 #[test]
 fn finish_fetches_again_a_completed_file_whose_bytes_were_lost() {
     let s = Setup::new(
         MemSource::new(&[], &[("a", 7, 150_000), ("b", 8, 3000)], true),
         1,
     );
+    let a = s.resolve("a");
+    // 150,000 bytes in 64 KiB units: the third fetch completes the file.
+    let fh = s.store.open_file(a, libc::O_RDONLY, false).unwrap().fh;
+    s.store.read(fh, 0, 100_000).unwrap();
+    damage_next_fetch_into(&s, "a");
+    s.store.read(fh, 140_000, 100).unwrap();
+    s.store.release(fh).unwrap();
+    s.store.set_stub_write_hook(None);
+    assert!(s.store.stub_state(a).is_complete());
     let crawler = Crawler::start(s.store.clone(), s.m.clone());
     assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
     drop(crawler);
     assert_eq!(s.m.remaining(), 0);
-    // Zeros where the data was, same size and mtime (what the power loss leaves).
     let backing = s._dir.path().join("t0/a");
     let mtime = std::fs::metadata(&backing).unwrap().modified().unwrap();
-    {
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&backing)
-            .unwrap();
-        f.write_all_at(&vec![0; 150_000], 0).unwrap();
-        f.set_modified(mtime).unwrap();
-    }
-    let a = s.resolve("a");
-    assert_ne!(s.read_all(a), content(7, 150_000));
+    assert_eq!(
+        mtime,
+        std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000),
+        "the source's mtime"
+    );
+    assert_ne!(s.read_all(a), content(7, 150_000), "damaged");
     let report = super::finish(&s.store, &s.m).expect("finish repairs the file");
     assert_eq!(report.refetched, vec!["/a".to_string()]);
     assert!(report.mismatches.is_empty());
-    assert_eq!(report.verified_files, 2);
+    assert_eq!((report.verified_files, report.modified_by_clients), (2, 0));
     assert_eq!(std::fs::read(&backing).unwrap(), content(7, 150_000));
     assert_eq!(
         std::fs::metadata(&backing).unwrap().modified().unwrap(),
         mtime,
         "the file keeps its times"
     );
+}
+
+/// Writes `data` into store file `ino` at 0 and puts its mtime back to `mtime`, as a
+/// client's `cp -p`, `touch -r`, rsync or tar does.
+fn rewrite_keeping_mtime(s: &Setup, ino: Ino, data: &[u8], mtime: std::time::SystemTime) {
+    let fh = s.store.open_file(ino, libc::O_WRONLY, false).unwrap().fh;
+    assert_eq!(s.store.write(fh, 0, data).unwrap() as usize, data.len());
+    s.store.release(fh).unwrap();
+    let set = crate::SetAttr {
+        mtime: Some(crate::types::TimeSet::At(mtime)),
+        ..crate::SetAttr::default()
+    };
+    s.store.setattr(ino, &set, crate::Caller::ROOT).unwrap();
+}
+
+/// A client rewrites files at the same size and puts their mtime back to the source's:
+/// a completed file, a file still partial then (its other units fetched after), and a
+/// dummy never read. `finish` keeps every byte the clients wrote and counts the three as
+/// modified; only the untouched file is verified. (Before session 11 `finish` took the
+/// completed file for a damaged copy and replaced the client's bytes with the source's.)
+#[test]
+fn finish_never_replaces_a_client_rewrite_that_kept_size_and_mtime() {
+    let files = [
+        ("done", 21, 3000),
+        ("partial", 22, 200_000),
+        ("dummy", 23, 3000),
+        ("keep", 24, 3000),
+    ];
+    let s = Setup::new(MemSource::new(&[], &files, true), 1);
+    let ino = |name: &str| s.lookup(ROOT_INO, name);
+    let source_mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let (done, partial, dummy) = (ino("done"), ino("partial"), ino("dummy"));
+    assert_eq!(s.read_all(done), content(21, 3000));
+    let client = |len: usize, seed: u8| -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+    };
+    rewrite_keeping_mtime(&s, done, &client(3000, 0x5a), source_mtime);
+    // Partial: the first unit written by the client, the rest fetched by the crawl.
+    rewrite_keeping_mtime(&s, partial, &client(1000, 0x33), source_mtime);
+    assert!(
+        !s.store.stub_state(partial).missing.is_empty(),
+        "still partial"
+    );
+    rewrite_keeping_mtime(&s, dummy, &client(3000, 0x11), source_mtime);
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    for i in [done, partial, dummy] {
+        let a = s.store.getattr(i, None).unwrap();
+        assert_eq!(a.mtime, source_mtime, "the client put the mtime back");
+    }
+    let report = super::finish(&s.store, &s.m).expect("finish");
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    assert!(
+        report.refetched.is_empty(),
+        "refetched {:?}",
+        report.refetched
+    );
+    assert_eq!(
+        (report.modified_by_clients, report.verified_files),
+        (3, 1),
+        "{report:?}"
+    );
+    assert_eq!(s.read_all(done), client(3000, 0x5a), "the client's bytes");
+    assert_eq!(s.read_all(dummy), client(3000, 0x11), "the client's bytes");
+    let mut want = content(22, 200_000);
+    want[..1000].copy_from_slice(&client(1000, 0x33));
+    assert_eq!(
+        s.read_all(partial),
+        want,
+        "the client's bytes, then the source's"
+    );
+    assert_eq!(s.read_all(ino("keep")), content(24, 3000));
+}
+
+/// A completed copy whose ctime moved for another reason than a client's write — the
+/// tier mover copied it to another tier — is verified when its bytes equal the source's,
+/// and, when they differ, kept and counted as modified, never fetched again.
+#[test]
+fn finish_verifies_a_moved_copy_and_never_fetches_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    for t in ["t0", "t1"] {
+        std::fs::create_dir(dir.path().join(t)).unwrap();
+    }
+    let tier = |name: &str| {
+        format!(
+            "[[tier]]\nname = \"{name}\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join(name).display()
+        )
+    };
+    let cfg = format!(
+        "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n{}{}",
+        dir.path().join("state").display(),
+        tier("t0"),
+        tier("t1")
+    );
+    let store = Store::open(StoreConfig::from_toml_str(&cfg, "test.toml").unwrap()).unwrap();
+    let mut mc = MigrationConfig::new("t");
+    mc.unit_size = 64 << 10;
+    let source = MemSource::new(&[], &[("same", 31, 5000), ("other", 32, 5000)], true);
+    let m = Migration::open(&store, Box::new(source), mc).unwrap();
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    let ino = |name: &str| {
+        let a = store.lookup(ROOT_INO, OsStr::new(name)).unwrap();
+        store.forget(a.ino, 1);
+        a.ino
+    };
+    let (same, other) = (ino("same"), ino("other"));
+    // `other`'s bytes go wrong behind the store's back (its ctime moves with them), then
+    // both move to the slow tier (a new file there: another ctime).
+    {
+        use std::os::unix::fs::FileExt;
+        let p = dir.path().join("t0/other");
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(&[0xee; 100], 0).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    for i in [same, other] {
+        store.move_file(i, 1, "test", 0).expect("moved to t1");
+    }
+    assert!(dir.path().join("t1/same").exists() && !dir.path().join("t0/same").exists());
+    let report = super::finish(&store, &m).expect("finish");
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    assert!(
+        report.refetched.is_empty(),
+        "refetched {:?}",
+        report.refetched
+    );
+    assert_eq!(
+        (report.verified_files, report.modified_by_clients),
+        (1, 1),
+        "{report:?}"
+    );
+    let fh = store.open_file(other, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(store.read(fh, 0, 100).unwrap(), vec![0xee; 100], "kept");
+    store.release(fh).unwrap();
 }
 
 /// All-zero 4 KiB blocks of a fetched range stay holes: a sparse source file stays
@@ -780,5 +945,215 @@ fn finish_counts_client_deletes_and_writes_whatever_the_copy_state() {
         (3, 3, 1),
         "deleted: done_del, dummy_del, partial_del; modified: dummy_over, partial_write, \
          done_write; verified: keep ({report:?})"
+    );
+}
+
+/// What [`SlowListings`] saw.
+#[derive(Default)]
+struct ListingStats {
+    client_in_flight: AtomicUsize,
+    client_listings: AtomicUsize,
+    started_during_client: AtomicUsize,
+    started_by_others: AtomicUsize,
+}
+
+/// A source whose listings and xattr lists take time and that records, for every such
+/// call a client thread (named `client`) makes, how many other threads (crawler workers,
+/// read-ahead) started while it was in flight.
+struct SlowListings {
+    inner: MemSource,
+    crawler_delay: Duration,
+    client_delay: Duration,
+    stats: Arc<ListingStats>,
+}
+
+impl Source for SlowListings {
+    fn describe(&self) -> String {
+        "slow listings".into()
+    }
+    fn features(&self) -> SourceFeatures {
+        SourceFeatures {
+            xattrs: true,
+            ..self.inner.features()
+        }
+    }
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        self.inner.stat(path)
+    }
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.slow_call();
+        self.inner.read_dir(path)
+    }
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.inner.read(path, offset, len)
+    }
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.inner.read_link(path)
+    }
+    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.slow_call();
+        self.inner.xattrs(path)
+    }
+    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
+        self.inner.acl(path)
+    }
+    fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        self.inner.streams(path)
+    }
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.inner.read_stream(path, stream, offset, len)
+    }
+}
+
+impl SlowListings {
+    fn slow_call(&self) {
+        let st = &self.stats;
+        if std::thread::current().name() == Some("client") {
+            st.client_in_flight.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.client_delay);
+            st.client_listings.fetch_add(1, Ordering::SeqCst);
+            st.client_in_flight.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            st.started_by_others.fetch_add(1, Ordering::SeqCst);
+            if st.client_in_flight.load(Ordering::SeqCst) > 0 {
+                st.started_during_client.fetch_add(1, Ordering::SeqCst);
+            }
+            std::thread::sleep(self.crawler_delay);
+        }
+    }
+}
+
+/// Demand priority for listings: while 8 crawler workers list a wide tree (each listing
+/// 5 ms), a client lists three directories the crawl has not reached (each 150 ms, and
+/// as long for each directory's own xattrs).
+/// While a client's listing is in flight the crawl starts no listing of its own, except
+/// those already past their check when the client's began (at most one per worker) and
+/// read-ahead already under way (at most 8); before session 11 it went on listing,
+/// about one per worker every 5 ms (some 240 during each client listing).
+#[test]
+fn client_listings_go_before_the_crawlers_listings() {
+    let names: Vec<String> = (0..1200)
+        .map(|i| format!("d{i:04}"))
+        .chain((0..3).map(|i| format!("zz{i}")))
+        .collect();
+    let dirs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let stats = Arc::new(ListingStats::default());
+    let source = SlowListings {
+        inner: MemSource::new(&dirs, &[], true),
+        crawler_delay: Duration::from_millis(5),
+        client_delay: Duration::from_millis(150),
+        stats: stats.clone(),
+    };
+    let s = Setup::new(source, 8);
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    // The crawl is under way (the root listed, its subdirectories being listed).
+    let until = Instant::now() + Duration::from_secs(30);
+    while s.m.counters.dirs_listed.load(Ordering::Acquire) < 20 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let store = s.store.clone();
+    let client = std::thread::Builder::new()
+        .name("client".into())
+        .spawn(move || {
+            // The `zz*` directories sort last: the crawl reaches them last.
+            for i in 0..3 {
+                let d = store
+                    .lookup(ROOT_INO, OsStr::new(&format!("zz{i}")))
+                    .unwrap()
+                    .ino;
+                let fh = store.opendir(d).unwrap();
+                store.releasedir(fh).unwrap();
+                store.forget(d, 1);
+            }
+        })
+        .unwrap();
+    client.join().unwrap();
+    let crawl_running = s.m.counters.dirs_listed.load(Ordering::Acquire) < 1200;
+    assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+    drop(crawler);
+    let client_listings = stats.client_listings.load(Ordering::SeqCst);
+    let during = stats.started_during_client.load(Ordering::SeqCst);
+    let others = stats.started_by_others.load(Ordering::SeqCst);
+    eprintln!(
+        "{client_listings} client listings; {during} of {others} crawler listings started during them"
+    );
+    assert!(
+        client_listings >= 3 && crawl_running,
+        "the client's listings must reach the source while the crawl runs: {client_listings} did, crawl running {crawl_running}"
+    );
+    assert!(
+        during <= 16 * client_listings,
+        "{during} crawler listings started during {client_listings} client listings: the crawl did not yield"
+    );
+}
+
+/// Demand priority for metadata: while 8 crawler workers copy the metadata of 1,200 files
+/// (each xattr list 5 ms), a client reads the xattrs of three files the crawl has not
+/// reached (each list 150 ms). While a client's call is in flight the crawl starts no
+/// call of its own, except those already past their check (at most one per worker);
+/// before session 11 it went on (about one per worker every 5 ms).
+#[test]
+fn client_metadata_fetches_go_before_the_crawlers() {
+    let names: Vec<String> = (0..1200)
+        .map(|i| format!("f{i:04}"))
+        .chain((0..3).map(|i| format!("zz{i}")))
+        .collect();
+    let files: Vec<(&str, u64, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), 1000 + i as u64, 10))
+        .collect();
+    let stats = Arc::new(ListingStats::default());
+    let source = SlowListings {
+        inner: MemSource::new(&[], &files, true),
+        crawler_delay: Duration::from_millis(5),
+        client_delay: Duration::from_millis(150),
+        stats: stats.clone(),
+    };
+    let s = Setup::new(source, 8);
+    // The root listed before the crawl, so the crawl's calls are metadata only.
+    let _ = s.lookup(ROOT_INO, "zz0");
+    let crawler = Crawler::start(s.store.clone(), s.m.clone());
+    let until = Instant::now() + Duration::from_secs(30);
+    while stats.started_by_others.load(Ordering::SeqCst) < 20 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let store = s.store.clone();
+    let client = std::thread::Builder::new()
+        .name("client".into())
+        .spawn(move || {
+            for i in 0..3 {
+                let f = store
+                    .lookup(ROOT_INO, OsStr::new(&format!("zz{i}")))
+                    .unwrap()
+                    .ino;
+                store.listxattr(f).unwrap();
+                store.forget(f, 1);
+            }
+        })
+        .unwrap();
+    client.join().unwrap();
+    let crawl_running = stats.started_by_others.load(Ordering::SeqCst) < 1200;
+    assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+    drop(crawler);
+    let client_calls = stats.client_listings.load(Ordering::SeqCst);
+    let during = stats.started_during_client.load(Ordering::SeqCst);
+    let others = stats.started_by_others.load(Ordering::SeqCst);
+    eprintln!(
+        "{client_calls} client xattr lists; {during} of {others} crawler calls started during them"
+    );
+    assert!(
+        client_calls == 3 && crawl_running,
+        "the client's calls must reach the source while the crawl runs: {client_calls} did, crawl running {crawl_running}"
+    );
+    assert!(
+        during <= 8 * client_calls,
+        "{during} crawler calls started during {client_calls} client calls: the crawl did not yield"
     );
 }
