@@ -394,7 +394,7 @@ impl Daemon {
         mut f: impl FnMut(&mut Share),
     ) -> Result<serde_json::Value, String> {
         let mut shares = self.lock();
-        let list = select(&shares, share)?;
+        let list = self.select(&shares, share)?;
         let mut names = Vec::new();
         for i in list {
             f(&mut shares[i]);
@@ -403,10 +403,43 @@ impl Daemon {
         Ok(serde_json::json!({ "shares": names }))
     }
 
+    /// [`select`], with an error that says so when the share (or, without a name, every
+    /// share) was finished already: a second `finish`, `pause`, … must not succeed
+    /// silently with nothing done (audit s11).
+    fn select(&self, shares: &[Share], name: Option<&str>) -> Result<Vec<usize>, String> {
+        let list = match (select(shares, name), name) {
+            (Err(e), Some(n)) => {
+                // Lock order: `shares` (held by the caller) before `finished`.
+                let finished = self.lock_finished();
+                return Err(match finished.iter().find(|f| f.spec.name == n) {
+                    Some(f) => format!(
+                        "share {n} is already finished (report: {})",
+                        f.summary.report
+                    ),
+                    None => e,
+                });
+            }
+            (r, _) => r?,
+        };
+        if list.is_empty() {
+            let finished = self.lock_finished();
+            let names: Vec<&str> = finished.iter().map(|f| f.spec.name.as_str()).collect();
+            return Err(if names.is_empty() {
+                "no share is being migrated here".to_string()
+            } else {
+                format!(
+                    "nothing left to migrate here: every share is finished ({})",
+                    names.join(", ")
+                )
+            });
+        }
+        Ok(list)
+    }
+
     fn finish(&self, share: Option<&str>) -> Result<serde_json::Value, String> {
         let picked: Vec<(String, Arc<Migration>, Option<Crawler>, bool)> = {
             let mut shares = self.lock();
-            let list = select(&shares, share)?;
+            let list = self.select(&shares, share)?;
             if let Some((name, state)) = list.iter().find_map(|&i| {
                 let s = &shares[i];
                 let state = s.source_down.as_ref().and_then(unreachable_state)?;
@@ -852,13 +885,49 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     if let Some(s) = server {
         s.stop();
     }
-    let unmounted = mounted.map(|m| m.unmount());
+    let unmounted = match (mounted.map(|m| m.unmount()), &a.mount) {
+        (Some(Err(e)), Some(mp)) if e.raw_os_error() == Some(libc::EBUSY) => {
+            Some(detach_busy_mount(mp, e))
+        }
+        (r, _) => r,
+    };
     drop(background);
     cleanup(&daemon);
     if let Some(r) = unmounted {
         r.context("unmount")?;
     }
     eprintln!("kaiso: migration daemon stopped");
+    Ok(())
+}
+
+/// A client still holds a file or its working directory on the mount, so the unmount at
+/// SIGTERM is refused (EBUSY): the mount is detached lazily instead, so that the mount
+/// point is free for the next `start` (before, a dead mount stayed there, `Transport
+/// endpoint is not connected`, and the next `start` refused the busy mount point until
+/// the administrator unmounted it by hand). The client's open files and working directory
+/// there fail from now on (ENOTCONN), as with any FUSE daemon that stopped. Found by the
+/// session-11 audit.
+fn detach_busy_mount(mp: &Path, busy: std::io::Error) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mp.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    let detached = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
+        // Not root: the setuid helper can detach a user's FUSE mount.
+        || std::process::Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(mp)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if !detached {
+        return Err(busy);
+    }
+    eprintln!(
+        "kaiso: {} was still in use by a client: detached lazily (what the client still has open there stops working)",
+        mp.display()
+    );
     Ok(())
 }
 

@@ -73,9 +73,11 @@ pub fn status_skeleton(spec: &ShareSpec) -> ShareStatus {
     }
 }
 
-fn pct(done: u64, total: u64) -> f64 {
+/// Percent of `total` done; with nothing known yet, 100 % only once nothing remains
+/// (before the first listing, `0 of 0 known done` is 0 %, not 100 %: audit s11).
+fn pct(done: u64, total: u64, remaining_stubs: u64) -> f64 {
     if total == 0 {
-        100.0
+        if remaining_stubs == 0 { 100.0 } else { 0.0 }
     } else {
         done as f64 * 100.0 / total as f64
     }
@@ -127,13 +129,13 @@ pub fn render(r: &StatusReply) -> String {
             "  files      {} of {} known done ({:.1}%)\n",
             s.files_done,
             s.files_known,
-            pct(s.files_done, s.files_known)
+            pct(s.files_done, s.files_known, s.remaining_stubs)
         ));
         out.push_str(&format!(
             "  bytes      {} of {} known done ({:.1}%)\n",
             HumanBytes(s.bytes_done),
             HumanBytes(s.bytes_known),
-            pct(s.bytes_done, s.bytes_known)
+            pct(s.bytes_done, s.bytes_known, s.remaining_stubs)
         ));
         out.push_str(&format!(
             "  stubs      {} remaining ({} directories not listed yet)\n",
@@ -283,6 +285,25 @@ mod tests {
             assert!(t.contains(want), "{want:?} missing in\n{t}");
         }
         assert!(!settled(&r));
+    }
+
+    #[test]
+    fn nothing_known_yet_is_not_complete() {
+        let share = |remaining_stubs| StatusReply {
+            daemon: true,
+            shares: vec![ShareStatus {
+                name: "main".into(),
+                state: "paused".into(),
+                remaining_stubs,
+                dirs_pending: remaining_stubs,
+                ..ShareStatus::default()
+            }],
+        };
+        let t = render(&share(1));
+        assert!(t.contains("0 of 0 known done (0.0%)"), "{t}");
+        assert!(!t.contains("100.0%"), "{t}");
+        let t = render(&share(0));
+        assert!(t.contains("0 of 0 known done (100.0%)"), "{t}");
     }
 
     #[test]
