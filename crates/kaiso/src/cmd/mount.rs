@@ -153,6 +153,37 @@ pub(crate) fn check_threads(threads: usize) -> anyhow::Result<()> {
     )
 }
 
+/// Refuses a mountpoint that is a tier or state directory, lies inside one or contains
+/// one: kaiso reaches them by path, so through its own mount once mounted, and the first
+/// access there waits on itself (a hang not even SIGKILL ends).
+pub(crate) fn check_mountpoint_apart(cfg: &StoreConfig, mountpoint: &Path) -> anyhow::Result<()> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let mp = canon(mountpoint);
+    let dirs = cfg
+        .tiers
+        .iter()
+        .map(|t| (format!("tier {}", t.name), &t.path));
+    for (what, dir) in dirs.chain([("state_dir".to_string(), &cfg.state_dir)]) {
+        let d = canon(dir);
+        let how = if mp == d {
+            "is"
+        } else if mp.starts_with(&d) {
+            "lies inside"
+        } else if d.starts_with(&mp) {
+            "contains"
+        } else {
+            continue;
+        };
+        bail!(
+            "mountpoint {} {how} the directory of {what} ({}): kaiso reaches that \
+             directory by path, so it would wait on its own mount; mount it elsewhere",
+            mountpoint.display(),
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     check_threads(a.threads)?;
     let cfg = load_config(&a.config)?;
@@ -162,6 +193,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         &format!("--mount {}", a.mountpoint.display()),
     )?;
     kaiso_fuse::preflight(&a.mountpoint)?;
+    check_mountpoint_apart(&cfg, &a.mountpoint)?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
     let store = open_waiting_for_previous_daemon(cfg)?;

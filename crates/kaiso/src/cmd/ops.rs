@@ -398,7 +398,7 @@ fn follow(t: &mut Target, job: u64, what: &str) -> anyhow::Result<()> {
     loop {
         let p: kaiso_store::JobProgress =
             serde_json::from_value(t.call(Request::Job { id: job })?)?;
-        bar.set_length(p.bytes_total);
+        bar.set_length(p.bytes_total.max(p.bytes_done));
         bar.set_position(p.bytes_done);
         bar.set_message(format!("{what} {}/{} files", p.files_done, p.files_total));
         if !tty && (p.finished || last_line.is_none_or(|l| l.elapsed() >= Duration::from_secs(1))) {
@@ -430,7 +430,9 @@ fn progress_line(what: &str, p: &kaiso_store::JobProgress, elapsed: Duration) ->
         0.0
     };
     let left = p.bytes_total.saturating_sub(p.bytes_done);
-    let eta = if p.finished {
+    let eta = if p.finished && p.failed > 0 {
+        format!("done, {} not moved", p.failed)
+    } else if p.finished {
         "done".to_string()
     } else if rate > 0.0 {
         format!("ETA {:.0} s", left as f64 / rate)
@@ -442,7 +444,8 @@ fn progress_line(what: &str, p: &kaiso_store::JobProgress, elapsed: Duration) ->
         p.files_done,
         p.files_total,
         human(p.bytes_done),
-        human(p.bytes_total),
+        // Files that grew while they moved count their copied size.
+        human(p.bytes_total.max(p.bytes_done)),
         human(rate as u64)
     )
 }
@@ -539,6 +542,12 @@ mod tests {
         assert!(progress_line("x", &p, Duration::ZERO).ends_with("ETA unknown"));
         p.finished = true;
         assert!(progress_line("x", &p, Duration::from_secs(1)).ends_with(", done"));
+        // A finished job with failures says so; a file that grew while it moved never
+        // shows more bytes done than in total.
+        p.failed = 1;
+        assert!(progress_line("x", &p, Duration::from_secs(1)).ends_with(", done, 1 not moved"));
+        p.bytes_done = 5 << 20;
+        assert!(progress_line("x", &p, Duration::from_secs(1)).contains("5.0 MiB/5.0 MiB"));
     }
 
     #[test]
