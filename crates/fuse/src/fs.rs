@@ -784,17 +784,17 @@ impl fuser::Filesystem for KaisoFs {
         self.ino_empty(ino.0, reply, r);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _serving = self.gate.serve();
         let stored = self.store.getxattr(ino.0, name);
-        let r = offline_dosattrib(&self.store, ino.0, name, stored);
+        let r = offline_dosattrib(&self.store, ino.0, name, stored, req.pid());
         self.xattr_reply(ino.0, reply, size, r);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _serving = self.gate.serve();
-        let names = self.store.listxattr(ino.0);
-        let r = names.map(|l| list_dosattrib(&self.store, ino.0, l));
+        // Only what is stored: the OFFLINE bit is Samba's alone (see `offline_dosattrib`).
+        let r = self.store.listxattr(ino.0);
         self.xattr_reply(ino.0, reply, size, r);
     }
 
@@ -915,26 +915,45 @@ impl fuser::Filesystem for KaisoFs {
 
 /// Samba ("store dos attributes", its default) reads DOS attributes from `user.DOSATTRIB`.
 /// A file whose data is still on a migration source is reported FILE_ATTRIBUTE_OFFLINE
-/// there, so Explorer skips it for thumbnails: the stored value (the SMB source's
+/// to Samba, so Explorer skips it for thumbnails: the stored value (the SMB source's
 /// attributes and creation time, or what Samba wrote) is read with OFFLINE added, in its
 /// own encoding; without one, a version-5 value with ARCHIVE|OFFLINE is synthesised. The
 /// bit is never stored: nothing of it remains once the file is whole.
+///
+/// Only Samba is told (a request from an `smbd` process, by its `/proc/PID/comm`), and
+/// the made-up name is never listed: Samba reads `user.DOSATTRIB` by name (and hides it
+/// from SMB clients' EA lists), while copy tools (`rsync -aX`, `tar --xattrs`, `cp -a`)
+/// list the names and copy every value they get, so a copy taken from the mount during
+/// the migration would claim to be offline for good.
 const DOSATTRIB: &str = samba_meta::DOSATTRIB_XATTR;
 
 fn offline(store: &Store, ino: Ino) -> bool {
     !store.stub_state(ino).missing.is_empty()
 }
 
+/// `stored` (the value of xattr `name` of `ino`), as process `pid` must see it.
 fn offline_dosattrib(
     store: &Store,
     ino: Ino,
     name: &OsStr,
     stored: Result<Vec<u8>, FsError>,
+    pid: u32,
 ) -> Result<Vec<u8>, FsError> {
-    if name != DOSATTRIB || !offline(store, ino) {
+    if name != DOSATTRIB || !offline(store, ino) || !is_samba(pid) {
         return stored;
     }
     with_offline(stored)
+}
+
+/// Whether process (thread) `pid` is Samba's file server: its command name is `smbd` or
+/// starts so (smbd 4.15+ names its client processes `smbd[ADDRESS]`, `smbd-…` its
+/// helpers). A pid the mount's pid namespace does not see (0) is not.
+fn is_samba(pid: u32) -> bool {
+    pid != 0 && std::fs::read(format!("/proc/{pid}/comm")).is_ok_and(|c| is_samba_comm(&c))
+}
+
+fn is_samba_comm(comm: &[u8]) -> bool {
+    comm.starts_with(b"smbd")
 }
 
 /// A stored `user.DOSATTRIB` (or its absence) with FILE_ATTRIBUTE_OFFLINE added.
@@ -986,15 +1005,6 @@ fn without_offline(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-fn list_dosattrib(store: &Store, ino: Ino, mut names: Vec<u8>) -> Vec<u8> {
-    let listed = names.split(|b| *b == 0).any(|n| n == DOSATTRIB.as_bytes());
-    if !listed && offline(store, ino) {
-        names.extend_from_slice(DOSATTRIB.as_bytes());
-        names.push(0);
-    }
-    names
-}
-
 #[cfg(test)]
 mod dosattrib_tests {
     use super::*;
@@ -1017,6 +1027,18 @@ mod dosattrib_tests {
         assert_eq!(without_offline(&hex(HSA)).into_owned(), hex(HSA));
         // Samba 3's hex form stays a hex form.
         assert_eq!(with_offline(Ok(b"0x22\0".to_vec())).unwrap(), b"0x1022\0");
+    }
+
+    #[test]
+    fn only_smbd_processes_are_samba() {
+        assert!(is_samba_comm(b"smbd\n"));
+        assert!(is_samba_comm(b"smbd[127.0.0.1]\n"));
+        assert!(!is_samba_comm(b"rsync\n"));
+        assert!(!is_samba_comm(b"tar\n"));
+        assert!(!is_samba_comm(b"nmbd\n"));
+        // This test's own process is no Samba, nor is a pid outside the namespace.
+        assert!(!is_samba(std::process::id()));
+        assert!(!is_samba(0));
     }
 
     #[test]

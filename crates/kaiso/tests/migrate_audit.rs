@@ -102,7 +102,6 @@ fn finish(config: &Path) -> Output {
 /// `stuck` with ENOSPC and `finish` refuses (retry after space is freed), or the entry is
 /// there; and the reason is words, not `errno 28`.
 #[test]
-#[ignore = "audit s11: ENOSPC while listing skips files for good; finish exits 0 without them"]
 fn a_full_tier_at_listing_time_does_not_drop_files() {
     fuse_or_skip!();
     if !source_servers::loop_ext4::available() {
@@ -162,7 +161,6 @@ fn a_full_tier_at_listing_time_does_not_drop_files() {
 /// Expected: after a successful `finish`, the file equals the source's current bytes (or
 /// at least one whole version), never a mix of both.
 #[test]
-#[ignore = "audit s11: a source file changed during its copy is left torn (old+new bytes) after finish"]
 fn a_file_changed_on_the_source_during_its_copy_is_not_left_torn() {
     fuse_or_skip!();
     let src = Scratch::new("audit-torn-src");
@@ -243,7 +241,6 @@ fn dirs_under(root: &Path, cap: usize) -> Vec<PathBuf> {
 /// as "directory cycle"), so the store's tree has as many directories as the share's
 /// distinct ones.
 #[test]
-#[ignore = "audit s11: SMB source with a symlink to an ancestor is crawled without end (hundreds of dirs)"]
 fn smb_symlink_to_an_ancestor_is_not_crawled_forever() {
     fuse_or_skip!();
     if !source_servers::have(&["smbd", "smbpasswd"]) {
@@ -313,7 +310,6 @@ fn ctime_ns(p: &Path) -> i128 {
 /// shows of the file (a stub's ctime is the one it had, as its mtime is), so `tar c` exits
 /// 0 and a stub's ctime is the same before and after the read.
 #[test]
-#[ignore = "audit s11: reading a stub changes its ctime: tar of the mount fails 'file changed as we read it'"]
 fn reading_a_stub_does_not_change_its_ctime_so_tar_succeeds() {
     fuse_or_skip!();
     let src = Scratch::new("audit-tar-src");
@@ -431,7 +427,6 @@ fn xattr_names(p: &Path) -> Vec<String> {
 /// listed. Expected: a stub lists only the attributes the source has (here none), and an
 /// `rsync -aX` copy taken from the mount has no `user.DOSATTRIB`.
 #[test]
-#[ignore = "audit s11: stubs list a made-up user.DOSATTRIB (OFFLINE); rsync -aX/tar --xattrs copy it"]
 fn stubs_do_not_list_a_made_up_dosattrib() {
     fuse_or_skip!();
     let src = Scratch::new("audit-dos-src");
@@ -480,7 +475,6 @@ fn stubs_do_not_list_a_made_up_dosattrib() {
 /// given back, so the budget is spent on units nobody fetched. Expected: the crawl moves
 /// at least half the configured rate (done within 12 s), whatever `--parallel` is.
 #[test]
-#[ignore = "audit s11: --rate under-delivers 2.5-3x for a large file with many crawler threads"]
 fn the_rate_limit_is_reached_with_many_crawler_threads() {
     fuse_or_skip!();
     let src = Scratch::new("audit-rate-src");
@@ -656,7 +650,6 @@ fn a_daemon_that_is_not_root_still_migrates_readable_files() {
 /// `finish` the file equals the source's current contents (`finish` fetches again a file
 /// whose copy completed before the change; it should do the same for this one).
 #[test]
-#[ignore = "audit s11: a source file grown after listing is left truncated to its listed size after finish"]
 fn a_file_changed_on_the_source_after_listing_is_not_left_truncated() {
     fuse_or_skip!();
     let src = Scratch::new("audit-grow-src");
@@ -705,7 +698,6 @@ fn a_file_changed_on_the_source_after_listing_is_not_left_truncated() {
 /// share completes with a state directory many times its final database (about 1 MB), and
 /// if the state directory fills, status says so.
 #[test]
-#[ignore = "audit s11: the state dir peaks at ~23 KiB/file (WAL); 8,000 small files overflow 64 MiB, status says only EIO"]
 fn small_files_do_not_overflow_a_64_mib_state_directory() {
     fuse_or_skip!();
     if !source_servers::loop_ext4::available() {

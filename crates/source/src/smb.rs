@@ -56,6 +56,7 @@
 //! bounded by the same timeout. A server found gone shuts every session at once, so the
 //! next call reconnects instead of each session waiting out the timeout on its own.
 
+mod cycle;
 mod data;
 mod link;
 mod prefetch;
@@ -268,6 +269,8 @@ struct Shared {
     requests: Arc<Requests>,
     /// Connections of the source's own for large reads.
     data: data::DataPool,
+    /// FileIds of directories seen lately, to tell a directory cycle (see `cycle`).
+    dir_ids: cycle::DirIds,
 }
 
 /// The sessions; `None` or broken means the next call on that slot connects again.
@@ -404,6 +407,7 @@ impl SmbSource {
             stats: Counters::default(),
             requests,
             data,
+            dir_ids: cycle::DirIds::new(cycle::DIR_IDS_PER_GENERATION),
         });
         // The other sessions connect meanwhile; a slot whose connect fails is connected
         // again later (or by the next call that finds no session).
@@ -1001,6 +1005,18 @@ impl Shared {
             }
             return Err(self.error(path, "list", Fail::Status { status, op: "open" }));
         }
+        let attr = buffer(&frames[1], "query info")
+            .and_then(|b| {
+                wire::parse_all_information(b).ok_or(Fail::Malformed("FileAllInformation"))
+            })
+            .map(|r| self.attr(&r))
+            .map_err(|f| self.error(path, "query info", f));
+        let own_id = match &attr {
+            Ok(a) => a.ino,
+            Err(_) => self.dir_ids.get(path).unwrap_or(0),
+        };
+        self.refuse_cycle(path, own_id)?;
+        self.dir_ids.note(path, own_id);
         let mut raw = Vec::new();
         let mut complete = false;
         for f in &frames[4..6] {
@@ -1040,23 +1056,59 @@ impl Shared {
                 continue;
             }
             let attr = self.attr(&r);
-            if attr.kind == FileKind::Regular
-                && let Ok(child) = path.join(name.as_bytes())
-            {
-                self.hint_size(&child, attr.size);
+            if let Ok(child) = path.join(name.as_bytes()) {
+                match attr.kind {
+                    FileKind::Regular => self.hint_size(&child, attr.size),
+                    FileKind::Directory => self.dir_ids.note(&child, attr.ino),
+                    _ => {}
+                }
             }
             entries.push(SourceEntry {
                 name: name.into_bytes(),
                 attr,
             });
         }
-        let attr = buffer(&frames[1], "query info")
-            .and_then(|b| {
-                wire::parse_all_information(b).ok_or(Fail::Malformed("FileAllInformation"))
-            })
-            .map(|r| self.attr(&r))
-            .map_err(|f| self.error(path, "query info", f));
         Ok((entries, attr))
+    }
+
+    /// Refuses to list `path`, whose FileId is `id`, when it is one of its ancestors
+    /// again (a symlink to an ancestor the server follows): see `cycle`. Ancestors whose
+    /// FileId is not remembered are asked for (one compound each); one that cannot be
+    /// asked is taken as no cycle.
+    fn refuse_cycle(&self, path: &SourcePath, id: u64) -> SourceResult<()> {
+        let same = match self.dir_ids.ancestor_with(path, id) {
+            cycle::Ancestor::Same(a) => Some(a),
+            cycle::Ancestor::Unknown(unknown) => unknown.into_iter().find(|a| {
+                let got = self
+                    .query_alone(
+                        a,
+                        "stat",
+                        smb2::types::flags::FileAccessMask::FILE_READ_ATTRIBUTES,
+                        wire::query_all(FileId::SENTINEL),
+                    )
+                    .ok()
+                    .and_then(|f| {
+                        buffer(&f, "query info")
+                            .ok()
+                            .and_then(wire::parse_all_information)
+                    });
+                match got {
+                    Some(r) => {
+                        self.dir_ids.note(a, r.file_id);
+                        r.file_id == id
+                    }
+                    None => false,
+                }
+            }),
+        };
+        match same {
+            Some(a) => Err(SourceError::new(
+                SourceErrorKind::Unsupported,
+                path,
+                cycle::cycle_reason(&a, id),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// A long listing: opens the directory and asks for entries until there are no more.

@@ -172,6 +172,31 @@ impl ConfigError {
     }
 }
 
+/// A TCP address to listen on, as `TcpListener::bind` takes it: `IP:PORT`, `[IPv6]:PORT`
+/// or `HOST:PORT` (a host name is resolved when the address is bound). Checked when the
+/// configuration is loaded, so a bad one is reported with its line and key.
+fn check_listen_address(s: &str) -> Result<&str, String> {
+    if s.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(s);
+    }
+    let expected = "expected HOST:PORT, e.g. \"127.0.0.1:9477\" or \"[::1]:9477\"";
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("{s:?} is no address: no port ({expected})"));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!("{s:?}: bad port {port:?} ({expected})"));
+    }
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if !name_ok {
+        return Err(format!("{s:?}: bad host {host:?} ({expected})"));
+    }
+    Ok(s)
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())]
         .bytes()
@@ -205,7 +230,7 @@ struct RawStore {
     #[serde(default)]
     allow_other: Option<bool>,
     #[serde(default)]
-    metrics: Option<String>,
+    metrics: Option<Spanned<String>>,
     #[serde(default)]
     mover: Option<RawMover>,
 }
@@ -473,6 +498,14 @@ impl StoreConfig {
                 }
             },
         };
+        let metrics = match &store.metrics {
+            None => None,
+            Some(m) => Some(
+                check_listen_address(m.get_ref())
+                    .map_err(|e| err(m.span(), "store.metrics", &e))?
+                    .to_string(),
+            ),
+        };
         let mut mover = MoverConfig::default();
         if let Some(m) = store.mover {
             if let Some(v) = m.enabled {
@@ -531,7 +564,7 @@ impl StoreConfig {
             passthrough_writes: store.passthrough_writes.unwrap_or(true),
             passthrough_write_reserve,
             allow_other: store.allow_other.unwrap_or(false),
-            metrics: store.metrics,
+            metrics,
             mover,
             policy,
             policy_table,
@@ -846,6 +879,39 @@ kind = "hdd"
             .to_string();
         assert!(e.contains("line 12"), "{e}");
         assert!(e.contains("high_watermrk"), "{e}");
+    }
+
+    #[test]
+    fn bad_metrics_address_names_key_and_line() {
+        for bad in [
+            "notanaddr",
+            "127.0.0.1",
+            "127.0.0.1:port",
+            ":9477",
+            "a b:80",
+            "1.2.3.4:70000",
+        ] {
+            let cfg = GOOD.replace(
+                "state_dir = \"/tmp/state\"",
+                &format!("state_dir = \"/tmp/state\"\nmetrics = {bad:?}"),
+            );
+            let e = StoreConfig::from_toml_str(&cfg, "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("t.toml line 4, key store.metrics") && e.contains("HOST:PORT"),
+                "metrics = {bad:?} should be refused naming line 4 and store.metrics: {e}"
+            );
+        }
+        for good in ["127.0.0.1:9477", "[::1]:0", "localhost:9477", "0.0.0.0:80"] {
+            let cfg = GOOD.replace(
+                "state_dir = \"/tmp/state\"",
+                &format!("state_dir = \"/tmp/state\"\nmetrics = {good:?}"),
+            );
+            let c = StoreConfig::from_toml_str(&cfg, "t.toml")
+                .unwrap_or_else(|e| panic!("metrics = {good:?} refused: {e}"));
+            assert_eq!(c.metrics.as_deref(), Some(good));
+        }
     }
 
     #[test]

@@ -686,33 +686,68 @@ impl Store {
             .is_ok()
     }
 
+    /// Tries of a write, truncate or fallocate that spills its file ([`Store::spill`]):
+    /// each try after the first follows a move of the file (or the end of one in flight),
+    /// so files that moves keep bringing back to a full tier (an operator's promotions)
+    /// still get their write in; past this many the write fails with ENOSPC.
+    const SPILL_ATTEMPTS: u32 = 32;
+
     /// A write or extension needs `need` bytes for the whole file: move it to another tier
-    /// with room (slower ones first) instead of failing with ENOSPC.
+    /// with room (slower ones first) instead of failing with ENOSPC. Returns Ok once the
+    /// caller should try again on the tier the file is on by then.
+    ///
+    /// - A tier that fills before the move reserved room there is passed over for the
+    ///   next one with room.
+    /// - A file being moved already (the planner's move, an operator's, another writer's
+    ///   spill) is not moved twice: the spill waits for that move, which then finishes
+    ///   its copy unpaced ([`Store::wait_for_move`]), and the caller tries again where
+    ///   the file landed (spilling again if it does not fit there either).
+    /// - ENOSPC only when no tier has room for the file; never EBUSY (`write(2)` of a
+    ///   regular file does not return it).
     ///
     /// A file that has no name left (unlinked while open) moves too: the mover copies it
     /// from an open descriptor into the other tier's orphan directory (`orphan.rs`).
     fn spill(&self, ino: Ino, from: u8, need: u64) -> FsResult<()> {
         let n = self.tiers.len() as u8;
+        let reason = format!(
+            "spilled: tier {} is full",
+            self.tiers[from as usize].cfg.name
+        );
         for t in (from + 1..n).chain(0..from) {
-            if self.tiers[t as usize].fits(need) {
-                let reason = format!(
-                    "spilled: tier {} is full",
-                    self.tiers[from as usize].cfg.name
-                );
-                let mut tries = 0;
-                return loop {
-                    // A partially fetched stub moves too (its missing ranges go with it).
-                    let moved = crate::mover::allowing_partial_stub_move(|| {
-                        self.move_file(ino, t, &reason, need)
-                    });
-                    match moved {
-                        Ok(_) => break Ok(()),
-                        // Its last name went during the copy: the next try moves it as a
-                        // file with no name (it fails alike if no handle holds it either).
-                        Err(e) if e.errno() == FsError::NOENT && tries < 2 => tries += 1,
-                        Err(e) => break Err(e.errno()),
+            if !self.tiers[t as usize].fits(need) {
+                continue;
+            }
+            let mut tries = 0;
+            loop {
+                // A partially fetched stub moves too (its missing ranges go with it).
+                let moved = crate::mover::allowing_partial_stub_move(|| {
+                    self.move_file(ino, t, &reason, need)
+                });
+                match moved {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.in_flight() => {
+                        self.wait_for_move(ino);
+                        return Ok(());
                     }
-                };
+                    // Filled meanwhile (by other writers or moves): the next tier.
+                    Err(e) if e.errno() == FsError::NOSPC => break,
+                    // Its last name went during the copy: the next try moves it as a
+                    // file with no name (it fails alike if no handle holds it either).
+                    // A rename during the copy (EBUSY) is tried again likewise.
+                    Err(e)
+                        if (e.errno() == FsError::NOENT || e.errno() == FsError::BUSY)
+                            && tries < 2 =>
+                    {
+                        tries += 1
+                    }
+                    Err(e) if e.errno() == FsError::BUSY => {
+                        // The file cannot move now (open through kernel passthrough by
+                        // another process): the write finds no room.
+                        tracing::warn!(ino, to = t, error = %e, "{reason}: file not movable");
+                        return Err(FsError::NOSPC);
+                    }
+                    Err(e) => return Err(e.errno()),
+                }
             }
         }
         Err(FsError::NOSPC)
@@ -728,7 +763,7 @@ impl Store {
             // Partial blocks of unfetched ranges must be fetched before being overwritten.
             self.fill_range(st, offset, (offset + data.len() as u64).min(fsize))?;
         }
-        for _attempt in 0..8 {
+        for _attempt in 0..Self::SPILL_ATTEMPTS {
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             // Under the gate, with the write: a fetch restores a stub's mtime only while
             // holding the gate exclusively (`stub_write`), so never over this write.
@@ -789,7 +824,7 @@ impl Store {
 
     /// Truncate or extend file `ino` (through `fh` when given).
     pub(crate) fn truncate(&self, ino: Ino, size: u64, fh: Option<u64>) -> FsResult<()> {
-        for _attempt in 0..8 {
+        for _attempt in 0..Self::SPILL_ATTEMPTS {
             // What to truncate is resolved under the namespace lock, which is dropped before
             // the gate is taken (lock order: gate, then namespace). A path is opened right
             // away, so a later rename cannot make it name another file.
@@ -980,6 +1015,12 @@ impl Store {
         if let Err(e) = self.db().conn.pragma_update(None, "wal_autocheckpoint", 0) {
             tracing::error!("store database: automatic checkpoint not turned off: {e}");
         }
+        // The WAL file is cut back after each checkpoint, so a small state directory
+        // does not keep the largest WAL a burst of fetches made.
+        let _ = self
+            .db()
+            .conn
+            .pragma_update(None, "journal_size_limit", 4i64 << 20);
         *slot = Some(barrier.clone());
         barrier
     }
@@ -1118,7 +1159,7 @@ impl Store {
         } else if mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0 {
             self.fill_range(&st, offset, size)?;
         }
-        for _attempt in 0..8 {
+        for _attempt in 0..Self::SPILL_ATTEMPTS {
             let g = st.gate.read().unwrap_or_else(|e| e.into_inner());
             // A modification: the file's own times hold from now on (see `write`).
             self.stub_client_change(&st)?;
@@ -1262,7 +1303,11 @@ impl Store {
     /// Set an inode's stub state (persisted).
     pub fn stub_mark(&self, ino: Ino, state: StubState) -> FsResult<()> {
         let mut ns = self.ns();
+        let mut listed_dir = None;
         let fstate = if let Some(d) = ns.dirs.get_mut(&ino) {
+            if d.unlisted && !state.unlisted_dir {
+                listed_dir = Some(d.path.clone());
+            }
             d.unlisted = state.unlisted_dir;
             None
         } else if let Some(f) = ns.files.get(&ino) {
@@ -1282,6 +1327,11 @@ impl Store {
             .set_stub(ino, state.unlisted_dir, &state.missing, state.times);
         if let Some(st) = fstate {
             st.mark_unsynced(STUB_ROW_CHANGED | FILLER_TOUCHED);
+        }
+        if let Some(rel) = listed_dir {
+            // Its listing's changes are over: the ctime clients see stays (see
+            // `Store::dir_ctime_shown`).
+            self.dir_listing_settled(ino, &rel);
         }
         r?;
         Ok(())
@@ -1669,6 +1719,9 @@ impl Store {
         if pieces.is_empty() {
             return Ok(StubWrite::default());
         }
+        // Until the store's last change below (dropped before the gate): clients keep
+        // seeing the ctime from before (see `crate::stub::CtimeMask`).
+        let _ctime = crate::stub::StoreWrite::begin(state, &f);
         let client_changed = pending.is_none();
         let times = match pending {
             Some(t) => t,

@@ -109,11 +109,23 @@ impl Store {
         Ok(None)
     }
 
-    /// Attributes of an inode (index lock held).
+    /// Attributes of an inode as clients see them (index lock held).
     pub(crate) fn attr_locked(&self, ns: &mut Namespace, ino: Ino) -> FsResult<FileAttr> {
+        self.attr_view(ns, ino, true)
+    }
+
+    /// Attributes of an inode (index lock held); `client`: as clients see them (a file
+    /// the store wrote into shows the ctime from before, see [`crate::stub::CtimeMask`]),
+    /// else with the backing file's ctime.
+    fn attr_view(&self, ns: &mut Namespace, ino: Ino, client: bool) -> FsResult<FileAttr> {
         if let Some(d) = ns.dirs.get(&ino) {
+            let unlisted = d.unlisted;
             let (_, st) = self.dir_stat(&d.path)?;
-            return Ok(Self::attr_of(ino, &st));
+            let mut attr = Self::attr_of(ino, &st);
+            if client {
+                attr.ctime = self.dir_ctime_shown(ino, unlisted, attr.ctime);
+            }
+            return Ok(attr);
         }
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         if let Some(path) = ns.file_path(ino) {
@@ -121,12 +133,7 @@ impl Store {
             match util::lstat_opt(&t.backing(&path))? {
                 Some(st) => {
                     let mut attr = Self::attr_of(ino, &st);
-                    // A stub shows its pending mtime, also while a fetch has written a
-                    // unit and not yet put the mtime back.
-                    let stub = f.state.stub.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some((_, mtime)) = stub.as_ref().and_then(|s| s.times) {
-                        attr.mtime = mtime;
-                    }
+                    Self::stub_view(&f.state, &mut attr, client);
                     return Ok(attr);
                 }
                 None => {
@@ -141,9 +148,79 @@ impl Store {
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         if let Some(h) = f.state.open_handles().first() {
             let st = util::fstat(&h.file())?;
-            return Ok(Self::orphan_attr(&h.state, Self::attr_of(ino, &st)));
+            let mut attr = Self::attr_of(ino, &st);
+            Self::stub_view(&h.state, &mut attr, client);
+            return Ok(Self::orphan_attr(&h.state, attr));
         }
         Err(FsError::NOENT)
+    }
+
+    /// The ctime clients see of directory `ino` whose backing ctime is `real`: a
+    /// directory first seen unlisted keeps showing that ctime while the migration lists
+    /// it (creates its entries, restores its times and metadata), and after, until
+    /// someone else changes it (see [`crate::stub::CtimeMask`]).
+    fn dir_ctime_shown(
+        &self,
+        ino: Ino,
+        unlisted: bool,
+        real: std::time::SystemTime,
+    ) -> std::time::SystemTime {
+        let mut masks = self.dir_ctime.lock().unwrap_or_else(|e| e.into_inner());
+        match masks.get_mut(&ino) {
+            Some(m) => {
+                let shown = m.shown(real);
+                if m.is_void() {
+                    masks.remove(&ino);
+                }
+                shown
+            }
+            None if unlisted => {
+                masks.insert(ino, crate::stub::CtimeMask::pin(real));
+                real
+            }
+            None => real,
+        }
+    }
+
+    /// Directory `ino` (at `rel`) is listed: the store's changes to it are over (see
+    /// [`Store::dir_ctime_shown`]).
+    pub(crate) fn dir_listing_settled(&self, ino: Ino, rel: &Path) {
+        if !self
+            .dir_ctime
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&ino)
+        {
+            return;
+        }
+        let real = self
+            .dir_stat(rel)
+            .ok()
+            .map(|(_, st)| util::ts(st.st_ctime, st.st_ctime_nsec));
+        let mut masks = self.dir_ctime.lock().unwrap_or_else(|e| e.into_inner());
+        match (masks.get_mut(&ino), real) {
+            (Some(m), Some(real)) => m.settle(real),
+            (Some(_), None) => {
+                masks.remove(&ino);
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// What fetching into file `state` must not change of `attr` (its backing file's):
+    /// a stub shows its pending mtime, also while a fetch has written a unit and not yet
+    /// put the mtime back; and with `client`, the ctime from before the store's own
+    /// writes ([`crate::stub::CtimeMask`]).
+    fn stub_view(state: &FileState, attr: &mut FileAttr, client: bool) {
+        let stub = state.stub.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, mtime)) = stub.as_ref().and_then(|s| s.times) {
+            attr.mtime = mtime;
+        }
+        drop(stub);
+        if client {
+            let mut m = state.ctime.lock().unwrap_or_else(|e| e.into_inner());
+            attr.ctime = m.shown(attr.ctime);
+        }
     }
 
     /// A file with no name left shows no links, even once its data has a hidden name in
@@ -210,15 +287,27 @@ impl Store {
     }
 
     /// Attributes of `ino` (through `fh` if given, which works for unlinked open files).
+    /// As clients see them: a migration's fetches into a file change neither its mtime
+    /// nor its ctime (see [`crate::stub::CtimeMask`]).
     pub fn getattr(&self, ino: Ino, fh: Option<u64>) -> FsResult<FileAttr> {
         if let Some(fh) = fh {
             if let Some(h) = self.handle(fh) {
                 let st = util::fstat(&h.file())?;
-                return Ok(Self::orphan_attr(&h.state, Self::attr_of(ino, &st)));
+                let mut attr = Self::attr_of(ino, &st);
+                Self::stub_view(&h.state, &mut attr, true);
+                return Ok(Self::orphan_attr(&h.state, attr));
             }
         }
         let mut ns = self.ns();
         self.attr_locked(&mut ns, ino)
+    }
+
+    /// [`Store::getattr`] with the backing file's own ctime, which every change moves,
+    /// the store's fetches included (the migration's `finish` tells a copy nobody
+    /// changed since its completion by it).
+    pub fn getattr_backing(&self, ino: Ino) -> FsResult<FileAttr> {
+        let mut ns = self.ns();
+        self.attr_view(&mut ns, ino, false)
     }
 
     /// chmod, chown, truncate, utimens.

@@ -53,6 +53,9 @@ pub(crate) struct FileState {
     /// has put it in its tier's orphan directory (see `orphan.rs`); None otherwise.
     /// Changed under the namespace lock.
     pub orphan: Mutex<Option<PathBuf>>,
+    /// The ctime clients see while the store's own writes (migration fetches) move the
+    /// backing file's (see [`crate::stub::CtimeMask`]).
+    pub ctime: Mutex<crate::stub::CtimeMask>,
 }
 
 /// [`FileState::unsynced`]: the file's missing ranges changed since a client fsync last
@@ -80,6 +83,7 @@ impl FileState {
             syncing: AtomicU32::new(0),
             counted_unlinked: AtomicBool::new(false),
             orphan: Mutex::new(None),
+            ctime: Mutex::new(crate::stub::CtimeMask::default()),
         })
     }
 

@@ -36,7 +36,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Why a move did not happen.
@@ -58,6 +58,10 @@ impl MoveError {
     }
     pub fn errno(&self) -> FsError {
         self.errno
+    }
+    /// Refused because another move of the same file is in flight.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.errno == FsError::BUSY && self.message == ALREADY_MOVING
     }
     /// Refused because the file is open through kernel passthrough (see `not_movable`).
     fn passthrough_open(&self) -> bool {
@@ -100,7 +104,10 @@ impl From<FsError> for MoveError {
 
 #[derive(Default)]
 pub(crate) struct MoverShared {
-    moving: Mutex<HashSet<Ino>>,
+    /// The moves in flight, by file.
+    moving: Mutex<HashMap<Ino, Arc<InFlight>>>,
+    /// Signalled whenever a move in flight ends (see [`Store::wait_for_move`]).
+    move_ended: Condvar,
     pub moved_files: AtomicU64,
     pub moved_bytes: AtomicU64,
     pub failed: AtomicU64,
@@ -143,15 +150,31 @@ const WAITING_MOVE_LIMIT: Duration = Duration::from_secs(10);
 /// The message of a move refused for passthrough handles.
 const PASSTHROUGH_OPEN: &str = "open with kernel passthrough; moves when closed";
 
-/// Releases the per-file move slot.
-struct MoveSlot<'a>(&'a Mutex<HashSet<Ino>>, Ino);
+/// The message of a move refused because the file is being moved already.
+const ALREADY_MOVING: &str = "already being moved";
+
+/// One move in flight.
+#[derive(Default)]
+struct InFlight {
+    /// Its temporary file on the destination (tier, path in the tier), once named: a
+    /// scan of the live store spares it ([`Store::move_temp_in_flight`]).
+    tmp: Mutex<Option<(u8, PathBuf)>>,
+    /// A client's write waits for this move to end (it must spill the file): the rest
+    /// of the copy goes unpaced ([`Store::wait_for_move`]).
+    hurry: AtomicBool,
+}
+
+/// Releases the per-file move slot, and wakes whoever waits for the move to end.
+struct MoveSlot<'a>(&'a MoverShared, Ino);
 
 impl Drop for MoveSlot<'_> {
     fn drop(&mut self) {
         self.0
+            .moving
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.1);
+        self.0.move_ended.notify_all();
     }
 }
 
@@ -454,6 +477,7 @@ impl Store {
 
     /// Copy `src` into `dst` (same size, holes kept); returns the size, the crc32c of the
     /// data and the extents actually copied (a source shrinking meanwhile ends one early).
+    #[allow(clippy::too_many_arguments)]
     fn copy_data(
         &self,
         ino: Ino,
@@ -462,6 +486,7 @@ impl Store {
         src: &File,
         dst: &File,
         pace: Pace,
+        hurry: &AtomicBool,
     ) -> Result<Copied, MoveError> {
         let size = util::fstat(src)?.st_size as u64;
         dst.set_len(0)?;
@@ -478,6 +503,12 @@ impl Store {
         for &(s, e) in &extents {
             let mut pos = s;
             while pos < e {
+                // A writer waiting for this move to end hurries it along.
+                let pace = if hurry.load(Ordering::Relaxed) {
+                    Pace::Unpaced
+                } else {
+                    pace
+                };
                 if let Pace::Background { relief } = pace {
                     if relief {
                         let faster = from.min(to);
@@ -622,6 +653,45 @@ impl Store {
         self.move_file_inner(ino, to, reason, None)
     }
 
+    /// Waits until no move of file `ino` is in flight (returns at once if none is), and
+    /// has the one in flight finish its copy unpaced meanwhile: a client's write that
+    /// must spill the file waits for it ([`Store::spill`]), then tries again on the tier
+    /// the file is on by then. Also returns when the store stops.
+    pub(crate) fn wait_for_move(&self, ino: Ino) {
+        let mut moving = self.mover.moving.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(f) = moving.get(&ino) {
+            f.hurry.store(true, Ordering::Relaxed);
+            if self.stopping() {
+                return;
+            }
+            // Woken when a move ends; the timeout only re-checks `stopping`.
+            moving = self
+                .mover
+                .move_ended
+                .wait_timeout(moving, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Whether `path` (relative to tier `tier`'s root) is the temporary file of a move
+    /// in flight: a scan of the live store (`kaiso fsck` while mounted) must leave it,
+    /// where it removes the temporary files that interrupted moves left behind.
+    pub(crate) fn move_temp_in_flight(&self, tier: u8, path: &Path) -> bool {
+        self.mover
+            .moving
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|f| {
+                f.tmp
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .is_some_and(|(t, p)| *t == tier && p == path)
+            })
+    }
+
     /// Why `state`'s file cannot move now, if it cannot.
     fn not_movable(state: &FileState) -> Option<MoveError> {
         if state.passthrough_open.load(Ordering::SeqCst) > 0 {
@@ -654,8 +724,9 @@ impl Store {
         dst: &File,
         pace: Pace,
         first: bool,
+        hurry: &AtomicBool,
     ) -> Result<u64, MoveError> {
-        let Copied { size, crc, extents } = self.copy_data(ino, from, to, src, dst, pace)?;
+        let Copied { size, crc, extents } = self.copy_data(ino, from, to, src, dst, pace, hurry)?;
         if first {
             self.fail_at(FailPoint::AfterCopy)?;
         }
@@ -691,16 +762,15 @@ impl Store {
         if to as usize >= self.tiers.len() {
             return Err(MoveError::new(FsError::INVAL, "no such tier"));
         }
-        if !self
-            .mover
-            .moving
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(ino)
+        let flight = Arc::new(InFlight::default());
         {
-            return Err(MoveError::new(FsError::BUSY, "already being moved"));
+            let mut moving = self.mover.moving.lock().unwrap_or_else(|e| e.into_inner());
+            if moving.contains_key(&ino) {
+                return Err(MoveError::new(FsError::BUSY, ALREADY_MOVING));
+            }
+            moving.insert(ino, flight.clone());
         }
-        let _slot = MoveSlot(&self.mover.moving, ino);
+        let _slot = MoveSlot(&self.mover, ino);
         let started = Instant::now();
         let backoff0 = self.mover.backoff_ns.load(Ordering::Relaxed);
         tracing::info!(ino, to, reason, "move started");
@@ -776,6 +846,8 @@ impl Store {
             })?;
         // 2. Journal.
         let tmp = PathBuf::from(format!("{TEMP_PREFIX}{ino}-{}", util::now_nanos()));
+        // Named before it exists: a live scan never takes it for a leftover.
+        *flight.tmp.lock().unwrap_or_else(|e| e.into_inner()) = Some((to, tmp.clone()));
         // An orphan's row names both hidden copies: recovery removes them all (nothing
         // holds the file open after a restart).
         let journal_names = |names: &[PathBuf], dst_names: &[PathBuf]| -> Vec<PathBuf> {
@@ -857,7 +929,16 @@ impl Store {
                 },
                 (false, None) => Pace::Rate,
             };
-            let copied = match self.copy_pass(ino, from, to, &src, &dst, pace, attempt == 0) {
+            let copied = match self.copy_pass(
+                ino,
+                from,
+                to,
+                &src,
+                &dst,
+                pace,
+                attempt == 0,
+                &flight.hurry,
+            ) {
                 Ok(n) => n,
                 Err(e) => {
                     drop(held);

@@ -163,6 +163,9 @@ pub struct Store {
     pub(crate) next_fh: AtomicU64,
     pub(crate) placer: Mutex<Placer>,
     pub(crate) filler: RwLock<Option<Arc<dyn StubFiller>>>,
+    /// The ctime clients see of directories the migration lists (see
+    /// [`crate::stub::CtimeMask`]), by inode.
+    pub(crate) dir_ctime: Mutex<std::collections::HashMap<Ino, crate::stub::CtimeMask>>,
     pub(crate) mover: MoverShared,
     pub(crate) trace: Mutex<Option<crate::trace::TraceSink>>,
     pub(crate) fail: Mutex<Option<FailPoint>>,
@@ -330,6 +333,7 @@ impl Store {
             next_fh: AtomicU64::new(1),
             placer: Mutex::new(placer),
             filler: RwLock::new(None),
+            dir_ctime: Mutex::new(std::collections::HashMap::new()),
             mover: MoverShared::default(),
             trace: Mutex::new(None),
             fail: Mutex::new(None),
@@ -679,7 +683,12 @@ impl Store {
                             scan::EntryKind::Temp => {
                                 // Interrupted move leftovers: the journal recovery already
                                 // decided which copy is authoritative, so these are garbage.
-                                if std::fs::remove_file(&*tier.backing(&rel).join(&name)).is_ok() {
+                                // A live scan (`kaiso fsck` of a mounted store) leaves the
+                                // temporary file of a move in flight: that move goes on.
+                                if !self.move_temp_in_flight(ti, &rel.join(&name))
+                                    && std::fs::remove_file(&*tier.backing(&rel).join(&name))
+                                        .is_ok()
+                                {
                                     report.temp_removed += 1;
                                 }
                                 continue;

@@ -168,6 +168,109 @@ impl StubState {
     }
 }
 
+/// The ctime clients see of a file the store itself writes into (migration fetches).
+///
+/// A fetch writes the source's bytes into a stub's backing file and puts its mtime back;
+/// both move the backing file's ctime, which no one can set. Shown as it is, a client's
+/// read (which fetches) would change the file's ctime under it: `tar` reports "file
+/// changed as we read it", incremental backups take the file for changed. So the ctime
+/// from before the store's first write stays the one clients see, as long as the backing
+/// file's ctime is the one the store's last write left: `(shown, real)`. Any other
+/// change (a client's write, chmod, link, a tier move) gives the backing file another
+/// ctime, which is then shown; the next store write keeps showing that one. In memory
+/// only: after a restart the backing file's ctime is shown (one change, at the restart).
+/// The migration's `finish` compares the backing file's real ctime
+/// ([`crate::Store::getattr_backing`]).
+#[derive(Debug, Default)]
+pub(crate) struct CtimeMask {
+    /// (shown, real), see above.
+    mask: Option<(SystemTime, SystemTime)>,
+    /// A store write is under way (its gate held exclusively): `shown` holds whatever
+    /// the backing file says meanwhile.
+    writing: bool,
+}
+
+impl CtimeMask {
+    /// A directory clients saw, with backing ctime `real`, before the migration listed
+    /// it: everything until the listing ends is the store's own change (see
+    /// [`CtimeMask::settle`]), so `real` is what they see meanwhile.
+    pub(crate) fn pin(real: SystemTime) -> Self {
+        CtimeMask {
+            mask: Some((real, real)),
+            writing: true,
+        }
+    }
+
+    /// The store's changes to a pinned directory are over (it is listed, its times and
+    /// metadata restored): they left backing ctime `real`.
+    pub(crate) fn settle(&mut self, real: SystemTime) {
+        if let Some((shown, _)) = self.mask {
+            self.mask = Some((shown, real));
+        }
+        self.writing = false;
+    }
+
+    /// Nothing to remember any more.
+    pub(crate) fn is_void(&self) -> bool {
+        self.mask.is_none() && !self.writing
+    }
+
+    /// What clients see for backing ctime `real`. A mask that no longer applies (someone
+    /// else changed the file since the store's last write) is dropped.
+    pub(crate) fn shown(&mut self, real: SystemTime) -> SystemTime {
+        match self.mask {
+            Some((shown, _)) if self.writing => shown,
+            Some((shown, r)) if r == real => shown,
+            Some(_) => {
+                self.mask = None;
+                real
+            }
+            None => real,
+        }
+    }
+}
+
+/// Held by a store write into backing file `f` of `state` (the file's gate held
+/// exclusively, so no client write, truncate or utimens lands meanwhile): from before the
+/// write until its drop, after the last change the store makes (data, then mtime).
+pub(crate) struct StoreWrite<'a> {
+    state: &'a crate::handles::FileState,
+    f: &'a std::fs::File,
+}
+
+impl<'a> StoreWrite<'a> {
+    pub(crate) fn begin(state: &'a crate::handles::FileState, f: &'a std::fs::File) -> Self {
+        let before = ctime_of(f);
+        let mut m = state.ctime.lock().unwrap_or_else(|e| e.into_inner());
+        m.mask = before.map(|b| match m.mask {
+            // Only the store changed the file since its last write: still the old one.
+            Some((shown, real)) if real == b => (shown, b),
+            // First store write, or someone changed the file since: what it shows now.
+            _ => (b, b),
+        });
+        m.writing = true;
+        StoreWrite { state, f }
+    }
+}
+
+impl Drop for StoreWrite<'_> {
+    fn drop(&mut self) {
+        let after = ctime_of(self.f);
+        let mut m = self.state.ctime.lock().unwrap_or_else(|e| e.into_inner());
+        m.mask = match (m.mask, after) {
+            (Some((shown, _)), Some(a)) => Some((shown, a)),
+            _ => None,
+        };
+        m.writing = false;
+    }
+}
+
+fn ctime_of(f: &std::fs::File) -> Option<SystemTime> {
+    crate::util::fstat(f)
+        .ok()
+        .map(|st| crate::util::ts(st.st_ctime, st.st_ctime_nsec))
+}
+
 /// The store's side of the filler hooks (called from the namespace operations with no
 /// store lock held).
 impl crate::Store {
@@ -265,7 +368,7 @@ pub struct FetchBarrier {
 /// [`FetchBarrier::commit_counted`]).
 const CHECKPOINT_MIN_COMMITS: u64 = 1000;
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-const CHECKPOINT_WAL_BYTES: u64 = 64 << 20;
+const CHECKPOINT_WAL_BYTES: u64 = 16 << 20;
 
 /// One [`FetchBarrier::sync_then`]: when it started, how long it spent in `syncfs` and
 /// how long fetch writes were held back (the held part includes the caller's sync).

@@ -653,8 +653,9 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -
         }
         let unit = m.cfg.unit_size;
         let free = free_units(m, ino, &missing, unit);
-        let Some(&(unit_start, unit_missing)) = free.first() else {
-            // Every missing unit is being fetched (by helpers or a client): wait for one.
+        let Some((unit_start, unit_missing)) = m.begin_admission(ino, &free) else {
+            // Every missing unit is being fetched or admitted (by helpers or a client):
+            // wait for one.
             m.wait_for_unit_release(Duration::from_millis(20));
             continue;
         };
@@ -669,12 +670,16 @@ fn visit_leaf(store: &Store, m: &Migration, sh: &Shared, ino: Ino, pass: Pass) -
         // Admission (demand priority, throttle) before the unit is claimed, never while
         // holding it: a client reading this unit must not wait behind the crawler's
         // sleep. Charged with the unit's missing bytes (what will be read).
-        if !m.crawl_admission(unit_missing) {
-            // Paused or stopped while throttled: the loop waits, then retries the unit.
+        let admitted = m.crawl_admission(unit_missing);
+        let claim = admitted
+            .then(|| m.try_claim_unit(ino, unit_start))
+            .flatten();
+        m.end_admission(ino, unit_start);
+        let Some(claim) = claim else {
+            // Paused or stopped while throttled (the loop waits, then retries the unit),
+            // or taken meanwhile by a client: only bytes read count against `--rate`.
+            m.throttle_refund(unit_missing);
             continue;
-        }
-        let Some(claim) = m.try_claim_unit(ino, unit_start) else {
-            continue; // taken meanwhile
         };
         if let Err(e) = m.fetch_claimed_unit(store, &row, &claim) {
             tracing::warn!(ino, errno = e.errno(), "crawler fetch failed");
@@ -752,13 +757,17 @@ fn help_with(store: &Store, m: &Migration, sh: &Shared, ino: Ino) -> bool {
             break true;
         };
         let missing = store.stub_state(ino).missing;
-        let Some(&(unit_start, unit_missing)) = free_units(m, ino, &missing, unit).first() else {
+        let free = free_units(m, ino, &missing, unit);
+        let Some((unit_start, unit_missing)) = m.begin_admission(ino, &free) else {
             break true;
         };
-        if !m.crawl_admission(unit_missing) {
-            continue;
-        }
-        let Some(claim) = m.try_claim_unit(ino, unit_start) else {
+        let admitted = m.crawl_admission(unit_missing);
+        let claim = admitted
+            .then(|| m.try_claim_unit(ino, unit_start))
+            .flatten();
+        m.end_admission(ino, unit_start);
+        let Some(claim) = claim else {
+            m.throttle_refund(unit_missing);
             continue;
         };
         // Only while still offered, checked with the unit claimed: the owner withdraws
@@ -770,6 +779,7 @@ fn help_with(store: &Store, m: &Migration, sh: &Shared, ino: Ino) -> bool {
             .unwrap_or_else(|e| e.into_inner())
             .contains(&ino);
         if !still_offered {
+            m.throttle_refund(unit_missing);
             break true;
         }
         if let Err(e) = m.fetch_claimed_unit(store, &row, &claim) {

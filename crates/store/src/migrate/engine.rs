@@ -24,7 +24,7 @@
 //!   by its source inode; later paths with the same source inode become hard links to the
 //!   anchor's store inode instead of new stubs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -214,8 +214,11 @@ pub struct Migration {
     pub(crate) dir: PathBuf,
     pub(crate) root_ino: Ino,
     pub counters: Counters,
-    /// Crawler bandwidth budget: (window start, bytes in window).
-    throttle: Mutex<(Instant, u64)>,
+    /// Crawler bandwidth budget: when the budget is next free. Each admitted unit
+    /// reserves the next `bytes / limit` of time from there, so `--rate` holds exactly
+    /// however many threads ask (a window of one second let threads that charged late in
+    /// a window sleep into the next ones: a third of the rate with 16 threads).
+    throttle: Mutex<Instant>,
     pub(crate) stop: AtomicBool,
     pub(crate) paused: AtomicBool,
     throttle_limit: AtomicU64,
@@ -256,6 +259,9 @@ pub struct Migration {
     meta_gate: DirFillGate,
     /// Units being fetched (see [`UnitClaims`]).
     units: UnitClaims,
+    /// Units a crawler thread is being admitted for (`begin_admission`): other threads
+    /// pick other units, so no two wait for the throttle for the same one.
+    admitting: Mutex<HashSet<(Ino, u64)>>,
     /// When completions last group-committed (see `group_commit_due`).
     last_group_commit: Mutex<Instant>,
 }
@@ -414,6 +420,10 @@ pub(crate) type RenameHook = Arc<dyn Fn(Ino, bool) + Send + Sync>;
 
 fn io(e: std::io::Error) -> FsError {
     tracing::error!("migration state: {e}");
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        // A full state directory is ENOSPC, not a generic I/O error, in `status`.
+        return FsError::NOSPC;
+    }
     FsError::IO
 }
 
@@ -490,6 +500,7 @@ impl Migration {
             me: me.clone(),
             meta_gate: DirFillGate::new(),
             units: UnitClaims::default(),
+            admitting: Mutex::new(HashSet::new()),
             last_group_commit: Mutex::new(Instant::now()),
             listings: ListingCache::default(),
             anchor_claims: Mutex::new(HashMap::new()),
@@ -505,7 +516,7 @@ impl Migration {
             dir,
             root_ino,
             counters: Counters::default(),
-            throttle: Mutex::new((Instant::now(), 0)),
+            throttle: Mutex::new(Instant::now()),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             rename_hook: Mutex::new(None),
@@ -783,6 +794,9 @@ impl Migration {
     }
 
     pub fn set_throttle(&self, bytes_per_sec: Option<u64>) {
+        // A new limit starts from now: reservations made under the old one end their
+        // waits (see `throttle_wait`).
+        *self.throttle.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         self.throttle_limit
             .store(bytes_per_sec.unwrap_or(0), Ordering::Relaxed);
     }
@@ -933,6 +947,11 @@ impl Migration {
         for (n, chunk) in entries.chunks(256).enumerate() {
             let mut rows = Vec::new();
             let mut anchors = Vec::new();
+            // A destination that cannot take an entry now (full tier, I/O error) stops
+            // the listing: the directory stays unlisted with its row, so the crawl retries
+            // it (and ends `stuck` with the reason while it keeps failing) and `finish`
+            // refuses; an entry is never dropped for a condition that may pass.
+            let mut retry_later = None;
             store.stub_batch(|| {
                 for entry in chunk {
                     let name = OsStr::from_bytes(&entry.name);
@@ -947,20 +966,30 @@ impl Migration {
                     {
                         Ok(Some(r)) => rows.push(r),
                         Ok(None) => {}
+                        Err(e) if creation_may_succeed_later(e) => {
+                            tracing::warn!(
+                                "{child_src}: could not create on the destination: {e}; {} stays unlisted (retried)",
+                                row.src_path
+                            );
+                            retry_later = Some(e);
+                            break;
+                        }
                         Err(e) => {
                             let _ = self.db.skip(
                                 &child_src,
                                 SourceErrorKind::Io,
-                                &format!(
-                                    "could not create on the destination: errno {}",
-                                    e.errno()
-                                ),
+                                &creation_skip_reason(e),
                             );
                         }
                     }
                 }
                 Ok(())
             })?;
+            if let Some(e) = retry_later {
+                // The entries made so far keep their rows (a new listing finds them).
+                self.db.insert(&rows, &anchors).map_err(io)?;
+                return Err(e);
+            }
             let listing = (n + 1 == chunks).then_some((&row.src_path, names.as_slice()));
             self.db
                 .insert_with_listing(&rows, &anchors, listing)
@@ -1500,8 +1529,19 @@ impl Migration {
         // EIO, and the row stays: the crawl reports it and completes it once the source
         // answers.
         let done = match self.source_changed(row, after_read)? {
+            // The source changed during the copy (it should be read-only): the copy may
+            // hold the listed size of the new contents, or a mix of old and new bytes.
+            // Reported, and recorded as done with what the listing said, so `finish`
+            // sees the source differ from it and fetches the file again whole (or
+            // refuses when the copy may hold a client's bytes): never left torn.
+            Some(SourceChange::Attributes(why)) => {
+                self.db
+                    .skip(&row.src_path, SourceErrorKind::Changed, &why)
+                    .map_err(io)?;
+                Some((row.listed_size, row.listed_mtime_ns, ctime_ns))
+            }
             // Not recorded as done, so `finish` reports it instead of failing on it.
-            Some(why) => {
+            Some(SourceChange::Unreadable(why)) => {
                 self.db
                     .skip(&row.src_path, SourceErrorKind::Changed, &why)
                     .map_err(io)?;
@@ -1554,7 +1594,7 @@ impl Migration {
         &self,
         row: &StubRow,
         after_read: Option<SourceAttr>,
-    ) -> FsResult<Option<String>> {
+    ) -> FsResult<Option<SourceChange>> {
         if row.kind == StubKind::DummyDir {
             return Ok(None);
         }
@@ -1570,14 +1610,16 @@ impl Migration {
         }
         Ok(match now {
             Ok(a) if a.size == row.listed_size && ns_of(a.mtime) == row.listed_mtime_ns => None,
-            Ok(a) => Some(format!(
-                "source changed during migration although it should be read-only: size {} -> {}, mtime {} -> {} ns; the copy may mix old and new contents",
+            Ok(a) => Some(SourceChange::Attributes(format!(
+                "{CHANGED_DURING_COPY}: size {} -> {}, mtime {} -> {} ns; the copy may mix old and new contents (finish fetches it again)",
                 row.listed_size,
                 a.size,
                 row.listed_mtime_ns,
                 ns_of(a.mtime)
-            )),
-            Err(e) => Some(format!("source file changed during migration: {e}")),
+            ))),
+            Err(e) => Some(SourceChange::Unreadable(format!(
+                "source file changed during migration: {e}"
+            ))),
         })
     }
 
@@ -1696,6 +1738,27 @@ impl Migration {
     /// is fetching it (then `None`).
     pub(crate) fn try_claim_unit(&self, ino: Ino, at: u64) -> Option<UnitClaim<'_>> {
         self.units.try_claim(ino, at)
+    }
+
+    /// The first of `free` (unit start, missing bytes) of `ino` no other crawler thread is
+    /// being admitted for, marked as this thread's until [`Migration::end_admission`].
+    /// Without it every idle thread waited for the throttle for the same first unit and
+    /// all but one then found it claimed: each unit paid for many times.
+    pub(crate) fn begin_admission(&self, ino: Ino, free: &[(u64, u64)]) -> Option<(u64, u64)> {
+        let mut admitting = self.admitting.lock().unwrap_or_else(|e| e.into_inner());
+        let pick = free
+            .iter()
+            .find(|(at, _)| !admitting.contains(&(ino, *at)))?;
+        admitting.insert((ino, pick.0));
+        Some(*pick)
+    }
+
+    /// Ends this thread's admission for unit `at` of `ino` (claimed, or given up).
+    pub(crate) fn end_admission(&self, ino: Ino, at: u64) {
+        self.admitting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(ino, at));
     }
 
     /// Whether another thread is fetching unit `at` of `ino`.
@@ -1916,30 +1979,84 @@ impl Migration {
         }
     }
 
+    /// Gives back the charge of a unit that was admitted but not fetched (another thread
+    /// claimed it first, or the crawl paused meanwhile): only bytes actually read count
+    /// against `--rate`. Without it, threads sharing a large file's units paid for each
+    /// unit several times and the crawl ran at a third of its limit (session-11 audit).
+    pub(crate) fn throttle_refund(&self, bytes: u64) {
+        let limit = self.throttle_limit.load(Ordering::Relaxed);
+        if limit == 0 {
+            return;
+        }
+        let mut next = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let given_back = next
+            .checked_sub(Duration::from_secs_f64(bytes as f64 / limit as f64))
+            .unwrap_or(now);
+        *next = given_back.max(now);
+    }
+
     /// Waits for the crawler's bandwidth budget; false if paused or stopped meanwhile.
+    /// The unit reserves the next `bytes / limit` of the budget's time and waits for the
+    /// start of its reservation; a change of the limit ends the wait.
     fn throttle_wait(&self, bytes: u64) -> bool {
         let halted = || self.stop.load(Ordering::Acquire) || self.paused.load(Ordering::Acquire);
         let limit = self.throttle_limit.load(Ordering::Relaxed);
         if limit == 0 {
             return !halted();
         }
-        let sleep = {
-            let mut t = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
-            if t.0.elapsed() > Duration::from_secs(1) {
-                *t = (Instant::now(), 0);
-            }
-            t.1 += bytes;
-            let allowed = Duration::from_secs_f64(t.1 as f64 / limit as f64);
-            allowed.saturating_sub(t.0.elapsed())
+        let start = {
+            let mut next = self.throttle.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = (*next).max(Instant::now());
+            *next = slot + Duration::from_secs_f64(bytes as f64 / limit as f64);
+            slot
         };
-        // In slices, so a pause or stop request is not held up by the throttle.
-        let until = Instant::now() + sleep.min(Duration::from_secs(10));
-        while Instant::now() < until && !halted() {
-            std::thread::sleep((until - Instant::now()).min(Duration::from_millis(20)));
+        // In slices, so a pause, stop or new limit is not held up by the throttle.
+        while Instant::now() < start
+            && !halted()
+            && self.throttle_limit.load(Ordering::Relaxed) == limit
+        {
+            std::thread::sleep((start - Instant::now()).min(Duration::from_millis(20)));
         }
         !halted()
     }
 }
+
+/// Whether an entry the destination could not create may be created by a later try
+/// (room freed, a device back): then its directory's listing fails and is retried
+/// instead of the entry being skipped for good.
+fn creation_may_succeed_later(e: FsError) -> bool {
+    [
+        libc::ENOSPC,
+        libc::EDQUOT,
+        libc::EIO,
+        libc::ENOMEM,
+        libc::EAGAIN,
+    ]
+    .contains(&e.errno())
+}
+
+/// Skip-report reason of an entry the destination refused for good: the error in words.
+fn creation_skip_reason(e: FsError) -> String {
+    format!(
+        "could not create on the destination: {}",
+        std::io::Error::from_raw_os_error(e.errno())
+    )
+}
+
+/// How a source file changed while it was copied (see `Migration::source_changed`),
+/// with the skip report's reason.
+enum SourceChange {
+    /// Other size or mtime than listed: the copy may be torn; `finish` fetches it again.
+    Attributes(String),
+    /// It cannot be stat'ed any more (gone, or unreadable).
+    Unreadable(String),
+}
+
+/// How the skip report's reason for a file whose source changed while it was copied
+/// begins (`finish` looks for it: such a copy may mix old and new bytes).
+pub(crate) const CHANGED_DURING_COPY: &str =
+    "source changed during migration although it should be read-only";
 
 /// Skip-report reason of an entry the source lost after it was listed.
 pub(crate) const REMOVED_AFTER_LISTING: &str = "removed on the source after listing";

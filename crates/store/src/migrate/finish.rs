@@ -19,7 +19,18 @@
 //! (completed otherwise, a client change while it was a stub, a crash mid-file, a
 //! database from before), its bytes are never replaced: equal to the source's it is
 //! verified, else counted as modified by clients. The same holds for a file whose source
-//! changed after its copy completed: fetched again only if its ctime is unchanged.
+//! changed after its copy completed: fetched again only if its ctime is unchanged. The
+//! ctime compared is the backing file's own (`Store::getattr_backing`), which clients do
+//! not see moved by the store's fetches.
+//!
+//! **A copy is never kept torn.** A file whose source changed while it was copied (the
+//! crawl's completion check reports it `[Changed] source changed during migration …`)
+//! may hold the listed size of the new contents, or old and new bytes mixed. Its
+//! completion is recorded with the listing's size and mtime, so here the source differs
+//! from it and it is fetched again whole, as a file changed after its copy. If it cannot
+//! be (its ctime moved or is not known, so it may hold a client's bytes; or the source
+//! no longer has it), or the source changed again while it was fetched again, `finish`
+//! refuses, naming the file: the administrator copies it again or deletes it.
 //!
 //! A source file whose size or mtime differs from
 //! what its completed copy recorded changed on the source (which should have been
@@ -40,7 +51,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use super::engine::{ADDED_AFTER_LISTING, Migration, REMOVED_AFTER_LISTING};
+use super::engine::{ADDED_AFTER_LISTING, CHANGED_DURING_COPY, Migration, REMOVED_AFTER_LISTING};
 use super::source::{SourceAttr, SourceErrorKind, SourcePath, Timestamp};
 use super::state::{Skipped, StubKind, StubRow};
 use crate::stub::StubState;
@@ -69,9 +80,10 @@ pub struct FinishReport {
     /// their completion was recorded): fetched again from the source and verified again,
     /// by source path.
     pub refetched: Vec<String>,
-    /// Files that changed on the source after their copy completed (size or mtime no
-    /// longer what the copy recorded): fetched again, not counted as verified. Each
-    /// entry names the source path and both sizes and mtimes.
+    /// Files that changed on the source while they were copied or after their copy
+    /// completed (size or mtime no longer what the listing said): fetched again whole,
+    /// not counted as verified. Each entry names the source path and both sizes and
+    /// mtimes.
     pub changed_on_source: Vec<String>,
     /// Everything that was skipped during the migration, with the reason, including
     /// entries added to or removed from the source after their directory was listed.
@@ -136,10 +148,13 @@ fn finish_inner(
         deleted_by_clients: m.db.deleted_by_clients().map_err(|e| e.to_string())?,
         ..FinishReport::default()
     };
+    // Files whose source changed while they were copied: their copy may mix old and new
+    // bytes, so it is fetched again whole or `finish` refuses (never kept as it is).
+    let torn = changed_during_copy(m);
     for done in m.db.done().map_err(|e| e.to_string())? {
         let (ino, src, size, mtime_ns) =
             (done.ino, done.src_path.clone(), done.size, done.mtime_ns);
-        let before = match store.getattr(ino, None) {
+        let before = match store.getattr_backing(ino) {
             Err(_) => {
                 report.deleted_by_clients += 1;
                 continue;
@@ -168,6 +183,30 @@ fn finish_inner(
                 "the source cannot be reached ({e}); finish again once it answers"
             ));
         }
+        // A copy that may mix old and new bytes and cannot be fetched again: gone from
+        // the source, or changed here since (or not known) so it may hold a client's
+        // bytes. Never kept silently: the administrator decides.
+        let may_be_torn = size > 0 && torn.contains(src.as_bytes());
+        let torn_kept = match &outcome {
+            Verified::GoneFromSource if may_be_torn => Some((
+                "removed from the source since".to_string(),
+                "the source has no version left to fetch: delete it or write it whole",
+            )),
+            Verified::SourceChanged(now) if may_be_torn && !untouched => Some((
+                change_text((size, mtime_ns), now),
+                "not fetched again, as it may hold a client's changes (it changed here \
+                 since its copy completed, or that is not known): copy the file again \
+                 through the mount or delete it",
+            )),
+            _ => None,
+        };
+        if let Some((why, what_now)) = torn_kept {
+            report.mismatches.push(format!(
+                "{src}: changed on the source while it was copied ({why}), so the copy may \
+                 mix old and new contents; {what_now}, then finish again"
+            ));
+            continue;
+        }
         if let Verified::SourceChanged(now) = &outcome
             && !untouched
         {
@@ -187,7 +226,12 @@ fn finish_inner(
         }
         if let Verified::SourceChanged(now) = outcome {
             let expect = before.ctime;
-            match fetch_changed(store, m, ino, &src, (size, mtime_ns), &now, expect) {
+            let when = if may_be_torn {
+                Changed::DuringCopy
+            } else {
+                Changed::AfterCopy
+            };
+            match fetch_changed(store, m, ino, &src, (size, mtime_ns), &now, expect, when) {
                 Ok(Some(line)) => report.changed_on_source.push(line),
                 // A client wrote it meanwhile: legitimately different.
                 Ok(None) => report.modified_by_clients += 1,
@@ -224,7 +268,7 @@ fn finish_inner(
             outcome = match refetched {
                 Ok(()) => {
                     report.refetched.push(src.to_string());
-                    match store.getattr(ino, None) {
+                    match store.getattr_backing(ino) {
                         Ok(a) if a.size == size && ns_since_epoch(a.mtime) == mtime_ns => {
                             seen = a;
                             verify_file(store, m, ino, &src, size, mtime_ns)
@@ -246,7 +290,7 @@ fn finish_inner(
         // A client may have written the file while it was read back: then it is
         // legitimately different, not a failed copy.
         let still = store
-            .getattr(ino, None)
+            .getattr_backing(ino)
             .is_ok_and(|a| (a.size, a.mtime, a.ctime) == (seen.size, seen.mtime, seen.ctime));
         if !still {
             report.modified_by_clients += 1;
@@ -497,7 +541,9 @@ enum Verified {
 /// `expect`: the copy's ctime, which nobody changed since it completed (else it is not
 /// fetched again, see `refetch`).
 /// `Some(line for the report)`; `None` when a client wrote the file meanwhile; an error
-/// only when the source kept still and the copy still differs (or fetching failed).
+/// when the source kept still and the copy still differs (or fetching failed), or when
+/// the source changed again while it was fetched again (the new copy may be torn).
+#[allow(clippy::too_many_arguments)]
 fn fetch_changed(
     store: &Store,
     m: &Migration,
@@ -506,13 +552,18 @@ fn fetch_changed(
     was: (u64, i64),
     now: &SourceAttr,
     expect: std::time::SystemTime,
+    when: Changed,
 ) -> Result<Option<String>, String> {
     let line = change_text(was, now);
-    tracing::warn!("{src}: changed on the source after its copy completed ({line}); fetched again");
+    let when = match when {
+        Changed::DuringCopy => "while it was copied",
+        Changed::AfterCopy => "after its copy completed",
+    };
+    tracing::warn!("{src}: changed on the source {when} ({line}); fetched again");
     m.db.skip(
         src,
         SourceErrorKind::Changed,
-        &format!("changed on the source after its copy completed: {line}; fetched again"),
+        &format!("changed on the source {when}: {line}; fetched again whole"),
     )
     .map_err(|e| e.to_string())?;
     let new = (now.size, ts_ns(now.mtime));
@@ -530,7 +581,7 @@ fn fetch_changed(
     }
     let client_wrote = || {
         !store
-            .getattr(ino, None)
+            .getattr_backing(ino)
             .is_ok_and(|a| a.size == new.0 && ns_since_epoch(a.mtime) == new.1)
     };
     if client_wrote() {
@@ -538,9 +589,18 @@ fn fetch_changed(
     }
     match verify_file(store, m, ino, src, new.0, new.1) {
         Verified::Same => Ok(Some(format!("{src}: {line}"))),
-        // Changing still (or gone): a source in use, reported, not a failed copy.
+        // Changed again while it was fetched again: that copy may be torn as well (the
+        // completion reported it); `finish` fetches it again when run again.
+        Verified::SourceChanged(again) if changed_during_copy(m).contains(src.as_bytes()) => {
+            Err(format!(
+                "changed on the source ({line}), and again while it was fetched again ({}): \
+                 the source is in use; finish again once it keeps still",
+                change_text(new, &again)
+            ))
+        }
+        // Changed again after it was fetched again: the copy is that whole version.
         Verified::SourceChanged(again) => Ok(Some(format!(
-            "{src}: {line}; changed again: {}",
+            "{src}: {line}; changed again since it was fetched again: {}",
             change_text(new, &again)
         ))),
         Verified::GoneFromSource => Ok(Some(format!("{src}: {line}; removed since"))),
@@ -552,6 +612,26 @@ fn fetch_changed(
         )),
         Verified::Differs(_) | Verified::DataDiffers(_) => Ok(None),
     }
+}
+
+/// When a source file changed, as `finish` tells it (see [`fetch_changed`]).
+#[derive(Clone, Copy)]
+enum Changed {
+    /// While it was copied: the crawl's completion check reported it.
+    DuringCopy,
+    /// After its copy completed.
+    AfterCopy,
+}
+
+/// The source paths (bytes) whose skip report says their source changed while they were
+/// copied (`Migration::complete`): such a copy may mix old and new bytes.
+fn changed_during_copy(m: &Migration) -> HashSet<Vec<u8>> {
+    let changed = format!("{:?}", SourceErrorKind::Changed);
+    m.skipped()
+        .into_iter()
+        .filter(|s| s.kind == changed && s.reason.starts_with(CHANGED_DURING_COPY))
+        .map(|s| s.src_path.as_bytes().to_vec())
+        .collect()
 }
 
 /// `size A → B, mtime X → Y` (only what differs) for a source file that changed.
@@ -611,7 +691,7 @@ fn refetch(
     (expect, ident): (std::time::SystemTime, Option<Vec<u8>>),
 ) -> Result<(), String> {
     let a = store
-        .getattr(ino, None)
+        .getattr_backing(ino)
         .map_err(|e| format!("getattr: errno {}", e.errno()))?;
     if a.ctime != expect {
         return Err(CHANGED_MEANWHILE.into());
@@ -730,5 +810,321 @@ mod report_path_tests {
             report_path(Path::new("/s/migrate/main")),
             Path::new("/s/migrate/main.finished.txt")
         );
+    }
+}
+
+/// A source changed while (or after) its files were copied, and a tier too small for a
+/// listing: `finish` never exits with a torn or truncated copy, nor without a file.
+#[cfg(test)]
+mod source_change_tests {
+    use std::collections::HashMap;
+    use std::ffi::OsStr;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::super::engine::mark_crawler_thread;
+    use super::super::source::{
+        FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
+        SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,
+    };
+    use super::super::{CrawlState, Crawler, Migration, MigrationConfig, Migrations};
+    use crate::types::{Ino, ROOT_INO};
+    use crate::{Store, StoreConfig};
+
+    /// A file's mtime (seconds) and bytes.
+    type Contents = (i64, Vec<u8>);
+
+    /// Files in the root only, changeable by the test, by name.
+    #[derive(Clone, Default)]
+    struct Files(Arc<Mutex<HashMap<Vec<u8>, Contents>>>);
+
+    impl Files {
+        fn set(&self, name: &str, mtime: i64, data: Vec<u8>) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert(name.as_bytes().to_vec(), (mtime, data));
+        }
+    }
+
+    fn attr(kind: FileKind, ino: u64, size: u64, mtime: i64) -> SourceAttr {
+        let t = Timestamp {
+            secs: mtime,
+            nanos: 0,
+        };
+        SourceAttr {
+            kind,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            size,
+            nlink: 1,
+            ino,
+            rdev: (0, 0),
+            atime: t,
+            mtime: t,
+            ctime: t,
+            btime: None,
+            dos_attributes: None,
+        }
+    }
+
+    struct ChangingSource(Files);
+
+    impl ChangingSource {
+        fn file(&self, path: &SourcePath) -> SourceResult<(SourceAttr, Vec<u8>)> {
+            let files = self.0.0.lock().unwrap();
+            let mut names: Vec<&Vec<u8>> = files.keys().collect();
+            names.sort();
+            let name = path.file_name().unwrap_or_default();
+            let ino = 2 + names.iter().position(|n| n.as_slice() == name).unwrap_or(0) as u64;
+            match files.get(name) {
+                Some((mtime, data)) if !path.is_root() => Ok((
+                    attr(FileKind::Regular, ino, data.len() as u64, *mtime),
+                    data.clone(),
+                )),
+                _ => Err(SourceError::new(
+                    SourceErrorKind::NotFound,
+                    path,
+                    "no such file",
+                )),
+            }
+        }
+    }
+
+    impl Source for ChangingSource {
+        fn describe(&self) -> String {
+            "changing memory".into()
+        }
+        fn features(&self) -> SourceFeatures {
+            SourceFeatures {
+                unix_ids: true,
+                ..SourceFeatures::default()
+            }
+        }
+        fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+            if path.is_root() {
+                return Ok(attr(FileKind::Directory, 1, 0, 1_000_000_000));
+            }
+            self.file(path).map(|f| f.0)
+        }
+        fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+            if !path.is_root() {
+                return Err(SourceError::new(SourceErrorKind::NotFound, path, "no dir"));
+            }
+            let names: Vec<Vec<u8>> = self.0.0.lock().unwrap().keys().cloned().collect();
+            let mut out = Vec::new();
+            for n in names {
+                let p = path.join(&n)?;
+                out.push(SourceEntry {
+                    name: n,
+                    attr: self.file(&p)?.0,
+                });
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(out)
+        }
+        fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+            let (_, data) = self.file(path)?;
+            let from = (offset as usize).min(data.len());
+            Ok(data[from..(from + len).min(data.len())].to_vec())
+        }
+        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(SourceErrorKind::WrongKind, path, "none"))
+        }
+        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+            Ok(SourceAcl::default())
+        }
+        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+            Ok(Vec::new())
+        }
+        fn read_stream(
+            &self,
+            path: &SourcePath,
+            _stream: &str,
+            _offset: u64,
+            _len: usize,
+        ) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(SourceErrorKind::Unsupported, path, "none"))
+        }
+    }
+
+    fn bytes(seed: u8, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    struct Setup {
+        dir: tempfile::TempDir,
+        store: Arc<Store>,
+        m: Arc<Migration>,
+        files: Files,
+    }
+
+    /// A one-tier store (`capacity`) migrating a `ChangingSource` holding `files`.
+    fn setup(capacity: &str, files: &[(&str, Vec<u8>)]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"{capacity}\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        let store = Store::open(StoreConfig::from_toml_str(&cfg, "test.toml").unwrap()).unwrap();
+        let shared = Files::default();
+        for (n, d) in files {
+            shared.set(n, 1_000_000_000, d.clone());
+        }
+        let mut mc = MigrationConfig::new("t");
+        mc.crawl_workers = 1;
+        mc.unit_size = 64 << 10;
+        let m = Migration::open(&store, Box::new(ChangingSource(shared.clone())), mc).unwrap();
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        Setup {
+            dir,
+            store,
+            m,
+            files: shared,
+        }
+    }
+
+    impl Setup {
+        fn ino(&self, name: &str) -> Ino {
+            let a = self.store.lookup(ROOT_INO, OsStr::new(name)).unwrap();
+            self.store.forget(a.ino, 1);
+            a.ino
+        }
+        fn read(&self, ino: Ino, offset: u64, len: u32) {
+            let fh = self.store.open_file(ino, libc::O_RDONLY, false).unwrap().fh;
+            self.store.read(fh, offset, len).unwrap();
+            self.store.release(fh).unwrap();
+        }
+        fn crawl(&self) -> CrawlState {
+            let c = Crawler::start(self.store.clone(), self.m.clone());
+            let state = c.wait(Duration::from_secs(60));
+            drop(c);
+            state
+        }
+        fn tier_file(&self, name: &str) -> Vec<u8> {
+            std::fs::read(self.dir.path().join("t0").join(name)).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_file_grown_on_the_source_after_listing_is_fetched_again_whole_by_finish() {
+        let s = setup("1GiB", &[("grow", b"version one\n".to_vec())]);
+        let ino = s.ino("grow");
+        s.files
+            .set("grow", 1_000_000_100, b"version two, longer\n".to_vec());
+        assert_eq!(s.crawl(), CrawlState::Done);
+        assert_eq!(s.tier_file("grow"), b"version two,", "the listed 12 bytes");
+        let changed = s.m.skipped();
+        assert!(
+            changed
+                .iter()
+                .any(|x| x.kind == "Changed" && x.reason.contains("12 -> 20")),
+            "the crawl reports the change: {changed:?}"
+        );
+        let r = super::finish(&s.store, &s.m).expect("finish fetches the file again");
+        assert_eq!(r.changed_on_source.len(), 1, "{r:?}");
+        assert!(r.changed_on_source[0].contains("size 12 → 20"), "{r:?}");
+        assert_eq!(s.tier_file("grow"), b"version two, longer\n");
+        let a = s.store.getattr(ino, None).unwrap();
+        assert_eq!(
+            a.mtime,
+            std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_100),
+            "the new copy has the source's new mtime"
+        );
+        assert!(
+            r.skipped
+                .iter()
+                .any(|x| x.kind == "Changed" && x.reason.contains("while it was copied")),
+            "the skip report keeps a [Changed] line: {:?}",
+            r.skipped
+        );
+    }
+
+    #[test]
+    fn a_file_rewritten_on_the_source_during_its_copy_is_fetched_again_whole_by_finish() {
+        let (old, new) = (bytes(1, 200_000), bytes(2, 200_000));
+        let s = setup("1GiB", &[("big", old.clone())]);
+        let ino = s.ino("big");
+        // The first unit of the old contents, then the source is rewritten in place.
+        s.read(ino, 0, 1000);
+        s.files.set("big", 1_000_000_100, new.clone());
+        assert_eq!(s.crawl(), CrawlState::Done);
+        let torn = s.tier_file("big");
+        assert!(torn != old && torn != new, "the crawl's copy is torn");
+        let r = super::finish(&s.store, &s.m).expect("finish fetches the file again");
+        assert_eq!(r.changed_on_source.len(), 1, "{r:?}");
+        assert!(r.mismatches.is_empty(), "{r:?}");
+        assert!(
+            s.tier_file("big") == new,
+            "the copy is the source's new contents"
+        );
+    }
+
+    #[test]
+    fn a_torn_copy_that_may_hold_a_clients_bytes_makes_finish_refuse() {
+        let (old, new) = (bytes(1, 200_000), bytes(2, 200_000));
+        let s = setup("1GiB", &[("big", old.clone())]);
+        let ino = s.ino("big");
+        s.read(ino, 0, 1000);
+        s.files.set("big", 1_000_000_100, new);
+        assert_eq!(s.crawl(), CrawlState::Done);
+        // A client changes the copy's mode: its ctime is no longer the recorded one, so
+        // finish may not fetch it again over it; nor may it keep a torn copy.
+        let set = crate::SetAttr {
+            mode: Some(0o600),
+            ..crate::SetAttr::default()
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        s.store.setattr(ino, &set, crate::Caller::ROOT).unwrap();
+        let e = super::finish(&s.store, &s.m).expect_err("finish must refuse a torn copy");
+        assert!(
+            e.contains("changed on the source while it was copied") && e.contains("/big"),
+            "the refusal names the file and why: {e}"
+        );
+        assert!(
+            s.dir.path().join("state/migrate/t").exists(),
+            "a refused finish keeps the share's state"
+        );
+    }
+
+    #[test]
+    fn a_full_tier_while_listing_leaves_the_directory_unlisted_and_skips_nothing() {
+        // 1 MiB of room: `a` fits, `b` does not.
+        let s = setup(
+            "1MiB",
+            &[("a", bytes(1, 600 << 10)), ("b", bytes(2, 600 << 10))],
+        );
+        for _ in 0..2 {
+            let e = s.store.lookup(ROOT_INO, OsStr::new("b")).unwrap_err();
+            assert_eq!(e.errno(), libc::ENOSPC, "the listing fails with ENOSPC");
+            // As a crawler worker lists it too.
+            let store = s.store.clone();
+            let crawler_listing = std::thread::spawn(move || {
+                mark_crawler_thread();
+                store.opendir(ROOT_INO).map(|fh| store.releasedir(fh))
+            })
+            .join()
+            .unwrap();
+            assert!(crawler_listing.is_err(), "the crawler's listing fails too");
+        }
+        assert!(s.store.stub_state(ROOT_INO).unlisted_dir, "still unlisted");
+        assert!(
+            s.m.skipped().is_empty(),
+            "nothing skipped for good: {:?}",
+            s.m.skipped()
+        );
+        assert_eq!(s.crawl(), CrawlState::Stuck, "the crawl cannot complete");
+        let e = super::finish(&s.store, &s.m).expect_err("finish refuses");
+        assert!(e.contains("stubs remain"), "{e}");
     }
 }

@@ -185,7 +185,37 @@ const DELETED_BY_CLIENTS: &str = "deleted_by_clients";
 /// WAL size past which `sync` checkpoints it into the main database file.
 const CHECKPOINT_WAL_BYTES: u64 = 8 << 20;
 
+/// WAL size past which a sync is due whatever the number of commits (see
+/// [`MigrationDb::unsynced`]). A commit appends every page it touched to the WAL (a file's
+/// completion about 23 KiB), so counting commits alone let 8,000 small files grow the WAL
+/// to 180 MB before the first sync (audit s11): the state directory must stay small.
+const SYNC_WAL_BYTES: u64 = 16 << 20;
+
+/// WAL size past which a periodic group commit waits for a sync under way (see
+/// [`MigrationDb::sync_unless_busy`]).
+const HOLD_WAL_BYTES: u64 = 24 << 20;
+
+/// Unsynced commits below which [`MigrationDb::unsynced`] does not look at the WAL's size.
+const WAL_SIZE_CHECK_AFTER: u64 = 64;
+
+/// The size the WAL file is cut back to when SQLite starts it over after a complete
+/// checkpoint (`journal_size_limit`): without it the file keeps its largest size.
+const WAL_KEPT_BYTES: u64 = 4 << 20;
+
 fn sql_err(e: rusqlite::Error) -> std::io::Error {
+    sql_err_in(None, e)
+}
+
+/// Like [`sql_err`], naming the state directory `dir` when it is full (SQLITE_FULL): the
+/// error's kind is then `StorageFull` and its words say which directory to free.
+fn sql_err_in(dir: Option<&Path>, e: rusqlite::Error) -> std::io::Error {
+    if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+        let dir = dir.map_or_else(String::new, |d| format!("{} ", d.display()));
+        return std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!("migration database: state directory {dir}full: No space left on device ({e})"),
+        );
+    }
     std::io::Error::other(format!("migration database: {e}"))
 }
 
@@ -196,17 +226,19 @@ impl MigrationDb {
         }
         let conn = Connection::open(path).map_err(sql_err)?;
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
+            &"PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
              PRAGMA wal_autocheckpoint=0;
+             PRAGMA journal_size_limit=%d;
              CREATE TABLE IF NOT EXISTS stubs(ino INTEGER PRIMARY KEY, kind INTEGER NOT NULL, src_path BLOB NOT NULL, src_ino INTEGER NOT NULL, minsize INTEGER NOT NULL, listed_size INTEGER NOT NULL DEFAULT 0, listed_mtime INTEGER NOT NULL DEFAULT 0, ident BLOB);
              CREATE TABLE IF NOT EXISTS anchors(src_ino INTEGER PRIMARY KEY, ino INTEGER NOT NULL, ident BLOB);
              CREATE TABLE IF NOT EXISTS skipped(src_path BLOB NOT NULL, kind TEXT NOT NULL, reason TEXT NOT NULL, PRIMARY KEY(src_path, kind));
              CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER, ident BLOB);
-             CREATE TABLE IF NOT EXISTS listed(src_path BLOB PRIMARY KEY, names BLOB NOT NULL);",
+             CREATE TABLE IF NOT EXISTS listed(src_path BLOB PRIMARY KEY, names BLOB NOT NULL);"
+                .replace("%d", &WAL_KEPT_BYTES.to_string()),
         )
-        .map_err(sql_err)?;
+        .map_err(|e| sql_err_in(path.parent(), e))?;
         // Columns older databases lack: the listed size/mtime (first version), the
         // backing identities and the completion ctime (session 11; NULL: unknown).
         for (table, col, decl) in [
@@ -275,11 +307,31 @@ impl MigrationDb {
     }
 
     /// Commits not yet known durable (a caller syncs once enough have gathered: the
-    /// database does not checkpoint by itself, see `sync`).
+    /// database does not checkpoint by itself, see `sync`) — or `u64::MAX` once the WAL
+    /// has grown past [`SYNC_WAL_BYTES`]: a sync (which checkpoints it) is due now, however
+    /// few commits that took, so the state directory stays small.
     pub fn unsynced(&self) -> u64 {
-        self.committed
+        let n = self
+            .committed
             .load(Ordering::Acquire)
-            .saturating_sub(self.synced.load(Ordering::Acquire))
+            .saturating_sub(self.synced.load(Ordering::Acquire));
+        if n >= WAL_SIZE_CHECK_AFTER && self.wal_len() > SYNC_WAL_BYTES {
+            return u64::MAX;
+        }
+        n
+    }
+
+    /// The WAL file's size now (0: none, or the read-only handle).
+    fn wal_len(&self) -> u64 {
+        self.wal
+            .as_ref()
+            .and_then(|w| std::fs::metadata(w).ok())
+            .map_or(0, |m| m.len())
+    }
+
+    /// The state directory (the database's), for error messages.
+    fn dir(&self) -> Option<&Path> {
+        self.wal.as_deref().and_then(Path::parent)
     }
 
     /// Makes every change committed before this call durable against power loss: one
@@ -316,13 +368,17 @@ impl MigrationDb {
     /// [`MigrationDb::sync`] unless a sync is already under way (then its caller returns
     /// at once: the running one covers most commits, and the next trigger the rest). For
     /// periodic group commits, which bound the WAL and what a power loss can take back;
-    /// a caller that needs its own commits durable uses `sync`.
+    /// a caller that needs its own commits durable uses `sync`. Past [`HOLD_WAL_BYTES`] of
+    /// WAL the caller waits for the running sync instead (and syncs again if that one
+    /// did not cover its commits): small files complete faster than a sync's `syncfs`
+    /// under load, and the WAL grew by tens of MB meanwhile (audit s11).
     pub fn sync_unless_busy(&self) -> std::io::Result<()> {
         match self.sync_lock.try_lock() {
             Ok(g) => {
                 drop(g);
                 self.sync()
             }
+            Err(_) if self.wal_len() > HOLD_WAL_BYTES => self.sync(),
             Err(_) => Ok(()),
         }
     }
@@ -344,10 +400,12 @@ impl MigrationDb {
             Err(e) => return Err(e),
         };
         if len > CHECKPOINT_WAL_BYTES {
+            // The next commit starts the WAL over from its beginning (and cuts the file
+            // back to `WAL_KEPT_BYTES`) once every frame is in the main file.
             self.lock()
                 .conn
                 .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0))
-                .map_err(sql_err)?;
+                .map_err(|e| sql_err_in(self.dir(), e))?;
         }
         Ok(())
     }
@@ -436,9 +494,10 @@ impl MigrationDb {
         inner: &mut Inner,
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> std::io::Result<T>,
     ) -> std::io::Result<T> {
-        let tx = inner.conn.transaction().map_err(sql_err)?;
+        let full = |e| sql_err_in(self.dir(), e);
+        let tx = inner.conn.transaction().map_err(full)?;
         let v = f(&tx)?;
-        tx.commit().map_err(sql_err)?;
+        tx.commit().map_err(full)?;
         self.committed();
         Ok(v)
     }
@@ -1004,6 +1063,91 @@ fn done_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DoneRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One completion per small file, syncing as the engine does within 5 s of its last
+    /// group commit (at 20,000 commits, or when `unsynced` says a sync is due): the WAL must stay
+    /// near [`SYNC_WAL_BYTES`], where counting commits alone let it reach ~23 KiB per
+    /// file (audit s11: 180 MB for 8,000 files, a 64 MiB state directory overflowed).
+    #[test]
+    fn the_wal_stays_small_with_many_small_completions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("migrate.db");
+        let wal = dir.path().join("migrate.db-wal");
+        let db = MigrationDb::open(&path).unwrap();
+        let files = 12_000u64;
+        let row = |ino: u64| StubRow {
+            ino,
+            kind: StubKind::DummyFile,
+            src_path: SourcePath::parse(format!("d{}/file-{ino:05}", ino / 400).as_bytes())
+                .unwrap(),
+            src_ino: ino + 1_000_000,
+            minsize: 100,
+            listed_size: 100,
+            listed_mtime_ns: 1_000_000_007,
+            ident: None,
+        };
+        // Listed as the engine does, 256 rows a transaction.
+        let rows: Vec<StubRow> = (1..=files).map(row).collect();
+        for chunk in rows.chunks(256) {
+            db.insert(chunk, &[]).unwrap();
+        }
+        db.sync().unwrap();
+        let (mut peak, mut syncs) = (0u64, 0u32);
+        for r in &rows {
+            assert!(
+                db.complete(r.ino, &r.src_path, Some((100, 1_000_000_007, Some(5))))
+                    .unwrap()
+            );
+            if db.unsynced() >= 20_000 {
+                db.sync().unwrap();
+                syncs += 1;
+            }
+            peak = peak.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let bound = SYNC_WAL_BYTES + (4 << 20);
+        assert!(
+            peak <= bound,
+            "the WAL of {files} completions peaked at {peak} bytes ({syncs} syncs); \
+             expected at most {bound} (a sync, which checkpoints it, is due past \
+             {SYNC_WAL_BYTES})"
+        );
+        assert!(
+            syncs >= 2,
+            "{syncs} syncs: the test did not exercise the WAL bound"
+        );
+        eprintln!("WAL peak {peak} bytes for {files} completions, {syncs} syncs");
+        db.sync().unwrap();
+        // The next commit starts the WAL over.
+        db.skip(&rows[0].src_path, SourceErrorKind::Changed, "test")
+            .unwrap();
+        let after = std::fs::metadata(&wal).map_or(0, |m| m.len());
+        assert!(
+            after <= WAL_KEPT_BYTES,
+            "after a checkpoint and a commit the WAL file is {after} bytes; expected it cut \
+             back to at most {WAL_KEPT_BYTES}"
+        );
+        assert_eq!(db.remaining().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_full_state_directory_is_named() {
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        );
+        let e = sql_err_in(Some(Path::new("/var/lib/kaiso/state")), full);
+        assert_eq!(e.kind(), std::io::ErrorKind::StorageFull);
+        let text = e.to_string();
+        assert!(
+            text.contains("state directory /var/lib/kaiso/state full: No space left on device"),
+            "{text}"
+        );
+        let other = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+            None,
+        );
+        assert_eq!(sql_err(other).kind(), std::io::ErrorKind::Other);
+    }
 
     #[test]
     fn counter_follows_rows_and_survives_reopen() {
