@@ -381,7 +381,6 @@ fn bad_metrics_address_names_line_and_key() {
 /// should be refused naming the pin (as `kaiso pin` of a directory without -r is), or it
 /// should move the pin with the file.
 #[test]
-#[ignore = "audit s11: demote of a pinned file leaves it off its pin tier, still pinned"]
 fn demote_of_a_pinned_file_does_not_leave_it_off_its_pin() {
     fuse_or_skip!();
     let store = Store::new(
@@ -425,4 +424,44 @@ fn demote_of_a_pinned_file_does_not_leave_it_off_its_pin() {
         assert_eq!(store.tiers_holding("f"), vec![0]);
     }
     assert_eq!(fs::read(&f).unwrap(), b"pinned data");
+}
+
+/// `kaiso mount` stopped by SIGTERM while a client's working directory is inside the
+/// mount: the unmount is refused (EBUSY), and before the fix the daemon exited with
+/// "Device or resource busy" and left a dead mount (`Transport endpoint is not
+/// connected`) that refused the next mount. Expected: the mount is detached lazily, the
+/// daemon exits 0, and the store mounts there again.
+#[test]
+fn sigterm_with_a_client_inside_the_mount_detaches_it() {
+    fuse_or_skip!();
+    let store = Store::new(
+        "audit-mount-busy",
+        StoreSpec::with_tiers(vec![TierSpec::new("fast"), TierSpec::new("slow")]),
+    );
+    store.seed(0, "dir/f", b"still here");
+    let m = store.mount();
+    let mut client = Command::new("sleep")
+        .arg("60")
+        .current_dir(m.path.join("dir"))
+        .spawn()
+        .expect("start a client inside the mount");
+    std::thread::sleep(Duration::from_millis(200));
+    unsafe { libc::kill(m.pid().expect("daemon pid") as i32, libc::SIGTERM) };
+    let log_path = m.log.clone();
+    let status = m.unmount_after_exit();
+    let still_mounted = common::is_mounted(&store.mountpoint);
+    let _ = client.kill();
+    let _ = client.wait();
+    if still_mounted {
+        common::force_unmount(&store.mountpoint);
+    }
+    let log = fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(
+        !still_mounted && status.success(),
+        "SIGTERM with a client's working directory in the mount must detach it and exit 0 \
+         (exit {status}, still mounted {still_mounted}):\n{log}"
+    );
+    let again = store.mount();
+    assert_eq!(fs::read(again.path.join("dir/f")).unwrap(), b"still here");
+    assert_eq!(again.unmount().code(), Some(0));
 }

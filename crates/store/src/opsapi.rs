@@ -302,6 +302,10 @@ impl Store {
         };
         let files = self.targets(rel, recursive, verb)?;
         let last = self.tiers.len() as u8 - 1;
+        // A pin holds: a move off the pinned tier would leave the file "pinned to T" on
+        // another tier for good (nothing brings it back). One file is refused naming the
+        // pin; under `-r` pinned files stay where they are pinned.
+        let pins = self.placer().pins.clone();
         let mut moves = Vec::new();
         {
             let ns = self.ns();
@@ -314,6 +318,21 @@ impl Store {
                     (None, Direction::Promote) => f.tier.saturating_sub(1),
                     (None, Direction::Demote) => (f.tier + 1).min(last),
                 };
+                if let Some(&pinned) = pins.get(&ino)
+                    && pinned != to
+                {
+                    if recursive {
+                        continue;
+                    }
+                    return Err(OpError::new(
+                        FsError::PERM,
+                        format!(
+                            "{} is pinned to tier {}: unpin it first (kaiso unpin PATH), or pin it to another tier",
+                            rel.display(),
+                            self.tiers[pinned as usize].cfg.name
+                        ),
+                    ));
+                }
                 if to != f.tier {
                     moves.push((ino, to));
                 }

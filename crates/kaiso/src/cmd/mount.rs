@@ -184,6 +184,37 @@ pub(crate) fn check_mountpoint_apart(cfg: &StoreConfig, mountpoint: &Path) -> an
     Ok(())
 }
 
+/// A client still holds a file or its working directory on the mount, so the unmount at
+/// SIGTERM is refused (EBUSY): the mount is detached lazily instead, so that the mount
+/// point is free for the next mount or `start` (before, a dead mount stayed there, `Transport
+/// endpoint is not connected`, and the next one refused the busy mount point until
+/// the administrator unmounted it by hand). The client's open files and working directory
+/// there fail from now on (ENOTCONN), as with any FUSE daemon that stopped. Found by the
+/// session-11 audit.
+pub(crate) fn detach_busy_mount(mp: &Path, busy: std::io::Error) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mp.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path.
+    let detached = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
+        // Not root: the setuid helper can detach a user's FUSE mount.
+        || std::process::Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(mp)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    if !detached {
+        return Err(busy);
+    }
+    eprintln!(
+        "kaiso: {} was still in use by a client: detached lazily (what the client still has open there stops working)",
+        mp.display()
+    );
+    Ok(())
+}
+
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     check_threads(a.threads)?;
     let cfg = load_config(&a.config)?;
@@ -227,7 +258,10 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     while !signalled.load(Ordering::SeqCst) && !mounted.finished() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let r = mounted.unmount();
+    let r = match mounted.unmount() {
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => detach_busy_mount(&a.mountpoint, e),
+        r => r,
+    };
     store.shutdown();
     let _ = std::fs::remove_file(&sock);
     // The error is the session's (a worker's) or the unmount's.

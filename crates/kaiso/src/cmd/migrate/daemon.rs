@@ -744,6 +744,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     };
     if let Some(mp) = &a.mount {
         kaiso_fuse::preflight(mp)?;
+        crate::cmd::mount::check_mountpoint_apart(&cfg, mp)?;
     }
     let state_dir = cfg.state_dir.clone();
     // kaiso sets every mode explicitly; the process umask must not interfere.
@@ -887,7 +888,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     }
     let unmounted = match (mounted.map(|m| m.unmount()), &a.mount) {
         (Some(Err(e)), Some(mp)) if e.raw_os_error() == Some(libc::EBUSY) => {
-            Some(detach_busy_mount(mp, e))
+            Some(crate::cmd::mount::detach_busy_mount(mp, e))
         }
         (r, _) => r,
     };
@@ -897,37 +898,6 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         r.context("unmount")?;
     }
     eprintln!("kaiso: migration daemon stopped");
-    Ok(())
-}
-
-/// A client still holds a file or its working directory on the mount, so the unmount at
-/// SIGTERM is refused (EBUSY): the mount is detached lazily instead, so that the mount
-/// point is free for the next `start` (before, a dead mount stayed there, `Transport
-/// endpoint is not connected`, and the next `start` refused the busy mount point until
-/// the administrator unmounted it by hand). The client's open files and working directory
-/// there fail from now on (ENOTCONN), as with any FUSE daemon that stopped. Found by the
-/// session-11 audit.
-fn detach_busy_mount(mp: &Path, busy: std::io::Error) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(mp.as_os_str().as_bytes())?;
-    // SAFETY: a valid NUL-terminated path.
-    let detached = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
-        // Not root: the setuid helper can detach a user's FUSE mount.
-        || std::process::Command::new("fusermount3")
-            .args(["-u", "-z"])
-            .arg(mp)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-    if !detached {
-        return Err(busy);
-    }
-    eprintln!(
-        "kaiso: {} was still in use by a client: detached lazily (what the client still has open there stops working)",
-        mp.display()
-    );
     Ok(())
 }
 
