@@ -9,7 +9,9 @@ mod common;
 #[path = "../../source/tests/common/mod.rs"]
 mod source_servers;
 
-use common::migrate_daemon::{Daemon, migrate_cmd, migrate_status_json, output_text};
+use common::migrate_daemon::{
+    Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
+};
 use common::{Store, StoreSpec, temp_dir};
 use std::ffi::OsStr;
 use std::fs;
@@ -20,18 +22,6 @@ use std::time::{Duration, Instant};
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)
-}
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A scratch directory removed on drop (sources live outside the store's directory).

@@ -11,7 +11,7 @@
 mod common;
 mod migrate_servers;
 
-use common::migrate_daemon::{Daemon, run_kaiso_env, wait_child};
+use common::migrate_daemon::{Daemon, run_kaiso_env, seeded_bytes as bytes, wait_child};
 use common::{Store, StoreSpec, is_mounted, kaiso_bin, temp_dir};
 use migrate_servers::{Ganesha, Samba, servers_available};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,19 +26,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 // ---- the generated source tree ---------------------------------------------------------
-
-/// Deterministic pseudo-random bytes.
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn set_mtime(p: &Path, secs: i64, nsec: i64) {
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::migrate_daemon::{Daemon, run_kaiso_env};
+use common::migrate_daemon::{Daemon, run_kaiso_env, seeded_bytes as bytes};
 use common::{Store, StoreSpec, kaiso_bin};
 use std::ffi::OsStr;
 use std::fs;
@@ -16,18 +16,6 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)
