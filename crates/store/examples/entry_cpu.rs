@@ -45,23 +45,9 @@ fn attr(kind: FileKind, ino: u64, size: u64) -> SourceAttr {
         nanos: 123_456_789,
     };
     SourceAttr {
-        kind,
-        perm: if kind == FileKind::Directory {
-            0o755
-        } else {
-            0o644
-        },
         uid: 1000,
         gid: 1000,
-        size,
-        nlink: 1,
-        ino,
-        rdev: (0, 0),
-        atime: t,
-        mtime: t,
-        ctime: t,
-        btime: None,
-        dos_attributes: None,
+        ..SourceAttr::plain(kind, ino, size, t)
     }
 }
 

@@ -44,25 +44,7 @@ fn attr(kind: FileKind, ino: u64, size: u64) -> SourceAttr {
         secs: MTIME,
         nanos: 0,
     };
-    SourceAttr {
-        kind,
-        perm: if kind == FileKind::Directory {
-            0o755
-        } else {
-            0o644
-        },
-        uid: 0,
-        gid: 0,
-        size,
-        nlink: 1,
-        ino,
-        rdev: (0, 0),
-        atime: t,
-        mtime: t,
-        ctime: t,
-        btime: None,
-        dos_attributes: None,
-    }
+    SourceAttr::plain(kind, ino, size, t)
 }
 
 impl Source for Share {

@@ -853,19 +853,8 @@ mod source_change_tests {
             nanos: 0,
         };
         SourceAttr {
-            kind,
             perm: 0o644,
-            uid: 0,
-            gid: 0,
-            size,
-            nlink: 1,
-            ino,
-            rdev: (0, 0),
-            atime: t,
-            mtime: t,
-            ctime: t,
-            btime: None,
-            dos_attributes: None,
+            ..SourceAttr::plain(kind, ino, size, t)
         }
     }
 

@@ -139,6 +139,33 @@ pub struct SourceAttr {
     pub dos_attributes: Option<u32>,
 }
 
+impl SourceAttr {
+    /// An object of `kind` owned by root, with one link, the usual mode of its kind (0755
+    /// for a directory, 0644 else), no device numbers and every time `time`: the base of
+    /// synthesised attributes (`SourceAttr { nlink: 2, ..SourceAttr::plain(…) }`).
+    pub fn plain(kind: FileKind, ino: u64, size: u64, time: Timestamp) -> SourceAttr {
+        SourceAttr {
+            kind,
+            perm: if kind == FileKind::Directory {
+                0o755
+            } else {
+                0o644
+            },
+            uid: 0,
+            gid: 0,
+            size,
+            nlink: 1,
+            ino,
+            rdev: (0, 0),
+            atime: time,
+            mtime: time,
+            ctime: time,
+            btime: None,
+            dos_attributes: None,
+        }
+    }
+}
+
 /// One directory entry with its attributes, READDIRPLUS style.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceEntry {

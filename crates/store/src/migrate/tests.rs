@@ -63,23 +63,8 @@ fn attr(kind: FileKind, ino: u64, size: u64, nlink: u32) -> SourceAttr {
         nanos: 0,
     };
     SourceAttr {
-        kind,
-        perm: if kind == FileKind::Directory {
-            0o755
-        } else {
-            0o644
-        },
-        uid: 0,
-        gid: 0,
-        size,
         nlink,
-        ino,
-        rdev: (0, 0),
-        atime: t,
-        mtime: t,
-        ctime: t,
-        btime: None,
-        dos_attributes: None,
+        ..SourceAttr::plain(kind, ino, size, t)
     }
 }
 
