@@ -6,10 +6,11 @@
 use crate::MountOptions;
 use crate::gate::WorkerGate;
 use fuser::{
-    AccessFlags, BackingId, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, BackingId, CopyFileRangeFlags, Errno, FileHandle, FileType, FopenFlags,
+    Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use kaiso_store::migrate::samba_meta::{self, DosAttrib};
 use kaiso_store::{Caller, FileAttr, FileKind, FsError, Ino, SetAttr, Store, TimeSet};
@@ -35,6 +36,9 @@ pub struct FaceStats {
     pub reads: AtomicU64,
     /// WRITE requests answered.
     pub writes: AtomicU64,
+    /// COPY_FILE_RANGE requests answered (the bytes go from backing file to backing file,
+    /// not through the face).
+    pub copies: AtomicU64,
     /// Requests on a node id the store no longer knows, answered ESTALE.
     pub stale: AtomicU64,
     /// Whether the kernel accepted passthrough at init.
@@ -894,6 +898,39 @@ impl fuser::Filesystem for KaisoFs {
     ) {
         let _serving = self.gate.serve();
         Self::empty(reply, self.store.fallocate(fh.0, offset, length, mode));
+    }
+
+    /// copy_file_range(2) between two files of the mount: the store copies between the
+    /// backing files (in the kernel where they share a file system), so `cp` sends no
+    /// READ or WRITE through the daemon. The kernel has already checked the handles'
+    /// modes and cut the length at the source's end (as it knew the size).
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _serving = self.gate.serve();
+        self.stats.copies.fetch_add(1, Ordering::Relaxed);
+        if !flags.is_empty() {
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        match self
+            .store
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len)
+        {
+            // The store copies at most `u32::MAX & PAGE_MASK` bytes per call.
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn lseek(

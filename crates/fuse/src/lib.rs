@@ -8,6 +8,8 @@
 #![allow(clippy::collapsible_if)]
 
 pub mod busy_poll;
+#[cfg(test)]
+mod copy_tests;
 mod fs;
 pub mod gate;
 

@@ -2,9 +2,12 @@
 //! owned by the capability it fronts; this file only parses and dispatches.
 
 mod cmd;
+mod log_filter;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 #[derive(Parser)]
 #[command(
@@ -40,7 +43,7 @@ enum Command {
     /// Keep PATH on its current (or a named) tier.
     Pin(cmd::ops::PinArgs),
     /// Release a pin.
-    Unpin(cmd::ops::MoveArgs),
+    Unpin(cmd::ops::UnpinArgs),
     /// Move PATH to a faster tier now.
     Promote(cmd::ops::MoveArgs),
     /// Move PATH to a slower tier now.
@@ -194,8 +197,12 @@ fn init_logging(filter: &str, json: bool) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if json {
-        builder.json().init();
+        builder
+            .json()
+            .finish()
+            .with(log_filter::DroppedReplies)
+            .init();
     } else {
-        builder.init();
+        builder.finish().with(log_filter::DroppedReplies).init();
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod control;
+mod copy_range;
 mod dataops;
 mod db;
 pub mod emulate;

@@ -90,6 +90,14 @@ posix_case!(
 );
 posix_case!(permissions_as_nobody, NONE);
 posix_case!(large_offsets, NONE);
+posix_case!(
+    copy_file_range,
+    &[
+        (0, "src", b"0123456789abcdefghijklmnopqrstuvwxyz"),
+        (2, "far", b"ZYXWVUTSRQPONMLKJIHGFEDCBA"),
+        (1, "mid", b"on the middle tier"),
+    ]
+);
 posix_case!(deep_tree, NONE);
 
 /// statfs on the mount reports the tiers' capacities summed (mount-only: a plain
@@ -171,6 +179,77 @@ fn statfs_counts_a_shared_file_system_once() {
         mnt.f_files,
         disk.f_files
     );
+    m.unmount();
+}
+
+/// A copy_file_range(2) that does not fit on its destination's tier spills the destination
+/// to a tier with room, as a write does, instead of failing with ENOSPC; the copy is
+/// whole. Mount-only: a plain directory has no tiers (the case above covers the calls).
+#[test]
+fn copy_file_range_spills_from_a_full_tier() {
+    fuse_or_skip!();
+    use common::{Store, StoreSpec, TierSpec};
+    const MIB: usize = 1 << 20;
+    let store = Store::new(
+        "cfr-spill",
+        StoreSpec::with_tiers(vec![
+            TierSpec::new("fast").capacity(8 * MIB as u64),
+            TierSpec::new("slow").capacity(256 * MIB as u64),
+        ])
+        // No planned moves: only the spill may move a file.
+        .extra("[store.mover]\nenabled = false"),
+    );
+    let data: Vec<u8> = (0..6 * MIB + 123).map(|i| (i * 31 % 253) as u8).collect();
+    store.seed(0, "filler", &vec![1u8; 4 * MIB]);
+    store.seed(1, "src", &data);
+    let m = store.mount();
+    let dst = open(&m.path.join("dst"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+    assert_eq!(
+        store.tiers_holding("dst"),
+        vec![0],
+        "a new file should start on the fast tier (the copy must fill it)"
+    );
+    let src = open(&m.path.join("src"), libc::O_RDONLY, 0).unwrap();
+    let mut copied = 0usize;
+    for _ in 0..100 {
+        if copied == data.len() {
+            break;
+        }
+        let n = unsafe {
+            libc::copy_file_range(
+                src.0,
+                std::ptr::null_mut(),
+                dst.0,
+                std::ptr::null_mut(),
+                data.len() - copied,
+                0,
+            )
+        };
+        assert!(
+            n > 0,
+            "copy_file_range after {copied} of {} bytes: {} (expected the destination to \
+             spill to the slow tier)",
+            data.len(),
+            if n < 0 {
+                errno_name(common::errno())
+            } else {
+                "0 bytes".into()
+            }
+        );
+        copied += n as usize;
+    }
+    assert_eq!(copied, data.len(), "bytes copied");
+    drop((src, dst));
+    assert!(
+        fs::read(m.path.join("dst")).unwrap() == data,
+        "the copy differs from the source"
+    );
+    assert_eq!(
+        store.tiers_holding("dst"),
+        vec![1],
+        "the destination should have spilled to the slow tier"
+    );
+    assert_eq!(store.tiers_holding("filler"), vec![0], "the filler moved");
     m.unmount();
 }
 
@@ -2003,6 +2082,201 @@ mod cases {
             common::lstat(&p).map(|s| s.st_gid).unwrap_or(0)
         });
         r.want("setgid dir group inheritance", gid, 65534);
+    }
+
+    /// copy_file_range(2) with explicit offsets; "n" or the errno name.
+    fn cfr(fin: &Fd, off_in: i64, fout: &Fd, off_out: i64, len: usize) -> String {
+        let (mut i, mut o) = (off_in, off_out);
+        let n = unsafe { libc::copy_file_range(fin.0, &mut i, fout.0, &mut o, len, 0) };
+        if n < 0 {
+            errno_name(common::errno())
+        } else {
+            format!("{n}")
+        }
+    }
+
+    /// copy_file_range(2) at the descriptors' file positions.
+    fn cfr_pos(fin: &Fd, fout: &Fd, len: usize) -> String {
+        let n = unsafe {
+            libc::copy_file_range(
+                fin.0,
+                std::ptr::null_mut(),
+                fout.0,
+                std::ptr::null_mut(),
+                len,
+                0,
+            )
+        };
+        if n < 0 {
+            errno_name(common::errno())
+        } else {
+            format!("{n}")
+        }
+    }
+
+    fn mtime(p: &Path) -> (i64, i64) {
+        let st = stat(p).unwrap();
+        (st.st_mtime, st.st_mtime_nsec)
+    }
+
+    /// Sets a file's atime and mtime to `secs` (seconds since the epoch).
+    fn set_times(p: &Path, secs: i64) {
+        let t = [libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        }; 2];
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, cstr(p).as_ptr(), t.as_ptr(), 0) };
+        assert_eq!(r, 0, "utimensat {}", p.display());
+    }
+
+    /// copy_file_range(2): between tiers, within one file, at and past the ends, at the
+    /// file positions, the modes it refuses, a copy of several MiB, and the times it sets.
+    pub fn copy_file_range(e: &mut Env, r: &mut Rec) {
+        let src = open(&e.p("src"), libc::O_RDONLY, 0).unwrap();
+        let far = open(&e.p("far"), libc::O_RDWR, 0).unwrap();
+        // Into a file on another tier, inside its size.
+        set_times(&e.p("far"), 1_000_000_000);
+        let ctime0 = stat(&e.p("far")).unwrap().st_ctime;
+        r.want("into another tier", cfr(&src, 4, &far, 2, 10), "10");
+        r.want(
+            "far content",
+            content(&e.p("far")),
+            "\"ZY456789abcdNMLKJIHGFEDCBA\"",
+        );
+        r.want("far size", fstat(&far).st_size, 26);
+        r.want("mtime moved", mtime(&e.p("far")).0 > 1_000_000_000, true);
+        r.want(
+            "ctime not older",
+            stat(&e.p("far")).unwrap().st_ctime >= ctime0,
+            true,
+        );
+        r.want(
+            "source unchanged",
+            content(&e.p("src")),
+            "\"0123456789abcdefghijklmnopqrstuvwxyz\"",
+        );
+        // Length past the source's end: cut there; at and past the end: nothing.
+        r.want("cut at source end", cfr(&src, 30, &far, 0, 100), "6");
+        r.want(
+            "far after cut",
+            content(&e.p("far")),
+            "\"uvwxyz89abcdNMLKJIHGFEDCBA\"",
+        );
+        r.want("at source end", cfr(&src, 36, &far, 0, 10), "0");
+        r.want("past source end", cfr(&src, 1000, &far, 0, 10), "0");
+        r.want("length 0", cfr(&src, 0, &far, 0, 0), "0");
+        r.want("far size unchanged", fstat(&far).st_size, 26);
+        // Past the destination's end: extends it, with a hole between.
+        r.want("past dest end", cfr(&src, 0, &far, 40, 4), "4");
+        r.want("extended size", fstat(&far).st_size, 44);
+        r.want(
+            "hole then copy",
+            format!("{:?}", pread(&far, 20, 24).unwrap()),
+            "[66, 65, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48, 49, 50, 51]",
+        );
+        // Within one file: overlapping ranges are refused, disjoint ones copy.
+        let mid = open(&e.p("mid"), libc::O_RDWR, 0).unwrap();
+        r.want("overlap forward", cfr(&mid, 0, &mid, 4, 8), "EINVAL");
+        r.want("overlap backward", cfr(&mid, 4, &mid, 0, 8), "EINVAL");
+        r.want("same range", cfr(&mid, 2, &mid, 2, 4), "EINVAL");
+        r.want(
+            "mid unchanged",
+            content(&e.p("mid")),
+            "\"on the middle tier\"",
+        );
+        r.want("disjoint in one file", cfr(&mid, 0, &mid, 7, 6), "6");
+        r.want(
+            "mid content",
+            content(&e.p("mid")),
+            "\"on the on the tier\"",
+        );
+        r.want("one file past its end", cfr(&mid, 0, &mid, 20, 6), "6");
+        r.want("mid size", fstat(&mid).st_size, 26);
+        r.want(
+            "mid tail",
+            format!("{:?}", pread(&mid, 8, 18).unwrap()),
+            "[0, 0, 111, 110, 32, 116, 104, 101]",
+        );
+        // At the file positions, which move by the bytes copied.
+        let out = open(&e.p("new"), libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap();
+        r.want(
+            "seek source",
+            unsafe { libc::lseek(src.0, 10, libc::SEEK_SET) },
+            10,
+        );
+        r.want("at positions", cfr_pos(&src, &out, 5), "5");
+        r.want("again", cfr_pos(&src, &out, 3), "3");
+        r.want(
+            "source position",
+            unsafe { libc::lseek(src.0, 0, libc::SEEK_CUR) },
+            18,
+        );
+        r.want(
+            "dest position",
+            unsafe { libc::lseek(out.0, 0, libc::SEEK_CUR) },
+            8,
+        );
+        r.want("new content", content(&e.p("new")), "\"abcdefgh\"");
+        // Modes the call refuses.
+        let app = open(&e.p("new"), libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+        r.want("append dest", cfr(&src, 0, &app, 0, 4), "EBADF");
+        let ro = open(&e.p("far"), libc::O_RDONLY, 0).unwrap();
+        r.want("read-only dest", cfr(&src, 0, &ro, 0, 4), "EBADF");
+        r.want("write-only source", cfr(&out, 0, &far, 0, 4), "EBADF");
+        fs::create_dir(e.p("d")).unwrap();
+        let dir = open(&e.p("d"), libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+        r.want("directory source", cfr(&dir, 0, &far, 0, 4), "EISDIR");
+        drop((app, ro, dir, out, mid));
+        // Several MiB at unaligned offsets, into a file of another tier.
+        let data: Vec<u8> = (0..(5u32 << 20) + 333)
+            .map(|i| (i * 13 % 251) as u8)
+            .collect();
+        write_file(&e.p("big"), &data);
+        let big = open(&e.p("big"), libc::O_RDONLY, 0).unwrap();
+        let mut copied = 0usize;
+        let mut rounds = 0;
+        while copied < data.len() - 777 && rounds < 100 {
+            let n: i64 = cfr(
+                &big,
+                777 + copied as i64,
+                &far,
+                4099 + copied as i64,
+                data.len(),
+            )
+            .parse()
+            .unwrap_or(-1);
+            if n <= 0 {
+                break;
+            }
+            copied += n as usize;
+            rounds += 1;
+        }
+        r.want("big copied", copied, data.len() - 777);
+        r.want(
+            "far big size",
+            fstat(&far).st_size,
+            (4099 + data.len() - 777) as i64,
+        );
+        r.want(
+            "big bytes",
+            pread(&far, data.len(), 4099).unwrap() == data[777..],
+            true,
+        );
+        drop((big, far, src));
+        e.remount();
+        r.want(
+            "after remount",
+            {
+                let fd = open(&e.p("far"), libc::O_RDONLY, 0).unwrap();
+                pread(&fd, data.len(), 4099).unwrap() == data[777..]
+            },
+            true,
+        );
+        r.want(
+            "mid after remount",
+            read_all(&e.p("mid")).unwrap() == b"on the on the tier\0\0on the",
+            true,
+        );
     }
 
     pub fn large_offsets(e: &mut Env, r: &mut Rec) {
