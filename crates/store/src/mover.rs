@@ -162,6 +162,36 @@ struct InFlight {
     /// A client's write waits for this move to end (it must spill the file): the rest
     /// of the copy goes unpaced ([`Store::wait_for_move`]).
     hurry: AtomicBool,
+    /// The operator job this move belongs to, and the job's `bytes_done` before it: the
+    /// copy loop shows its bytes there as it goes ([`Store::move_file_for_job`]).
+    job: Option<(JobId, u64)>,
+    /// The most bytes one copy pass of this move has copied so far (a pass repeated
+    /// because the file was written meanwhile does not take the progress back).
+    copied: AtomicU64,
+}
+
+/// How often (in copied bytes) a job's progress is updated from the copy loop.
+const PROGRESS_STEP: u64 = 1 << 20;
+
+impl InFlight {
+    /// One copy pass has copied `bytes` of the file so far: show it in the job's progress.
+    fn copied_so_far(&self, mover: &MoverShared, bytes: u64) {
+        let Some((job, base)) = self.job else {
+            return;
+        };
+        let prev = self.copied.fetch_max(bytes, Ordering::AcqRel);
+        if bytes <= prev {
+            return;
+        }
+        if let Some(p) = mover
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&job)
+        {
+            p.bytes_done = p.bytes_done.max(base + bytes);
+        }
+    }
 }
 
 /// Releases the per-file move slot, and wakes whoever waits for the move to end.
@@ -235,7 +265,9 @@ struct Copied {
     extents: Vec<(u64, u64)>,
 }
 
-/// Room held on the destination tier for a move; given back unless kept.
+/// Room held on the destination tier for a move; given back unless kept. It is part of
+/// the tier's `used` and counted as held for a move ([`Tier::reserve_for_move`]), so a scan
+/// of the live store (`kaiso fsck`), which does not count the hidden copy, keeps it.
 struct Reservation<'a> {
     tier: &'a Tier,
     bytes: AtomicU64,
@@ -245,7 +277,7 @@ struct Reservation<'a> {
 impl<'a> Reservation<'a> {
     /// Reserve `bytes` below the tier's hard capacity, or None.
     fn take(tier: &'a Tier, bytes: u64) -> Option<Reservation<'a>> {
-        reserve(tier, bytes).then(|| Reservation {
+        tier.reserve_for_move(bytes).then(|| Reservation {
             tier,
             bytes: AtomicU64::new(bytes),
             kept: AtomicBool::new(false),
@@ -255,36 +287,40 @@ impl<'a> Reservation<'a> {
     /// Grow or shrink the reservation to `bytes`; false if the growth does not fit.
     fn resize(&self, bytes: u64) -> bool {
         let cur = self.bytes.load(Ordering::Acquire);
-        if bytes > cur && !reserve(self.tier, bytes - cur) {
+        if bytes > cur && !self.tier.reserve_for_move(bytes - cur) {
             return false;
         }
         if bytes < cur {
-            self.tier.add_used(-((cur - bytes) as i64));
+            self.tier.unreserve_for_move(cur - bytes);
         }
         self.bytes.store(bytes, Ordering::Release);
         true
     }
 
-    /// The file now lives on the tier: the reservation becomes its usage.
+    /// The file now lives on the tier: the reservation becomes its usage (under the
+    /// namespace lock, with the switch: a scan sees the file on one tier or the other).
     fn keep(&self) {
-        self.kept.store(true, Ordering::Release);
+        if !self.kept.swap(true, Ordering::AcqRel) {
+            self.tier
+                .keep_move_reservation(self.bytes.load(Ordering::Acquire));
+        }
     }
 
     fn release(&self) {
         if !self.kept.swap(true, Ordering::AcqRel) {
             self.tier
-                .add_used(-(self.bytes.load(Ordering::Acquire) as i64));
+                .unreserve_for_move(self.bytes.load(Ordering::Acquire));
         }
     }
 }
 
-/// Add `bytes` to a tier's usage if it stays within the hard capacity.
-fn reserve(t: &Tier, bytes: u64) -> bool {
-    t.used
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-            (u.saturating_add(bytes) <= t.capacity()).then_some(u + bytes)
-        })
-        .is_ok()
+impl Drop for Reservation<'_> {
+    /// A move that ends without keeping its room (an injected failure standing for a
+    /// crash included) gives it back: a room held for a move no longer in flight would be
+    /// counted by every later scan of the live store.
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// Copy pacing: at most `rate` bytes/s; background copies also pause while busy.
@@ -322,8 +358,10 @@ fn relieves_slower_tier(r: MoveReason) -> bool {
 /// directories' times must not change either. (Their ctime does change: no call sets it.)
 #[derive(Default)]
 struct DirTimes {
-    /// Backing directory, and the times to give it back.
-    dirs: Vec<(BackingPath, libc::timespec, libc::timespec)>,
+    /// Tier root and directory below it, and the times to give it back. The backing
+    /// path is resolved when the times are put back: a directory the destination has not
+    /// made yet, deeper than PATH_MAX, resolves only once it exists.
+    dirs: Vec<(PathBuf, PathBuf, libc::timespec, libc::timespec)>,
 }
 
 impl DirTimes {
@@ -359,20 +397,21 @@ impl DirTimes {
             let on_dest = util::lstat_opt(&tt.backing(&rel)).ok().flatten();
             if let Some(st) = &on_source {
                 let (a, m) = times(st);
-                dirs.push((ft.backing(&rel), a, m));
+                dirs.push((ft.root.clone(), rel.clone(), a, m));
             }
             // A copy the destination creates for the move gets the source copy's times.
             if let Some(st) = on_dest.as_ref().or(on_source.as_ref()) {
                 let (a, m) = times(st);
-                dirs.push((tt.backing(&rel), a, m));
+                dirs.push((tt.root.clone(), rel.clone(), a, m));
             }
         }
         DirTimes { dirs }
     }
 
     fn restore(&self) {
-        for (p, atime, mtime) in &self.dirs {
-            let Ok(c) = util::cpath(p) else { continue };
+        for (root, rel, atime, mtime) in &self.dirs {
+            let p = BackingPath::resolve(root, rel);
+            let Ok(c) = util::cpath(&p) else { continue };
             let ts = [*atime, *mtime];
             // Best effort: the move itself is done.
             unsafe {
@@ -486,8 +525,9 @@ impl Store {
         src: &File,
         dst: &File,
         pace: Pace,
-        hurry: &AtomicBool,
+        flight: &InFlight,
     ) -> Result<Copied, MoveError> {
+        let hurry = &flight.hurry;
         let size = util::fstat(src)?.st_size as u64;
         dst.set_len(0)?;
         dst.set_len(size)?;
@@ -500,6 +540,8 @@ impl Store {
             rate: self.cfg.mover.max_rate,
         };
         let mut copied = Vec::with_capacity(extents.len());
+        // Bytes of this pass copied, and where the job's progress was last updated.
+        let (mut done, mut shown) = (0u64, 0u64);
         for &(s, e) in &extents {
             let mut pos = s;
             while pos < e {
@@ -532,6 +574,11 @@ impl Store {
                     self.tiers[t as usize]
                         .mover_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
+                }
+                done += n as u64;
+                if done - shown >= PROGRESS_STEP {
+                    flight.copied_so_far(&self.mover, done);
+                    shown = done;
                 }
                 if pace != Pace::Unpaced {
                     pacer.after(n as u64);
@@ -724,9 +771,10 @@ impl Store {
         dst: &File,
         pace: Pace,
         first: bool,
-        hurry: &AtomicBool,
+        flight: &InFlight,
     ) -> Result<u64, MoveError> {
-        let Copied { size, crc, extents } = self.copy_data(ino, from, to, src, dst, pace, hurry)?;
+        let Copied { size, crc, extents } =
+            self.copy_data(ino, from, to, src, dst, pace, flight)?;
         if first {
             self.fail_at(FailPoint::AfterCopy)?;
         }
@@ -759,10 +807,57 @@ impl Store {
         reason: &str,
         background: Option<MoveReason>,
     ) -> Result<u64, MoveError> {
+        self.move_file_with(ino, to, reason, background, None)
+    }
+
+    /// [`Store::move_file`] for operator job `job` (`kaiso promote|demote|pin`): the
+    /// job's `bytes_done` shows the bytes copied while the file is copied (a single
+    /// large file no longer stays at 0 until done), and ends at what it was before plus
+    /// the bytes moved, or at what it was before if the move fails. The caller counts the
+    /// file (`files_done`, `failed`, `error`), not its bytes.
+    pub(crate) fn move_file_for_job(
+        &self,
+        job: JobId,
+        ino: Ino,
+        to: u8,
+        reason: &str,
+    ) -> Result<u64, MoveError> {
+        let base = self
+            .mover
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&job)
+            .map_or(0, |p| p.bytes_done);
+        let r = self.move_file_with(ino, to, reason, None, Some((job, base)));
+        if let Some(p) = self
+            .mover
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&job)
+        {
+            // What the copy showed of a file that did not move is taken back.
+            p.bytes_done = base + r.as_ref().map_or(0, |n| *n);
+        }
+        r
+    }
+
+    fn move_file_with(
+        &self,
+        ino: Ino,
+        to: u8,
+        reason: &str,
+        background: Option<MoveReason>,
+        job: Option<(JobId, u64)>,
+    ) -> Result<u64, MoveError> {
         if to as usize >= self.tiers.len() {
             return Err(MoveError::new(FsError::INVAL, "no such tier"));
         }
-        let flight = Arc::new(InFlight::default());
+        let flight = Arc::new(InFlight {
+            job,
+            ..InFlight::default()
+        });
         {
             let mut moving = self.mover.moving.lock().unwrap_or_else(|e| e.into_inner());
             if moving.contains_key(&ino) {
@@ -929,22 +1024,14 @@ impl Store {
                 },
                 (false, None) => Pace::Rate,
             };
-            let copied = match self.copy_pass(
-                ino,
-                from,
-                to,
-                &src,
-                &dst,
-                pace,
-                attempt == 0,
-                &flight.hurry,
-            ) {
-                Ok(n) => n,
-                Err(e) => {
-                    drop(held);
-                    return Err(cleanup(e));
-                }
-            };
+            let copied =
+                match self.copy_pass(ino, from, to, &src, &dst, pace, attempt == 0, &flight) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        drop(held);
+                        return Err(cleanup(e));
+                    }
+                };
             let g = match held {
                 Some(g) => g,
                 None => state.gate.write().unwrap_or_else(|e| e.into_inner()),
@@ -955,6 +1042,16 @@ impl Store {
             drop(g);
             attempt += 1;
         };
+        if !reserved.resize(copied) {
+            drop(gate);
+            return Err(cleanup(MoveError::new(
+                FsError::NOSPC,
+                format!("tier {} has no room", tt.cfg.name),
+            )));
+        }
+        // 4. Switch, under the gate (no request in flight) and the namespace lock (no
+        //    rename, link, unlink or open meanwhile; no scan recounting the tiers).
+        let mut ns = self.ns();
         // The accounted size is the copy's size now that no write is in flight.
         let size = state.size.load(Ordering::Acquire);
         if size != copied {
@@ -965,16 +1062,6 @@ impl Store {
             // keep the two equal whether the move goes on or gives up.
             ft.add_used(copied as i64 - size as i64);
         }
-        if !reserved.resize(copied) {
-            drop(gate);
-            return Err(cleanup(MoveError::new(
-                FsError::NOSPC,
-                format!("tier {} has no room", tt.cfg.name),
-            )));
-        }
-        // 4. Switch, under the gate (no request in flight) and the namespace lock (no
-        //    rename, link, unlink or open meanwhile).
-        let mut ns = self.ns();
         let abort = |e: MoveError, ns: MutexGuard<'_, Namespace>, gate| {
             drop(ns);
             drop(gate);
@@ -1046,6 +1133,8 @@ impl Store {
             if orphan {
                 orphan::copy_xattrs_from(&src, &tmp_path)?;
             } else {
+                // The copy was made at the tier root: an ACL it inherited there is not the source's.
+                crate::store::drop_inherited_acls(&ft.backing(&names[0]), &tmp_path)?;
                 util::copy_xattrs(&ft.backing(&names[0]), &tmp_path)?;
             }
             util::copy_meta(&st, &tmp_path)?;
@@ -1162,10 +1251,13 @@ impl Store {
             let _ = std::fs::remove_dir(ft.backing(Path::new(orphan::ORPHAN_DIR)));
         }
         dir_times.restore();
-        drop(ns);
-        drop(gate);
+        // The file's room moves from the source to the destination before the namespace
+        // lock goes: a scan (`kaiso fsck` of the live store) recounts both under it, so it
+        // counts the file on exactly one tier.
         reserved.keep();
         ft.add_used(-(copied as i64));
+        drop(ns);
+        drop(gate);
         self.fail_at(FailPoint::AfterDelete)?;
         self.db().journal_done(id)?;
         if !orphan {

@@ -1,6 +1,7 @@
 //! The operator API: status, where, explain, pins, manual promote/demote jobs, fsck.
 
 use crate::error::FsError;
+use crate::mover::MoveError;
 use crate::operator::{
     Direction, Explanation, FsckReport, JobProgress, MoverStatus, OpError, Placement, StoreStatus,
     TierStatus,
@@ -10,6 +11,20 @@ use crate::types::{FileKind, Ino};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// Moves in flight an operator job's move of one file waits for before it gives up.
+const JOB_MOVE_WAITS: u32 = 8;
+
+/// A failed move as an operator job reports it: the reason and the errno's text,
+/// without Rust's "(os error N)" suffix.
+fn job_error(e: &MoveError) -> String {
+    let errno = std::io::Error::from_raw_os_error(e.errno().errno()).to_string();
+    let errno = match errno.find(" (os error ") {
+        Some(i) => &errno[..i],
+        None => &errno,
+    };
+    format!("{} ({errno})", e.message)
+}
 
 fn kind_name(k: FileKind) -> &'static str {
     match k {
@@ -381,15 +396,16 @@ impl Store {
                 if store.stopping() {
                     break;
                 }
-                let r = store.move_file(ino, to, reason, 0);
+                let r = store.job_move(id, ino, to, reason);
                 let mut jobs = store.mover.jobs.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(p) = jobs.get_mut(&id) {
                     p.files_done += 1;
                     match r {
-                        Ok(n) => p.bytes_done += n,
+                        // Its bytes were counted by the move as it copied them.
+                        Ok(_) => {}
                         Err(e) => {
                             p.failed += 1;
-                            p.error = Some(e.to_string());
+                            p.error = Some(job_error(&e));
                         }
                     }
                 }
@@ -405,6 +421,24 @@ impl Store {
             }
         });
         id
+    }
+
+    /// One file of an operator job: moves file `ino` to tier `to`. A file another move
+    /// has in flight (the planner's, a spill, another job's) is not refused: the job
+    /// waits for that move ([`Store::wait_for_move`], which has it finish unpaced) and
+    /// moves the file on from where it landed, or counts it done when that is `to`.
+    fn job_move(&self, job: JobId, ino: Ino, to: u8, reason: &str) -> Result<u64, MoveError> {
+        let mut waits = 0;
+        loop {
+            match self.move_file_for_job(job, ino, to, reason) {
+                // Bounded: a file the planner keeps picking up again is reported busy.
+                Err(e) if e.in_flight() && waits < JOB_MOVE_WAITS && !self.stopping() => {
+                    waits += 1;
+                    self.wait_for_move(ino);
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Progress of a job (None if unknown).

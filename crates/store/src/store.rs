@@ -282,6 +282,33 @@ fn scan_threads() -> usize {
         .clamp(2, 8)
 }
 
+/// The POSIX ACL attributes a backing `mkdir`/`open(O_CREAT)` gives a new entry when its
+/// parent on that tier has a default ACL.
+const ACL_XATTRS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
+
+/// Removes from `dst`, a copy kaiso just made of `src` on another tier, the ACLs it
+/// inherited from the default ACL of its new parent, unless `src` has them too (the
+/// xattr copy that follows then sets them to the source's): a move or a copy keeps a
+/// file's or directory's ACLs as they were, like `rsync -A`. The mode is set after it.
+pub(crate) fn drop_inherited_acls(src: &Path, dst: &Path) -> std::io::Result<()> {
+    let absent =
+        |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP));
+    for name in ACL_XATTRS {
+        let name = std::ffi::OsStr::new(name);
+        match util::lgetxattr(src, name) {
+            Ok(_) => continue,
+            Err(e) if absent(&e) => {}
+            Err(e) => return Err(e),
+        }
+        match util::lremovexattr(dst, name) {
+            Ok(()) => {}
+            Err(e) if absent(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open a store: check the tiers, take the state directory's lock, open the database,
     /// finish or roll back interrupted moves, and scan the tiers into the namespace index.
@@ -556,6 +583,9 @@ impl Store {
                 Err(e) => return Err(e.into()),
             }
             let src = self.tiers[src_tier as usize].backing(&cur);
+            // The backing mkdir gave the copy the default ACL of this tier's parent: it
+            // keeps only the ACLs its source has (copied next).
+            drop_inherited_acls(&src, &p)?;
             let _ = util::copy_xattrs(&src, &p);
             util::lchown(&p, Some(st.st_uid), Some(st.st_gid))?;
             util::chmod(&p, st.st_mode & 0o7777)?;
@@ -845,13 +875,16 @@ impl Store {
         fresh.next_ino_dirty = false;
         self.clean_orphans(&fresh, report);
         *ns = fresh;
-        drop(ns);
-        // Usage also counts the room held for open passthrough writers.
+        // Usage also counts the room held for open passthrough writers, and (added by
+        // `set_scanned_used`) the room held for moves in flight, whose copies are hidden
+        // temporary files the walk skipped. Set before the namespace lock goes: a move
+        // switches tiers under it, so none falls between the walk and these counts.
         let held = self.passthrough_reserved();
         for (i, t) in self.tiers.iter().enumerate() {
-            t.used.store(used[i] + held[i], Ordering::Relaxed);
+            t.set_scanned_used(used[i] + held[i]);
             report.used.push((t.cfg.name.clone(), used[i]));
         }
+        drop(ns);
         let mut pl = self.placer();
         for (ino, size, tier) in placed {
             pl.placed(ino, size, tier);
@@ -1031,23 +1064,8 @@ impl Store {
             match t.check_root() {
                 RootChange::Unchanged => {}
                 RootChange::Vanished => {
-                    let held: HashSet<Ino> = self
-                        .ns()
-                        .files
-                        .iter()
-                        .filter(|(_, f)| f.tier == ti as u8)
-                        .map(|(i, _)| *i)
-                        .collect();
-                    tracing::warn!(
-                        tier = %t.cfg.name,
-                        path = %t.root.display(),
-                        files = held.len(),
-                        "tier directory vanished: its files are unavailable until it returns"
-                    );
-                    self.vanished
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(ti as u8, held);
+                    let ns = self.ns();
+                    self.note_tier_vanished(ti as u8, &ns);
                 }
                 RootChange::Returned => {
                     let started = std::time::Instant::now();
@@ -1192,8 +1210,7 @@ impl Store {
             .get(ti as usize)
             .copied()
             .unwrap_or(0);
-        tier.used
-            .store(used + unlinked + reserved, Ordering::Relaxed);
+        tier.set_scanned_used(used + unlinked + reserved);
         let mut pl = self.placer();
         for (ino, size) in placed {
             pl.placed(ino, size, ti);

@@ -41,13 +41,53 @@ pub(crate) struct Tier {
     /// [`Tier::refresh_fs_room`]: the sample sees the file system's room and the stubs'
     /// missing bytes at one consistent point.
     stub_change: std::sync::RwLock<()>,
-    /// The root directory's identity (device, inode, mount) when last sampled; None while
-    /// the root is missing (see [`Tier::check_root`]).
-    root_id: Mutex<Option<(u64, u64, u64)>>,
+    /// The root directory's identity when last sampled, and a descriptor of the directory
+    /// kaiso uses as the root (see [`RootState`], [`Tier::check_root`]).
+    root_state: Mutex<RootState>,
+    /// Set when an operation found the path showing another directory than the one
+    /// kaiso holds: the next [`Tier::check_root`] reports the root as returned (its tree is
+    /// walked again) even if the original directory is back by then.
+    rewalk: AtomicBool,
     /// False while the root directory is missing: nothing is placed or moved there.
     online: AtomicBool,
     /// When [`Tier::check_root`] found the root missing (None while online).
     offline_since: Mutex<Option<std::time::SystemTime>>,
+    /// The part of `used` that is room held for moves in flight onto this tier: their
+    /// copies are hidden temporary files no scan counts (see [`Tier::set_scanned_used`]).
+    move_reserved: AtomicU64,
+    /// Held while a move's reservation changes `used` and `move_reserved` together, and
+    /// while a scan sets `used`: a scan never sees one without the other.
+    usage: Mutex<()>,
+}
+
+/// A tier root's identity: (device, inode, mount id).
+pub(crate) type RootId = (u64, u64, u64);
+
+/// What the tier knows of its root directory.
+struct RootState {
+    /// The identity of the directory at the root path when last sampled; None while the
+    /// root is missing.
+    id: Option<RootId>,
+    /// An `O_PATH` descriptor of the directory kaiso serves as the tier, with its
+    /// identity. It reaches that directory's files while the path does not (the directory
+    /// renamed away for a moment), so a name missing by path can be told apart from a file
+    /// that is really gone ([`Tier::root_now`]). Reopened when another directory stands
+    /// at the path.
+    held: Option<(std::os::fd::OwnedFd, RootId)>,
+}
+
+/// What [`Tier::root_now`] found at the root path, compared with the directory kaiso holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RootNow {
+    /// The path shows the held directory.
+    Held,
+    /// No directory at the path: the tier is offline now. `first`: this call took it
+    /// offline (the caller records the files it held).
+    Missing { first: bool },
+    /// Another directory stands at the path: the next [`Tier::check_root`] walks it.
+    Other,
+    /// kaiso holds no descriptor of the root (it could not open one): nothing to compare.
+    Unknown,
 }
 
 /// What [`Tier::check_root`] found since the previous sample.
@@ -88,11 +128,22 @@ impl Drop for Held<'_> {
 /// another mounted at the path can get the same device and root inode numbers (tmpfs,
 /// other anonymous devices: `umount; mount -t tmpfs` gives the same pair again), and only
 /// the mount tells them apart.
-fn root_identity(root: &Path) -> Option<(u64, u64, u64)> {
+fn root_identity(root: &Path) -> Option<RootId> {
     let c = crate::util::cpath(root).ok()?;
+    statx_identity(libc::AT_FDCWD, &c, 0)
+}
+
+/// The identity of the directory `fd` refers to (see [`root_identity`]).
+fn fd_identity(fd: std::os::fd::BorrowedFd<'_>) -> Option<RootId> {
+    use std::os::fd::AsRawFd;
+    statx_identity(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+}
+
+fn statx_identity(dirfd: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> Option<RootId> {
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     let mask = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_MNT_ID_UNIQUE;
-    if unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, mask, &mut stx) } != 0 {
+    // SAFETY: a valid C string and out pointer.
+    if unsafe { libc::statx(dirfd, path.as_ptr(), flags, mask, &mut stx) } != 0 {
         return None;
     }
     if u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
@@ -105,6 +156,26 @@ fn root_identity(root: &Path) -> Option<(u64, u64, u64)> {
         0
     };
     Some((dev, stx.stx_ino, mnt))
+}
+
+/// An `O_PATH` descriptor of the directory at `root` and its identity, or None.
+fn open_root(root: &Path) -> Option<(std::os::fd::OwnedFd, RootId)> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let c = crate::util::cpath(root).ok()?;
+    // SAFETY: a valid C string; the descriptor is owned below.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: just opened, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let id = fd_identity(fd.as_fd())?;
+    Some((fd, id))
 }
 
 impl Tier {
@@ -134,9 +205,15 @@ impl Tier {
             fs_limit: AtomicU64::new(u64::MAX),
             stubs: Mutex::new(Vec::new()),
             stub_change: std::sync::RwLock::new(()),
-            root_id: Mutex::new(root_identity(&cfg_root)),
+            root_state: Mutex::new(RootState {
+                id: root_identity(&cfg_root),
+                held: open_root(&cfg_root),
+            }),
+            rewalk: AtomicBool::new(false),
             online: AtomicBool::new(true),
             offline_since: Mutex::new(None),
+            move_reserved: AtomicU64::new(0),
+            usage: Mutex::new(()),
         })
     }
 
@@ -224,6 +301,57 @@ impl Tier {
         }
     }
 
+    /// Set `used` after a walk of the tier counted `counted` bytes (file data, open files
+    /// with no name, passthrough reserves): room held for moves in flight onto the tier is
+    /// added, since their copies are hidden temporary files the walk leaves out. Called
+    /// with the namespace lock held, which every move's switch takes too.
+    pub(crate) fn set_scanned_used(&self, counted: u64) {
+        let _u = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        self.used.store(
+            counted.saturating_add(self.move_reserved.load(Ordering::Acquire)),
+            Ordering::Release,
+        );
+    }
+
+    /// Take `bytes` below the hard capacity for a move onto this tier (see
+    /// [`Tier::set_scanned_used`]); false if they do not fit.
+    pub(crate) fn reserve_for_move(&self, bytes: u64) -> bool {
+        let _u = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        let ok = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u.saturating_add(bytes) <= self.capacity()).then_some(u + bytes)
+            })
+            .is_ok();
+        if ok {
+            self.move_reserved.fetch_add(bytes, Ordering::AcqRel);
+        }
+        ok
+    }
+
+    /// Give back `bytes` of a move's reservation (it failed, or its copy came out
+    /// smaller).
+    pub(crate) fn unreserve_for_move(&self, bytes: u64) {
+        let _u = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        self.add_used(-(bytes as i64));
+        self.sub_move_reserved(bytes);
+    }
+
+    /// A move's `bytes` now belong to its file on this tier: they stay in `used` and are
+    /// no longer a reservation (under the namespace lock, with the switch).
+    pub(crate) fn keep_move_reservation(&self, bytes: u64) {
+        let _u = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        self.sub_move_reserved(bytes);
+    }
+
+    fn sub_move_reserved(&self, bytes: u64) {
+        let _ = self
+            .move_reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(bytes))
+            });
+    }
+
     /// Take `bytes` of room below the hard capacity (and only while the tier is online),
     /// in one atomic step: two creators cannot both pass the check on the last room.
     /// The room goes back when the returned hold is dropped, unless it is kept.
@@ -299,19 +427,83 @@ impl Tier {
     /// asks the caller to look at its tree again.
     pub fn check_root(&self) -> RootChange {
         let now = root_identity(&self.root);
-        let mut id = self.root_id.lock().unwrap_or_else(|e| e.into_inner());
-        if *id == now {
+        let mut st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+        let rewalk = now.is_some() && self.rewalk.load(Ordering::Acquire);
+        if st.id == now && !rewalk {
+            // A descriptor that could not be reopened at the last change: try again.
+            if now.is_some() && st.held.as_ref().map(|h| h.1) != now {
+                st.held = open_root(&self.root).or(st.held.take());
+            }
             return RootChange::Unchanged;
         }
-        *id = now;
+        self.rewalk.store(false, Ordering::Release);
+        st.id = now;
         *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) =
             now.is_none().then(std::time::SystemTime::now);
         self.online.store(now.is_some(), Ordering::Release);
         if now.is_some() {
+            // Another directory at the path (a file system mounted there): hold that one.
+            if st.held.as_ref().map(|h| h.1) != now {
+                st.held = open_root(&self.root).or(st.held.take());
+            }
             RootChange::Returned
         } else {
             RootChange::Vanished
         }
+    }
+
+    /// The root path compared with the directory kaiso holds, at once (an operation found
+    /// a name of this tier missing by path): a root missing now takes the tier offline
+    /// here, without waiting for the next [`Tier::check_root`]; another directory at the
+    /// path makes that check walk the tier again.
+    pub(crate) fn root_now(&self) -> RootNow {
+        let now = root_identity(&self.root);
+        let mut st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(now) = now else {
+            let first = st.id.is_some();
+            if first {
+                st.id = None;
+                *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(std::time::SystemTime::now());
+                self.online.store(false, Ordering::Release);
+            }
+            return RootNow::Missing { first };
+        };
+        if st.held.as_ref().map(|h| h.1) == Some(now) {
+            return RootNow::Held;
+        }
+        if st.id == Some(now) {
+            // The change was seen, but its directory could not be opened then.
+            st.held = open_root(&self.root).or(st.held.take());
+            return if st.held.as_ref().map(|h| h.1) == Some(now) {
+                RootNow::Held
+            } else {
+                RootNow::Unknown
+            };
+        }
+        if st.held.is_none() {
+            return RootNow::Unknown;
+        }
+        self.rewalk.store(true, Ordering::Release);
+        RootNow::Other
+    }
+
+    /// `lstat` of `rel` in the directory kaiso holds as this tier's root, whatever its
+    /// path shows now: None if kaiso holds none, Some(None) if the name is not there.
+    pub(crate) fn lstat_held(&self, rel: &Path) -> Option<std::io::Result<Option<libc::stat>>> {
+        use std::os::fd::AsRawFd;
+        let fd = {
+            let st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+            // A duplicate: the lookup below runs without the lock.
+            match st.held.as_ref().map(|h| h.0.try_clone()) {
+                Some(Ok(fd)) => fd,
+                Some(Err(e)) => return Some(Err(e)),
+                None => return None,
+            }
+        };
+        let root = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        let p = BackingPath::resolve(&root, rel);
+        Some(crate::util::lstat_opt(&p))
     }
 
     /// Emulated service time for one request, if the tier is emulated.
@@ -538,6 +730,78 @@ pub(crate) fn fs_avail(p: &Path) -> Option<u64> {
     (frsize > 0).then(|| (sv.f_bavail as u64).saturating_mul(frsize as u64))
 }
 
+/// What a name missing from its tier by path means ([`Store::backing_missing`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Missing {
+    /// The file is gone from the tier directory: its name goes.
+    Gone,
+    /// The tier's directory is not at its path (or another one stands there): the name
+    /// drops out as for any offline tier, and the tier's next root check walks the tier
+    /// when a directory is back, which puts it back.
+    TierAway,
+    /// The path reaches the file again (the directory was away for a moment): its
+    /// `lstat`.
+    Back(libc::stat),
+}
+
+impl crate::store::Store {
+    /// `rel` was not found on tier `ti` by path (ENOENT or ENOTDIR) while the index holds a
+    /// file there: say whether the file is really gone, or its tier directory was away.
+    /// The root is checked at once (one `statx`), not only by the 100 ms root check, so
+    /// an outage shorter than that is noticed too: a root missing now takes the tier
+    /// offline here and records the files it held, and its return is then seen by the
+    /// next root check, which puts the names back. `ns` is the held namespace lock.
+    pub(crate) fn backing_missing(
+        &self,
+        ns: &crate::namespace::Namespace,
+        ti: u8,
+        rel: &Path,
+    ) -> Missing {
+        let Some(t) = self.tiers.get(ti as usize) else {
+            return Missing::Gone;
+        };
+        if !t.online() {
+            return Missing::TierAway;
+        }
+        match t.root_now() {
+            RootNow::Held => match t.lstat_held(rel) {
+                Some(Ok(Some(st))) => Missing::Back(st),
+                _ => Missing::Gone,
+            },
+            RootNow::Missing { first } => {
+                if first {
+                    self.note_tier_vanished(ti, ns);
+                }
+                Missing::TierAway
+            }
+            RootNow::Other => Missing::TierAway,
+            RootNow::Unknown => Missing::Gone,
+        }
+    }
+
+    /// Tier `ti` was just taken offline: record the files it holds (shown as unreachable,
+    /// and given their numbers back when it returns). `ns` is the held namespace lock.
+    pub(crate) fn note_tier_vanished(&self, ti: u8, ns: &crate::namespace::Namespace) {
+        let held: std::collections::HashSet<crate::types::Ino> = ns
+            .files
+            .iter()
+            .filter(|(_, f)| f.tier == ti)
+            .map(|(i, _)| *i)
+            .collect();
+        let t = &self.tiers[ti as usize];
+        tracing::warn!(
+            tier = %t.cfg.name,
+            path = %t.root.display(),
+            files = held.len(),
+            "tier directory vanished: its files are unavailable until it returns"
+        );
+        self.vanished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ti, held);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +846,92 @@ mod tests {
         std::fs::write(&root, b"x").unwrap();
         assert_eq!(t.check_root(), RootChange::Vanished);
         assert!(!t.online());
+    }
+
+    /// An operation that finds a name missing by path checks the root at once: a
+    /// directory renamed away and back before the check still has the name (through the
+    /// held descriptor); one still away takes the tier offline at once, and its return is
+    /// then seen by the next root check; another directory at the path makes the next
+    /// root check report a return even if the original is back by then.
+    #[test]
+    fn a_name_missing_by_path_checks_the_root_at_once() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("t");
+        std::fs::create_dir_all(root.join("a")).unwrap();
+        std::fs::write(root.join("a/f"), b"x").unwrap();
+        let t = tier_at(&root, 1 << 30);
+        let rel = Path::new("a/f");
+        let away = d.path().join("away");
+        // Away and back again before the check: the held directory still has the name.
+        std::fs::rename(&root, &away).unwrap();
+        assert!(crate::util::lstat_opt(&t.backing(rel)).unwrap().is_none());
+        let held = t.lstat_held(rel).expect("a held root").unwrap();
+        assert_eq!(
+            held.map(|s| s.st_size),
+            Some(1),
+            "the held root reaches a/f"
+        );
+        std::fs::rename(&away, &root).unwrap();
+        assert_eq!(t.root_now(), RootNow::Held);
+        assert!(t.online());
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        // Still away at the check: offline at once (the first caller records the files).
+        std::fs::rename(&root, &away).unwrap();
+        assert_eq!(t.root_now(), RootNow::Missing { first: true });
+        assert!(!t.online() && t.offline_since().is_some());
+        assert_eq!(t.root_now(), RootNow::Missing { first: false });
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        std::fs::rename(&away, &root).unwrap();
+        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(t.online());
+        // Really gone: not in the held directory either.
+        std::fs::remove_file(root.join("a/f")).unwrap();
+        assert_eq!(t.root_now(), RootNow::Held);
+        assert!(t.lstat_held(rel).unwrap().unwrap().is_none());
+        // Another directory at the path, and the original back before the root check:
+        // the check still walks the tier (a name dropped meanwhile comes back).
+        std::fs::rename(&root, &away).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        assert_eq!(t.root_now(), RootNow::Other);
+        std::fs::remove_dir(&root).unwrap();
+        std::fs::rename(&away, &root).unwrap();
+        assert_eq!(t.check_root(), RootChange::Returned);
+        assert_eq!(t.check_root(), RootChange::Unchanged);
+        // A different directory that stays: held from its return on.
+        std::fs::rename(&root, &away).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("new"), b"yz").unwrap();
+        assert_eq!(t.check_root(), RootChange::Returned);
+        assert_eq!(t.root_now(), RootNow::Held);
+        let st = t.lstat_held(Path::new("new")).unwrap().unwrap();
+        assert_eq!(st.map(|s| s.st_size), Some(2), "the new root is held");
+    }
+
+    /// Room held for a move is kept by a recount of the tier (its copy is a hidden
+    /// temporary file no walk counts), becomes the file's once kept, and goes when given
+    /// back.
+    #[test]
+    fn a_recount_keeps_the_room_held_for_moves() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let t = tier_at(d.path(), 100);
+        t.add_used(10);
+        assert!(t.reserve_for_move(50));
+        assert!(!t.reserve_for_move(41), "past the hard capacity");
+        assert_eq!(t.used(), 60);
+        t.set_scanned_used(10);
+        assert_eq!(t.used(), 60, "the recount dropped the move's room");
+        t.unreserve_for_move(20);
+        assert_eq!(t.used(), 40);
+        t.set_scanned_used(10);
+        assert_eq!(t.used(), 40);
+        t.keep_move_reservation(30);
+        // Kept: the walk now finds the file (10 + 30).
+        t.set_scanned_used(40);
+        assert_eq!(t.used(), 40);
+        assert!(t.reserve_for_move(7));
+        t.unreserve_for_move(7);
+        t.set_scanned_used(40);
+        assert_eq!(t.used(), 40, "a released reservation is not counted again");
     }
 
     /// `umount` and a new `mount -t tmpfs` at a tier root give the same device and root

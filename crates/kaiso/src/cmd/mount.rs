@@ -215,6 +215,53 @@ pub(crate) fn detach_busy_mount(mp: &Path, busy: std::io::Error) -> std::io::Res
     Ok(())
 }
 
+/// After `kill -9` of a daemon its mount stays behind, dead (every call on it fails with
+/// ENOTCONN), and the next `kaiso mount` called the mountpoint busy (session 12). A dead
+/// mount whose source names this store's state directory is this store's own: it is
+/// detached lazily. A live daemon's mount never answers ENOTCONN, and the store's lock,
+/// taken next, still refuses while another process serves the store.
+fn detach_dead_mount_of_this_store(cfg: &StoreConfig, mountpoint: &Path) {
+    let dead = std::fs::symlink_metadata(mountpoint)
+        .err()
+        .and_then(|e| e.raw_os_error())
+        == Some(libc::ENOTCONN);
+    let (Some(parent), Some(name)) = (mountpoint.parent(), mountpoint.file_name()) else {
+        return;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let (true, Ok(parent)) = (dead, std::fs::canonicalize(parent)) else {
+        return;
+    };
+    let mp = parent.join(name);
+    let same = |a: &Path, b: &Path| {
+        a == b || std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok()
+    };
+    let ours = super::ops::kaiso_mounts()
+        .iter()
+        .any(|m| m.mountpoint == mp && same(&m.state_dir, &cfg.state_dir));
+    let Ok(c) = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: a valid NUL-terminated path.
+    if ours
+        && (unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0
+            || std::process::Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&mp)
+                .status()
+                .is_ok_and(|s| s.success()))
+    {
+        eprintln!(
+            "kaiso: {} held a dead mount of this store (its daemon was killed): detached it",
+            mountpoint.display()
+        );
+    }
+}
+
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     check_threads(a.threads)?;
     let cfg = load_config(&a.config)?;
@@ -223,6 +270,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         &a.config,
         &format!("--mount {}", a.mountpoint.display()),
     )?;
+    detach_dead_mount_of_this_store(&cfg, &a.mountpoint);
     kaiso_fuse::preflight(&a.mountpoint)?;
     check_mountpoint_apart(&cfg, &a.mountpoint)?;
     // kaiso sets every mode explicitly; the process umask must not interfere.
@@ -396,42 +444,108 @@ fn adopt_text(a: &AdoptArgs, tier: &TierConfig, made: &mut CreatedDirs) -> anyho
 
 /// Paths under `dir` that another tier also has (other than a directory on both), which
 /// the store's scan would resolve by renaming the slower copy: how many, and the first
-/// with the tier that has it.
+/// with the tier that has it. The walk goes from directory descriptors (`openat`), so
+/// trees deeper than PATH_MAX are checked too (session 12: `read_dir` of the joined path
+/// failed with "File name too long" and adopt refused such trees).
 fn conflicts(
     dir: &Path,
     others: &[TierConfig],
 ) -> anyhow::Result<(u64, Option<(PathBuf, String)>)> {
-    let mut n = 0;
-    let mut first = None;
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        let here = dir.join(&rel);
-        let entries =
-            std::fs::read_dir(&here).with_context(|| format!("cannot list {}", here.display()))?;
-        for e in entries {
-            let e = e.with_context(|| format!("cannot list {}", here.display()))?;
-            let name = e.file_name();
-            if name.as_encoded_bytes().starts_with(b".kaiso-tmp") {
-                continue;
-            }
-            let rel = rel.join(&name);
-            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            for t in others {
-                let Ok(md) = std::fs::symlink_metadata(t.path.join(&rel)) else {
-                    continue;
-                };
-                if !(is_dir && md.is_dir()) {
-                    n += 1;
-                    first.get_or_insert_with(|| (rel.clone(), t.name.clone()));
-                    break;
-                }
+    let root = open_dir(None, dir.as_os_str())
+        .with_context(|| format!("cannot list {}", dir.display()))?;
+    let other_roots: Vec<Option<std::os::fd::OwnedFd>> = others
+        .iter()
+        .map(|t| open_dir(None, t.path.as_os_str()).ok())
+        .collect();
+    let mut found = (0, None);
+    conflicts_below(
+        dir,
+        &root,
+        others,
+        &other_roots,
+        &mut PathBuf::new(),
+        &mut found,
+    )?;
+    Ok(found)
+}
+
+/// `openat(O_DIRECTORY | O_NOFOLLOW)` of `name` in `at` (None: a path from the cwd).
+fn open_dir(
+    at: Option<&std::os::fd::OwnedFd>,
+    name: &std::ffi::OsStr,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let c = std::ffi::CString::new(name.as_encoded_bytes())?;
+    let at = at.map_or(libc::AT_FDCWD, |f| f.as_raw_fd());
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid NUL-terminated name; the descriptor returned is ours to own.
+    let fd = unsafe { libc::openat(at, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// One directory of [`conflicts`]: `here` is `dir/rel`, `other_dirs[i]` the same
+/// directory on `others[i]` (None where that tier has no such directory).
+fn conflicts_below(
+    dir: &Path,
+    here: &std::os::fd::OwnedFd,
+    others: &[TierConfig],
+    other_dirs: &[Option<std::os::fd::OwnedFd>],
+    rel: &mut PathBuf,
+    found: &mut (u64, Option<(PathBuf, String)>),
+) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    let list = |rel: &Path| format!("cannot list {}", dir.join(rel).display());
+    let entries = std::fs::read_dir(format!("/proc/self/fd/{}", here.as_raw_fd()))
+        .with_context(|| list(rel))?;
+    for e in entries {
+        let e = e.with_context(|| list(rel))?;
+        let name = e.file_name();
+        if name.as_encoded_bytes().starts_with(b".kaiso-tmp") {
+            continue;
+        }
+        let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        let c = std::ffi::CString::new(name.as_encoded_bytes())?;
+        let mut below = Vec::new();
+        let mut counted = false;
+        for (t, at) in others.iter().zip(other_dirs) {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid descriptor, NUL-terminated name and stat buffer.
+            let there = at.as_ref().is_some_and(|at| unsafe {
+                libc::fstatat(
+                    at.as_raw_fd(),
+                    c.as_ptr(),
+                    &mut st,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) == 0
+            });
+            let there_dir = there && st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            if there && !(is_dir && there_dir) && !counted {
+                counted = true;
+                found.0 += 1;
+                found
+                    .1
+                    .get_or_insert_with(|| (rel.join(&name), t.name.clone()));
             }
             if is_dir {
-                stack.push(rel);
+                below.push(if there_dir {
+                    open_dir(at.as_ref(), &name).ok()
+                } else {
+                    None
+                });
             }
         }
+        if is_dir {
+            rel.push(&name);
+            let sub = open_dir(Some(here), &name).with_context(|| list(rel))?;
+            conflicts_below(dir, &sub, others, &below, rel, found)?;
+            rel.pop();
+        }
     }
-    Ok((n, first))
+    Ok(())
 }
 
 /// Replaces `path` by `text` atomically: a temporary file next to it (mode of the old

@@ -35,32 +35,56 @@ pub struct StatusArgs {
 pub struct PathArgs {
     /// A path inside a kaiso mount (or, with --config, relative to the store root).
     pub path: PathBuf,
+    /// Store configuration: open the store (or reach its running mount) from it; PATH is
+    /// then relative to the store root.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(clap::Args)]
 pub struct PinArgs {
+    /// A path inside a kaiso mount (or, with --config, relative to the store root).
     pub path: PathBuf,
+    /// Every file below the directory PATH.
     #[arg(short, long)]
     pub recursive: bool,
     /// Tier to pin to (default: where each file is now).
     #[arg(long)]
     pub tier: Option<String>,
+    /// Store configuration: open the store (or reach its running mount) from it; PATH is
+    /// then relative to the store root.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct UnpinArgs {
+    /// A path inside a kaiso mount (or, with --config, relative to the store root).
+    pub path: PathBuf,
+    /// Every file below the directory PATH.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Store configuration: open the store (or reach its running mount) from it; PATH is
+    /// then relative to the store root.
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 pub struct MoveArgs {
+    /// A path inside a kaiso mount (or, with --config, relative to the store root).
     pub path: PathBuf,
+    /// Every file below the directory PATH.
     #[arg(short, long)]
     pub recursive: bool,
     /// Target tier (default: one tier faster for promote, slower for demote).
     #[arg(long)]
     pub tier: Option<String>,
+    /// Store configuration: open the store (or reach its running mount) from it; PATH is
+    /// then relative to the store root.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Start the move and return without waiting.
@@ -69,12 +93,12 @@ pub struct MoveArgs {
 }
 
 /// A kaiso mount as listed in /proc/self/mountinfo.
-struct KaisoMount {
-    mountpoint: PathBuf,
-    state_dir: PathBuf,
+pub(crate) struct KaisoMount {
+    pub(crate) mountpoint: PathBuf,
+    pub(crate) state_dir: PathBuf,
 }
 
-fn kaiso_mounts() -> Vec<KaisoMount> {
+pub(crate) fn kaiso_mounts() -> Vec<KaisoMount> {
     // Bytes, not text: a mount point's name need not be UTF-8.
     let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
         return Vec::new();
@@ -468,7 +492,7 @@ pub fn pin(a: PinArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn unpin(a: MoveArgs) -> anyhow::Result<()> {
+pub fn unpin(a: UnpinArgs) -> anyhow::Result<()> {
     let (mut t, rel) = resolve(&a.path, a.config.as_deref())?;
     let v = call_for(
         &mut t,
