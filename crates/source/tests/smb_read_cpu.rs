@@ -9,8 +9,13 @@
 //! Eight threads read one file in 10 MiB units (the engine's unit) into buffers of their
 //! own; CPU is this process's (every thread: callers, the crate's tasks) from getrusage.
 //! `KAISO_SMB_CPU_FILE_KIB=N` reads files of N KiB instead (as many as make the total),
-//! each in one call. `KAISO_SMB_CPU_URL_SIGN=1` signs every message (`sign=1`): reads then
+//! each in one call (`KAISO_SMB_CPU_FILE_BYTES=N`: of N bytes). `KAISO_SMB_CPU_URL_SIGN=1` signs every message (`sign=1`): reads then
 //! go through the `smb2` crate, as before session 9 (the "before" of an A/B).
+//! `KAISO_SMB_CPU_READ_KIB=N` and `KAISO_SMB_CPU_PARALLEL=N` set the READ size and the
+//! READs in flight per call. Each round also gives smbd's CPU (every process of its
+//! group, from /proc), the server's side of the same transfer. `KAISO_SMB_CPU_LIST=1`
+//! lists the share and asks every file's metadata first, as a crawl does (then small
+//! files are read in one compound each), and gives that pass's CPU per file.
 
 mod common;
 
@@ -20,6 +25,52 @@ use std::time::Instant;
 
 use kaiso_source::SmbSource;
 use kaiso_store::migrate::{Source, SourcePath};
+
+/// CPU seconds (user + system) of every live process in the process group led by a
+/// child of this process named `smbd` (smbd leads a group of its own and forks a process
+/// per connection), plus what the leader's reaped children used.
+fn smbd_cpu_seconds() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let tick = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        t if t > 0 => t as f64,
+        _ => 100.0,
+    };
+    // (pid, comm, fields after the comm) of every process.
+    let procs: Vec<(u32, String, Vec<String>)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+            let rest = stat
+                .get(close + 2..)?
+                .split(' ')
+                .map(String::from)
+                .collect();
+            Some((pid, stat[open + 1..close].to_string(), rest))
+        })
+        .collect();
+    // Fields after the comm: 0 state, 1 ppid, 2 pgrp, 11 utime, 12 stime, 13 cutime,
+    // 14 cstime.
+    let field = |f: &[String], i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    let me = std::process::id() as f64;
+    let leaders: Vec<u32> = procs
+        .iter()
+        .filter(|(_, comm, f)| comm == "smbd" && field(f, 1) == Some(me))
+        .map(|p| p.0)
+        .collect();
+    let mut ticks = 0.0;
+    for (pid, _, f) in &procs {
+        if leaders.iter().any(|l| field(f, 2) == Some(*l as f64)) {
+            // The leader's reaped children count too (connections that ended).
+            let last = if leaders.contains(pid) { 14 } else { 12 };
+            ticks += (11..=last).filter_map(|i| field(f, i)).sum::<f64>();
+        }
+    }
+    ticks / tick
+}
 
 fn cpu_seconds() -> f64 {
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
@@ -51,7 +102,14 @@ fn smb_read_into_cpu_per_gib() {
     let len = mib << 20;
     let data = Arc::new(common::content(11, len));
     // (name, offset in `data`, length) of each file; one file unless file_kib is set.
-    let file_len = if file_kib == 0 { len } else { file_kib << 10 };
+    let file_len = match std::env::var("KAISO_SMB_CPU_FILE_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(b) => b.max(1),
+        None if file_kib == 0 => len,
+        None => file_kib << 10,
+    };
     let files: Arc<Vec<(String, usize, usize)>> = Arc::new(
         (0..len / file_len)
             .map(|i| (format!("f{i:05}"), i * file_len, file_len))
@@ -63,6 +121,14 @@ fn smb_read_into_cpu_per_gib() {
     let server = common::Samba::start(share.path());
     let mut config = server.config();
     config.sign = std::env::var("KAISO_SMB_CPU_URL_SIGN").is_ok_and(|v| v == "1");
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    if let Some(kib) = env("KAISO_SMB_CPU_READ_KIB") {
+        config.read_size = kib << 10;
+        config.data_read_size = kib << 10;
+    }
+    if let Some(n) = env("KAISO_SMB_CPU_PARALLEL") {
+        config.parallel_reads = n;
+    }
     let source = Arc::new(SmbSource::connect(config).expect("connect"));
     let unit = 10 << 20;
     // Work items: (file, offset in the file).
@@ -74,8 +140,42 @@ fn smb_read_into_cpu_per_gib() {
             .collect(),
     );
     for round in 0..rounds {
+        if std::env::var("KAISO_SMB_CPU_LIST").is_ok_and(|v| v == "1") {
+            // As a crawl does: the listing (size and EA hints, metadata fetched ahead),
+            // then every file's EAs, descriptor and streams; its cost on its own line.
+            let (cpu0, server0, t0) = (cpu_seconds(), smbd_cpu_seconds(), Instant::now());
+            let listed = source.read_dir_with_attr(&SourcePath::root()).unwrap().0;
+            assert_eq!(listed.len(), files.len(), "listing of the share");
+            let next = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    let (source, next, files) = (source.clone(), next.clone(), files.clone());
+                    std::thread::spawn(move || {
+                        while let Some((name, _, _)) =
+                            files.get(next.fetch_add(1, Ordering::SeqCst))
+                        {
+                            let p = SourcePath::parse(name.as_bytes()).unwrap();
+                            source.xattrs(&p).unwrap();
+                            source.acl(&p).unwrap();
+                            source.streams(&p).unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let n = files.len() as f64;
+            println!(
+                "round {round}: listing + metadata of {} files: client CPU {:.0} µs/file, smbd CPU {:.0} µs/file, wall {:.3} s",
+                files.len(),
+                (cpu_seconds() - cpu0) / n * 1e6,
+                (smbd_cpu_seconds() - server0) / n * 1e6,
+                t0.elapsed().as_secs_f64()
+            );
+        }
         let next = Arc::new(AtomicUsize::new(0));
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
+        let (cpu0, server0, t0) = (cpu_seconds(), smbd_cpu_seconds(), Instant::now());
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let (source, next, data) = (source.clone(), next.clone(), data.clone());
@@ -102,11 +202,14 @@ fn smb_read_into_cpu_per_gib() {
             assert!(t.join().unwrap(), "wrong bytes");
         }
         let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+        let server = smbd_cpu_seconds() - server0;
         let gib = len as f64 / (1u64 << 30) as f64;
         println!(
-            "round {round}: {mib} MiB in {} files, client CPU {:.3} s/GiB, wall {:.3} s/GiB ({:.0} MiB/s); {:?}",
+            "round {round}: {mib} MiB in {} files, client CPU {:.3} s/GiB, smbd CPU {:.3} s/GiB ({:.0} µs/file), wall {:.3} s/GiB ({:.0} MiB/s); {:?}",
             files.len(),
             cpu / gib,
+            server / gib,
+            server / files.len() as f64 * 1e6,
             wall / gib,
             mib as f64 / wall,
             source.stats()

@@ -7,7 +7,7 @@
 mod common;
 
 use kaiso_source::SmbSource;
-use kaiso_source::smb::SmbStats;
+use kaiso_source::smb::{SMB_DATA_READ_PIECE, SmbStats};
 use kaiso_store::migrate::{Source, SourcePath};
 
 /// Small files in the directory, every fourth with an EA.
@@ -154,7 +154,19 @@ fn smb_requests_per_file_of_a_crawl() {
     assert_eq!(d.reads_continued, units - 1, "data: {d:?}");
     assert_eq!(d.round_trips, FILES as u64 + 1 + units, "data: {d:?}");
     assert_eq!(d.creates, FILES as u64 + 1, "data: {d:?}");
-    assert_eq!(d.reads, FILES as u64 + (BIG >> 20) as u64, "data: {d:?}");
+    // A small file whose end is not on an 8-byte boundary is asked as two READs (the
+    // last bytes apart, so smbd need not copy the data to pad its reply): all twelve
+    // here (500 + 1,000 i bytes). The big one: READs of SMB_DATA_READ_PIECE per unit.
+    let unaligned = files[..FILES]
+        .iter()
+        .filter(|(_, d)| d.len() % 8 != 0 && d.len() >= 8)
+        .count() as u64;
+    let big_reads: u64 = (0..BIG)
+        .step_by(UNIT)
+        .map(|o| UNIT.min(BIG - o).div_ceil(SMB_DATA_READ_PIECE) as u64)
+        .sum();
+    assert_eq!(unaligned, FILES as u64);
+    assert_eq!(d.reads, FILES as u64 + unaligned + big_reads, "data: {d:?}");
     assert_eq!(d.queries, read_calls, "data: {d:?}");
     // Samba here requires neither signing nor encryption: every read went over the
     // source's own data connections (replies decoded into the caller's buffer).
@@ -201,4 +213,63 @@ fn smb_long_directory_is_listed_whole() {
     let s = since(after, before);
     assert!(s.round_trips >= 3, "{s:?}");
     assert!(s.listings >= 5, "{s:?}");
+}
+
+/// Small files with every remainder of their size modulo 8, read as a crawl reads them
+/// (listed first): every byte arrives, and a file whose end is not on an 8-byte
+/// boundary (8 bytes or more) is asked as two READs of one compound, the first ending
+/// on the boundary. smbd 4.17 pads each reply of a compound to 8 bytes by copying a
+/// READ's data into a fresh zeroed buffer; asked in one READ, such a file cost smbd
+/// 2.5-3 times the CPU per GiB (`smb_read_cpu`, `KAISO_SMB_CPU_FILE_BYTES`).
+#[test]
+fn smb_small_file_ends_are_read_apart() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    let sizes: Vec<usize> = [0usize, 1, 7, 8, 9, 15, 16, 4093, 65_536, 65_541, 300_007]
+        .into_iter()
+        .chain((0..8).map(|r| 200_000 + r))
+        .collect();
+    let files: Vec<(String, Vec<u8>)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| (format!("s{i:02}"), common::content(70 + i as u64, len)))
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(share.path().join(name), data).unwrap();
+    }
+    let server = common::Samba::start(share.path());
+    let source = SmbSource::connect(server.config()).expect("connect");
+    let listed = source.read_dir(&SourcePath::root()).unwrap();
+    assert_eq!(listed.len(), files.len());
+    let mut buf = vec![0u8; UNIT];
+    for (name, data) in &files {
+        let p = SourcePath::parse(name.as_bytes()).unwrap();
+        let before = source.stats();
+        buf.fill(0xEE);
+        let (n, attr) = source.read_into(&p, 0, &mut buf).unwrap();
+        let d = since(source.stats(), before);
+        assert_eq!(n, data.len(), "bytes read of {name} ({} bytes)", data.len());
+        assert!(
+            buf[..n] == data[..],
+            "content of {name} ({} bytes)",
+            data.len()
+        );
+        assert_eq!(
+            attr.map(|a| a.size),
+            Some(data.len() as u64),
+            "size of {name}"
+        );
+        let split = data.len() % 8 != 0 && data.len() >= 8;
+        // Counters the listing's background metadata fetches do not touch (they send
+        // compounds, but no READ and no round trip anybody waits for).
+        assert_eq!(
+            (d.round_trips, d.reads_compound, d.reads),
+            (1, 1, 1 + u64::from(split)),
+            "{name} of {} bytes: one compound, {} READ(s) expected: {d:?}",
+            data.len(),
+            1 + u64::from(split)
+        );
+    }
 }

@@ -367,58 +367,83 @@ impl DataLink {
 
     /// CREATE + READ + QUERY_INFO (FileAllInformation) + CLOSE as one related compound:
     /// one round trip for a file that fits one READ. Returns the bytes read and the
-    /// attributes after the read.
+    /// attributes after the read. With `split` (see [`wire::aligned_split`]) the range
+    /// is asked as two READs, the first ending on an 8-byte boundary.
     pub fn read_small(
         &mut self,
         name: String,
         offset: u64,
         buf: &mut [u8],
+        split: Option<usize>,
         requests: &Requests,
     ) -> Result<(usize, Option<RawAttr>), Fail> {
-        let len = buf.len().min(self.max_read as usize) as u32;
+        let len = buf.len().min(self.max_read as usize);
+        let split = split.filter(|&s| s > 0 && s < len);
+        let first = split.unwrap_or(len);
         let create = wire::create(name, OpenFor::Read);
-        let read = wire::read(FileId::SENTINEL, offset, len);
+        let read = wire::read(FileId::SENTINEL, offset, first as u32);
+        let tail = wire::read(
+            FileId::SENTINEL,
+            offset + first as u64,
+            (len - first) as u32,
+        );
         let query = wire::query_all(FileId::SENTINEL);
         let close = wire::close(FileId::SENTINEL);
-        let ops: [(Command, &dyn Pack, u16); 4] = [
+        let mut ops: Vec<(Command, &dyn Pack, u16)> = vec![
             (Command::Create, &create, 1),
-            (Command::Read, &read, wire::credit_charge(len)),
-            (Command::QueryInfo, &query, 1),
-            (Command::Close, &close, 1),
+            (Command::Read, &read, wire::credit_charge(first as u32)),
         ];
+        if split.is_some() {
+            ops.push((
+                Command::Read,
+                &tail,
+                wire::credit_charge((len - first) as u32),
+            ));
+        }
+        let qi = ops.len();
+        ops.push((Command::QueryInfo, &query, 1));
+        ops.push((Command::Close, &close, 1));
         for (c, _, _) in &ops {
             requests.count(*c);
         }
         requests.compounds.fetch_add(1, Ordering::Relaxed);
         let mids = self.send_compound(&ops)?;
-        let mut got = None;
+        // Bytes of each READ (the first, the tail), and its status.
+        let mut got = [None, None];
+        let mut read_status = [STATUS_SUCCESS; 2];
         let mut open_status = STATUS_SUCCESS;
-        let mut read_status = STATUS_SUCCESS;
         let mut attr = None;
-        let mut left = 4;
+        let mut left = ops.len();
         while left > 0 {
             let reply = self.next_final()?;
             let Some(k) = mids.iter().position(|&m| m == reply.mid) else {
                 return Err(Fail::Malformed("reply to a request not sent"));
             };
             left -= 1;
-            match k {
-                1 if reply.status == STATUS_SUCCESS => {
-                    got = Some(read_reply_into(
+            let piece = match k {
+                1 => Some((0, 0..first)),
+                2 if k < qi => Some((1, first..len)),
+                _ => None,
+            };
+            match piece {
+                Some((i, range)) if reply.status == STATUS_SUCCESS => {
+                    got[i] = Some(read_reply_into(
                         &mut self.reader,
                         reply.body_len,
-                        &mut buf[..len as usize],
+                        &mut buf[range],
                     )?);
                 }
-                2 if reply.status == STATUS_SUCCESS => {
+                Some((i, _)) => {
+                    read_status[i] = reply.status;
+                    skip(&mut self.reader, reply.body_len)?;
+                }
+                None if k == qi && reply.status == STATUS_SUCCESS => {
                     let body = self.body(&reply)?;
                     attr = wire::output_buffer(&body).and_then(wire::parse_all_information);
                 }
-                _ => {
-                    match k {
-                        0 => open_status = reply.status,
-                        1 => read_status = reply.status,
-                        _ => {}
+                None => {
+                    if k == 0 {
+                        open_status = reply.status;
                     }
                     skip(&mut self.reader, reply.body_len)?;
                 }
@@ -430,9 +455,18 @@ impl DataLink {
                 op: "open",
             });
         }
-        match (got, read_status) {
-            (Some(n), _) => Ok((n, attr)),
-            (None, STATUS_END_OF_FILE) => Ok((0, attr)),
+        let n = match (got[0], read_status[0]) {
+            (Some(n), _) => n,
+            (None, STATUS_END_OF_FILE) => 0,
+            (None, status) => return Err(Fail::Status { status, op: "read" }),
+        };
+        if split.is_none() || n < first {
+            return Ok((n, attr));
+        }
+        // The first part was whole: the tail follows it.
+        match (got[1], read_status[1]) {
+            (Some(m), _) => Ok((n + m, attr)),
+            (None, STATUS_END_OF_FILE) => Ok((n, attr)),
             (None, status) => Err(Fail::Status { status, op: "read" }),
         }
     }
@@ -685,10 +719,11 @@ impl DataPool {
         name: &str,
         offset: u64,
         buf: &mut [u8],
+        split: Option<usize>,
         requests: &Requests,
     ) -> Option<Result<(usize, Option<RawAttr>), Fail>> {
         let mut link = self.take(path)?;
-        match link.read_small(name.to_string(), offset, buf, requests) {
+        match link.read_small(name.to_string(), offset, buf, split, requests) {
             Ok(x) => {
                 self.reads.fetch_add(1, Ordering::Relaxed);
                 self.give_back(link);
@@ -884,7 +919,7 @@ impl DataPool {
                 file_id,
                 offset,
                 buf,
-                self.config.read_size,
+                self.config.data_read_size,
                 self.config.parallel_reads,
                 want_attr,
                 requests,

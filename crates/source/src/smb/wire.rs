@@ -162,6 +162,20 @@ pub fn close(file_id: FileId) -> CloseRequest {
     CloseRequest { flags: 0, file_id }
 }
 
+/// Where to split a READ of `len` bytes at `offset` of a file of `size` bytes (as its
+/// listing said) that goes out inside a compound: Samba pads every reply of a compound
+/// to 8 bytes, and pads a READ reply by copying its data into a fresh zeroed buffer
+/// (smbd 4.17, `smbd_smb2_request_done_ex`): for a file whose end is not on an 8-byte
+/// boundary that copy cost smbd as much CPU again as the read itself. Split at the last
+/// 8-byte boundary before the end, the first READ's reply needs no padding and the
+/// second one carries fewer than 8 bytes (and what a grown file added). `None`: one
+/// READ (the end is aligned, beyond the range, or fewer than 8 bytes away).
+pub fn aligned_split(offset: u64, len: usize, size: Option<u64>) -> Option<usize> {
+    let left = size?.checked_sub(offset)?;
+    let aligned = (left - left % 8) as usize;
+    (left % 8 != 0 && aligned > 0 && left <= len as u64).then_some(aligned)
+}
+
 /// The credits a request moving `bytes` costs (one per 64 KiB, at least one).
 pub fn credit_charge(bytes: u32) -> u16 {
     (bytes.div_ceil(64 << 10)).max(1).min(u16::MAX as u32) as u16
@@ -566,5 +580,25 @@ mod tests {
         assert_eq!(credit_charge(1), 1);
         assert_eq!(credit_charge(1 << 20), 16);
         assert_eq!(wire_name("a/b", ":s"), "a\\b:s");
+    }
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::aligned_split;
+
+    #[test]
+    fn a_read_ending_off_an_8_byte_boundary_is_split_before_its_last_bytes() {
+        // The file ends inside the range, 5 bytes past a boundary: split there.
+        assert_eq!(aligned_split(0, 1 << 20, Some(1005)), Some(1000));
+        assert_eq!(aligned_split(4096, 1 << 20, Some(4096 + 13)), Some(8));
+        // The range ends exactly at the unaligned end of the file.
+        assert_eq!(aligned_split(0, 1005, Some(1005)), Some(1000));
+        // Aligned end, an end beyond the range, fewer than 8 bytes, past the end, no size.
+        assert_eq!(aligned_split(0, 1 << 20, Some(1008)), None);
+        assert_eq!(aligned_split(0, 1000, Some(1005)), None);
+        assert_eq!(aligned_split(0, 1 << 20, Some(7)), None);
+        assert_eq!(aligned_split(2000, 1 << 20, Some(1005)), None);
+        assert_eq!(aligned_split(0, 1 << 20, None), None);
     }
 }

@@ -315,6 +315,11 @@ pub struct Samba {
 }
 
 impl Samba {
+    /// The main smbd's process id (it forks one process per client connection).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn start(root: &Path) -> Result<Self> {
         require(&["smbd", "smbpasswd"])?;
         if unsafe { libc::geteuid() } != 0 {

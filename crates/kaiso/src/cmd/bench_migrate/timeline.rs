@@ -175,6 +175,66 @@ pub fn process_cpu(pid: u32, children: bool) -> f64 {
     stat_cpu(&stat[close..], if children { 17 } else { 15 })
 }
 
+/// CPU seconds of process `pid` and every live descendant (by parent pid, so also a
+/// forking server's per-connection processes), with the children each has reaped
+/// (cutime, cstime), and how many processes that was. A process that ends between two
+/// samples moves from its own fields to its parent's reaped-children fields.
+pub fn tree_cpu(pid: u32) -> (f64, usize) {
+    // (pid, ppid, CPU with reaped children) of every process.
+    let procs: Vec<(u32, u32, f64)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let p: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = &stat[stat.rfind(')')?..];
+            let ppid = rest.get(2..)?.split(' ').nth(1)?.parse().ok()?;
+            Some((p, ppid, stat_cpu(rest, 17)))
+        })
+        .collect();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        i += 1;
+    }
+    let cpu = procs
+        .iter()
+        .filter(|p| tree.contains(&p.0))
+        .map(|p| p.2)
+        .sum();
+    (cpu, tree.len())
+}
+
+/// CPU seconds so far of each thread of this process named like the bench's delay
+/// proxy (`proxy-read`, `proxy-write`, `delay-proxy`), by thread id.
+pub fn proxy_threads() -> Vec<(u32, f64)> {
+    let is_proxy = |n: &str| n.starts_with("proxy-") || n == "delay-proxy";
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let tid: u32 = t.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+            is_proxy(&stat[open + 1..close]).then(|| (tid, stat_cpu(&stat[close..], 15)))
+        })
+        .collect()
+}
+
+/// What the proxy threads alive in `after` spent since `before` (threads new since
+/// then count whole).
+pub fn proxy_delta(before: &[(u32, f64)], after: &[(u32, f64)]) -> f64 {
+    after
+        .iter()
+        .map(|(tid, a)| a - before.iter().find(|b| b.0 == *tid).map_or(0.0, |b| b.1))
+        .sum()
+}
+
 /// Seconds in the clock-tick fields 14 (utime) to `last` (15 stime, 17 cstime) of a `/proc`
 /// stat line, given from its last `)` (comm may hold spaces and parentheses).
 fn stat_cpu(from_comm_end: &str, last: usize) -> f64 {

@@ -10,6 +10,38 @@ struct Cost {
     wall: Duration,
     durable: Duration,
     cpu: Duration,
+    /// Over the network: CPU of every process on the path (see [`PathCpu`]).
+    path: Option<PathCpu>,
+}
+
+/// CPU seconds of a networked run by process: the client (kaiso's process without its
+/// delay-proxy threads; rsync's client processes), the server (every process of smbd,
+/// ganesha or the rsync daemon, forked per-connection ones included) and the delay
+/// proxy between them.
+#[derive(Clone, Copy)]
+struct PathCpu {
+    client: f64,
+    server: f64,
+    server_procs: usize,
+    proxy: f64,
+}
+
+impl PathCpu {
+    fn total(&self) -> f64 {
+        self.client + self.server + self.proxy
+    }
+
+    /// `client 1.23 + smbd 0.45 (17 processes) + proxy 0.67 = 2.35`.
+    fn line(&self, client: &str, server: &str) -> String {
+        format!(
+            "{client} {:.2} + {server} {:.2} ({} processes) + proxy {:.2} = {:.2}",
+            self.client,
+            self.server,
+            self.server_procs,
+            self.proxy,
+            self.total()
+        )
+    }
 }
 
 /// `syncfs(2)` of the file system holding `dir`: what is still dirty of a run's copy is
@@ -56,8 +88,10 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
     let log = timeline::CallLog::new();
     let server_pid = match kind {
         SrcKind::Nfs => s.ganesha.as_ref().map(|g| g.pid()),
-        _ => None,
+        SrcKind::Smb => s.samba.as_ref().map(|g| g.pid()),
+        SrcKind::Posix => None,
     };
+    let path_at_start = server_pid.map(|p| (timeline::tree_cpu(p), timeline::proxy_threads()));
     let cpu_at_start = s.timeline.then(|| {
         (
             timeline::ProcessCpu::sample(std::process::id()),
@@ -88,10 +122,25 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
     };
     let wall = t.elapsed();
     let cpu = cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu);
+    // Sampled before the source is dropped: the server's per-connection processes are
+    // still there (and so are the proxy threads of the source's connections).
+    let path = server_pid
+        .zip(path_at_start)
+        .map(|(pid, ((server, _), proxy))| {
+            let (server_now, procs) = timeline::tree_cpu(pid);
+            let proxy = timeline::proxy_delta(&proxy, &timeline::proxy_threads());
+            PathCpu {
+                client: cpu.as_secs_f64() - proxy,
+                server: server_now - server,
+                server_procs: procs,
+                proxy,
+            }
+        });
     let took = Cost {
         wall,
         durable: wall + sync_fs_of(&dest.dir)?,
         cpu,
+        path,
     };
     if let Some((me, server, io)) = cpu_at_start {
         let io_now = proxy::io_counts();
@@ -124,8 +173,10 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
 }
 
 /// `rsync -aHAX from` into a fresh destination: a directory on a fresh ext4 of its own
-/// (unless `--shared-fs`), made before the clock starts and removed after.
-fn rsync(s: &Setup, from: &str, bytes: u64) -> Result<Cost> {
+/// (unless `--shared-fs`), made before the clock starts and removed after. With
+/// `daemon` (the rsync daemon's pid, behind this process's delay proxy) the CPU of the
+/// whole path is measured too.
+fn rsync(s: &Setup, from: &str, bytes: u64, daemon: Option<u32>) -> Result<Cost> {
     let own = own_fs(s, "rsync-dst", bytes)?;
     let to = match &own {
         Some(f) => f.path().join("dst"),
@@ -134,6 +185,7 @@ fn rsync(s: &Setup, from: &str, bytes: u64) -> Result<Cost> {
     let to = to.as_path();
     fs::create_dir_all(to)?;
     let cpu = cpu_time(libc::RUSAGE_CHILDREN);
+    let at_start = daemon.map(|d| (timeline::tree_cpu(d).0, cpu_time(libc::RUSAGE_SELF)));
     let t = Instant::now();
     let st = Command::new("rsync")
         .args(["-aHAX", from])
@@ -145,10 +197,27 @@ fn rsync(s: &Setup, from: &str, bytes: u64) -> Result<Cost> {
     if !st.success() {
         bail!("rsync {from} failed: {st}");
     }
+    let path = daemon.zip(at_start).map(|(d, (server, me))| {
+        // The daemon's per-connection process ends just after the client: wait (briefly)
+        // until it is reaped, so its CPU is in the daemon's reaped-children fields.
+        let until = Instant::now() + Duration::from_secs(2);
+        while timeline::tree_cpu(d).1 > 1 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (server_now, procs) = timeline::tree_cpu(d);
+        PathCpu {
+            client: cpu.as_secs_f64(),
+            server: server_now - server,
+            server_procs: procs,
+            // This process runs only the delay proxy meanwhile.
+            proxy: cpu_time(libc::RUSAGE_SELF).saturating_sub(me).as_secs_f64(),
+        }
+    });
     let took = Cost {
         wall,
         durable: wall + sync_fs_of(to)?,
         cpu,
+        path,
     };
     // Removed before the unmount (`own` dropped here), so nothing is written back.
     let _ = fs::remove_dir_all(to);
@@ -165,11 +234,17 @@ fn total_row(out: &mut String, head: &str, setup: &str, r: Cost, k: Result<Cost>
     let _ = match k {
         Ok(k) => {
             let kw = k.wall.as_secs_f64();
-            let cpu_cols = if cpu {
-                let (rc, kc) = (r.cpu.as_secs_f64(), k.cpu.as_secs_f64());
-                format!("{rc:.2} | {kc:.2} | {:.2}×", kc / rc.max(1e-3))
-            } else {
-                "— | — | —".to_string()
+            let cpu_cols = match (r.path, k.path) {
+                // Over the network: every process on the path, both sides.
+                (Some(rp), Some(kp)) => {
+                    let (rc, kc) = (rp.total(), kp.total());
+                    format!("{rc:.2} | {kc:.2} | {:.2}×", kc / rc.max(1e-3))
+                }
+                _ if cpu => {
+                    let (rc, kc) = (r.cpu.as_secs_f64(), k.cpu.as_secs_f64());
+                    format!("{rc:.2} | {kc:.2} | {:.2}×", kc / rc.max(1e-3))
+                }
+                _ => "— | — | —".to_string(),
             };
             let (rd, kd) = (r.durable.as_secs_f64(), k.durable.as_secs_f64());
             writeln!(
@@ -198,6 +273,11 @@ fn best_of(reps: usize, mut f: impl FnMut() -> Result<Cost>) -> Result<Cost> {
             wall: best.wall.min(c.wall),
             durable: best.durable.min(c.durable),
             cpu: best.cpu.min(c.cpu),
+            // The breakdown of the run whose path took least CPU.
+            path: match (best.path, c.path) {
+                (Some(b), Some(n)) if n.total() < b.total() => Some(n),
+                (b, n) => b.or(n),
+            },
         };
     }
     Ok(best)
@@ -247,7 +327,10 @@ pub(super) fn bench_total(
                     rproxy.bytes(),
                 )
             });
-            let r = best_of(reps, || rsync(s, &from, g.bytes))?;
+            let r = best_of(reps, || rsync(s, &from, g.bytes, Some(daemon.pid())))?;
+            if let Some(p) = r.path {
+                println!("  CPU s, rsync: {}", p.line("client", "daemon"));
+            }
             if let Some((me, d, io, by)) = before {
                 let io_now = proxy::io_counts();
                 // Over all `reps` runs; the bench process runs only the delay proxy then.
@@ -265,13 +348,21 @@ pub(super) fn bench_total(
             tracing::debug!(bytes = rproxy.bytes(), "delayed rsync traffic so far");
             for &kind in &networked {
                 let k = best_of(reps, || migrate_all(s, kind, sub, g.bytes));
+                if let Ok(Cost { path: Some(p), .. }) = &k {
+                    let server = if kind == SrcKind::Smb {
+                        "smbd"
+                    } else {
+                        "ganesha"
+                    };
+                    println!("  CPU s, kaiso: {}", p.line("kaiso", server));
+                }
                 let setup = format!("delayed: rsync daemon vs {}, same proxy", kind.label());
                 total_row(&mut out, &head, &setup, r, k, false);
             }
         }
         if s.posix {
             let from = format!("{}/", s.src().join(sub).display());
-            let r = best_of(reps, || rsync(s, &from, g.bytes))?;
+            let r = best_of(reps, || rsync(s, &from, g.bytes, None))?;
             let k = best_of(reps, || migrate_all(s, SrcKind::Posix, sub, g.bytes));
             total_row(&mut out, &head, "local: directory → directory", r, k, true);
         }
@@ -281,8 +372,10 @@ pub(super) fn bench_total(
         "\nkaiso: {} crawler threads, bfs + {} crawl, 10 MiB units, from attaching the source (connect) to the last stub gone (the destination store exists before). \
          Destinations (rsync's and kaiso's): {}. Best of {reps} runs each (time and CPU each at \
          their minimum). Durable columns: each run followed by a `syncfs` of its destination's file system, timed \
-         (kaiso orders fetched data before the state that marks it present, so part of its write-back is inside its own time; rsync writes nothing back itself). CPU: user + system time of kaiso's process (every thread) and of rsync's \
-         processes during the run, local rows only. Source trees are in the page cache for every row. Delayed rows: {}.\n",
+         (kaiso orders fetched data before the state that marks it present, so part of its write-back is inside its own time; rsync writes nothing back itself). CPU: user + system time during the run; local rows: kaiso's process (every thread) and rsync's \
+         processes; delayed rows: every process on the path (kaiso's process with its delay proxy and the \
+         server's processes; rsync's client, the rsync daemon with its per-connection processes, and the \
+         delay proxy), printed by process above the table. Source trees are in the page cache for every row. Delayed rows: {}.\n",
         s.workers,
         s.order.phasing.as_str(),
         if s.fresh_fs {
