@@ -552,7 +552,6 @@ fn sigterm_with_a_client_inside_the_mount_leaves_no_dead_mount() {
 /// readable files are migrated (owned by the running user when the source's owner cannot
 /// be given, reported as such), never dropped wholesale.
 #[test]
-#[ignore = "audit s11: as non-root every entry is skipped (fchown EPERM) and finish exits 0"]
 fn a_daemon_that_is_not_root_still_migrates_readable_files() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
@@ -623,11 +622,34 @@ fn a_daemon_that_is_not_root_still_migrates_readable_files() {
     .filter(|(r, data)| fs::read(store.tiers[0].join(r)).is_ok_and(|d| d == *data))
     .count();
     assert!(
-        !fin.status.success() || copied == 2,
-        "a daemon running as uid 65534 must migrate the world-readable files (or refuse to \
-         finish without them): finish exited 0 and {copied} of 2 files are in the store.\n\
+        fin.status.success() && copied == 2,
+        "a daemon running as uid 65534 must migrate the world-readable files and finish: \
+         finish exited {} and {copied} of 2 files are in the store.\n\
          skipped: {:#}\nfinish: {}",
+        fin.status,
         status["shares"][0]["skipped"],
+        output_text(&fin)
+    );
+    // Owned by the daemon's user (the source's owner, root, cannot be given), and said
+    // once in the report: one notice, nothing skipped.
+    for r in ["pub", "sub/also", "sub"] {
+        let m = fs::metadata(store.tiers[0].join(r)).unwrap();
+        assert_eq!(m.uid(), 65534, "{r} must be owned by the daemon's user");
+    }
+    let report = status["shares"][0]["skipped"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let notices = report.iter().filter(|e| e["kind"] == "Notice").count();
+    assert!(
+        notices == 1 && report.len() == 1,
+        "the report must hold exactly one notice that owners were not kept, and no skip: {:#}",
+        status["shares"][0]["skipped"]
+    );
+    let text = String::from_utf8_lossy(&fin.stdout);
+    assert!(
+        text.contains("; 0 skipped") && text.contains("notice") && text.contains("owners not kept"),
+        "finish must count nothing skipped and print the notice: {}",
         output_text(&fin)
     );
 }
@@ -744,7 +766,6 @@ fn small_files_do_not_overflow_a_64_mib_state_directory() {
 /// the offline figure is what is on disk, as the daemon's was (at least what it reported
 /// last).
 #[test]
-#[ignore = "audit s11: offline status counts partial files as 0 bytes done (daemon said >= 3 MiB)"]
 fn offline_status_counts_the_fetched_part_of_partial_files() {
     fuse_or_skip!();
     let src = Scratch::new("audit-offline-src");

@@ -109,10 +109,23 @@ fn assert_status_reports(cfg: &Path, d: &Daemon, denied: &[Denied]) -> serde_jso
     v
 }
 
-/// `finish` succeeds and says what was not copied: the count, one line per path with the
-/// kind and reason, and the same in the report file. Returns the output.
+/// `finish` refuses while entries were left out, naming `--accept-skipped`; with that flag
+/// it succeeds and says what was not copied: the count, one line per path with the kind
+/// and reason, and the same in the report file. Returns the output.
 fn assert_finish_reports(cfg: &Path, d: &Daemon, denied: &[Denied]) -> String {
-    let o = migrate_cmd("finish", cfg, &[], Duration::from_secs(120));
+    let refused = migrate_cmd("finish", cfg, &[], Duration::from_secs(120));
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("--accept-skipped"),
+        "finish with denied entries must refuse without --accept-skipped: {}",
+        output_text(&refused)
+    );
+    let o = migrate_cmd(
+        "finish",
+        cfg,
+        &["--accept-skipped"],
+        Duration::from_secs(120),
+    );
     assert!(
         o.status.success(),
         "{}\ndaemon log:\n{}",

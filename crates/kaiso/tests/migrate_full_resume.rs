@@ -10,9 +10,7 @@ mod common;
 #[path = "../../source/tests/common/mod.rs"]
 mod source_servers;
 
-use common::migrate_daemon::{
-    Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes,
-};
+use common::migrate_daemon::{Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes};
 use common::{Store, StoreSpec, temp_dir};
 use std::ffi::OsStr;
 use std::fs;
@@ -128,7 +126,8 @@ fn resume_after_freeing_space_lists_the_directory_once_and_finish_completes() {
         .collect();
     listed.sort();
     assert_eq!(
-        listed, names,
+        listed,
+        names,
         "after resume the root must list each source file exactly once; status {done:#}\n{}",
         daemon.log_text()
     );
@@ -150,6 +149,9 @@ fn resume_after_freeing_space_lists_the_directory_once_and_finish_completes() {
     assert!(st.success(), "daemon stop: {st}\n{}", daemon.log_text());
     // After the daemon is gone the tier holds the plain files.
     for n in &names {
-        assert!(tier.join(n).is_file(), "{n} is not a plain file on the tier");
+        assert!(
+            tier.join(n).is_file(),
+            "{n} is not a plain file on the tier"
+        );
     }
 }

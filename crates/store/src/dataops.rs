@@ -630,7 +630,7 @@ impl Store {
     }
 
     /// Bring missing stub ranges of `[start, end)` in through the filler.
-    fn fill_range(&self, state: &FileState, start: u64, end: u64) -> FsResult<()> {
+    pub(crate) fn fill_range(&self, state: &FileState, start: u64, end: u64) -> FsResult<()> {
         if end <= start || state.missing(start, end).is_empty() {
             return Ok(());
         }
@@ -670,7 +670,7 @@ impl Store {
     }
 
     /// Reserve `bytes` on a tier without passing its hard capacity.
-    fn reserve(&self, tier: u8, bytes: u64) -> bool {
+    pub(crate) fn reserve(&self, tier: u8, bytes: u64) -> bool {
         if bytes == 0 {
             return true;
         }
@@ -707,7 +707,7 @@ impl Store {
     ///
     /// A file that has no name left (unlinked while open) moves too: the mover copies it
     /// from an open descriptor into the other tier's orphan directory (`orphan.rs`).
-    fn spill(&self, ino: Ino, from: u8, need: u64) -> FsResult<()> {
+    pub(crate) fn spill(&self, ino: Ino, from: u8, need: u64) -> FsResult<()> {
         let n = self.tiers.len() as u8;
         let reason = format!(
             "spilled: tier {} is full",
@@ -1345,14 +1345,46 @@ impl Store {
     /// Create an entry as the filler saw it on the source; never calls the filler.
     /// Files are created sparse at their size with every byte marked missing. Returns the
     /// inode (an existing entry of that name is kept and returned).
+    ///
+    /// The entry gets the source's owner when this process may give files away (see
+    /// [`crate::stub::owner_to_give`]); otherwise, or when the chown is refused with
+    /// `EPERM` anyway, the process's own user and the source's group if it is a member
+    /// (else its own group), as `rsync -a` run by a user does. Such a substitution is
+    /// noted for the filler to report ([`crate::stub::take_owner_not_given`]).
     pub fn stub_create(&self, parent: Ino, name: &OsStr, e: &StubEntry) -> FsResult<Ino> {
+        let wanted = (e.uid, e.gid);
+        let given = crate::stub::owner_to_give(e.uid, e.gid, false);
+        let (r, given) = match self.stub_create_owned(parent, name, e, given) {
+            Err(err) if err.errno() == libc::EPERM && given == wanted => {
+                let fallback = crate::stub::owner_to_give(e.uid, e.gid, true);
+                if fallback == given {
+                    return Err(err);
+                }
+                (self.stub_create_owned(parent, name, e, fallback), fallback)
+            }
+            r => (r, given),
+        };
+        if r.is_ok() && given != wanted {
+            crate::stub::note_owner_not_given(wanted, given);
+        }
+        r
+    }
+
+    /// [`Store::stub_create`] with owner `owner` (uid, gid).
+    fn stub_create_owned(
+        &self,
+        parent: Ino,
+        name: &OsStr,
+        e: &StubEntry,
+        owner: (u32, u32),
+    ) -> FsResult<Ino> {
         let mut ns = self.ns();
         if let Some(i) = self.find_child(&mut ns, parent, name)? {
             return Ok(i);
         }
         let caller = Caller {
-            uid: e.uid,
-            gid: e.gid,
+            uid: owner.0,
+            gid: owner.1,
             pid: 0,
         };
         let ino = match e.kind {
@@ -1372,7 +1404,7 @@ impl Store {
                 let target = e.symlink_target.clone();
                 let perm = e.perm & 0o7777;
                 let rdev = e.rdev;
-                let (uid, gid) = (e.uid, e.gid);
+                let (uid, gid) = owner;
                 let (atime, mtime) = (e.atime, e.mtime);
                 // Owner, mode and times are set inside the creation (a regular file through
                 // its descriptor: no path lookups), so `create_entry` finds the entry as
@@ -1398,8 +1430,10 @@ impl Store {
                                     .open(p)?;
                                 let made = util::fstat(&f)?;
                                 let chown = made.st_uid != uid || made.st_gid != gid;
-                                if chown {
-                                    util::fchown(&f, uid, gid)?;
+                                if chown && let Err(e) = util::fchown(&f, uid, gid) {
+                                    // Not left behind: the owner may be retried.
+                                    let _ = std::fs::remove_file(p);
+                                    return Err(e);
                                 }
                                 if chown || made.st_mode & 0o7777 != perm {
                                     util::fchmod(&f, perm)?;
@@ -1420,8 +1454,12 @@ impl Store {
                             FileKind::Dir => unreachable!(),
                         }
                         let st = util::lstat(p)?;
-                        if st.st_uid != uid || st.st_gid != gid {
-                            util::lchown(p, Some(uid), Some(gid))?;
+                        if (st.st_uid != uid || st.st_gid != gid)
+                            && let Err(e) = util::lchown(p, Some(uid), Some(gid))
+                        {
+                            // Not left behind: the owner may be retried.
+                            let _ = std::fs::remove_file(p);
+                            return Err(e);
                         }
                         util::lutimens(p, util::UTime::At(atime), util::UTime::At(mtime))?;
                         Ok(None)

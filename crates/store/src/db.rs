@@ -139,6 +139,14 @@ impl Db {
         if !has_ident {
             conn.execute_batch("ALTER TABLE stubs ADD COLUMN ident BLOB")?;
         }
+        // The ctime clients see of a partly fetched file (`crate::stub::CtimeMask`),
+        // kept across restarts since session 12 (NULL: none).
+        let has_ctime = conn
+            .prepare("SELECT 1 FROM pragma_table_info('stubs') WHERE name='ctime'")?
+            .exists([])?;
+        if !has_ctime {
+            conn.execute_batch("ALTER TABLE stubs ADD COLUMN ctime BLOB")?;
+        }
         Ok(Db { conn })
     }
 
@@ -419,6 +427,9 @@ impl Db {
         // A row keeps the identity of the backing file it was created for, unless this
         // thread noted one for it (a new stub: `note_stub_identity`).
         let ident = PENDING_IDENTITIES.with(|p| p.borrow_mut().remove(&ino));
+        // A store write into this file under way on this thread: the ctime mask it leaves
+        // (`crate::stub::CtimeMask`) goes with the row; else the recorded one stays.
+        let ctime = crate::stub::store_write_mask(ino).map(encode_times);
         // Cached statements: a listing writes one row per entry, a fetch one per unit.
         if !unlisted && missing.is_empty() {
             self.conn
@@ -433,19 +444,36 @@ impl Db {
         }
         self.conn
             .prepare_cached(
-                "INSERT INTO stubs(ino,unlisted,missing,times,ident) VALUES(?1,?2,?3,?4,?5)
+                "INSERT INTO stubs(ino,unlisted,missing,times,ident,ctime) VALUES(?1,?2,?3,?4,?5,?6)
                  ON CONFLICT(ino) DO UPDATE SET unlisted=excluded.unlisted,
                  missing=excluded.missing, times=excluded.times,
-                 ident=COALESCE(excluded.ident, stubs.ident)",
+                 ident=COALESCE(excluded.ident, stubs.ident),
+                 ctime=COALESCE(excluded.ctime, stubs.ctime)",
             )?
             .execute(params![
                 ino as i64,
                 unlisted as i64,
                 b,
                 times.map(encode_times),
-                ident
+                ident,
+                ctime
             ])?;
         Ok(())
+    }
+
+    /// The recorded ctime masks (shown, real) of stub rows, by inode number (see
+    /// `crate::stub::CtimeMask`).
+    pub fn stub_ctimes(&self) -> rusqlite::Result<Vec<(u64, StubTimes)>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT ino, ctime FROM stubs WHERE ctime IS NOT NULL")?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        Ok(rows
+            .filter_map(|r| r.ok())
+            .filter_map(|(ino, b)| Some((ino, decode_times(&b)?)))
+            .collect())
     }
 
     /// The recorded backing identities of stub rows, by inode number.

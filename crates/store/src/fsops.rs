@@ -32,6 +32,12 @@ pub(crate) fn check_name(name: &OsStr) -> FsResult<()> {
     Ok(())
 }
 
+/// A tier's file system has no room for a new entry (blocks or inodes, or the quota):
+/// the entry goes to another tier.
+fn no_room(e: FsError) -> bool {
+    e == FsError::NOSPC || e.errno() == libc::EDQUOT
+}
+
 fn hidden(name: &OsStr) -> bool {
     util::name_bytes(name).starts_with(TEMP_PREFIX.as_bytes())
 }
@@ -130,14 +136,25 @@ impl Store {
         let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
         if let Some(path) = ns.file_path(ino) {
             let t = &self.tiers[f.tier as usize];
-            match util::lstat_opt(&t.backing(&path))? {
+            let found = match util::lstat_opt(&t.backing(&path))? {
+                Some(st) => Some(st),
+                // Removed behind our back, or its tier directory is away (perhaps for
+                // less than the 100 ms root check): the root is checked now.
+                None => match self.backing_missing(ns, f.tier, &path) {
+                    crate::tier::Missing::Back(st) => Some(st),
+                    crate::tier::Missing::Gone | crate::tier::Missing::TierAway => None,
+                },
+            };
+            let f = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            match found {
                 Some(st) => {
                     let mut attr = Self::attr_of(ino, &st);
                     Self::stub_view(&f.state, &mut attr, client);
                     return Ok(attr);
                 }
                 None => {
-                    // Removed behind our back: forget the name.
+                    // Forget the name (a tier that is away shows it again when it
+                    // returns).
                     let names = f.names.clone();
                     for (p, n) in names {
                         ns.remove_name(p, &n);
@@ -311,7 +328,22 @@ impl Store {
     }
 
     /// chmod, chown, truncate, utimens.
-    pub fn setattr(&self, ino: Ino, set: &SetAttr, _caller: Caller) -> FsResult<FileAttr> {
+    pub fn setattr(&self, ino: Ino, set: &SetAttr, caller: Caller) -> FsResult<FileAttr> {
+        let attrs = set.mode.is_some() || set.uid.is_some() || set.gid.is_some();
+        if !attrs && set.atime.is_none() && set.mtime.is_none() {
+            return self.stub_setattr(ino, set, caller);
+        }
+        self.fill_before_change_if_stub(ino)?;
+        let attr = self.stub_setattr(ino, set, caller)?;
+        // As for `setxattr`: a metadata copy redone after its record was lost would
+        // undo this change (the ACL it writes sets the mode).
+        self.mark_filler_touched(ino);
+        Ok(attr)
+    }
+
+    /// [`Store::setattr`] for the stub filler (a listing's or fetch's own times and
+    /// sizes): no filler call.
+    pub fn stub_setattr(&self, ino: Ino, set: &SetAttr, _caller: Caller) -> FsResult<FileAttr> {
         if let Some(size) = set.size {
             self.truncate(ino, size, set.fh)?;
         }
@@ -514,8 +546,12 @@ impl Store {
             let made = match util::creation_umask::with(umask, || make(&p)) {
                 // The directory has no copy on this tier yet.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    self.ensure_dir(tier, &parent_rel)?;
-                    util::creation_umask::with(umask, || make(&p))
+                    match self.ensure_dir(tier, &parent_rel) {
+                        Ok(()) => util::creation_umask::with(umask, || make(&p)),
+                        // No room there for the directory either: the next tier.
+                        Err(e) if no_room(e) => Err(e.into()),
+                        Err(e) => return Err(e),
+                    }
                 }
                 r => r,
             };
@@ -689,13 +725,35 @@ impl Store {
         }
         let parent_rel = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
         let rel = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
-        let (tier, _) = self.dir_stat(&parent_rel)?;
-        let p = self.tiers[tier as usize].backing(&rel);
+        let (first, _) = self.dir_stat(&parent_rel)?;
         let new = self.creation_mode(&ns, parent, mode, umask);
         let (m, set) = (new.bits, new.chmod_after);
-        util::creation_umask::with(new.fs_umask, || {
-            std::fs::DirBuilder::new().mode(m).create(&p)
-        })?;
+        // On the fastest tier holding the parent; a tier whose file system is full (no
+        // free blocks or inodes: ENOSPC, EDQUOT) is passed over for the next one, slower
+        // first, as file creates spill: ENOSPC only when no tier can hold the directory.
+        let n = self.tiers.len() as u8;
+        let mut made = None;
+        for tier in (first..n).chain(0..first) {
+            if tier != first {
+                match self.ensure_dir(tier, &parent_rel) {
+                    Ok(()) => {}
+                    Err(e) if no_room(e) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            let p = self.tiers[tier as usize].backing(&rel);
+            match util::creation_umask::with(new.fs_umask, || {
+                std::fs::DirBuilder::new().mode(m).create(&p)
+            }) {
+                Ok(()) => {
+                    made = Some(p);
+                    break;
+                }
+                Err(e) if no_room(FsError(e.raw_os_error().unwrap_or(libc::EIO))) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let p = made.ok_or(FsError::NOSPC)?;
         let (uid, gid) = self.owner_for(&ns, parent, caller);
         let r = util::lchown(&p, Some(uid), gid).and_then(|_| {
             // Keep a setgid bit inherited from the parent; apply the requested bits.
@@ -930,6 +988,13 @@ impl Store {
                 continue;
             }
             let src_dir = ns.is_dir(src);
+            // A file is renamed on its own tier: one whose file system has no room for
+            // the target directory moves the file to a tier that has it, then renames.
+            if !src_dir && let Some(to) = self.tiers_for_name(&mut ns, src, newparent)? {
+                drop(ns);
+                self.move_for_name(src, &to)?;
+                continue;
+            }
             let r = self.rename_locked(&mut ns, parent, name, src, newparent, newname, dst, flags);
             drop(ns);
             if r.is_ok() {
@@ -1299,6 +1364,21 @@ impl Store {
         }
         self.fill_dir_if_stub(newparent)?;
         let mut ns = self.ns();
+        // A link is made on the file's tier: one with no room for the directory moves
+        // the file to a tier that has it first (bounded, as renames).
+        for _ in 0..4 {
+            if ns.is_dir(ino) {
+                return Err(FsError::PERM);
+            }
+            match self.tiers_for_name(&mut ns, ino, newparent)? {
+                None => break,
+                Some(to) => {
+                    drop(ns);
+                    self.move_for_name(ino, &to)?;
+                    ns = self.ns();
+                }
+            }
+        }
         if ns.is_dir(ino) {
             return Err(FsError::PERM);
         }
@@ -1316,6 +1396,65 @@ impl Store {
         let attr = self.attr_locked(&mut ns, ino)?;
         self.add_lookup(&mut ns, ino, 1);
         Ok(attr)
+    }
+
+    /// Whether file `file` can take a name in directory `dir` on its own tier: None when
+    /// it can (the directory is there, or made there now), else the tiers to move the
+    /// file to first, those that hold the directory already first (that tier's file
+    /// system has no room for the directory: ENOSPC or EDQUOT, e.g. no free inodes).
+    /// A rename or link then never fails with ENOSPC while a tier has room.
+    fn tiers_for_name(&self, ns: &mut Namespace, file: Ino, dir: Ino) -> FsResult<Option<Vec<u8>>> {
+        let Some(f) = ns.files.get(&file) else {
+            return Ok(None);
+        };
+        let (tier, size, kind) = (f.tier, f.state.size.load(Ordering::Relaxed), f.kind);
+        let dparent = ns.dir_path(dir).ok_or(FsError::NOENT)?.to_path_buf();
+        match self.ensure_dir(tier, &dparent) {
+            Ok(()) => return Ok(None),
+            // Only regular files move between tiers.
+            Err(e) if no_room(e) && kind == FileKind::File => {}
+            Err(e) => return Err(e),
+        }
+        let n = self.tiers.len() as u8;
+        let mut to: Vec<u8> = (tier + 1..n)
+            .chain(0..tier)
+            .filter(|t| self.tiers[*t as usize].fits(size))
+            .collect();
+        // Tiers without the directory last; stable: slower tiers first within each
+        // group, as spills go.
+        to.sort_by_key(|t| {
+            util::lstat_opt(&self.tiers[*t as usize].backing(&dparent))
+                .ok()
+                .flatten()
+                .is_none_or(|st| st.st_mode & libc::S_IFMT != libc::S_IFDIR)
+        });
+        if to.is_empty() {
+            return Err(FsError::NOSPC);
+        }
+        Ok(Some(to))
+    }
+
+    /// Moves file `file` (journalled, by the mover) to the first of `to` that takes it,
+    /// for [`Store::tiers_for_name`]; a move of it already in flight is waited for
+    /// instead. Ok when the caller should look again; ENOSPC when no tier took it.
+    fn move_for_name(&self, file: Ino, to: &[u8]) -> FsResult<()> {
+        for &t in to {
+            match self.move_file(
+                file,
+                t,
+                "its tier has no room for a new name's directory",
+                0,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.in_flight() => {
+                    self.wait_for_move(file);
+                    return Ok(());
+                }
+                Err(e) if no_room(e.errno()) => continue,
+                Err(e) => return Err(e.errno()),
+            }
+        }
+        Err(FsError::NOSPC)
     }
 
     /// Open a directory: snapshots its entries so listing is stable while it changes.
@@ -1535,8 +1674,18 @@ impl Store {
         }
     }
 
+    /// Before a client changes `ino`'s attributes or xattrs (setattr, setxattr,
+    /// removexattr): a migration stub gets the source's metadata first, so no later copy
+    /// overwrites the change. A dummy directory is listed (its listing gives it the
+    /// source's times, xattrs and ACL, as `rmdir` lists it first); a dummy file gets its
+    /// xattrs and ACL (an ACL written after a chmod would set the mode back).
+    fn fill_before_change_if_stub(&self, ino: Ino) -> FsResult<()> {
+        self.fill_dir_if_stub(ino)?;
+        self.fill_meta_if_stub(ino)
+    }
+
     pub fn setxattr(&self, ino: Ino, name: &OsStr, value: &[u8], flags: i32) -> FsResult<()> {
-        self.fill_meta_if_stub(ino)?;
+        self.fill_before_change_if_stub(ino)?;
         self.stub_setxattr(ino, name, value, flags)?;
         // A migration copies xattrs when a stub becomes partial: should its record of
         // that step be lost, redoing it would overwrite this value.
@@ -1581,7 +1730,7 @@ impl Store {
     }
 
     pub fn removexattr(&self, ino: Ino, name: &OsStr) -> FsResult<()> {
-        self.fill_meta_if_stub(ino)?;
+        self.fill_before_change_if_stub(ino)?;
         let paths = self.xattr_paths(ino)?;
         for (i, p) in paths.iter().enumerate() {
             match util::lremovexattr(p, name) {

@@ -168,6 +168,80 @@ impl StubState {
     }
 }
 
+/// The owner a stub created for a source entry owned by `uid`/`gid` can be given by this
+/// process, as chown(2) allows it: the source's owner when the process may give files
+/// away (root, or `CAP_CHOWN`); otherwise (a daemon that is not root) the process's own
+/// user, with the source's group if the process is a member of it, else its own group —
+/// what `rsync -a` run by a user does. With `assume_no_chown` the capability is taken as
+/// missing (a chown that was refused anyway, e.g. by a root-squashing tier).
+pub(crate) fn owner_to_give(uid: u32, gid: u32, assume_no_chown: bool) -> (u32, u32) {
+    if !assume_no_chown && can_chown() {
+        return (uid, gid);
+    }
+    let (me, my_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let gid = if gid == my_gid || my_groups().contains(&gid) {
+        gid
+    } else {
+        my_gid
+    };
+    (me, gid)
+}
+
+/// Whether this process may give files to any owner (`CAP_CHOWN` in its effective set).
+fn can_chown() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let eff = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+        match eff {
+            // CAP_CHOWN is capability 0.
+            Some(bits) => bits & 1 != 0,
+            None => (unsafe { libc::geteuid() }) == 0,
+        }
+    })
+}
+
+/// The supplementary groups of this process.
+fn my_groups() -> &'static [u32] {
+    static GROUPS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    GROUPS.get_or_init(|| {
+        let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+        if n <= 0 {
+            return Vec::new();
+        }
+        let mut v = vec![0 as libc::gid_t; n as usize];
+        let got = unsafe { libc::getgroups(n, v.as_mut_ptr()) };
+        v.truncate(got.max(0) as usize);
+        v
+    })
+}
+
+thread_local! {
+    /// The first source owner this thread's `Store::stub_create` could not give (the
+    /// process may not chown): (source uid, gid, given uid, gid). Taken by the filler
+    /// with [`take_owner_not_given`] to report it.
+    static OWNER_NOT_GIVEN: std::cell::Cell<Option<(u32, u32, u32, u32)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Notes that an entry owned by `wanted` on the source was given `given` instead.
+pub(crate) fn note_owner_not_given(wanted: (u32, u32), given: (u32, u32)) {
+    OWNER_NOT_GIVEN.with(|c| {
+        if c.get().is_none() {
+            c.set(Some((wanted.0, wanted.1, given.0, given.1)));
+        }
+    });
+}
+
+/// The first source owner this thread's stub creations could not give since the last
+/// call (see [`owner_to_give`]): (source uid, gid, given uid, gid).
+pub(crate) fn take_owner_not_given() -> Option<(u32, u32, u32, u32)> {
+    OWNER_NOT_GIVEN.with(|c| c.take())
+}
+
 /// The ctime clients see of a file the store itself writes into (migration fetches).
 ///
 /// A fetch writes the source's bytes into a stub's backing file and puts its mtime back;
@@ -177,8 +251,11 @@ impl StubState {
 /// from before the store's first write stays the one clients see, as long as the backing
 /// file's ctime is the one the store's last write left: `(shown, real)`. Any other
 /// change (a client's write, chmod, link, a tier move) gives the backing file another
-/// ctime, which is then shown; the next store write keeps showing that one. In memory
-/// only: after a restart the backing file's ctime is shown (one change, at the restart).
+/// ctime, which is then shown; the next store write keeps showing that one. A partly
+/// fetched file's mask is written with its stub row and put back when a migration opens
+/// after a restart ([`crate::Store::restore_ctime_masks`]); it goes with the row when the
+/// file is complete, so a file completed before a restart shows its backing ctime after
+/// it (one change, at the restart), as does a directory.
 /// The migration's `finish` compares the backing file's real ctime
 /// ([`crate::Store::getattr_backing`]).
 #[derive(Debug, Default)]
@@ -236,6 +313,8 @@ impl CtimeMask {
 pub(crate) struct StoreWrite<'a> {
     state: &'a crate::handles::FileState,
     f: &'a std::fs::File,
+    /// The thread's store write before this one (see `STORE_WRITE`), put back at drop.
+    prev_thread_write: Option<(Ino, SystemTime, std::os::fd::RawFd)>,
 }
 
 impl<'a> StoreWrite<'a> {
@@ -249,12 +328,98 @@ impl<'a> StoreWrite<'a> {
             _ => (b, b),
         });
         m.writing = true;
-        StoreWrite { state, f }
+        let shown = m.mask.map(|(shown, _)| shown);
+        drop(m);
+        // The stub row this write commits carries the mask (see `store_write_mask`).
+        let prev = STORE_WRITE.with(|c| {
+            c.replace(shown.map(|shown| {
+                use std::os::fd::AsRawFd;
+                (state.ino, shown, f.as_raw_fd())
+            }))
+        });
+        StoreWrite {
+            state,
+            f,
+            prev_thread_write: prev,
+        }
+    }
+}
+
+thread_local! {
+    /// The store write under way on this thread: (inode, ctime shown, backing file's
+    /// descriptor), for [`store_write_mask`].
+    static STORE_WRITE: std::cell::Cell<Option<(Ino, SystemTime, std::os::fd::RawFd)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The ctime mask (shown, real) that the store write into file `ino` under way on this
+/// thread leaves, its backing file's ctime now being the real one: written with the
+/// file's stub row (`Db::set_stub`), so a restart keeps showing clients the ctime from
+/// before the store's writes ([`crate::Store::restore_ctime_masks`]). `None` outside
+/// such a write.
+pub(crate) fn store_write_mask(ino: Ino) -> Option<(SystemTime, SystemTime)> {
+    let (w, shown, fd) = STORE_WRITE.with(|c| c.get())?;
+    if w != ino {
+        return None;
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((shown, crate::util::ts(st.st_ctime, st.st_ctime_nsec)))
+}
+
+impl crate::Store {
+    /// Puts back the ctime masks recorded with the stub rows of partly fetched files
+    /// (see [`CtimeMask`]): after a restart, clients keep seeing the ctime a file had
+    /// before the store's first write into it, as long as nobody else changed it since
+    /// (its backing file's ctime is still the one the store's last write left). A file
+    /// that already has a mask in memory keeps it. Called when a migration opens (and
+    /// idempotent); returns how many were put back.
+    pub fn restore_ctime_masks(&self) -> usize {
+        let rows = match self.db().stub_ctimes() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("ctime masks of stub rows: {e}");
+                return 0;
+            }
+        };
+        let ns = self.ns();
+        let mut n = 0;
+        for (ino, (shown, real)) in rows {
+            let Some(f) = ns.files.get(&ino) else {
+                continue;
+            };
+            if f.state
+                .stub
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_none()
+            {
+                continue;
+            }
+            let Some(rel) = ns.file_path(ino) else {
+                continue;
+            };
+            let now = crate::util::lstat(&self.tiers[f.tier as usize].backing(&rel))
+                .map(|st| crate::util::ts(st.st_ctime, st.st_ctime_nsec));
+            if now.ok() != Some(real) {
+                // Changed by someone else since (or gone): its real ctime shows.
+                continue;
+            }
+            let mut m = f.state.ctime.lock().unwrap_or_else(|e| e.into_inner());
+            if m.is_void() {
+                m.mask = Some((shown, real));
+                n += 1;
+            }
+        }
+        n
     }
 }
 
 impl Drop for StoreWrite<'_> {
     fn drop(&mut self) {
+        STORE_WRITE.with(|c| c.set(self.prev_thread_write));
         let after = ctime_of(self.f);
         let mut m = self.state.ctime.lock().unwrap_or_else(|e| e.into_inner());
         m.mask = match (m.mask, after) {

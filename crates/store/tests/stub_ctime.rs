@@ -200,3 +200,80 @@ fn listing_a_stub_directory_does_not_change_the_ctime_clients_see() {
     assert!(shown > seen);
     let _ = g;
 }
+
+/// Reopens `t`'s store (`crash`: without shutdown, as kill -9 leaves it) and resumes the
+/// migration as `Migration::open` does: the filler registered, the recorded ctime masks
+/// put back.
+fn resume(t: &mut TestStore, crash: bool) {
+    let s = if crash {
+        t.crash_and_reopen()
+    } else {
+        t.reopen()
+    };
+    s.set_stub_filler(Arc::new(Source));
+    s.restore_ctime_masks();
+}
+
+#[test]
+fn a_partly_fetched_file_keeps_its_shown_ctime_across_a_restart() {
+    for crash in [false, true] {
+        let mut t = migrating_store();
+        let f = t.lookup_path("f").unwrap();
+        let (seen, _) = ctimes(t.s(), f.ino);
+        tick();
+        read(t.s(), f.ino, 0, 16);
+        let (shown, backing) = ctimes(t.s(), f.ino);
+        assert!(backing != seen && shown == seen, "before the restart");
+        resume(&mut t, crash);
+        let s = t.s().clone();
+        let f = t.lookup_path("f").unwrap();
+        assert!(!s.stub_state(f.ino).is_complete(), "still partly fetched");
+        let (shown, real) = ctimes(&s, f.ino);
+        assert_eq!(real, backing, "nothing changed the file over the restart");
+        assert_eq!(
+            shown, seen,
+            "after a restart (crash: {crash}) a partly fetched file must still show the \
+             ctime from before the store's writes, not its backing ctime"
+        );
+        // Fetches after the restart and the completion keep it.
+        tick();
+        read(&s, f.ino, UNIT, 16);
+        assert_eq!(ctimes(&s, f.ino).0, seen, "a fetch after the restart");
+        let all = read(&s, f.ino, 0, SIZE as u32);
+        assert!(all.iter().enumerate().all(|(i, b)| *b == byte_at(i as u64)));
+        assert!(s.stub_state(f.ino).is_complete());
+        assert_eq!(ctimes(&s, f.ino).0, seen, "completion after the restart");
+        // Someone else's change shows.
+        tick();
+        let set = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        s.setattr(f.ino, &set, Caller::ROOT).unwrap();
+        let (shown, backing) = ctimes(&s, f.ino);
+        assert!(shown == backing && shown > seen, "a client's chmod shows");
+    }
+}
+
+#[test]
+fn a_client_change_before_a_restart_is_not_masked_after_it() {
+    let mut t = migrating_store();
+    let f = t.lookup_path("f").unwrap();
+    read(t.s(), f.ino, 0, 16);
+    tick();
+    let set = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    t.s().setattr(f.ino, &set, Caller::ROOT).unwrap();
+    let (changed, backing) = ctimes(t.s(), f.ino);
+    assert_eq!(changed, backing, "the client's chmod shows");
+    resume(&mut t, false);
+    let f = t.lookup_path("f").unwrap();
+    let (shown, backing) = ctimes(t.s(), f.ino);
+    assert_eq!(
+        shown, backing,
+        "a mask recorded before a client's change must not come back after a restart"
+    );
+    assert_eq!(shown, changed);
+}

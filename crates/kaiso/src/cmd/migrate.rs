@@ -125,6 +125,10 @@ pub struct FinishArgs {
     /// Wait up to this long for the crawl to complete first (e.g. 10m); default: do not wait.
     #[arg(long, value_name = "DUR")]
     pub wait: Option<String>,
+    /// Finish although source entries could not be migrated (permission denied, not
+    /// creatable here…, listed by `status`); without it `finish` refuses then.
+    #[arg(long)]
+    pub accept_skipped: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -275,9 +279,14 @@ fn finish(a: FinishArgs) -> anyhow::Result<()> {
             &mut c,
             &Call::Finish {
                 share: a.target.share.clone(),
+                accept_skipped: a.accept_skipped,
             },
         )?,
-        None => daemon::finish_offline(&a.target.config, a.target.share.as_deref())?,
+        None => daemon::finish_offline(
+            &a.target.config,
+            a.target.share.as_deref(),
+            a.accept_skipped,
+        )?,
     };
     let reports: Vec<protocol::FinishSummary> =
         serde_json::from_value(report.get("finished").cloned().unwrap_or_default())
@@ -306,6 +315,9 @@ fn finish(a: FinishArgs) -> anyhow::Result<()> {
         }
         for s in &r.skipped {
             println!("  skipped {} [{}] {}", s.path, s.kind, s.reason);
+        }
+        for s in &r.notices {
+            println!("  notice {} {}", s.path, s.reason);
         }
         println!("  report: {}", r.report);
     }
@@ -401,6 +413,8 @@ pub(crate) fn spec_of(a: &StartArgs) -> anyhow::Result<ShareSpec> {
         parallel: a.parallel,
         chunk,
         rate: a.rate.as_deref().map(parse_rate).transpose()?.flatten(),
+        // Set by `pause` only (`--paused` holds for this start): see `daemon::start`.
+        paused: false,
     })
 }
 

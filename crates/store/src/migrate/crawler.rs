@@ -118,6 +118,9 @@ struct Shared {
     /// Files whose data a worker is fetching with more than one unit missing: idle
     /// workers fetch other units of them meanwhile (see `help_with`).
     offered: Mutex<Vec<Ino>>,
+    /// Stubs the walk from the share's root cannot reach (see `strays`), found when the
+    /// last round closed: queued at the start of every pass of the next round.
+    strays: Mutex<Vec<(Ino, ChildKind)>>,
 }
 
 impl Shared {
@@ -134,10 +137,17 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        self.part
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .restart();
+        let mut part = self.part.lock().unwrap_or_else(|e| e.into_inner());
+        part.restart();
+        self.queue_strays(&mut part);
+    }
+
+    /// Queues the stubs out of the walk's reach in the pass just started (each is
+    /// visited once per pass, like an object a client moved during the pass).
+    fn queue_strays(&self, part: &mut CrawlPartition<Ino>) {
+        for (ino, kind) in self.strays.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            part.on_rename(ino, *kind);
+        }
     }
 
     fn fail(&self, ino: Ino, errno: i32, what: &'static str) {
@@ -215,6 +225,7 @@ impl Crawler {
             last_round: Mutex::new((None, 0)),
             failures: Mutex::new(Vec::new()),
             offered: Mutex::new(Vec::new()),
+            strays: Mutex::new(Vec::new()),
         });
         // Client renames reach the partition, so an object moved from a part of the tree
         // not crawled yet into one already crawled is still visited in this pass.
@@ -420,6 +431,7 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
                     }
                     listings_committed = false;
                     if part.next_pass() {
+                        sh.queue_strays(&mut part);
                         sh.wake.notify_all();
                         continue;
                     }
@@ -497,6 +509,18 @@ fn close_round(store: &Store, m: &Migration, sh: &Shared) {
             return;
         }
     };
+    let strays = if remaining == 0 {
+        Vec::new()
+    } else {
+        strays(store, m)
+    };
+    if !strays.is_empty() {
+        tracing::info!(
+            strays = strays.len(),
+            "crawler: stubs out of the share's tree (moved by clients) are visited by inode"
+        );
+    }
+    *sh.strays.lock().unwrap_or_else(|e| e.into_inner()) = strays;
     let mark = RoundMark::of(m, remaining);
     let idle_rounds = {
         let mut last = sh.last_round.lock().unwrap_or_else(|e| e.into_inner());
@@ -536,6 +560,64 @@ fn close_round(store: &Store, m: &Migration, sh: &Shared) {
         drop(state);
         sh.new_round();
     }
+}
+
+/// The share's stubs a walk from its root does not reach: objects a client moved out of
+/// the share's tree (into another share's directory, or anywhere else in the store),
+/// also while no crawler ran (started `--paused`, or before a restart), when no rename
+/// hook could queue them. Their rows are keyed by inode, so they are visited by inode:
+/// a directory is listed from its row's source path wherever it is now, a file fetched.
+/// Called when a round closes with stubs left: every stub the walk reached was visited
+/// then, so a stub whose place is unknown to the namespace is taken as out of reach too
+/// (visiting it once more is harmless). Cost: one pass over the rows, as the reconcile.
+fn strays(store: &Store, m: &Migration) -> Vec<(Ino, ChildKind)> {
+    let rows = match m.db.all() {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!("crawler: reading the stub rows: {e}");
+            return Vec::new();
+        }
+    };
+    let root = m.root_ino();
+    let mut out = Vec::new();
+    // The namespace lock is taken per chunk, not for the whole scan.
+    for chunk in rows.chunks(1024) {
+        let ns = store.ns();
+        for row in chunk {
+            let parents: Vec<Ino> = if let Some(d) = ns.dirs.get(&row.ino) {
+                vec![row.ino, d.parent]
+            } else if let Some(f) = ns.files.get(&row.ino) {
+                f.names.iter().map(|(p, _)| *p).collect()
+            } else {
+                Vec::new()
+            };
+            if parents.into_iter().any(|p| within(&ns, root, p)) {
+                continue;
+            }
+            let kind = if row.kind == StubKind::DummyDir {
+                ChildKind::Directory
+            } else {
+                ChildKind::Leaf
+            };
+            out.push((row.ino, kind));
+        }
+    }
+    out
+}
+
+/// Whether directory `dir` is `root` or below it (by the namespace's parent links).
+fn within(ns: &crate::namespace::Namespace, root: Ino, mut dir: Ino) -> bool {
+    // Bounded: a parent link loop (never expected) cannot hang a worker.
+    for _ in 0..4096 {
+        if dir == root {
+            return true;
+        }
+        match ns.dirs.get(&dir) {
+            Some(d) if dir != crate::types::ROOT_INO => dir = d.parent,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Lists `dir` (expanding it if it is a dummy) and reports its children.

@@ -244,6 +244,9 @@ pub struct Migration {
     commit_lock: Mutex<()>,
     /// Set while a crawler's committer runs: only then are crawler listings deferred.
     pub(crate) defer_listing_commits: AtomicBool,
+    /// The notice "owners not kept" is in the report (once per share, see
+    /// [`Migration::note_owner_not_given`]).
+    owner_noticed: AtomicBool,
     /// Hard-link anchors made by this process's listings, by source inode, kept from
     /// their creation on (their rows reach the database only with their listing's chunk).
     /// Held across the "is there an anchor?" check and the creation, so two workers
@@ -473,6 +476,11 @@ impl Migration {
         }
         // A finish interrupted after it detached its share: that share is finished.
         super::finish::clean_interrupted_finishes(&store.config().state_dir);
+        // Clients keep seeing the ctimes partly fetched files showed before the restart.
+        let masks = store.restore_ctime_masks();
+        if masks > 0 {
+            tracing::debug!(masks, "ctime masks of partly fetched files put back");
+        }
         let dir = share_dir(&store.config().state_dir, &cfg.name);
         let had_db = dir.join(DB_FILE).exists();
         let db =
@@ -509,6 +517,7 @@ impl Migration {
             pending_added: Condvar::new(),
             commit_lock: Mutex::new(()),
             defer_listing_commits: AtomicBool::new(false),
+            owner_noticed: AtomicBool::new(false),
             throttle_limit: AtomicU64::new(cfg.throttle_bytes_per_sec.unwrap_or(0)),
             cfg,
             source,
@@ -741,8 +750,28 @@ impl Migration {
     /// missing. Reads only; fails if the share has no state.
     pub fn saved_progress(state_dir: &Path, name: &str) -> Result<Progress, String> {
         let path = share_dir(state_dir, name).join(DB_FILE);
-        MigrationDb::open_read_only(&path)
-            .and_then(|db| db.progress(None))
+        let db =
+            MigrationDb::open_read_only(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // A partial file's fetched part is what the store's stub row says is no longer
+        // missing (its database, read-only; audit s11: counting it all missing showed 0 B
+        // done offline where the daemon had said 3 MiB). Without that database (a store
+        // that never ran) every partial file counts as missing, as before.
+        let store_db = state_dir.join("kaiso.db");
+        let missing = super::state::store_missing_ranges(&store_db).unwrap_or_else(|e| {
+            tracing::debug!("{}: {e}", store_db.display());
+            None
+        });
+        let lookup = |ino: u64| -> Vec<(u64, u64)> {
+            missing
+                .as_ref()
+                .and_then(|m| m.get(&ino).cloned())
+                .unwrap_or_default()
+        };
+        let missing_of: Option<&dyn Fn(u64) -> Vec<(u64, u64)>> = match missing {
+            Some(_) => Some(&lookup),
+            None => None,
+        };
+        db.progress(missing_of)
             .map_err(|e| format!("{}: {e}", path.display()))
     }
 
@@ -1145,7 +1174,7 @@ impl Migration {
                 mtime: Some(TimeSet::At(to_system_time(attr.mtime))),
                 ..SetAttr::default()
             };
-            let _ = store.setattr(ino, &set, Caller::ROOT);
+            let _ = store.stub_setattr(ino, &set, Caller::ROOT);
             self.copy_metadata(store, ino, src);
         }
     }
@@ -1226,6 +1255,9 @@ impl Migration {
             unlisted: a.kind == SrcKind::Directory,
         };
         let ino = store.stub_create(parent, name, &entry)?;
+        if let Some(n) = crate::stub::take_owner_not_given() {
+            self.note_owner_not_given(src, n);
+        }
         // Which file the rows are for: its number may go to another file once it is gone.
         let ident = (a.kind == SrcKind::Regular)
             .then(|| file_identity(store, ino))
@@ -1259,7 +1291,7 @@ impl Migration {
                     mtime: Some(TimeSet::At(mtime)),
                     ..SetAttr::default()
                 };
-                store.setattr(ino, &set, Caller::ROOT)?;
+                store.stub_setattr(ino, &set, Caller::ROOT)?;
                 if resize {
                     size = a.size;
                 }
@@ -1317,6 +1349,31 @@ impl Migration {
                 None
             }
         })
+    }
+
+    /// Reports, once per share, that entries could not be given their source owner
+    /// (the daemon may not chown: not root): they are migrated owned by the daemon's
+    /// user. A notice in the skip report (kind [`NOTICE_KIND`]), not a skip.
+    fn note_owner_not_given(
+        &self,
+        src: &SourcePath,
+        (uid, gid, to_uid, to_gid): (u32, u32, u32, u32),
+    ) {
+        if self.owner_noticed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.db.meta(OWNER_NOTICE_META).ok().flatten().is_some() {
+            return;
+        }
+        let reason = format!(
+            "owners not kept: kaiso runs as uid {to_uid} and may not give files to other users \
+             (chown: Operation not permitted), so entries are owned by uid {to_uid} and keep \
+             their source group only where uid {to_uid} is a member of it (this one: uid {uid} \
+             gid {gid} on the source, uid {to_uid} gid {to_gid} here); their data, modes and \
+             times are migrated. Run the migration as root to keep the owners"
+        );
+        let _ = self.db.notice(src, &reason);
+        let _ = self.db.set_meta(OWNER_NOTICE_META, "1");
     }
 
     /// Whether a regular file needs a hard-link anchor. Sources with Unix ids (POSIX,
@@ -1665,7 +1722,7 @@ impl Migration {
                         size: Some(0),
                         ..SetAttr::default()
                     };
-                    let _ = store.setattr(ino, &set, Caller::ROOT);
+                    let _ = store.stub_setattr(ino, &set, Caller::ROOT);
                 }
                 let (kind, reason) = if e.kind == SourceErrorKind::NotFound {
                     let left = if untouched {
@@ -2133,6 +2190,13 @@ fn ns_since_epoch(t: SystemTime) -> i64 {
 }
 
 /// `<state_dir>/migrate/<name>`: the state directory of one share.
+/// The kind of skip-report entries that are notices (something migrated differently,
+/// e.g. owners not kept), not entries left out: `finish` does not count them as skipped.
+pub const NOTICE_KIND: &str = "Notice";
+
+/// Meta key: the owner notice of this share is in its report.
+const OWNER_NOTICE_META: &str = "owner_notice";
+
 fn share_dir(state_dir: &Path, name: &str) -> PathBuf {
     state_dir.join("migrate").join(name)
 }

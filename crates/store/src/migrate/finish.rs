@@ -88,6 +88,25 @@ pub struct FinishReport {
     /// Everything that was skipped during the migration, with the reason, including
     /// entries added to or removed from the source after their directory was listed.
     pub skipped: Vec<Skipped>,
+    /// Notices: what was migrated differently from the source (e.g. owners a daemon that
+    /// is not root could not give), not left out.
+    pub notices: Vec<Skipped>,
+}
+
+/// How [`finish_with`] treats the skip report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FinishOptions {
+    /// Finish although source entries were left out (skip report entries other than
+    /// source changes and notices, see [`left_out`]). Without it, `finish_with` refuses
+    /// then, after verifying, with the share's state left in place (finish again).
+    pub accept_skipped: bool,
+}
+
+/// Whether skip-report entry `s` is a source entry left out of the migration (permission
+/// denied, not creatable here, metadata that could not be copied…): not a change of the
+/// source (kind `Changed`, which `finish` fetches again or refuses over) and not a notice.
+pub fn left_out(s: &Skipped) -> bool {
+    s.kind != format!("{:?}", SourceErrorKind::Changed) && s.kind != super::engine::NOTICE_KIND
 }
 
 /// Where `finish` leaves a share's report: `<state_dir>/migrate/<name>.finished.txt`, next
@@ -115,8 +134,27 @@ const FINISHING_DIR: &str = "migrate.finishing";
 
 /// Verifies and detaches migration `m`. Fails (changing nothing) if stubs remain or a
 /// file does not match the source.
+/// Entries left out (the skip report) do not stop it: see [`finish_with`].
 pub fn finish(store: &Store, m: &Migration) -> Result<FinishReport, String> {
-    finish_inner(store, m, None)
+    finish_inner(
+        store,
+        m,
+        None,
+        FinishOptions {
+            accept_skipped: true,
+        },
+    )
+}
+
+/// [`finish`] that, unless `opts.accept_skipped`, also refuses (the share stays) when
+/// source entries were left out of the migration ([`left_out`]): what `kaiso migrate
+/// finish` does without `--accept-skipped`.
+pub fn finish_with(
+    store: &Store,
+    m: &Migration,
+    opts: FinishOptions,
+) -> Result<FinishReport, String> {
+    finish_inner(store, m, None, opts)
 }
 
 /// [`finish`] that stops at `stop` as a crash (kill -9) there would, for crash tests:
@@ -126,13 +164,21 @@ pub fn finish_stopping_at(
     m: &Migration,
     stop: FinishStop,
 ) -> Result<FinishReport, String> {
-    finish_inner(store, m, Some(stop))
+    finish_inner(
+        store,
+        m,
+        Some(stop),
+        FinishOptions {
+            accept_skipped: true,
+        },
+    )
 }
 
 fn finish_inner(
     store: &Store,
     m: &Migration,
     stop: Option<FinishStop>,
+    opts: FinishOptions,
 ) -> Result<FinishReport, String> {
     let remaining = m
         .reconcile(store)
@@ -313,7 +359,12 @@ fn finish_inner(
         }
     }
     record_source_changes(m)?;
-    report.skipped = m.skipped();
+    let (notices, skipped): (Vec<_>, Vec<_>) = m
+        .skipped()
+        .into_iter()
+        .partition(|s| s.kind == super::engine::NOTICE_KIND);
+    report.skipped = skipped;
+    report.notices = notices;
     if !report.mismatches.is_empty() {
         return Err(format!(
             "{} files differ from the source, e.g. {}",
@@ -321,21 +372,37 @@ fn finish_inner(
             report.mismatches[0]
         ));
     }
+    let left: Vec<&Skipped> = report.skipped.iter().filter(|s| left_out(s)).collect();
+    if !opts.accept_skipped && !left.is_empty() {
+        return Err(format!(
+            "{} source entries were not migrated (skip report), e.g. {} [{}] {}; see kaiso \
+             migrate status, then finish with --accept-skipped to finish without them",
+            left.len(),
+            left[0].src_path,
+            left[0].kind,
+            left[0].reason
+        ));
+    }
+    crash_point("verified");
     // Detach: every stub row is gone already; drop anchors, write the report, then move
     // the state directory out of `migrate/` in one durable step before deleting it.
     m.db.clear_anchors().map_err(|e| e.to_string())?;
+    crash_point("anchors");
     let report_path = report_path(m.state_dir());
     write_durably(&report_path, summary(m, &report).as_bytes())
         .map_err(|e| format!("{}: {e}", report_path.display()))?;
+    crash_point("report");
     if stop == Some(FinishStop::AfterReport) {
         return Err("stopped after the report (test)".into());
     }
     let trash = detach_state_dir(m.state_dir())?;
+    crash_point("detached");
     if stop == Some(FinishStop::AfterDetach) {
         return Err("stopped after detaching the state directory (test)".into());
     }
-    // Detached already: what cannot be deleted now is deleted at the next open.
-    if let Err(e) = fs::remove_dir_all(&trash) {
+    // Detached already: what cannot be deleted now is deleted at the next open (or by
+    // the next `finish`, see [`clean_interrupted_finishes`]).
+    if let Err(e) = remove_detached(&trash) {
         tracing::warn!(
             "remove {}: {e} (retried at the next start)",
             trash.display()
@@ -344,7 +411,45 @@ fn finish_inner(
     if let Some(parent) = trash.parent() {
         let _ = fs::remove_dir(parent);
     }
+    crash_point("removed");
     Ok(report)
+}
+
+/// Deletes a detached share state directory: the small files first, the database last
+/// (a crash in between leaves only `migrate.finishing/`, which nothing reads as a share).
+fn remove_detached(trash: &Path) -> std::io::Result<()> {
+    let mut names: Vec<PathBuf> = fs::read_dir(trash)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    names.sort_by_key(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("migrate.db"))
+    });
+    for (i, p) in names.iter().enumerate() {
+        if i == 1 {
+            crash_point("removing");
+        }
+        let r = if p.is_dir() {
+            fs::remove_dir_all(p)
+        } else {
+            fs::remove_file(p)
+        };
+        match r {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    fs::remove_dir(trash)
+}
+
+/// Test hook: `KAISO_FINISH_CRASH_AT=STEP` kills this process with SIGKILL at `STEP` of
+/// a finish (`verified`, `anchors`, `report`, `detached`, `removing`, `removed`), as a
+/// kill -9 there would (crash tests run the finish in a child process).
+fn crash_point(step: &str) {
+    if std::env::var_os("KAISO_FINISH_CRASH_AT").is_some_and(|v| v == step) {
+        eprintln!("kaiso: KAISO_FINISH_CRASH_AT={step}: killed");
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
 }
 
 fn summary(m: &Migration, report: &FinishReport) -> String {
@@ -365,6 +470,7 @@ fn summary(m: &Migration, report: &FinishReport) -> String {
         report
             .skipped
             .iter()
+            .chain(&report.notices)
             .map(|s| format!("  {} [{}] {}\n", s.src_path, s.kind, s.reason))
             .collect::<String>()
     )
@@ -472,7 +578,7 @@ fn detach_state_dir(dir: &Path) -> Result<PathBuf, String> {
     let finishing = state_dir.join(FINISHING_DIR);
     let trash = finishing.join(name);
     let err = |what: &str, p: &Path, e: std::io::Error| format!("{what} {}: {e}", p.display());
-    fs::create_dir_all(&finishing).map_err(|e| err("create", &finishing, e))?;
+    private_dir(&finishing).map_err(|e| err("create", &finishing, e))?;
     if trash.exists() {
         fs::remove_dir_all(&trash).map_err(|e| err("remove", &trash, e))?;
     }
@@ -480,7 +586,7 @@ fn detach_state_dir(dir: &Path) -> Result<PathBuf, String> {
     // `clean_interrupted_finishes`): made again once if it went in between.
     let moved = fs::rename(dir, &trash).or_else(|e| match e.kind() {
         std::io::ErrorKind::NotFound if dir.exists() => {
-            fs::create_dir_all(&finishing).and_then(|()| fs::rename(dir, &trash))
+            private_dir(&finishing).and_then(|()| fs::rename(dir, &trash))
         }
         _ => Err(e),
     });
@@ -493,13 +599,22 @@ fn detach_state_dir(dir: &Path) -> Result<PathBuf, String> {
 
 /// Deletes what interrupted finishes of the store whose state directory is `state_dir`
 /// left behind (detached already: nothing of it is a share any more).
-pub(crate) fn clean_interrupted_finishes(state_dir: &Path) {
+pub fn clean_interrupted_finishes(state_dir: &Path) {
     let finishing = state_dir.join(FINISHING_DIR);
     match fs::remove_dir_all(&finishing) {
         Ok(()) => tracing::info!("removed the state of an interrupted finish"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!("remove {}: {e}", finishing.display()),
     }
+}
+
+/// Creates `dir` (and missing parents) 0700 whatever the process umask.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -512,7 +627,16 @@ fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     {
-        let mut f = fs::File::create(&tmp)?;
+        // 0644 whatever the process umask (the daemons run with umask 0): readable, in
+        // the 0700 `<state_dir>/migrate`, by whoever may read the state.
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
         f.write_all(data)?;
         f.sync_all()?;
     }

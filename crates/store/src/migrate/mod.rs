@@ -19,8 +19,11 @@ pub mod state;
 mod tests;
 
 pub use crawler::{CrawlFailure, CrawlState, Crawler};
-pub use engine::{Migration, MigrationConfig, Migrations, StoreHandle, hold_recount};
-pub use finish::{FinishReport, FinishStop, finish, finish_stopping_at, report_path};
+pub use engine::{Migration, MigrationConfig, Migrations, NOTICE_KIND, StoreHandle, hold_recount};
+pub use finish::{
+    FinishOptions, FinishReport, FinishStop, clean_interrupted_finishes, finish,
+    finish_stopping_at, finish_with, left_out, report_path,
+};
 pub use source::{
     FileKind, Source, SourceAcl, SourceAttr, SourceEntry, SourceError, SourceErrorKind,
     SourceFeatures, SourcePath, SourceResult, SourceStream, Timestamp,

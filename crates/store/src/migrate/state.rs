@@ -202,6 +202,46 @@ const WAL_SIZE_CHECK_AFTER: u64 = 64;
 /// checkpoint (`journal_size_limit`): without it the file keeps its largest size.
 const WAL_KEPT_BYTES: u64 = 4 << 20;
 
+/// Missing byte ranges of file stubs, by store inode number.
+pub(crate) type MissingByIno = HashMap<u64, Vec<(u64, u64)>>;
+
+/// The missing ranges of every file stub in the store database `kaiso_db` (its `stubs`
+/// table, read-only), for progress figures without a running store. `None` when the
+/// database does not exist.
+pub(crate) fn store_missing_ranges(kaiso_db: &Path) -> std::io::Result<Option<MissingByIno>> {
+    if !kaiso_db.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(
+        kaiso_db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(2))
+        .map_err(sql_err)?;
+    let mut st = conn
+        .prepare("SELECT ino, missing FROM stubs WHERE unlisted=0")
+        .map_err(sql_err)?;
+    let rows = st
+        .query_map([], |r| {
+            let b: Vec<u8> = r.get(1)?;
+            let ranges = b
+                .chunks_exact(16)
+                .map(|c| {
+                    (
+                        u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
+                        u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
+                    )
+                })
+                .collect::<Vec<_>>();
+            Ok((r.get::<_, i64>(0)? as u64, ranges))
+        })
+        .map_err(sql_err)?
+        .collect::<Result<HashMap<_, _>, _>>()
+        .map_err(sql_err)?;
+    Ok(Some(rows))
+}
+
 fn sql_err(e: rusqlite::Error) -> std::io::Error {
     sql_err_in(None, e)
 }
@@ -222,7 +262,13 @@ fn sql_err_in(dir: Option<&Path>, e: rusqlite::Error) -> std::io::Error {
 impl MigrationDb {
     pub fn open(path: &Path) -> std::io::Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            // Private whatever the process umask (the daemons run with umask 0): the
+            // share's state decides what a root daemon fetches and where.
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         let conn = Connection::open(path).map_err(sql_err)?;
         conn.execute_batch(
@@ -965,6 +1011,20 @@ impl MigrationDb {
             tx.execute(
                 "INSERT OR REPLACE INTO skipped(src_path,kind,reason) VALUES(?1,?2,?3)",
                 params![path.as_bytes(), format!("{kind:?}"), reason],
+            )
+            .map_err(sql_err)
+        })?;
+        Ok(())
+    }
+
+    /// Records a notice in the skip report (kind [`super::engine::NOTICE_KIND`]): an
+    /// entry migrated differently from the source (e.g. its owner), not left out.
+    pub fn notice(&self, path: &SourcePath, reason: &str) -> std::io::Result<()> {
+        let mut g = self.lock();
+        self.write(&mut g, |tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO skipped(src_path,kind,reason) VALUES(?1,?2,?3)",
+                params![path.as_bytes(), super::engine::NOTICE_KIND, reason],
             )
             .map_err(sql_err)
         })?;

@@ -18,7 +18,8 @@ use kaiso_policy::crawl::CrawlOrder;
 use kaiso_source::reconnect::{ReconnectWatch, ReconnectingSource};
 use kaiso_store::Store;
 use kaiso_store::migrate::{
-    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceError,
+    CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceError, SourcePath,
+    SourceResult,
 };
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -42,6 +43,169 @@ struct Share {
     samples: VecDeque<(Instant, u64, u64)>,
     /// Set while the share's source has not connected since the daemon started.
     source_down: Option<ReconnectWatch>,
+    /// Whether the source answers the calls made through it (an outage mid-crawl).
+    health: Arc<SourceHealth>,
+    /// The background retry of a crawl stuck on an unreachable source.
+    retry: AutoResume,
+}
+
+/// The first probe of a source a stuck crawl could not reach comes this long after the
+/// crawl ended; each failed probe doubles the wait up to [`PROBE_MAX`] (as the
+/// reconnect of a source down at start).
+const PROBE_FIRST: Duration = Duration::from_millis(500);
+const PROBE_MAX: Duration = Duration::from_secs(10);
+/// A crawl resumed because its source answered again that ends stuck again without any
+/// progress (the source answers, yet some object keeps failing as unreachable) is
+/// resumed by itself at most this often: each resume walks the tree again.
+const NO_PROGRESS_HOLD: Duration = Duration::from_secs(600);
+
+/// See [`Share::retry`].
+#[derive(Default)]
+struct AutoResume {
+    /// When to probe the source next (None: at once).
+    next: Option<Instant>,
+    wait: Duration,
+    /// The last resume by the daemon: when, and what the crawl had done then.
+    last: Option<(Instant, (u64, u64, u64))>,
+}
+
+/// A share's migration, its reconnect watch (source down at start) and its source health.
+type OpenedShare = (Arc<Migration>, Option<ReconnectWatch>, Arc<SourceHealth>);
+
+/// Whether a share's source answers, from the calls made through it: since when the
+/// calls fail as unreachable and the last such error; cleared by a call that succeeds.
+#[derive(Default)]
+struct SourceHealth {
+    failing: std::sync::atomic::AtomicBool,
+    down: Mutex<Option<(std::time::SystemTime, String)>>,
+}
+
+impl SourceHealth {
+    fn down(&self) -> Option<(std::time::SystemTime, String)> {
+        if !self.failing.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.down.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn note<T>(
+        &self,
+        r: kaiso_store::migrate::SourceResult<T>,
+    ) -> kaiso_store::migrate::SourceResult<T> {
+        match &r {
+            Ok(_) => {
+                if self.failing.load(Ordering::Relaxed) {
+                    *self.down.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    self.failing.store(false, Ordering::Relaxed);
+                }
+            }
+            Err(e) if e.kind == kaiso_store::migrate::SourceErrorKind::Unreachable => {
+                let mut d = self.down.lock().unwrap_or_else(|e| e.into_inner());
+                let since = d.as_ref().map_or_else(std::time::SystemTime::now, |x| x.0);
+                *d = Some((since, e.to_string()));
+                self.failing.store(true, Ordering::Relaxed);
+            }
+            Err(_) => {}
+        }
+        r
+    }
+}
+
+/// A share's source, telling [`SourceHealth`] whether it answers.
+struct Watched {
+    inner: Box<dyn Source>,
+    health: Arc<SourceHealth>,
+}
+
+impl Source for Watched {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn identity(&self) -> Option<String> {
+        self.inner.identity()
+    }
+
+    fn features(&self) -> kaiso_store::migrate::SourceFeatures {
+        self.inner.features()
+    }
+
+    fn stat(&self, p: &SourcePath) -> SourceResult<kaiso_store::migrate::SourceAttr> {
+        self.health.note(self.inner.stat(p))
+    }
+
+    fn read_dir(&self, p: &SourcePath) -> SourceResult<Vec<kaiso_store::migrate::SourceEntry>> {
+        self.health.note(self.inner.read_dir(p))
+    }
+
+    fn read_dir_with_attr(
+        &self,
+        p: &SourcePath,
+    ) -> SourceResult<(
+        Vec<kaiso_store::migrate::SourceEntry>,
+        Option<kaiso_store::migrate::SourceAttr>,
+    )> {
+        self.health.note(self.inner.read_dir_with_attr(p))
+    }
+
+    fn read(&self, p: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.health.note(self.inner.read(p, offset, len))
+    }
+
+    fn read_with_attr(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<(Vec<u8>, Option<kaiso_store::migrate::SourceAttr>)> {
+        self.health.note(self.inner.read_with_attr(p, offset, len))
+    }
+
+    fn read_into(
+        &self,
+        p: &SourcePath,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> SourceResult<(usize, Option<kaiso_store::migrate::SourceAttr>)> {
+        self.health.note(self.inner.read_into(p, offset, buf))
+    }
+
+    fn read_link(&self, p: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.health.note(self.inner.read_link(p))
+    }
+
+    fn xattrs(&self, p: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.health.note(self.inner.xattrs(p))
+    }
+
+    fn acl(&self, p: &SourcePath) -> SourceResult<kaiso_store::migrate::SourceAcl> {
+        self.health.note(self.inner.acl(p))
+    }
+
+    fn streams(&self, p: &SourcePath) -> SourceResult<Vec<kaiso_store::migrate::SourceStream>> {
+        self.health.note(self.inner.streams(p))
+    }
+
+    fn read_stream(
+        &self,
+        p: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.health
+            .note(self.inner.read_stream(p, stream, offset, len))
+    }
+}
+
+/// What a crawl has done (directories listed, files completed, bytes fetched).
+fn progress_mark(m: &Migration) -> (u64, u64, u64) {
+    let k = &m.counters;
+    (
+        k.dirs_listed.load(Ordering::Relaxed),
+        k.files_completed.load(Ordering::Relaxed),
+        k.bytes_fetched.load(Ordering::Relaxed),
+    )
 }
 
 /// A share whose `finish` succeeded: its source is detached, only the summary is kept
@@ -59,6 +223,8 @@ struct Daemon {
     /// Lock order: `shares` before `finished`.
     shares: Mutex<Vec<Share>>,
     finished: Mutex<Vec<Finished>>,
+    /// Set by `stop_all`: no crawl starts any more.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 fn spec_path(state_dir: &Path, name: &str) -> PathBuf {
@@ -94,6 +260,28 @@ pub fn saved_specs(state_dir: &Path) -> anyhow::Result<Vec<ShareSpec>> {
     Ok(out)
 }
 
+/// Finished shares of the store (`<state_dir>/migrate/NAME.finished.txt` without a live
+/// share NAME), or only `only`: (name, report path), by name.
+pub fn finished_reports(state_dir: &Path, only: Option<&str>) -> Vec<(String, PathBuf)> {
+    let dir = state_dir.join("migrate");
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e
+                .file_name()
+                .to_string_lossy()
+                .strip_suffix(".finished.txt")?
+                .to_string();
+            let live = dir.join(&name).join("share.json").exists();
+            (!live && only.is_none_or(|n| n == name)).then(|| (name, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Whether the share directory `dir` is what an interrupted finish left: its finish
 /// report written, its migration database already deleted.
 fn finished_leftover(dir: &Path) -> bool {
@@ -101,10 +289,81 @@ fn finished_leftover(dir: &Path) -> bool {
 }
 
 fn save_spec(state_dir: &Path, spec: &ShareSpec) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let p = spec_path(state_dir, &spec.name);
     let tmp = p.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(spec)?)?;
+    // 0600 whatever the umask: the next root `start` resumes what it says.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(&serde_json::to_vec_pretty(spec)?)?;
+    drop(f);
     std::fs::rename(&tmp, &p)
+}
+
+/// The saved spec of share `name`, if it has one that reads.
+fn read_spec(state_dir: &Path, name: &str) -> Option<ShareSpec> {
+    let text = std::fs::read_to_string(spec_path(state_dir, name)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Why `start` of a saved share with another `--into` is refused (one line).
+fn into_mismatch(saved: &ShareSpec, spec: &ShareSpec) -> String {
+    let keep = if saved.into.is_empty() {
+        "without --into".to_string()
+    } else {
+        format!("with --into {}", saved.into)
+    };
+    format!(
+        "share {} migrates into /{} (its stubs are there), not /{}: start it {keep}, or give the new target another --share name",
+        saved.name, saved.into, spec.into
+    )
+}
+
+/// Creates `dir` (and missing parents) 0700 whatever the process umask.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Makes the migration state of the store private, as this kaiso creates it: the
+/// directories `<state_dir>/migrate`, `migrate.finishing` and each share's 0700, each
+/// `share.json` 0600 (an older kaiso left them 0777/0666 under umask 0: any local user
+/// could rewrite what the next root `start` migrates, or the stub database).
+fn make_state_private(state_dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let chmod = |p: &Path, mode: u32| {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return;
+        };
+        if !md.file_type().is_symlink()
+            && md.permissions().mode() & 0o7777 != mode
+            && let Err(e) = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        {
+            tracing::warn!("chmod {mode:o} {}: {e}", p.display());
+        }
+    };
+    for top in ["migrate", "migrate.finishing"] {
+        let dir = state_dir.join(top);
+        chmod(&dir, 0o700);
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                chmod(&p, 0o700);
+                chmod(&p.join("share.json"), 0o600);
+            } else if p.to_string_lossy().ends_with(".finished.txt") {
+                chmod(&p, 0o644);
+            }
+        }
+    }
 }
 
 fn overlaps(a: &str, b: &str) -> bool {
@@ -150,7 +409,7 @@ fn open_share(
     store: &Arc<Store>,
     spec: &ShareSpec,
     on_connect: Option<Box<dyn FnOnce() + Send>>,
-) -> Result<(Arc<Migration>, Option<ReconnectWatch>), String> {
+) -> Result<OpenedShare, String> {
     let order = CrawlOrder::parse(&spec.order, &spec.mode)?;
     let (source, watch) = match connect_source(&spec.url) {
         Ok(s) => (s, None),
@@ -181,7 +440,12 @@ fn open_share(
     cfg.order = order;
     cfg.crawl_workers = spec.parallel;
     cfg.throttle_bytes_per_sec = spec.rate;
-    Migration::open(store, source, cfg).map(|m| (m, watch))
+    let health = Arc::new(SourceHealth::default());
+    let source = Box::new(Watched {
+        inner: source,
+        health: health.clone(),
+    });
+    Migration::open(store, source, cfg).map(|m| (m, watch, health))
 }
 
 /// Whether source `s`, connected late, is the one a share recorded: the same
@@ -270,7 +534,39 @@ impl Daemon {
                 d.source_connected(&name);
             }
         });
-        let (m, source_down) = open_share(&self.store, &spec, Some(on_connect))?;
+        // A share's settings are written before its database can exist, so a kill at
+        // any point never leaves a database that `status` cannot name and `start` cannot
+        // resume (a `migrate.db` without `share.json`); such a leftover of an older
+        // kaiso gets its settings back here and is resumed.
+        let spec_file = spec_path(&self.state_dir(), &spec.name);
+        if let Some(saved) = read_spec(&self.state_dir(), &spec.name)
+            && saved.into != spec.into
+        {
+            // The share's stubs are under its recorded target: another --into would
+            // crawl an empty directory and leave them stranded (finish refused).
+            return Err(into_mismatch(&saved, &spec));
+        }
+        let new_spec = !spec_file.exists();
+        if new_spec {
+            if let Some(d) = spec_file.parent() {
+                private_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            }
+            save_spec(&self.state_dir(), &spec)
+                .map_err(|e| format!("save share {}: {e}", spec.name))?;
+        }
+        let (m, source_down, health) = match open_share(&self.store, &spec, Some(on_connect)) {
+            Ok(x) => x,
+            Err(e) => {
+                if new_spec {
+                    let _ = std::fs::remove_file(&spec_file);
+                    if let Some(d) = spec_file.parent() {
+                        // Only if empty: a database of an older run stays.
+                        let _ = std::fs::remove_dir(d);
+                    }
+                }
+                return Err(e);
+            }
+        };
         let mut shares = self.lock();
         check(&shares)?;
         save_spec(&self.state_dir(), &spec)
@@ -288,6 +584,8 @@ impl Daemon {
             started: Instant::now(),
             samples: VecDeque::new(),
             source_down,
+            health,
+            retry: AutoResume::default(),
         });
         Ok(())
     }
@@ -341,16 +639,29 @@ impl Daemon {
                 };
                 serde_json::to_value(reply).map_err(|e| e.to_string())
             }
-            Call::Pause { share } => self.each(share.as_deref(), |s| {
-                s.paused = true;
-                if let Some(c) = &s.crawler {
-                    c.pause();
-                }
-            }),
+            Call::Pause { share } => {
+                let dir = self.state_dir();
+                self.each(share.as_deref(), |s| {
+                    s.paused = true;
+                    if let Some(c) = &s.crawler {
+                        c.pause();
+                    }
+                    // Kept across a daemon restart.
+                    s.spec.paused = true;
+                    if let Err(e) = save_spec(&dir, &s.spec) {
+                        tracing::warn!(share = %s.spec.name, "save the pause: {e}");
+                    }
+                })
+            }
             Call::Resume { share } => {
                 let store = self.store.clone();
+                let dir = self.state_dir();
                 self.each(share.as_deref(), move |s| {
                     s.paused = false;
+                    s.spec.paused = false;
+                    if let Err(e) = save_spec(&dir, &s.spec) {
+                        tracing::warn!(share = %s.spec.name, "save the resume: {e}");
+                    }
                     if s.source_down.as_ref().is_some_and(|w| w.down().is_some()) {
                         // Its crawl starts when the source connects.
                         return;
@@ -379,7 +690,10 @@ impl Daemon {
                     let _ = save_spec(&dir, &s.spec);
                 })
             }
-            Call::Finish { share } => self.finish(share.as_deref()),
+            Call::Finish {
+                share,
+                accept_skipped,
+            } => self.finish(share.as_deref(), accept_skipped),
             Call::Add { spec, paused } => {
                 self.add(spec.clone(), paused)?;
                 Ok(serde_json::json!({ "shares": [spec.name] }))
@@ -436,7 +750,11 @@ impl Daemon {
         Ok(list)
     }
 
-    fn finish(&self, share: Option<&str>) -> Result<serde_json::Value, String> {
+    fn finish(
+        &self,
+        share: Option<&str>,
+        accept_skipped: bool,
+    ) -> Result<serde_json::Value, String> {
         let picked: Vec<(String, Arc<Migration>, Option<Crawler>, bool)> = {
             let mut shares = self.lock();
             let list = self.select(&shares, share)?;
@@ -463,7 +781,7 @@ impl Daemon {
             if let Some(c) = crawler {
                 c.stop();
             }
-            match finish_one(&self.store, &name, &m) {
+            match finish_one(&self.store, &name, &m, accept_skipped) {
                 Ok(summary) => {
                     // Detach: the filler forgets it and, with the last handle dropped
                     // below, its source (connections) and its database close.
@@ -521,6 +839,19 @@ impl Daemon {
             st.pass = c.pass().map(|p| format!("{p:?}").to_lowercase());
             st.rounds = c.rounds();
             st.crawl_failures = crawl_failure_entries(c.failures());
+            if c.state() == CrawlState::Stuck
+                && let Some((since, why)) = s.health.down()
+            {
+                st.source_problem = Some(format!(
+                    "unreachable since {}: {why}; {}",
+                    utc_text(since),
+                    if s.paused {
+                        "the share is paused: `kaiso migrate resume` restarts its crawl once the source answers"
+                    } else {
+                        "retried every 10 s at most, the crawl resumes by itself once the source answers (`kaiso migrate resume` retries at once)"
+                    }
+                ));
+            }
         }
         let unreachable = s.source_down.as_ref().and_then(unreachable_state);
         let k = &s.m.counters;
@@ -559,6 +890,77 @@ impl Daemon {
         st
     }
 
+    /// Probes the source of each crawl that ended stuck on an unreachable source (not
+    /// paused), with back-off; once it answers, the crawl starts again (as a share whose
+    /// source was down at start). The probes run without the lock held.
+    fn watch_sources(&self) {
+        let now = Instant::now();
+        let due: Vec<(String, Arc<Migration>)> = self
+            .lock()
+            .iter_mut()
+            .filter_map(|s| {
+                let stuck = s
+                    .crawler
+                    .as_ref()
+                    .is_some_and(|c| c.state() == CrawlState::Stuck);
+                let reconnecting = s.source_down.as_ref().is_some_and(|w| w.down().is_some());
+                if !stuck || s.paused || reconnecting || s.health.down().is_none() {
+                    s.retry.next = None;
+                    s.retry.wait = Duration::ZERO;
+                    return None;
+                }
+                if s.retry.next.is_none() {
+                    s.retry.wait = PROBE_FIRST;
+                    s.retry.next = Some(now + PROBE_FIRST);
+                }
+                (s.retry.next.is_some_and(|t| now >= t)).then(|| (s.spec.name.clone(), s.m.clone()))
+            })
+            .collect();
+        for (name, m) in due {
+            if self.store.stopping() {
+                return;
+            }
+            let answered = m.source().stat(&SourcePath::root()).is_ok();
+            let mut shares = self.lock();
+            if self.stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            let Some(s) = shares.iter_mut().find(|s| s.spec.name == name) else {
+                continue;
+            };
+            let stuck = s
+                .crawler
+                .as_ref()
+                .is_some_and(|c| c.state() == CrawlState::Stuck);
+            if !stuck || s.paused {
+                continue;
+            }
+            if !answered {
+                s.retry.wait = (s.retry.wait * 2).clamp(PROBE_FIRST, PROBE_MAX);
+                s.retry.next = Some(Instant::now() + s.retry.wait);
+                continue;
+            }
+            let mark = progress_mark(&s.m);
+            if let Some((at, was)) = s.retry.last
+                && was == mark
+                && at.elapsed() < NO_PROGRESS_HOLD
+            {
+                // Resumed already and stuck again without progress: not over and over.
+                s.retry.next = Some(at + NO_PROGRESS_HOLD);
+                continue;
+            }
+            eprintln!(
+                "kaiso: share {name}: source {} answers again; its crawl resumes",
+                s.spec.url
+            );
+            drop(s.crawler.take());
+            s.crawler = Some(Crawler::start(self.store.clone(), s.m.clone()));
+            s.retry.last = Some((Instant::now(), mark));
+            s.retry.next = None;
+            s.retry.wait = Duration::ZERO;
+        }
+    }
+
     fn sample(&self) {
         let now = Instant::now();
         for s in self.lock().iter_mut() {
@@ -580,6 +982,7 @@ impl Daemon {
 
     /// Stops every crawl (within one unit) and marks each migration cleanly stopped.
     fn stop_all(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
         let crawlers: Vec<(Crawler, Arc<Migration>)> = self
             .lock()
             .iter_mut()
@@ -637,9 +1040,18 @@ fn select(shares: &[Share], name: Option<&str>) -> Result<Vec<usize>, String> {
 }
 
 /// Verifies and detaches one share (the engine removes its whole state directory).
-fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary, String> {
+fn finish_one(
+    store: &Store,
+    name: &str,
+    m: &Migration,
+    accept_skipped: bool,
+) -> Result<FinishSummary, String> {
     let report_path = kaiso_store::migrate::report_path(m.state_dir());
-    let r = kaiso_store::migrate::finish(store, m)?;
+    let r = kaiso_store::migrate::finish_with(
+        store,
+        m,
+        kaiso_store::migrate::FinishOptions { accept_skipped },
+    )?;
     // From the finish report, not the crawl's: it adds what changed on the source after
     // listing, which only finish's last look finds.
     let skipped = skipped_entries(r.skipped.clone());
@@ -653,24 +1065,40 @@ fn finish_one(store: &Store, name: &str, m: &Migration) -> Result<FinishSummary,
         refetched: r.refetched.clone(),
         changed_on_source: r.changed_on_source.clone(),
         skipped,
+        notices: skipped_entries(r.notices.clone()),
         report: report_path.display().to_string(),
     })
 }
 
 /// `finish` without a running daemon: opens the store and the shares' sources itself.
-pub fn finish_offline(config: &Path, share: Option<&str>) -> anyhow::Result<serde_json::Value> {
+pub fn finish_offline(
+    config: &Path,
+    share: Option<&str>,
+    accept_skipped: bool,
+) -> anyhow::Result<serde_json::Value> {
     let cfg = load_config(config)?;
     let specs: Vec<ShareSpec> = saved_specs(&cfg.state_dir)?
         .into_iter()
         .filter(|s| share.is_none_or(|n| n == s.name))
         .collect();
     if specs.is_empty() {
+        // A finish cut off (kill -9) after it detached the share's state: the share is
+        // finished; what the cut-off finish did not delete goes now.
+        kaiso_store::migrate::clean_interrupted_finishes(&cfg.state_dir);
+        let finished = finished_reports(&cfg.state_dir, share);
+        if let Some((name, report)) = finished.first() {
+            bail!(
+                "share {name} is already finished (report: {})",
+                report.display()
+            );
+        }
         match share {
             Some(n) => bail!("no share {n:?} is being migrated into {}", config.display()),
             None => bail!("nothing is being migrated into {}", config.display()),
         }
     }
     unsafe { libc::umask(0) };
+    make_state_private(&cfg.state_dir);
     let store = Store::open(cfg)?;
     let migrations = Migrations::new();
     store.set_stub_filler(migrations.clone());
@@ -678,14 +1106,14 @@ pub fn finish_offline(config: &Path, share: Option<&str>) -> anyhow::Result<serd
     let mut result = Ok(());
     for spec in &specs {
         let m = match open_share(&store, spec, None) {
-            Ok((m, _)) => m,
+            Ok((m, _, _)) => m,
             Err(e) => {
                 result = Err(anyhow::anyhow!("share {}: {e}", spec.name));
                 break;
             }
         };
         migrations.add(m.clone());
-        match finish_one(&store, &spec.name, &m) {
+        match finish_one(&store, &spec.name, &m, accept_skipped) {
             Ok(s) => done.push(s),
             Err(e) => {
                 m.close();
@@ -706,8 +1134,25 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         // Before anything is opened, as `kaiso mount` does: a bad --threads is one line.
         crate::cmd::mount::check_threads(a.threads)?;
     }
-    let spec = spec_of(&a)?;
+    let mut spec = spec_of(&a)?;
     let cfg = load_config(&a.config)?;
+    // A saved share keeps what was set at run time unless this command line says
+    // otherwise: a `throttle` (an explicit --rate wins) and a `pause` (--paused or not,
+    // it stays paused until `resume`). Another --into is refused (`Daemon::add`).
+    let mut paused = a.paused;
+    let mut kept_pause = false;
+    if let Some(saved) = read_spec(&cfg.state_dir, &spec.name) {
+        if saved.into != spec.into {
+            bail!("{}", into_mismatch(&saved, &spec));
+        }
+        if a.rate.is_none() {
+            spec.rate = saved.rate;
+        }
+        // Only a `pause` is kept (`start --paused` is for this start).
+        spec.paused = saved.paused;
+        kept_pause = saved.paused && !paused;
+        paused |= saved.paused;
+    }
     if let Some(mut c) = connect(&cfg.state_dir) {
         // A daemon serves this store already: add the share to it (N-to-1).
         if a.mount.is_some() || a.nfs.is_some() {
@@ -720,7 +1165,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
             &mut c,
             &Call::Add {
                 spec: spec.clone(),
-                paused: a.paused,
+                paused,
             },
         )?;
         println!(
@@ -749,6 +1194,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     let state_dir = cfg.state_dir.clone();
     // kaiso sets every mode explicitly; the process umask must not interfere.
     unsafe { libc::umask(0) };
+    make_state_private(&state_dir);
     let store = Store::open(cfg)?;
     tracing::info!(ms = t0.elapsed().as_millis() as u64, "store opened");
     let migrations = Migrations::new();
@@ -759,6 +1205,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         migrations,
         shares: Mutex::new(Vec::new()),
         finished: Mutex::new(Vec::new()),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let stop_store = |store: &Arc<Store>, d: &Daemon| {
         d.stop_all();
@@ -767,13 +1214,19 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     // Every other unfinished share of this store is resumed too: its stubs need a source.
     for saved in saved_specs(&state_dir)? {
         if saved.name != spec.name
-            && let Err(e) = daemon.add(saved.clone(), false)
+            && let Err(e) = daemon.add(saved.clone(), saved.paused)
         {
             stop_store(&store, &daemon);
             bail!("cannot resume share {}: {e}", saved.name);
         }
+        if saved.name != spec.name && saved.paused {
+            println!(
+                "kaiso: share {} stays paused (paused before this start: `kaiso migrate resume --share {}` starts it)",
+                saved.name, saved.name
+            );
+        }
     }
-    if let Err(e) = daemon.add(spec.clone(), a.paused) {
+    if let Err(e) = daemon.add(spec.clone(), paused) {
         stop_store(&store, &daemon);
         bail!("{e}");
     }
@@ -863,7 +1316,9 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         spec.url,
         spec.into,
         faces.join(" and "),
-        if a.paused {
+        if kept_pause {
+            "paused (paused before this start: `kaiso migrate resume` starts it)".to_string()
+        } else if paused {
             "paused".to_string()
         } else {
             format!(
@@ -876,6 +1331,7 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
         println!("kaiso: nfs listening on {}", s.local_addr());
     }
     spawn_sampler(Arc::downgrade(&daemon), store.clone());
+    spawn_source_watch(Arc::downgrade(&daemon), store.clone());
     loop {
         if signalled.load(Ordering::SeqCst) || mounted.as_ref().is_some_and(|m| m.finished()) {
             break;
@@ -904,6 +1360,21 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
 /// Samba (and NFS servers, other users) on the mount open files as the client's user:
 /// FUSE refuses every uid but the mounting one without `allow_other`.
 const ALLOW_OTHER_WARNING: &str = "kaiso: warning: allow_other is off in the store's configuration: only the user running kaiso can use the mount, so Samba exporting it serves no other SMB user (set allow_other = true under [store])";
+
+/// Runs [`Daemon::watch_sources`] while the store serves.
+fn spawn_source_watch(d: Weak<Daemon>, store: Arc<Store>) {
+    let _ = std::thread::Builder::new()
+        .name("kaiso-migrate-source-watch".into())
+        .spawn(move || {
+            while !store.stopping() {
+                match d.upgrade() {
+                    Some(d) => d.watch_sources(),
+                    None => return,
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+}
 
 fn spawn_sampler(d: Weak<Daemon>, store: Arc<Store>) {
     let _ = std::thread::Builder::new()
@@ -947,6 +1418,7 @@ mod tests {
                 parallel: 1,
                 chunk: 1 << 20,
                 rate: None,
+                paused: false,
             };
             std::fs::write(dir.join("share.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
             dir
@@ -968,6 +1440,37 @@ mod tests {
         assert!(
             kaiso_store::migrate::report_path(&done).exists(),
             "the report stays"
+        );
+    }
+
+    #[test]
+    fn source_health_is_down_from_the_first_unreachable_error_until_a_success() {
+        use kaiso_store::migrate::SourceErrorKind;
+        let h = SourceHealth::default();
+        let err = |kind, msg: &str| -> SourceResult<()> {
+            Err(SourceError::new(kind, &SourcePath::root(), msg))
+        };
+        assert!(h.down().is_none());
+        // A permanent error of one object is not an outage.
+        let _ = h.note(err(SourceErrorKind::PermissionDenied, "denied"));
+        assert!(
+            h.down().is_none(),
+            "a permission error marked the source down"
+        );
+        let _ = h.note(err(SourceErrorKind::Unreachable, "no answer"));
+        let (since, why) = h
+            .down()
+            .expect("an unreachable error marks the source down");
+        assert!(why.contains("no answer"), "{why}");
+        std::thread::sleep(Duration::from_millis(20));
+        let _ = h.note(err(SourceErrorKind::Unreachable, "still no answer"));
+        let (since2, why2) = h.down().expect("still down");
+        assert_eq!(since, since2, "the outage's start moved with a later error");
+        assert!(why2.contains("still no answer"), "{why2}");
+        let _ = h.note(Ok(()));
+        assert!(
+            h.down().is_none(),
+            "a call that succeeded did not clear the outage"
         );
     }
 

@@ -51,9 +51,33 @@ pub fn offline_status(state_dir: &Path, only: Option<&str>) -> anyhow::Result<St
         }
         let mut s = status_skeleton(&spec);
         s.state = "not running".into();
+        let db = state_dir
+            .join("migrate")
+            .join(&spec.name)
+            .join("migrate.db");
+        if !db.exists() {
+            // Its start was cut off before its database was made: `start` again.
+            s.state = "not started (no state database yet: run kaiso migrate start again)".into();
+            reply.shares.push(s);
+            continue;
+        }
         let p = Migration::saved_progress(state_dir, &spec.name).map_err(anyhow::Error::msg)?;
         apply_progress(&mut s, p);
         reply.shares.push(s);
+    }
+    // Finished shares (their report is left where their state was), also one whose
+    // finish was cut off after it detached the state.
+    for (name, report) in super::daemon::finished_reports(state_dir, only) {
+        reply.shares.push(ShareStatus {
+            name,
+            state: "finished".into(),
+            skipped: vec![SkippedEntry {
+                path: String::new(),
+                kind: kaiso_store::migrate::NOTICE_KIND.into(),
+                reason: format!("finished; report: {}", report.display()),
+            }],
+            ..ShareStatus::default()
+        });
     }
     if let Some(n) = only
         && reply.shares.is_empty()
@@ -162,6 +186,9 @@ pub fn render(r: &StatusReply) -> String {
                     .unwrap_or_else(|| "off".into())
             ));
         }
+        if let Some(why) = &s.source_problem {
+            out.push_str(&format!("  source     {why}\n"));
+        }
         if !s.crawl_failures.is_empty() {
             out.push_str(&format!(
                 "  failing    {} in the {} round:\n",
@@ -176,13 +203,22 @@ pub fn render(r: &StatusReply) -> String {
                 out.push_str(&format!("    inode {} ({}): {}\n", f.ino, f.step, f.error));
             }
         }
-        if s.skipped.is_empty() {
+        // Notices (something migrated differently, e.g. owners not kept) are in the
+        // same report but are not entries left out.
+        let (notices, skipped): (Vec<&SkippedEntry>, Vec<&SkippedEntry>) = s
+            .skipped
+            .iter()
+            .partition(|k| k.kind == kaiso_store::migrate::NOTICE_KIND);
+        if skipped.is_empty() {
             out.push_str("  skipped    none\n");
         } else {
-            out.push_str(&format!("  skipped    {}:\n", s.skipped.len()));
-            for k in &s.skipped {
+            out.push_str(&format!("  skipped    {}:\n", skipped.len()));
+            for k in skipped {
                 out.push_str(&format!("    {} [{}] {}\n", k.path, k.kind, k.reason));
             }
+        }
+        for k in notices {
+            out.push_str(&format!("  notice     {} {}\n", k.path, k.reason));
         }
     }
     out
@@ -323,10 +359,13 @@ mod tests {
                 ..ShareStatus::default()
             }],
         };
+        let mut r = r;
+        r.shares[0].source_problem = Some("unreachable since 2026-01-01 00:00:00 UTC: x".into());
         let t = render(&r);
         for want in [
             "failing    1 in the last round",
             "inode 42 (fetch): Input/output error",
+            "source     unreachable since 2026-01-01 00:00:00 UTC: x",
         ] {
             assert!(t.contains(want), "{want:?} missing in\n{t}");
         }

@@ -17,8 +17,12 @@ pub struct ShareSpec {
     pub parallel: usize,
     /// Fetch unit in bytes.
     pub chunk: u64,
-    /// Crawl bandwidth limit, bytes per second.
+    /// Crawl bandwidth limit, bytes per second (a runtime `throttle` is saved here).
     pub rate: Option<u64>,
+    /// Paused by `kaiso migrate pause` (until `resume`): a restarted daemon keeps the
+    /// share paused. (`start --paused` holds for that start only.)
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// A migrate request.
@@ -40,6 +44,9 @@ pub enum Call {
     },
     Finish {
         share: Option<String>,
+        /// Finish although source entries were left out (the skip report).
+        #[serde(default)]
+        accept_skipped: bool,
     },
     /// Add a share to the running daemon (N-to-1).
     Add {
@@ -94,6 +101,10 @@ pub struct ShareStatus {
     /// What failed in the crawl's current round (the last one once it is stuck).
     #[serde(default)]
     pub crawl_failures: Vec<CrawlFailureEntry>,
+    /// Why a crawl that ended stuck is stuck when its source stopped answering: since
+    /// when, the source's error, and that the daemon retries (None otherwise).
+    #[serde(default)]
+    pub source_problem: Option<String>,
 }
 
 /// One object the crawl could not fetch, and why.
@@ -130,6 +141,10 @@ pub struct FinishSummary {
     #[serde(default)]
     pub changed_on_source: Vec<String>,
     pub skipped: Vec<SkippedEntry>,
+    /// What was migrated differently from the source (e.g. owners not kept), not left
+    /// out.
+    #[serde(default)]
+    pub notices: Vec<SkippedEntry>,
     /// The report file left next to where the state was.
     pub report: String,
 }
