@@ -9,66 +9,16 @@ mod common;
 #[path = "../../source/tests/common/loop_ext4.rs"]
 mod loop_ext4;
 
+use common::audit::{moving_files, pattern, wait_for};
 use common::{Store, StoreSpec, TierSpec};
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MIB: usize = 1 << 20;
-
-/// `kaiso status --json CONFIG` (None when the daemon did not answer).
-fn status_json(config: &Path) -> Option<serde_json::Value> {
-    let out = Command::new(common::kaiso_bin())
-        .args(["status", "--json"])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    match v {
-        serde_json::Value::Array(a) => a.into_iter().next(),
-        other => Some(other),
-    }
-}
-
-/// Files the mover is moving right now.
-fn moving_files(config: &Path) -> u64 {
-    status_json(config)
-        .and_then(|s| {
-            s.pointer("/mover/moving_files")
-                .or_else(|| s.pointer("/status/mover/moving_files"))
-                .and_then(|m| m.as_u64())
-        })
-        .unwrap_or(0)
-}
-
-/// Polls `cond` every 20 ms until it holds or `limit` passes; whether it held.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
-/// Deterministic test data: byte `i` of stream `seed`.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            (i as u32)
-                .wrapping_mul(2654435761)
-                .rotate_left(seed as u32 % 31) as u8
-                ^ seed
-        })
-        .collect()
-}
 
 fn text(out: &std::process::Output) -> String {
     format!(

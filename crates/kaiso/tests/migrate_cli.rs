@@ -451,6 +451,20 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         "the crawl must not run while paused: {v:#}"
     );
 
+    // `finish --wait` of a paused share says so at once instead of waiting out its limit.
+    let asked = Instant::now();
+    let o = finish_waiting(&cfg, 60);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("paused"),
+        "finish --wait of a paused share must refuse naming the pause: {}",
+        text(&o)
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "finish --wait 60s of a paused share took {:?}: it must not wait out the limit",
+        asked.elapsed()
+    );
+
     // On-demand through the NFS face (libnfs tools).
     if have("nfs-cat") && have("nfs-ls") {
         let port = d.nfs_port();

@@ -332,6 +332,19 @@ fn wait_crawled(a: &ShareArgs, limit: Duration) -> anyhow::Result<()> {
         if s.shares.iter().all(|sh| sh.remaining_stubs == 0) {
             return Ok(());
         }
+        // A paused crawl never completes by itself: say so now rather than at the limit.
+        if let Some(paused) = s
+            .shares
+            .iter()
+            .find(|sh| sh.state == "paused" && sh.remaining_stubs > 0)
+        {
+            bail!(
+                "share {}: the crawl is paused with {} stubs left; run `kaiso migrate resume --share {}` first",
+                paused.name,
+                paused.remaining_stubs,
+                paused.name
+            );
+        }
         if let Some(stuck) = s.shares.iter().find(|sh| sh.state == "stuck") {
             bail!(
                 "share {}: the crawl is stuck with {} stubs left (source unreachable?); see kaiso migrate status",

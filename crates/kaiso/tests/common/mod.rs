@@ -12,6 +12,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod audit;
 pub mod migrate_daemon;
 pub mod rng;
 

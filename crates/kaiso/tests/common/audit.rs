@@ -1,0 +1,57 @@
+//! Helpers of the audit tests: the mover's state through `kaiso status --json`, a bounded
+//! poll, deterministic data.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `kaiso status --json CONFIG` (None when the daemon did not answer).
+pub fn status_json(config: &Path) -> Option<serde_json::Value> {
+    let out = Command::new(super::kaiso_bin())
+        .args(["status", "--json"])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    match v {
+        serde_json::Value::Array(a) => a.into_iter().next(),
+        other => Some(other),
+    }
+}
+
+/// Files the mover is moving right now.
+pub fn moving_files(config: &Path) -> u64 {
+    status_json(config)
+        .and_then(|s| {
+            s.pointer("/mover/moving_files")
+                .or_else(|| s.pointer("/status/mover/moving_files"))
+                .and_then(|m| m.as_u64())
+        })
+        .unwrap_or(0)
+}
+
+/// Polls `cond` every 20 ms until it holds or `limit` passes; whether it held.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// Deterministic test data: byte `i` of stream `seed`.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2654435761)
+                .rotate_left(seed as u32 % 31) as u8
+                ^ seed
+        })
+        .collect()
+}
