@@ -40,6 +40,24 @@ impl Drop for Scratch {
 }
 
 /// A source tree of `n` files of `size` bytes in `dir/`.
+/// `kaiso migrate start SRC CONFIG --into b --share b EXTRA…` against the running daemon:
+/// adds share b to it (the command returns once the daemon took the share).
+fn add_share_b(src: &Path, store: &Store, extra: &[&str]) {
+    let mut args: Vec<&OsStr> = vec![
+        os("migrate"),
+        os("start"),
+        src.as_os_str(),
+        store.config.as_os_str(),
+        os("--into"),
+        os("b"),
+        os("--share"),
+        os("b"),
+    ];
+    args.extend(extra.iter().map(|a| os(a)));
+    let o = common::migrate_daemon::run_kaiso_bounded(&args, &[], Duration::from_secs(30));
+    assert!(o.status.success(), "add share b: {}", output_text(&o));
+}
+
 fn make_source(root: &Path, dir: &str, n: usize, size: usize) {
     fs::create_dir_all(root.join(dir)).unwrap();
     for i in 0..n {
@@ -241,25 +259,7 @@ fn a_paused_share_stays_paused_across_a_daemon_restart() {
     let a_args = ["--into", "a", "--share", "a"];
     let mut d = start(sa.0.to_str().unwrap(), &store, &a_args, true)
         .unwrap_or_else(|e| panic!("kaiso migrate start a: {e}"));
-    let o = common::migrate_daemon::run_kaiso_bounded(
-        &[
-            os("migrate"),
-            os("start"),
-            sb.0.as_os_str(),
-            store.config.as_os_str(),
-            os("--into"),
-            os("b"),
-            os("--share"),
-            os("b"),
-            os("--rate"),
-            os("256KiB"),
-            os("--chunk"),
-            os("256KiB"),
-        ],
-        &[],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "add share b: {}", output_text(&o));
+    add_share_b(&sb.0, &store, &["--rate", "256KiB", "--chunk", "256KiB"]);
     let o = migrate_cmd(
         "pause",
         &store.config,
@@ -468,22 +468,7 @@ fn a_stub_moved_into_another_shares_directory_still_completes() {
         true,
     )
     .unwrap_or_else(|e| panic!("kaiso migrate start a: {e}"));
-    let o = common::migrate_daemon::run_kaiso_bounded(
-        &[
-            os("migrate"),
-            os("start"),
-            sb.0.as_os_str(),
-            store.config.as_os_str(),
-            os("--into"),
-            os("b"),
-            os("--share"),
-            os("b"),
-            os("--paused"),
-        ],
-        &[],
-        Duration::from_secs(30),
-    );
-    assert!(o.status.success(), "add share b: {}", output_text(&o));
+    add_share_b(&sb.0, &store, &["--paused"]);
     let m = &store.mountpoint;
     // List /a and /a/d (so the file exists as a stub) and /b; do not read anything.
     assert_eq!(fs::read_dir(m.join("a/d")).unwrap().count(), 3);
