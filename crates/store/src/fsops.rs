@@ -504,6 +504,29 @@ impl Store {
         self.create_entry_sized(ns, parent, name, caller, umask, 0, make)
     }
 
+    /// A create on tier `ti` found a name missing (ENOENT): whether that is because the
+    /// tier's directory is not at its path now (gone, unmounted, another directory in
+    /// its place). Checked at once ([`crate::tier::Tier::root_now`]); a root missing now
+    /// takes the tier offline here and records the files it held, as a read that finds
+    /// its file missing does ([`Store::backing_missing`]). `ns` is the held namespace
+    /// lock.
+    fn tier_away_now(&self, ns: &Namespace, ti: u8) -> bool {
+        let t = &self.tiers[ti as usize];
+        if !t.online() {
+            return true;
+        }
+        match t.root_now() {
+            crate::tier::RootNow::Missing { first } => {
+                if first {
+                    self.note_tier_vanished(ti, ns);
+                }
+                true
+            }
+            crate::tier::RootNow::Other => true,
+            crate::tier::RootNow::Held | crate::tier::RootNow::Unknown => false,
+        }
+    }
+
     /// [`Store::create_entry`] of an entry that holds `size_hint` bytes from its creation
     /// (a migration stub at its listed size; 0 for ordinary creates): it is placed by
     /// that size, and the size is taken on the chosen tier in the same atomic step as
@@ -544,18 +567,34 @@ impl Store {
             };
             let p = self.tiers[tier as usize].backing(&rel);
             let made = match util::creation_umask::with(umask, || make(&p)) {
+                // The tier's directory is away (removed, unmounted) and no root check
+                // noticed yet: noticed now, and the next tier with room takes the file.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOENT) && self.tier_away_now(ns, tier) =>
+                {
+                    continue;
+                }
                 // The directory has no copy on this tier yet.
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                     match self.ensure_dir(tier, &parent_rel) {
                         Ok(()) => util::creation_umask::with(umask, || make(&p)),
                         // No room there for the directory either: the next tier.
                         Err(e) if no_room(e) => Err(e.into()),
+                        Err(e) if e == FsError::NOENT && self.tier_away_now(ns, tier) => continue,
                         Err(e) => return Err(e),
                     }
                 }
                 r => r,
             };
             let file = match made {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ENOENT) && self.tier_away_now(ns, tier) =>
+                {
+                    continue;
+                }
+                r => r,
+            };
+            let file = match file {
                 Ok(f) => f,
                 Err(e)
                     if e.raw_os_error() == Some(libc::ENOSPC)
@@ -963,10 +1002,10 @@ impl Store {
                 let dst = dst.ok_or(FsError::NOENT)?;
                 if let (Some(a), Some(b)) = (ns.files.get(&src), ns.files.get(&dst)) {
                     if a.tier != b.tier {
-                        let (to, size) = (a.tier, b.state.size.load(Ordering::Relaxed));
+                        let a = (src, a.tier, a.state.size.load(Ordering::Relaxed));
+                        let b = (dst, b.tier, b.state.size.load(Ordering::Relaxed));
                         drop(ns);
-                        self.move_file(dst, to, "exchange with a file on another tier", size)
-                            .map_err(|e| e.errno())?;
+                        self.bring_together(a, b)?;
                         continue;
                     }
                 }
@@ -1432,6 +1471,35 @@ impl Store {
             return Err(FsError::NOSPC);
         }
         Ok(Some(to))
+    }
+
+    /// For an exchange of files `a` and `b` (each: number, tier, size) on different
+    /// tiers: moves one of them (journalled, by the mover) so that both share a tier,
+    /// `b` onto `a`'s tier first. A tier whose file system cannot make the other file's
+    /// directory (ENOSPC or EDQUOT, e.g. no free inodes) is not the end: then `a` goes
+    /// to `b`'s tier, then `b` to any other tier with room for both (the caller looks
+    /// again and brings `a` there too). Ok when the caller should look again; ENOSPC
+    /// only when no tier took a file. The exchange itself stays one `renameat2` on the
+    /// shared tier: atomic, never EXDEV.
+    fn bring_together(&self, a: (Ino, u8, u64), b: (Ino, u8, u64)) -> FsResult<()> {
+        let mut plans = vec![(b.0, a.1, b.2), (a.0, b.1, a.2)];
+        for t in 0..self.tiers.len() as u8 {
+            if t != a.1 && t != b.1 && self.tiers[t as usize].fits(a.2.saturating_add(b.2)) {
+                plans.push((b.0, t, b.2));
+            }
+        }
+        for (file, to, size) in plans {
+            match self.move_file(file, to, "exchange with a file on another tier", size) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.in_flight() => {
+                    self.wait_for_move(file);
+                    return Ok(());
+                }
+                Err(e) if no_room(e.errno()) => continue,
+                Err(e) => return Err(e.errno()),
+            }
+        }
+        Err(FsError::NOSPC)
     }
 
     /// Moves file `file` (journalled, by the mover) to the first of `to` that takes it,

@@ -1390,6 +1390,13 @@ impl Store {
             self.mover.empty_plans_in_a_row.store(0, Ordering::Relaxed);
         }
         self.log_plan(now, &states, &plan);
+        self.carry_out(plan, stop)
+    }
+
+    /// Carries out the moves of one plan, in order; returns the bytes moved. A planned
+    /// move that fails counts in `failed` (`kaiso status`), except that of a file deleted
+    /// since the plan: nothing failed there, there is nothing left to move.
+    fn carry_out(&self, plan: Vec<kaiso_policy::Move>, stop: &AtomicBool) -> u64 {
         self.mover
             .queued_files
             .store(plan.len() as u64, Ordering::Relaxed);
@@ -1421,6 +1428,10 @@ impl Store {
                     });
             match r {
                 Ok(n) => moved += n,
+                Err(_) if self.deleted(m.object) => {
+                    tracing::debug!(ino = m.object, "planned move of a file deleted meanwhile");
+                    self.report_not_moved(m.object);
+                }
                 Err(e) => {
                     self.mover.failed.fetch_add(1, Ordering::Relaxed);
                     let since = superseded
@@ -1445,6 +1456,12 @@ impl Store {
             }
         }
         moved
+    }
+
+    /// Whether file `ino` was deleted: gone from the store, or no name left (unlinked,
+    /// perhaps still open somewhere). A move of it that did not happen did not fail.
+    fn deleted(&self, ino: Ino) -> bool {
+        self.ns().files.get(&ino).is_none_or(|f| f.names.is_empty())
     }
 
     /// Tell the policy where a file whose planned move did not happen really is, so it
@@ -1535,6 +1552,10 @@ impl Store {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(wm);
+                }
+                Err(_) if self.deleted(wm.ino) => {
+                    wm.state.move_waiting.store(false, Ordering::Release);
+                    self.report_not_moved(wm.ino);
                 }
                 Err(e) => {
                     wm.state.move_waiting.store(false, Ordering::Release);
@@ -1913,6 +1934,32 @@ mod tests {
             demote >= Duration::from_millis(1900),
             "demotion took {demote:?}"
         );
+    }
+
+    /// Issue 2, session 13: `kaiso status` counted as failed the planned moves of files
+    /// deleted between the plan and their move. A file deleted before its move is not a
+    /// failure: the move is dropped, `failed` stays as it was (a real failure still
+    /// counts: `a_failed_planned_promotion_is_retried_at_the_next_plan`).
+    #[test]
+    fn a_planned_move_of_a_file_deleted_meanwhile_is_not_a_failure() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (s, ino) = store_with_hdd(dir.path(), 64 << 10);
+        let planned = kaiso_policy::Move {
+            object: ino,
+            from: 1,
+            to: 0,
+            bytes: 64 << 10,
+            reason: MoveReason::Promote,
+        };
+        s.unlink(ROOT_INO, OsStr::new("cold")).expect("unlink");
+        assert_eq!(s.carry_out(vec![planned], &AtomicBool::new(false)), 0);
+        assert_eq!(
+            s.mover.failed.load(Ordering::Relaxed),
+            0,
+            "a move of a file deleted after the plan counted as a failed move"
+        );
+        assert_eq!(s.mover.queued_files.load(Ordering::Relaxed), 0);
     }
 
     /// A planned promotion the mover cannot carry out is tried again at the next plan

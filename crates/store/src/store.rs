@@ -213,6 +213,9 @@ fn held_or_lately(released: &Option<std::time::Instant>) -> bool {
 struct StateLock {
     file: Option<File>,
     dir: PathBuf,
+    /// When a store of this process last released this state directory's lock, if it
+    /// did within [`RECENT_RELEASE`] of this one's taking it.
+    released_lately: Option<std::time::Instant>,
 }
 
 impl StateLock {
@@ -225,6 +228,7 @@ impl StateLock {
             .open(dir.join("lock"))
             .map_err(|e| OpenError::StateDir(dir.to_path_buf(), e.to_string()))?;
         let deadline = std::time::Instant::now() + SAME_PROCESS_RELEASE_WAIT;
+        let released_lately;
         loop {
             {
                 // Under the table's lock, so a release cannot slip between the failed
@@ -232,6 +236,11 @@ impl StateLock {
                 let mut here = LOCKED_HERE.lock().unwrap_or_else(|e| e.into_inner());
                 // SAFETY: flock on a descriptor we own.
                 if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                    released_lately = here
+                        .iter()
+                        .filter(|(d, released)| d == dir && held_or_lately(released))
+                        .map(|(_, released)| released.unwrap_or_else(std::time::Instant::now))
+                        .max();
                     here.retain(|(d, released)| d != dir && held_or_lately(released));
                     here.push((dir.to_path_buf(), None));
                     break;
@@ -248,7 +257,33 @@ impl StateLock {
         Ok(StateLock {
             file: Some(file),
             dir: dir.to_path_buf(),
+            released_lately,
         })
+    }
+
+    /// Takes the tier directories' locks (`tierlock.rs`) once this state directory's
+    /// lock is held. A store of this process that had the state directory until lately
+    /// held the tier locks too, and a child forked by another thread of this process
+    /// while that store was open holds copies of all its descriptors until its `exec`,
+    /// which closes them one at a time (the child may be preempted in between): the
+    /// state directory's lock can come free before a tier's. So while such a release is
+    /// recent ([`RECENT_RELEASE`]) a refused tier lock is tried again. Without a recent
+    /// release here a refusal fails at once; a tier another store really holds fails
+    /// when the window ends.
+    fn lock_tiers(&self, cfg: &StoreConfig) -> Result<crate::tierlock::TierLocks, OpenError> {
+        loop {
+            match crate::tierlock::lock_tiers(&cfg.tiers, &cfg.state_dir) {
+                Ok(l) => return Ok(l),
+                Err(e)
+                    if self
+                        .released_lately
+                        .is_none_or(|t| t.elapsed() >= RECENT_RELEASE) =>
+                {
+                    return Err(OpenError::Tier(e));
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+            }
+        }
     }
 }
 
@@ -319,8 +354,7 @@ impl Store {
         create_state_dir(&cfg.state_dir)
             .map_err(|e| OpenError::StateDir(cfg.state_dir.clone(), e.to_string()))?;
         let lock = StateLock::acquire(&cfg.state_dir)?;
-        let tier_locks =
-            crate::tierlock::lock_tiers(&cfg.tiers, &cfg.state_dir).map_err(OpenError::Tier)?;
+        let tier_locks = lock.lock_tiers(&cfg)?;
         let mut tiers = Vec::new();
         for t in &cfg.tiers {
             tiers.push(Tier::new(t.clone()).map_err(OpenError::Tier)?);
@@ -1254,5 +1288,68 @@ impl Store {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use crate::{Store, StoreConfig};
+    use std::path::Path;
+
+    /// The descriptor of this process that names `p` (`/proc/self/fd`).
+    fn fd_of(p: &Path) -> libc::c_int {
+        let p = std::fs::canonicalize(p).unwrap();
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == p))
+            .and_then(|e| e.file_name().to_str()?.parse().ok())
+            .unwrap_or_else(|| panic!("no descriptor of {}", p.display()))
+    }
+
+    /// CI failure of session 13 (`migrate_kill`, a directory rename test reopening its
+    /// store): a child forked by another thread of the process while a store was open
+    /// holds copies of all its descriptors until its `exec` closes them, one at a time.
+    /// Here the child gives the state directory's lock back at once and a tier's 300 ms
+    /// later, the store is dropped and opened again meanwhile: the open must wait for the
+    /// tier, not refuse it as "already a tier directory of another kaiso store".
+    #[test]
+    fn a_reopen_waits_for_a_tier_lock_a_forked_child_still_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let text = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"64MiB\"\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        let cfg = || StoreConfig::from_toml_str(&text, "test.toml").unwrap();
+        let store = Store::open(cfg()).unwrap();
+        let (state_fd, _tier_fd) = (
+            fd_of(&dir.path().join("state/lock")),
+            fd_of(&dir.path().join("t0")),
+        );
+        // SAFETY: the child only closes a descriptor, sleeps and exits (async-signal-safe
+        // calls), as a child between fork and exec would hold them.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            unsafe {
+                libc::close(state_fd);
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 300_000_000,
+                };
+                libc::nanosleep(&ts, std::ptr::null_mut());
+                libc::_exit(0);
+            }
+        }
+        drop(store);
+        let reopened = Store::open(cfg());
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        match reopened {
+            Ok(s) => s.shutdown(),
+            Err(e) => panic!("reopen while a forked child held the tier lock: {e}"),
+        }
     }
 }
