@@ -30,7 +30,18 @@
 //!   QUERY_INFO ×4 (attributes, security descriptor, streams, EAs) + CLOSE; the answers
 //!   the call did not ask for wait briefly for the calls that follow (see `prefetch`),
 //!   and after a listing every listed file's metadata is fetched ahead in the background
-//!   (at most 4 compounds in flight per session, 8,192 files queued);
+//!   (at most 4 compounds in flight per session, 8,192 files queued). On the source's
+//!   own data connections (below) the CREATE also asks for read access and the CLOSE is
+//!   left out: the handle is kept for the file's first read (at most 256 per connection,
+//!   closed after 30 s unread, checked every 5 s; `data::KEPT_PER_LINK`, `KEPT_TTL`), so
+//!   smbd opens each file once instead of twice (its open is the dearest part of its
+//!   work per small file); a read waits up to 1 s for the connection holding its handle.
+//!   A read on such a handle compares the link count after the read with the one at the
+//!   fetch: a file deleted or replaced by a rename over its name since (fewer links, 0 on
+//!   a POSIX server) is read again by name, so the engine's completion check sees what
+//!   the path names now; a file changed in place is the same file (its new size and
+//!   mtime show). Not seen: a file renamed away and another created under its name
+//!   (its link count is unchanged) between the metadata fetch and the read;
 //! - `stat`: CREATE + QUERY_INFO (FileAllInformation) + CLOSE;
 //! - reading a range that fits one READ (MaxReadSize, 8 MiB on Samba; what is left of
 //!   the file by its listing's size, else the caller's buffer): CREATE + READ +
@@ -38,23 +49,29 @@
 //!   range and not on an 8-byte boundary, its last (fewer than 8) bytes are asked by a
 //!   READ of their own in the same compound (`wire::aligned_split`: Samba pads every
 //!   reply of a compound to 8 bytes by copying a READ's data); a larger one: a CREATE (a
-//!   round trip), then a sliding window of READs of [`SmbConfig::data_read_size`] (own
-//!   connections) or [`SmbConfig::read_size`] (the crate's sessions) with
-//!   [`SmbConfig::parallel_reads`] in flight, the attributes asked together with the last
-//!   one; the handle is kept for the file's next unit (at most 256 per source, 30 s) and
-//!   closed in the background.
+//!   round trip; none on a handle kept from the metadata fetch), then a sliding window of
+//!   READs of [`SmbConfig::data_read_size`] (own connections) or [`SmbConfig::read_size`]
+//!   (the crate's sessions) with [`SmbConfig::parallel_reads`] in flight, the attributes
+//!   asked together with the last one; the handle is kept for the file's next unit (at
+//!   most 256 per source or data connection, 30 s) and closed in the background. Both
+//!   kinds of session build the read compound with one builder (`wire::ReadCompound`):
+//!   on a kept handle it is READ (+ READ) + QUERY_INFO + CLOSE.
 //!
-//! File data (the main stream) goes over connections of the source's own (`data`): the
-//! same compounds and windows of READs, with each READ reply decoded from the socket into
-//! the caller's buffer, unsigned. They are used only when the server requires neither
+//! File data (the main stream) goes over connections of the source's own (`data`, at most
+//! twice [`SmbConfig::connections`]): the same compounds and windows of READs, with each
+//! READ reply decoded from the socket into the caller's buffer, unsigned; files'
+//! metadata compounds go there too (their handles are kept for the reads). They are used only when the server requires neither
 //! signing nor encryption and [`SmbConfig::sign`] is off (MS-SMB2 lets an authenticated
 //! session go unsigned unless one side requires signing; the Linux kernel client also
 //! signs only with `-o sign`). The trade-off: an attacker on the path between kaiso and
 //! the old server could alter file data unnoticed, as with NFSv3 or an unsigned cifs
 //! mount; with `sign=1`, or a server with `server signing = mandatory`, every message is
-//! signed and reads go through the crate. Metadata always goes through the crate's
-//! sessions, which sign every message of an authenticated session (smb2 0.39 has no
-//! switch for that; its SMB 3.1.1 TREE_CONNECT must be signed anyway).
+//! signed and reads go through the crate. The same holds for files' metadata (security
+//! descriptors, EAs): unsigned on the data connections, signed with `sign=1` or when the
+//! server requires it (then each file is opened twice, for its metadata and its read).
+//! Listings, `stat` and directories' metadata always go through the crate's sessions,
+//! which sign every message of an authenticated session (smb2 0.39 has no switch for
+//! that; its SMB 3.1.1 TREE_CONNECT must be signed anyway).
 //!
 //! Every request's reply is awaited at most [`SmbConfig::timeout`]; smb2's credit wait is
 //! bounded by the same timeout. A server found gone shuts every session at once, so the
@@ -137,9 +154,9 @@ pub struct SmbConfig {
     pub timeout: Duration,
     /// Sign every message even when the server does not require it (URL `sign=1`):
     /// then all reads go through the crate's signed sessions. Off by default: file data
-    /// is read over the source's own unsigned connections when the server requires
-    /// neither signing nor encryption (as the Linux kernel client without `-o sign`);
-    /// metadata always goes over the crate's signed sessions. See the module docs.
+    /// and files' metadata are read over the source's own unsigned connections when the
+    /// server requires neither signing nor encryption (as the Linux kernel client without
+    /// `-o sign`); listings go over the crate's signed sessions. See the module docs.
     pub sign: bool,
 }
 
@@ -182,6 +199,8 @@ impl SmbConfig {
 const KEPT_HANDLES: usize = 256;
 /// How long a kept handle waits for its next unit before it is closed.
 const KEPT_HANDLE_TTL: Duration = Duration::from_secs(30);
+/// How often the handles kept on idle data connections are checked for expiry.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// File sizes remembered from listings and metadata fetches (to read a small file in one
 /// compound); beyond it the table starts over.
 const SIZE_HINTS: usize = 65_536;
@@ -241,6 +260,13 @@ pub struct SmbStats {
     /// into the caller's buffer), and those connections set up.
     pub reads_direct: u64,
     pub data_connections: u64,
+    /// Reads on a data connection that used the handle kept from the file's metadata
+    /// fetch (no CREATE of their own), and those that then opened the path anew (the
+    /// file was replaced or deleted since, or the handle failed).
+    pub reads_on_metadata_handle: u64,
+    pub reads_reopened: u64,
+    /// Handles kept open on idle data connections when the counters were read.
+    pub kept_handles: u64,
 }
 
 #[derive(Default)]
@@ -432,6 +458,19 @@ impl SmbSource {
         // The other sessions connect meanwhile; a slot whose connect fails is connected
         // again later (or by the next call that finds no session).
         shared.reconnect_idle_slots();
+        // Handles kept on the data connections that nobody reads any more (a paused or
+        // stopped crawl, skipped files) are closed once they expire.
+        let weak = Arc::downgrade(&shared);
+        shared.rt.spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(s) = weak.upgrade() else { break };
+                let sweep = tokio::task::spawn_blocking(move || s.data.sweep(&s.requests));
+                if sweep.await.is_err() {
+                    break;
+                }
+            }
+        });
         Ok(Self {
             shared,
             runtime: Some(runtime),
@@ -457,6 +496,9 @@ impl SmbSource {
             closes: get(&r.closes),
             reads_direct: get(&self.shared.data.reads),
             data_connections: get(&self.shared.data.connects),
+            reads_on_metadata_handle: get(&self.shared.data.reads_on_kept),
+            reads_reopened: get(&self.shared.data.reads_again),
+            kept_handles: self.shared.data.kept_handles() as u64,
         }
     }
 
@@ -778,25 +820,37 @@ impl Shared {
         let name = Self::win_path(path)
             .map_err(|_| Fail::Malformed("path"))?
             .replace('/', "\\");
-        let create = wire::create(name, OpenFor::Metadata);
-        let all = wire::query_all(FileId::SENTINEL);
-        let sd = wire::query_security(FileId::SENTINEL);
-        let streams = wire::query_streams(FileId::SENTINEL);
-        let eas = wire::query_eas(FileId::SENTINEL);
-        let close = wire::close(FileId::SENTINEL);
-        let mut ops: Vec<link::Op<'_>> = vec![
-            (Command::Create, &create, 1),
-            (Command::QueryInfo, &all, 1),
-            (Command::QueryInfo, &sd, 1),
-        ];
-        if self.named_streams {
-            ops.push((Command::QueryInfo, &streams, 1));
-        }
-        // EAs last before the CLOSE: a file without EAs answers with an error status.
-        ops.push((Command::QueryInfo, &eas, 1));
-        ops.push((Command::Close, &close, 1));
+        let requests = wire::metadata_requests(name, OpenFor::Metadata, self.named_streams);
         self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
-        let frames = link.compound(&ops, self.config.timeout).await?;
+        let frames = link.compound(&requests.ops(), self.config.timeout).await?;
+        self.fetched(path, &frames)
+    }
+
+    /// The metadata compound on one of the source's own data connections, its handle
+    /// kept there for the file's first read: smbd opens the file once, not once for the
+    /// metadata and once for the data. `None`: that path is off or not usable for this
+    /// file now (see `data::DataPool::metadata`); the caller fetches through the crate.
+    /// Blocking (the data connections are blocking sockets).
+    fn fetch_metadata_direct(&self, path: &SourcePath) -> Option<Result<Fetched, Fail>> {
+        if self.data.is_off() {
+            return None;
+        }
+        let name = Self::win_path(path).ok()?.replace('/', "\\");
+        let frames = self
+            .data
+            .metadata(path, &name, self.named_streams, &self.requests)?;
+        self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
+        Some(frames.and_then(|f| self.fetched(path, &f)))
+    }
+
+    /// Decodes a metadata compound's replies: the CREATE's, FileAllInformation, the
+    /// security descriptor, the streams (if the share has them), the EAs (a CLOSE's after
+    /// them, if any, is not looked at).
+    fn fetched(&self, path: &SourcePath, frames: &[Frame]) -> Result<Fetched, Fail> {
+        let want = if self.named_streams { 5 } else { 4 };
+        if frames.len() < want {
+            return Err(Fail::Malformed("metadata compound"));
+        }
         if !is_ok(&frames[0]) {
             return Err(Fail::Status {
                 status: status_of(&frames[0]),
@@ -894,13 +948,28 @@ impl Shared {
         if !self.prefetch.claim(path, true) {
             return;
         }
-        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
-        let fetched = match self.least_busy(i) {
-            Some(link) => {
-                let _busy = link.busy_guard();
-                self.fetch_metadata(&link, path).await.unwrap_or_default()
+        // On a data connection (its handle kept for the read) when there are some.
+        let direct = if self.data.is_off() {
+            None
+        } else {
+            let (s, p) = (self.clone(), path.clone());
+            tokio::task::spawn_blocking(move || s.fetch_metadata_direct(&p))
+                .await
+                .ok()
+                .flatten()
+        };
+        let fetched = match direct {
+            Some(r) => r.unwrap_or_default(),
+            None => {
+                let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
+                match self.least_busy(i) {
+                    Some(link) => {
+                        let _busy = link.busy_guard();
+                        self.fetch_metadata(&link, path).await.unwrap_or_default()
+                    }
+                    None => Fetched::default(),
+                }
             }
-            None => Fetched::default(),
         };
         self.prefetch.finish(path, fetched);
     }
@@ -924,10 +993,13 @@ impl Shared {
                     self.prefetch.finish(path, Fetched::default());
                     return r;
                 }
-                let fetched = self.link(path).and_then(|l| {
-                    self.run(&l, self.fetch_metadata(&l, path))
-                        .map_err(|f| self.error(path, "query metadata", f))
-                });
+                let fetched = match self.fetch_metadata_direct(path) {
+                    Some(r) => r.map_err(|f| self.error(path, "query metadata", f)),
+                    None => self.link(path).and_then(|l| {
+                        self.run(&l, self.fetch_metadata(&l, path))
+                            .map_err(|f| self.error(path, "query metadata", f))
+                    }),
+                };
                 return match fetched {
                     Ok(mut f) => {
                         self.stats.round_trips.fetch_add(1, Ordering::Relaxed);
@@ -1411,44 +1483,24 @@ impl Shared {
         buf: &mut [u8],
         split: Option<usize>,
     ) -> Result<(usize, Option<RawAttr>), Fail> {
-        let len = buf.len();
-        let split = split.filter(|&s| s > 0 && s < len);
-        let first = split.unwrap_or(len);
-        let create = wire::create(name, OpenFor::Read);
-        let read = wire::read(FileId::SENTINEL, offset, first as u32);
-        let tail = wire::read(
-            FileId::SENTINEL,
-            offset + first as u64,
-            (len - first) as u32,
-        );
-        let all = wire::query_all(FileId::SENTINEL);
-        let close = wire::close(FileId::SENTINEL);
-        let mut ops: Vec<link::Op<'_>> = vec![
-            (Command::Create, &create, 1),
-            (Command::Read, &read, wire::credit_charge(first as u32)),
-        ];
-        if split.is_some() {
-            ops.push((
-                Command::Read,
-                &tail,
-                wire::credit_charge((len - first) as u32),
-            ));
-        }
-        let qi = ops.len();
-        ops.push((Command::QueryInfo, &all, 1));
-        ops.push((Command::Close, &close, 1));
-        let frames = link.compound(&ops, self.config.timeout).await?;
-        if !is_ok(&frames[0]) {
+        let chain = wire::ReadCompound::new(wire::ReadFrom::Name(name), offset, buf.len(), split);
+        let frames = link.compound(&chain.ops(), self.config.timeout).await?;
+        if let Some(c) = chain.create_at()
+            && !is_ok(&frames[c])
+        {
             return Err(Fail::Status {
-                status: status_of(&frames[0]),
+                status: status_of(&frames[c]),
                 op: "open",
             });
         }
-        let mut n = copy_read(&frames[1], &mut buf[..first])?;
-        if split.is_some() && n == first {
-            n += copy_read(&frames[2], &mut buf[first..])?;
+        let first = chain.first;
+        let mut n = copy_read(&frames[chain.read_at()], &mut buf[..first])?;
+        if let Some(t) = chain.tail_at()
+            && n == first
+        {
+            n += copy_read(&frames[t], &mut buf[first..])?;
         }
-        let attr = buffer(&frames[qi], "query info")
+        let attr = buffer(&frames[chain.query_at()], "query info")
             .ok()
             .and_then(wire::parse_all_information);
         Ok((n, attr))

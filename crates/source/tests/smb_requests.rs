@@ -2,7 +2,9 @@
 //! listing, every file's metadata, then every file's data in 10 MiB units (the order of
 //! a metadata-first crawl). Round trips (replies a call waits for) and requests are
 //! counted by kind, so a change that adds a round trip or a request per file (a second
-//! open, a query nobody needs, a compound split in two) fails here.
+//! open, a query nobody needs, a compound split in two) fails here. A file is opened
+//! once: its metadata fetch's handle is kept for its first read, and a read on such a
+//! handle still reads what the path names now (a file replaced or deleted since).
 
 mod common;
 
@@ -33,6 +35,9 @@ fn since(a: SmbStats, b: SmbStats) -> SmbStats {
         closes: a.closes - b.closes,
         reads_direct: a.reads_direct - b.reads_direct,
         data_connections: a.data_connections - b.data_connections,
+        reads_on_metadata_handle: a.reads_on_metadata_handle - b.reads_on_metadata_handle,
+        reads_reopened: a.reads_reopened - b.reads_reopened,
+        kept_handles: a.kept_handles,
     }
 }
 
@@ -119,7 +124,8 @@ fn smb_requests_per_file_of_a_crawl() {
     // The listing: one compound of CREATE, the directory's attributes, descriptor and
     // EAs, two QUERY_DIRECTORYs (the second says "no more files") and CLOSE.
     // The files' metadata prefetch starts in the background right after the listing, so
-    // its compounds (CREATE, 4 QUERY_INFO, CLOSE each) may already be counted here.
+    // its compounds (CREATE and 4 QUERY_INFO each, no CLOSE: the handle is kept for the
+    // read) may already be counted here.
     let l = since(listed, before);
     assert_eq!(l.round_trips, 1, "listing: {l:?}");
     let ahead = l.metadata_fetches;
@@ -129,12 +135,12 @@ fn smb_requests_per_file_of_a_crawl() {
             l.creates - ahead,
             l.queries - 4 * ahead,
             l.listings,
-            l.closes - ahead
+            l.closes
         ),
         (1, 1, 3, 2, 1),
         "listing (less {ahead} metadata compounds fetched ahead): {l:?}"
     );
-    // Metadata: one compound per file (CREATE, attributes, descriptor, streams, EAs,
+    // Metadata: one compound per file (CREATE, attributes, descriptor, streams, EAs; no
     // CLOSE), fetched ahead in the background or by the first of the file's three calls:
     // at most one round trip per file for the calls, never a second fetch.
     // (Those fetched ahead during the listing's window are counted there.)
@@ -143,17 +149,31 @@ fn smb_requests_per_file_of_a_crawl() {
     assert!(m.round_trips <= n, "metadata: {m:?}");
     assert_eq!(m.creates + ahead, n, "metadata: {m:?}");
     assert_eq!(m.queries + 4 * ahead, 4 * n, "metadata: {m:?}");
-    assert_eq!(m.closes + ahead, n, "metadata: {m:?}");
+    assert_eq!(m.closes, 0, "metadata (handles kept for the reads): {m:?}");
+    assert_eq!(
+        described.kept_handles, n,
+        "a handle kept per file after the metadata pass"
+    );
     assert_eq!((m.reads, m.singles), (0, 0), "metadata: {m:?}");
-    // Data: each small file in one round trip (CREATE, READ, attributes, CLOSE); the big
-    // one opened once (a round trip), then a round trip per unit for its window of 1 MiB
-    // READs with the attributes asked alongside the last, its handle kept between units.
+    // Data: each small file in one round trip (READ, attributes, CLOSE on the handle its
+    // metadata fetch left open: no CREATE); the big one a round trip per unit for its
+    // window of READs with the attributes asked alongside the last, on the handle kept
+    // from its metadata fetch and then between units.
     let d = since(read, described);
     assert_eq!(d.reads_compound, FILES as u64, "data: {d:?}");
-    assert_eq!(d.reads_opened, 1, "data: {d:?}");
-    assert_eq!(d.reads_continued, units - 1, "data: {d:?}");
-    assert_eq!(d.round_trips, FILES as u64 + 1 + units, "data: {d:?}");
-    assert_eq!(d.creates, FILES as u64 + 1, "data: {d:?}");
+    assert_eq!(d.reads_opened, 0, "data: {d:?}");
+    assert_eq!(d.reads_continued, units, "data: {d:?}");
+    assert_eq!(d.reads_on_metadata_handle, n, "data: {d:?}");
+    assert_eq!(d.reads_reopened, 0, "data: {d:?}");
+    assert_eq!(d.round_trips, FILES as u64 + units, "data: {d:?}");
+    assert_eq!(d.creates, 0, "data (no second open of any file): {d:?}");
+    // One CREATE per file in all, where the metadata and the read compounds opened each
+    // file once of their own before (two per file).
+    let files_opened = (l.creates - 1) + m.creates + d.creates;
+    assert_eq!(
+        files_opened, n,
+        "CREATEs for {n} files (listing {l:?}, metadata {m:?}, data {d:?})"
+    );
     // A small file whose end is not on an 8-byte boundary is asked as two READs (the
     // last bytes apart, so smbd need not copy the data to pad its reply): all twelve
     // here (500 + 1,000 i bytes). The big one: READs of SMB_DATA_READ_PIECE per unit.
@@ -169,12 +189,133 @@ fn smb_requests_per_file_of_a_crawl() {
     assert_eq!(d.reads, FILES as u64 + unaligned + big_reads, "data: {d:?}");
     assert_eq!(d.queries, read_calls, "data: {d:?}");
     // Samba here requires neither signing nor encryption: every read went over the
-    // source's own data connections (replies decoded into the caller's buffer).
+    // source's own data connections (replies decoded into the caller's buffer), set up
+    // for the metadata fetches that kept the handles.
     assert_eq!(d.reads_direct, read_calls, "data: {d:?}");
-    assert!(d.data_connections >= 1, "data: {d:?}");
+    assert!(since(read, before).data_connections >= 1, "data: {d:?}");
     // Every handle is closed once nothing more is read from it.
     let s = since(settled(&source), before);
     assert_eq!(s.closes, s.creates, "{s:?}");
+}
+
+/// Handles kept open on the source's idle data connections.
+fn read_handles(source: &SmbSource) -> u64 {
+    source.stats().kept_handles
+}
+
+/// A file read on the handle its metadata fetch kept reads what its path names at the
+/// read: a file grown in place since is read whole with its new size (the same file), a
+/// file replaced by a rename over its name is read anew by name (the new file's bytes
+/// and size, which the engine's completion check then compares with the listing), and
+/// a file deleted since fails as not found. An unchanged file is read on the handle.
+#[test]
+fn smb_kept_handle_reads_what_the_path_names_now() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    let old = |i: u64| common::content(i, 4000 + i as usize * 8);
+    for (i, name) in ["same", "grown", "replaced", "gone"].iter().enumerate() {
+        std::fs::write(share.path().join(name), old(i as u64)).unwrap();
+    }
+    let server = common::Samba::start(share.path());
+    let source = SmbSource::connect(server.config()).expect("connect");
+    source.read_dir(&SourcePath::root()).unwrap();
+    let p = |name: &str| SourcePath::parse(name.as_bytes()).unwrap();
+    for name in ["same", "grown", "replaced", "gone"] {
+        source.acl(&p(name)).unwrap();
+    }
+    assert!(
+        read_handles(&source) >= 4,
+        "handles kept from the metadata fetches: {:?}",
+        source.stats()
+    );
+    // Changes on the server itself, behind smbd's back.
+    let grown_tail = common::content(50, 3001);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(share.path().join("grown"))
+            .unwrap();
+        f.write_all(&grown_tail).unwrap();
+    }
+    let new = common::content(60, 7777);
+    std::fs::write(share.path().join("replaced.tmp"), &new).unwrap();
+    std::fs::rename(
+        share.path().join("replaced.tmp"),
+        share.path().join("replaced"),
+    )
+    .unwrap();
+    std::fs::remove_file(share.path().join("gone")).unwrap();
+
+    let mut buf = vec![0u8; UNIT];
+    let mut read = |name: &str| {
+        let before = source.stats();
+        let r = source.read_into(&p(name), 0, &mut buf);
+        (
+            r.map(|(n, a)| (buf[..n].to_vec(), a)),
+            since(source.stats(), before),
+        )
+    };
+    let (got, d) = read("same");
+    let (data, attr) = got.expect("read of an unchanged file");
+    assert!(data == old(0), "content of the unchanged file");
+    assert_eq!(attr.map(|a| a.size), Some(old(0).len() as u64));
+    assert_eq!(
+        (d.reads_on_metadata_handle, d.reads_reopened, d.creates),
+        (1, 0, 0),
+        "unchanged file: read on its kept handle, no CREATE: {d:?}"
+    );
+
+    let (got, d) = read("grown");
+    let (data, attr) = got.expect("read of a grown file");
+    let mut whole = old(1);
+    whole.extend_from_slice(&grown_tail);
+    assert_eq!(
+        attr.map(|a| a.size),
+        Some(whole.len() as u64),
+        "grown: new size"
+    );
+    assert!(
+        data == whole,
+        "grown file read whole ({} bytes)",
+        data.len()
+    );
+    assert_eq!(d.reads_on_metadata_handle, 1, "grown: {d:?}");
+
+    let (got, d) = read("replaced");
+    let (data, attr) = got.expect("read of a replaced file");
+    assert!(
+        data == new,
+        "replaced file: the new file's {} bytes expected, got {} (the old file's: {})",
+        new.len(),
+        data.len(),
+        data == old(2)
+    );
+    assert_eq!(
+        attr.map(|a| a.size),
+        Some(new.len() as u64),
+        "replaced: new size"
+    );
+    assert_eq!(
+        (d.reads_reopened, d.creates),
+        (1, 1),
+        "replaced: the path opened anew: {d:?}"
+    );
+
+    let (got, d) = read("gone");
+    let e = got.expect_err("a file deleted since its metadata fetch is not read");
+    assert_eq!(
+        e.kind,
+        kaiso_store::migrate::SourceErrorKind::NotFound,
+        "gone: {e}"
+    );
+    assert_eq!(d.reads_reopened, 1, "gone: {d:?}");
+    // Nothing stays open: every handle kept was closed by its read.
+    let s = settled(&source);
+    assert_eq!(s.closes, s.creates, "{s:?}");
+    assert_eq!(read_handles(&source), 0, "{s:?}");
 }
 
 /// A directory too large for the listing compound's two QUERY_DIRECTORY buffers is paged

@@ -6,7 +6,8 @@
 //!
 //! A data connection is a blocking TCP socket used by one call at a time: NEGOTIATE
 //! (SMB 2.1 to 3.0.2), NTLM SESSION_SETUP, TREE_CONNECT, then CREATE, READ, QUERY_INFO
-//! and CLOSE for the files read on it. It is only used when the server requires neither
+//! and CLOSE for the files read on it, and files' metadata compounds (CREATE and four
+//! QUERY_INFOs) whose handles it keeps for the files' first reads. It is only used when the server requires neither
 //! signing nor encryption (of the session or the share) and the configuration does not
 //! ask for signing; otherwise the source reads through the crate's sessions, which sign
 //! or seal as the server asks. A data connection that fails is dropped: after a broken
@@ -14,6 +15,7 @@
 //! a timeout is the call's error (the source then reconnects everything). A connection
 //! that cannot be set up leaves the calls to the crate for a while (`RETRY_AFTER`).
 
+use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,7 +35,7 @@ use smb2::types::flags::{Capabilities, SecurityMode, ShareFlags};
 use smb2::types::{Command, CreditCharge, Dialect, FileId, MessageId, SessionId, TreeId};
 
 use super::link::{Fail, Requests};
-use super::wire::{self, OpenFor, RawAttr};
+use super::wire::{self, OpenFor, RawAttr, ReadCompound, ReadFrom};
 use super::{STATUS_END_OF_FILE, SmbConfig};
 
 const STATUS_SUCCESS: u32 = 0;
@@ -42,12 +44,22 @@ const STATUS_MORE_PROCESSING_REQUIRED: u32 = 0xC000_0016;
 const FLAG_ASYNC: u32 = 0x2;
 /// Size of the fixed part of a READ reply body (2.2.20).
 const READ_REPLY_FIXED: usize = 16;
-/// Handles a data connection keeps open for files' next units.
-const KEPT_PER_LINK: usize = 16;
-/// How long a kept handle waits for its file's next unit.
-const KEPT_TTL: Duration = Duration::from_secs(30);
+/// Handles a data connection keeps open for files' next units and first reads (kept from
+/// their metadata fetch); the oldest beyond it are closed. smbd holds an open file (and a
+/// descriptor) per handle: 256 on each of at most 2 × `connections` data connections
+/// stays far below its per-process limit (`max open files`, 16,384 by default).
+pub const KEPT_PER_LINK: usize = 256;
+/// How long a kept handle waits for its file's next read before it is closed (also when
+/// nobody reads any more: a paused or stopped crawl, a skipped file; see `sweep`).
+pub const KEPT_TTL: Duration = Duration::from_secs(30);
 /// Credits the source tries to hold on a data connection (each READ of 1 MiB costs 16).
 const CREDIT_TARGET: u32 = 512;
+/// How long a call waits at most for the busy connection holding its file's kept handle
+/// (a call on a data connection is one compound or one window of READs) before it
+/// takes another connection and opens the file anew.
+const HOLDER_WAIT: Duration = Duration::from_secs(1);
+/// Numbers the data connections (which one holds which kept handle).
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 /// After a data connection could not be set up, the next attempt waits this long.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 
@@ -61,6 +73,7 @@ enum Expect {
 
 /// One SMB session on a TCP connection of its own, used by one call at a time.
 pub struct DataLink {
+    serial: u64,
     reader: BufReader<TcpStream>,
     writer: TcpStream,
     session_id: u64,
@@ -70,10 +83,21 @@ pub struct DataLink {
     max_read: u32,
     /// Message ids of requests nobody waits for (closes): their replies are dropped.
     discard: Vec<u64>,
-    /// Handles kept for files' next units.
-    kept: Vec<(SourcePath, FileId, Instant)>,
+    /// Handles kept for files' next reads.
+    kept: Vec<Kept>,
     /// Bytes of the current transport frame not read yet (a frame may chain replies).
     frame_left: usize,
+}
+
+/// A handle kept open on a data connection for its file's next read.
+pub struct Kept {
+    pub path: SourcePath,
+    pub id: FileId,
+    at: Instant,
+    /// Kept from the file's metadata fetch (nothing read on it yet): the file's link
+    /// count then. A read on it that finds fewer links (0 once the file was deleted or
+    /// replaced by a rename over its name) reads the path again (see `read_small`).
+    pub meta_nlink: Option<u32>,
 }
 
 /// A reply's header fields this path uses.
@@ -118,6 +142,7 @@ impl DataLink {
         sock.set_write_timeout(Some(config.timeout)).map_err(io)?;
         let writer = sock.try_clone().map_err(io)?;
         let mut link = DataLink {
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             reader: BufReader::with_capacity(16 << 10, sock),
             writer,
             session_id: 0,
@@ -365,44 +390,22 @@ impl DataLink {
         wire::created_file_id(&body).ok_or(Fail::Malformed("CREATE"))
     }
 
-    /// CREATE + READ + QUERY_INFO (FileAllInformation) + CLOSE as one related compound:
-    /// one round trip for a file that fits one READ. Returns the bytes read and the
-    /// attributes after the read. With `split` (see [`wire::aligned_split`]) the range
-    /// is asked as two READs, the first ending on an 8-byte boundary.
+    /// CREATE + READ + QUERY_INFO (FileAllInformation) + CLOSE as one related compound
+    /// (`from` a name), or READ + QUERY_INFO + CLOSE on a handle kept open: one round
+    /// trip for a file that fits one READ. Returns the bytes read and the attributes after
+    /// the read. With `split` (see [`wire::aligned_split`]) the range is asked as two
+    /// READs, the first ending on an 8-byte boundary.
     pub fn read_small(
         &mut self,
-        name: String,
+        from: ReadFrom,
         offset: u64,
         buf: &mut [u8],
         split: Option<usize>,
         requests: &Requests,
     ) -> Result<(usize, Option<RawAttr>), Fail> {
         let len = buf.len().min(self.max_read as usize);
-        let split = split.filter(|&s| s > 0 && s < len);
-        let first = split.unwrap_or(len);
-        let create = wire::create(name, OpenFor::Read);
-        let read = wire::read(FileId::SENTINEL, offset, first as u32);
-        let tail = wire::read(
-            FileId::SENTINEL,
-            offset + first as u64,
-            (len - first) as u32,
-        );
-        let query = wire::query_all(FileId::SENTINEL);
-        let close = wire::close(FileId::SENTINEL);
-        let mut ops: Vec<(Command, &dyn Pack, u16)> = vec![
-            (Command::Create, &create, 1),
-            (Command::Read, &read, wire::credit_charge(first as u32)),
-        ];
-        if split.is_some() {
-            ops.push((
-                Command::Read,
-                &tail,
-                wire::credit_charge((len - first) as u32),
-            ));
-        }
-        let qi = ops.len();
-        ops.push((Command::QueryInfo, &query, 1));
-        ops.push((Command::Close, &close, 1));
+        let chain = ReadCompound::new(from, offset, len, split);
+        let ops = chain.ops();
         for (c, _, _) in &ops {
             requests.count(*c);
         }
@@ -420,11 +423,9 @@ impl DataLink {
                 return Err(Fail::Malformed("reply to a request not sent"));
             };
             left -= 1;
-            let piece = match k {
-                1 => Some((0, 0..first)),
-                2 if k < qi => Some((1, first..len)),
-                _ => None,
-            };
+            let piece = chain
+                .range_of(k)
+                .map(|range| (usize::from(Some(k) == chain.tail_at()), range));
             match piece {
                 Some((i, range)) if reply.status == STATUS_SUCCESS => {
                     got[i] = Some(read_reply_into(
@@ -437,12 +438,12 @@ impl DataLink {
                     read_status[i] = reply.status;
                     skip(&mut self.reader, reply.body_len)?;
                 }
-                None if k == qi && reply.status == STATUS_SUCCESS => {
+                None if k == chain.query_at() && reply.status == STATUS_SUCCESS => {
                     let body = self.body(&reply)?;
                     attr = wire::output_buffer(&body).and_then(wire::parse_all_information);
                 }
                 None => {
-                    if k == 0 {
+                    if Some(k) == chain.create_at() {
                         open_status = reply.status;
                     }
                     skip(&mut self.reader, reply.body_len)?;
@@ -455,12 +456,13 @@ impl DataLink {
                 op: "open",
             });
         }
+        let first = chain.first;
         let n = match (got[0], read_status[0]) {
             (Some(n), _) => n,
             (None, STATUS_END_OF_FILE) => 0,
             (None, status) => return Err(Fail::Status { status, op: "read" }),
         };
-        if split.is_none() || n < first {
+        if chain.tail_at().is_none() || n < first {
             return Ok((n, attr));
         }
         // The first part was whole: the tail follows it.
@@ -469,6 +471,51 @@ impl DataLink {
             (None, STATUS_END_OF_FILE) => Ok((n, attr)),
             (None, status) => Err(Fail::Status { status, op: "read" }),
         }
+    }
+
+    /// A file's metadata in one compound: CREATE (data, attributes, EAs and security
+    /// descriptor access), FileAllInformation, the security descriptor, the streams
+    /// (`named_streams`) and the EAs, without a CLOSE: the handle is for the file's first
+    /// read. Returns each reply as a frame (the CREATE's first) and the handle (`None`
+    /// when the CREATE failed). The caller keeps or closes the handle.
+    pub fn metadata(
+        &mut self,
+        name: String,
+        named_streams: bool,
+        requests: &Requests,
+    ) -> Result<(Vec<smb2::Frame>, Option<FileId>), Fail> {
+        let ops_owned = wire::metadata_requests(name, OpenFor::MetadataAndRead, named_streams);
+        let mut ops = ops_owned.ops();
+        ops.pop(); // no CLOSE: the handle stays open
+        for (c, _, _) in &ops {
+            requests.count(*c);
+        }
+        requests.compounds.fetch_add(1, Ordering::Relaxed);
+        let mids = self.send_compound(&ops)?;
+        let mut frames: Vec<Option<smb2::Frame>> = (0..ops.len()).map(|_| None).collect();
+        let mut left = ops.len();
+        while left > 0 {
+            let reply = self.next_final()?;
+            let Some(k) = mids.iter().position(|&m| m == reply.mid) else {
+                return Err(Fail::Malformed("reply to a request not sent"));
+            };
+            left -= 1;
+            let body = self.body(&reply)?;
+            let mut header = Header::new_request(ops[k].0);
+            header.status = smb2::types::status::NtStatus(reply.status);
+            header.message_id = MessageId(reply.mid);
+            frames[k] = Some(smb2::Frame {
+                header,
+                body,
+                raw: Vec::new(),
+            });
+        }
+        let frames: Vec<smb2::Frame> = frames.into_iter().flatten().collect();
+        let id = frames
+            .first()
+            .filter(|f| f.header.status.0 == STATUS_SUCCESS)
+            .and_then(|f| wire::created_file_id(&f.body));
+        Ok((frames, id))
     }
 
     /// Sends `ops` as one related compound (each request 8-byte aligned, the FileId of
@@ -630,35 +677,75 @@ impl DataLink {
         Ok((eof_at.unwrap_or(buf.len()).min(buf.len()), attr, windows))
     }
 
-    /// The handle kept for `path`, if this connection has one.
-    fn take_kept(&mut self, path: &SourcePath) -> Option<FileId> {
-        let i = self.kept.iter().position(|(p, _, _)| p == path)?;
-        let (_, id, at) = self.kept.swap_remove(i);
-        (at.elapsed() < KEPT_TTL).then_some(id)
+    /// The handle kept for `path`, if this connection has one (an expired one is closed).
+    pub fn take_kept(&mut self, path: &SourcePath, requests: &Requests) -> Option<Kept> {
+        let i = self.kept.iter().position(|k| &k.path == path)?;
+        let k = self.kept.remove(i);
+        if k.at.elapsed() < KEPT_TTL {
+            return Some(k);
+        }
+        let _ = self.close_later(k.id, requests);
+        None
     }
 
     fn has_kept(&self, path: &SourcePath) -> bool {
-        self.kept.iter().any(|(p, _, _)| p == path)
+        self.kept.iter().any(|k| &k.path == path)
     }
 
-    /// Keeps `file_id` for the file's next unit; the oldest handle beyond the limit and
-    /// expired ones are closed.
-    fn keep(&mut self, path: &SourcePath, file_id: FileId, requests: &Requests) {
-        self.kept.push((path.clone(), file_id, Instant::now()));
-        self.close_expired(requests);
+    /// A handle kept from a read of `path` (for its next unit), not from its metadata.
+    fn has_unit_kept(&self, path: &SourcePath) -> bool {
+        self.kept
+            .iter()
+            .any(|k| &k.path == path && k.meta_nlink.is_none())
     }
 
-    fn close_expired(&mut self, requests: &Requests) {
-        let mut i = 0;
-        while i < self.kept.len() {
-            let too_many = self.kept.len() > KEPT_PER_LINK && i == 0;
-            if too_many || self.kept[i].2.elapsed() >= KEPT_TTL {
-                let (_, id, _) = self.kept.remove(i);
-                let _ = self.close_later(id, requests);
-            } else {
-                i += 1;
+    /// Handles kept open on this connection.
+    pub fn kept_count(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Keeps `file_id` for the file's next read (`meta_nlink`: kept from its metadata
+    /// fetch, see [`Kept`]); the oldest handles beyond the limit and expired ones are
+    /// closed. A handle kept for the same path before is closed.
+    pub fn keep(
+        &mut self,
+        path: &SourcePath,
+        file_id: FileId,
+        meta_nlink: Option<u32>,
+        requests: &Requests,
+    ) {
+        if let Some(old) = self.kept.iter().position(|k| &k.path == path) {
+            let old = self.kept.remove(old);
+            let _ = self.close_later(old.id, requests);
+        }
+        self.kept.push(Kept {
+            path: path.clone(),
+            id: file_id,
+            at: Instant::now(),
+            meta_nlink,
+        });
+        let _ = self.close_expired(requests);
+    }
+
+    /// Closes (without waiting) the handles kept too long, and the oldest beyond the
+    /// limit. The list is in the order the handles were kept.
+    pub fn close_expired(&mut self, requests: &Requests) -> Result<(), Fail> {
+        let over = self.kept.len().saturating_sub(KEPT_PER_LINK);
+        let mut close: Vec<FileId> = self.kept.drain(..over).map(|k| k.id).collect();
+        self.kept.retain(|k| {
+            let keep = k.at.elapsed() < KEPT_TTL;
+            if !keep {
+                close.push(k.id);
+            }
+            keep
+        });
+        let mut result = Ok(());
+        for id in close {
+            if let Err(e) = self.close_later(id, requests) {
+                result = Err(e);
             }
         }
+        result
     }
 }
 
@@ -710,9 +797,19 @@ pub fn read_reply_into<R: BufRead>(
     Ok(data_len)
 }
 
+/// Whether a read on a handle kept from the file's metadata fetch (its link count then:
+/// `meta_nlink`) read a file the path no longer names: the attributes after the read
+/// show fewer links (0 once it was deleted or replaced by a rename over its name), or
+/// are missing. Then the path is read again, opened by name.
+fn replaced(meta_nlink: Option<u32>, attr: Option<&RawAttr>) -> bool {
+    meta_nlink.is_some_and(|was| attr.is_none_or(|a| a.nlink == 0 || a.nlink < was))
+}
+
 impl DataPool {
-    /// Reads a range that fits one READ with one compound on a data connection. `None`:
-    /// no connection, or it failed (then dropped): read through the crate.
+    /// Reads a range that fits one READ with one compound on a data connection: on the
+    /// handle kept from the file's metadata fetch when this connection has it (READ,
+    /// attributes, CLOSE), else opened by name (CREATE first). `None`: no connection, or
+    /// it failed (then dropped): read through the crate.
     pub fn read_small(
         &self,
         path: &SourcePath,
@@ -723,7 +820,34 @@ impl DataPool {
         requests: &Requests,
     ) -> Option<Result<(usize, Option<RawAttr>), Fail>> {
         let mut link = self.take(path)?;
-        match link.read_small(name.to_string(), offset, buf, split, requests) {
+        let result = (|| {
+            if let Some(k) = link.take_kept(path, requests) {
+                match link.read_small(ReadFrom::Handle(k.id), offset, buf, split, requests) {
+                    Ok((n, attr)) if !replaced(k.meta_nlink, attr.as_ref()) => {
+                        self.reads_on_kept.fetch_add(1, Ordering::Relaxed);
+                        return Ok((n, attr));
+                    }
+                    Ok((_, attr)) => {
+                        tracing::debug!(%path, ?attr, "smb2: file replaced since its metadata fetch: read again");
+                        self.reads_again.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Fail::Status { status, op }) => {
+                        // The handle went bad (the compound closed it): the path again.
+                        tracing::debug!(%path, status, op, "smb2: kept handle failed");
+                        self.reads_again.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            link.read_small(
+                ReadFrom::Name(name.to_string()),
+                offset,
+                buf,
+                split,
+                requests,
+            )
+        })();
+        match result {
             Ok(x) => {
                 self.reads.fetch_add(1, Ordering::Relaxed);
                 self.give_back(link);
@@ -733,8 +857,86 @@ impl DataPool {
                 self.give_back(link);
                 Some(Err(Fail::Status { status, op }))
             }
-            Err(e) => self.failed(path, e),
+            Err(e) => self.failed(path, link.serial, e),
         }
+    }
+
+    /// A file's metadata compound on a data connection, its handle kept there for the
+    /// file's first read (a directory's is closed). `None`: no connection, it failed
+    /// (then dropped), or the server refused the open (e.g. data access denied where the
+    /// metadata is readable): the caller fetches through the crate, as without this path.
+    /// Otherwise the replies (CREATE first, no CLOSE) for the caller to decode.
+    pub fn metadata(
+        &self,
+        path: &SourcePath,
+        name: &str,
+        named_streams: bool,
+        requests: &Requests,
+    ) -> Option<Result<Vec<smb2::Frame>, Fail>> {
+        let mut link = self.take(path)?;
+        match link.metadata(name.to_string(), named_streams, requests) {
+            Ok((frames, Some(id))) => {
+                let raw = frames
+                    .get(1)
+                    .filter(|f| f.header.status.0 == STATUS_SUCCESS)
+                    .and_then(|f| wire::output_buffer(&f.body))
+                    .and_then(wire::parse_all_information);
+                let kept = match raw {
+                    Some(r) if !r.directory => {
+                        link.keep(path, id, Some(r.nlink), requests);
+                        Ok(())
+                    }
+                    _ => link.close_later(id, requests),
+                };
+                match kept {
+                    Ok(()) => {
+                        self.give_back(link);
+                        Some(Ok(frames))
+                    }
+                    Err(e) => self.failed(path, link.serial, e),
+                }
+            }
+            Ok((_, None)) => {
+                self.give_back(link);
+                None
+            }
+            Err(Fail::Status { .. }) => {
+                self.give_back(link);
+                None
+            }
+            Err(e) => self.failed(path, link.serial, e),
+        }
+    }
+
+    /// Closes the handles kept too long on the idle connections (a paused or stopped
+    /// crawl, files skipped or never read): run every few seconds by the source.
+    pub fn sweep(&self, requests: &Requests) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut broken = Vec::new();
+        for (i, l) in idle.iter_mut().enumerate() {
+            // A CLOSE that could not be written: the connection is gone.
+            if l.close_expired(requests).is_err() {
+                broken.push(i);
+            }
+        }
+        for l in idle.iter() {
+            self.note_kept(l);
+        }
+        for i in broken.into_iter().rev() {
+            let l = idle.swap_remove(i);
+            self.forget_link(l.serial);
+            self.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Handles kept open on idle connections.
+    pub fn kept_handles(&self) -> usize {
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|l| l.kept_count())
+            .sum()
     }
 }
 
@@ -753,6 +955,9 @@ pub struct DataPool {
     config: SmbConfig,
     idle: Mutex<Vec<DataLink>>,
     freed: Condvar,
+    /// Which connection (serial) holds a kept handle of which file, as of the last time
+    /// the connection was given back (locked inside `idle`).
+    kept_on: Mutex<HashMap<SourcePath, u64>>,
     /// Connections that exist (idle or in use) or are being set up.
     open: AtomicUsize,
     max: usize,
@@ -763,20 +968,30 @@ pub struct DataPool {
     /// Reads done here, and connections set up.
     pub reads: AtomicU64,
     pub connects: AtomicU64,
+    /// Reads done on a handle kept from the file's metadata fetch (no CREATE of their
+    /// own), and reads that found the file replaced or the handle bad and opened the
+    /// path again.
+    pub reads_on_kept: AtomicU64,
+    pub reads_again: AtomicU64,
 }
 
 impl DataPool {
     pub fn new(config: &SmbConfig) -> Self {
         Self {
             off: AtomicBool::new(config.sign),
-            max: config.connections,
+            // File metadata is fetched here too (its handle kept for the read): twice the
+            // sessions, so reads do not wait behind the metadata fetched ahead.
+            max: config.connections * 2,
             config: config.clone(),
             idle: Mutex::new(Vec::new()),
             freed: Condvar::new(),
+            kept_on: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
             pause_until: Mutex::new(None),
             reads: AtomicU64::new(0),
             connects: AtomicU64::new(0),
+            reads_on_kept: AtomicU64::new(0),
+            reads_again: AtomicU64::new(0),
         }
     }
 
@@ -784,7 +999,8 @@ impl DataPool {
         self.off.load(Ordering::SeqCst)
     }
 
-    /// A connection for one call (the one holding `path`'s handle if idle), a new one if
+    /// A connection for one call: the one holding `path`'s kept handle (waited for at
+    /// most [`HOLDER_WAIT`] while another call uses it), else an idle one, a new one if
     /// fewer than `max` exist, else the first freed within the timeout. `None`: read
     /// through the crate instead.
     pub fn take(&self, path: &SourcePath) -> Option<DataLink> {
@@ -792,10 +1008,36 @@ impl DataPool {
             return None;
         }
         let deadline = Instant::now() + self.config.timeout;
+        let mut holder_until: Option<Instant> = None;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(i) = idle.iter().position(|l| l.has_kept(path)) {
                 return Some(idle.swap_remove(i));
+            }
+            // Idle connections' entries are current: one for `path` names a busy one.
+            let holder = self
+                .kept_on
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(path)
+                .copied();
+            if let Some(serial) = holder {
+                let until = *holder_until
+                    .get_or_insert_with(|| Instant::now() + HOLDER_WAIT.min(self.config.timeout));
+                let now = Instant::now();
+                if now < until {
+                    idle = self
+                        .freed
+                        .wait_timeout(idle, until - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                    continue;
+                }
+                // Not given back in time (or dropped): the file is opened anew.
+                let mut kept_on = self.kept_on.lock().unwrap_or_else(|p| p.into_inner());
+                if kept_on.get(path) == Some(&serial) {
+                    kept_on.remove(path);
+                }
             }
             if let Some(l) = idle.pop() {
                 return Some(l);
@@ -851,7 +1093,8 @@ impl DataPool {
     /// server is silent: the crate would wait out the timeout again); after a broken
     /// connection (e.g. an idle one the server closed) or a reply this path could not
     /// decode, the call is read again through the crate, which reports what is wrong.
-    fn failed<T>(&self, path: &SourcePath, e: Fail) -> Option<Result<T, Fail>> {
+    fn failed<T>(&self, path: &SourcePath, serial: u64, e: Fail) -> Option<Result<T, Fail>> {
+        self.forget_link(serial);
         tracing::debug!(%path, error = %e, "smb2: data connection dropped");
         self.lost();
         match e {
@@ -860,7 +1103,8 @@ impl DataPool {
         }
     }
 
-    /// An idle connection holds a handle kept for `path`'s next unit.
+    /// An idle connection holds a handle kept for `path`'s next unit (not one kept from
+    /// its metadata fetch: a small file's first read goes by `read_small` all the same).
     pub fn holds(&self, path: &SourcePath) -> bool {
         !self.is_off()
             && self
@@ -868,16 +1112,34 @@ impl DataPool {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-                .any(|l| l.has_kept(path))
+                .any(|l| l.has_unit_kept(path))
     }
 
     /// A connection taken is given back after a call that went well.
     pub fn give_back(&self, link: DataLink) {
-        self.idle
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        self.note_kept(&link);
+        idle.push(link);
+        drop(idle);
+        // Every waiter: one may wait for this connection's handle.
+        self.freed.notify_all();
+    }
+
+    /// A connection dropped: its kept handles are gone with it.
+    fn forget_link(&self, serial: u64) {
+        self.kept_on
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(link);
-        self.freed.notify_one();
+            .retain(|_, s| *s != serial);
+    }
+
+    /// Records which files' handles `link` holds (called with `idle` locked).
+    fn note_kept(&self, link: &DataLink) {
+        let mut kept_on = self.kept_on.lock().unwrap_or_else(|p| p.into_inner());
+        kept_on.retain(|_, s| *s != link.serial);
+        for k in &link.kept {
+            kept_on.insert(k.path.clone(), link.serial);
+        }
     }
 
     /// A connection taken failed and is dropped.
@@ -892,6 +1154,10 @@ impl DataPool {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
             let n = idle.len();
             idle.clear();
+            self.kept_on
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
             n
         };
         self.open.fetch_sub(n, Ordering::SeqCst);
@@ -911,39 +1177,60 @@ impl DataPool {
     ) -> Option<Result<DirectRead, Fail>> {
         let mut link = self.take(path)?;
         let result = (|| {
-            let (file_id, mut round_trips) = match link.take_kept(path) {
-                Some(id) => (id, 0),
-                None => (link.open(name.to_string(), requests)?, 1),
-            };
-            let r = link.read(
-                file_id,
-                offset,
-                buf,
-                self.config.data_read_size,
-                self.config.parallel_reads,
-                want_attr,
-                requests,
-            );
-            let (n, attr, windows) = match r {
-                Ok(x) => x,
-                Err(e) => {
-                    let _ = link.close_later(file_id, requests);
-                    return Err(e);
+            let mut kept = link.take_kept(path, requests);
+            loop {
+                let meta_nlink = kept.as_ref().and_then(|k| k.meta_nlink);
+                let (file_id, mut round_trips) = match &kept {
+                    Some(k) => (k.id, 0),
+                    None => (link.open(name.to_string(), requests)?, 1),
+                };
+                // On a handle kept from the metadata fetch the attributes tell whether
+                // the path still names this file.
+                let r = link.read(
+                    file_id,
+                    offset,
+                    buf,
+                    self.config.data_read_size,
+                    self.config.parallel_reads,
+                    want_attr || meta_nlink.is_some(),
+                    requests,
+                );
+                let (n, attr, windows) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = link.close_later(file_id, requests);
+                        if kept.take().is_some() && matches!(e, Fail::Status { .. }) {
+                            self.reads_again.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                };
+                if replaced(meta_nlink, attr.as_ref()) {
+                    tracing::debug!(%path, ?attr, "smb2: file replaced since its metadata fetch: read again");
+                    link.close_later(file_id, requests)?;
+                    self.reads_again.fetch_add(1, Ordering::Relaxed);
+                    kept = None;
+                    continue;
                 }
-            };
-            round_trips += windows;
-            let more = n == buf.len() && attr.as_ref().is_none_or(|a| a.size > offset + n as u64);
-            if more {
-                link.keep(path, file_id, requests);
-            } else {
-                link.close_later(file_id, requests)?;
+                if meta_nlink.is_some() {
+                    self.reads_on_kept.fetch_add(1, Ordering::Relaxed);
+                }
+                round_trips += windows;
+                let more =
+                    n == buf.len() && attr.as_ref().is_none_or(|a| a.size > offset + n as u64);
+                if more {
+                    link.keep(path, file_id, None, requests);
+                } else {
+                    link.close_later(file_id, requests)?;
+                }
+                return Ok(DirectRead {
+                    n,
+                    attr: attr.filter(|_| want_attr),
+                    round_trips,
+                    opened: round_trips > windows,
+                });
             }
-            Ok(DirectRead {
-                n,
-                attr,
-                round_trips,
-                opened: round_trips > windows,
-            })
         })();
         match result {
             Ok(x) => {
@@ -956,7 +1243,7 @@ impl DataPool {
                 self.give_back(link);
                 Some(Err(Fail::Status { status, op }))
             }
-            Err(e) => self.failed(path, e),
+            Err(e) => self.failed(path, link.serial, e),
         }
     }
 }

@@ -45,6 +45,9 @@ pub const QUERY_BUFFER: u32 = 64 << 10;
 pub enum OpenFor {
     /// Attributes, EAs and the security descriptor (files and directories).
     Metadata,
+    /// As `Metadata`, and the data too: a metadata fetch whose handle is kept for the
+    /// file's first read (see `data`).
+    MetadataAndRead,
     /// Listing a directory (and its metadata).
     List,
     /// Reading a file's (or a named stream's) data.
@@ -59,6 +62,14 @@ pub fn create(name: String, open_for: OpenFor) -> CreateRequest {
     let (access, options) = match open_for {
         OpenFor::Metadata => (
             FileAccessMask::FILE_READ_ATTRIBUTES
+                | FileAccessMask::FILE_READ_EA
+                | FileAccessMask::READ_CONTROL
+                | FileAccessMask::SYNCHRONIZE,
+            0,
+        ),
+        OpenFor::MetadataAndRead => (
+            FileAccessMask::FILE_READ_DATA
+                | FileAccessMask::FILE_READ_ATTRIBUTES
                 | FileAccessMask::FILE_READ_EA
                 | FileAccessMask::READ_CONTROL
                 | FileAccessMask::SYNCHRONIZE,
@@ -174,6 +185,147 @@ pub fn aligned_split(offset: u64, len: usize, size: Option<u64>) -> Option<usize
     let left = size?.checked_sub(offset)?;
     let aligned = (left - left % 8) as usize;
     (left % 8 != 0 && aligned > 0 && left <= len as u64).then_some(aligned)
+}
+
+/// The requests of a file's metadata compound: CREATE, FileAllInformation, the security
+/// descriptor, the streams (when the share has named streams), the EAs (last before the
+/// CLOSE: a file without EAs answers with an error status) and CLOSE. Used by the crate's
+/// sessions (with the CLOSE) and the data connections (without: the handle is kept).
+pub struct MetadataRequests {
+    create: CreateRequest,
+    all: QueryInfoRequest,
+    sd: QueryInfoRequest,
+    streams: Option<QueryInfoRequest>,
+    eas: QueryInfoRequest,
+    close: CloseRequest,
+}
+
+pub fn metadata_requests(name: String, open_for: OpenFor, named_streams: bool) -> MetadataRequests {
+    MetadataRequests {
+        create: create(name, open_for),
+        all: query_all(FileId::SENTINEL),
+        sd: query_security(FileId::SENTINEL),
+        streams: named_streams.then(|| query_streams(FileId::SENTINEL)),
+        eas: query_eas(FileId::SENTINEL),
+        close: close(FileId::SENTINEL),
+    }
+}
+
+impl MetadataRequests {
+    /// The requests in order; the CLOSE is the last.
+    pub fn ops(&self) -> Vec<super::link::Op<'_>> {
+        use smb2::types::Command;
+        let mut ops: Vec<super::link::Op<'_>> = vec![
+            (Command::Create, &self.create, 1),
+            (Command::QueryInfo, &self.all, 1),
+            (Command::QueryInfo, &self.sd, 1),
+        ];
+        if let Some(s) = &self.streams {
+            ops.push((Command::QueryInfo, s, 1));
+        }
+        ops.push((Command::QueryInfo, &self.eas, 1));
+        ops.push((Command::Close, &self.close, 1));
+        ops
+    }
+}
+
+/// The requests of one read compound: a CREATE of the file (or a handle already open),
+/// a READ of the range, split in two at `first` when [`aligned_split`] says so, the
+/// attributes after the read (FileAllInformation) and a CLOSE. The one builder of the
+/// crate's sessions (`read_compound`) and the source's own data connections
+/// (`DataLink::read_small`).
+pub struct ReadCompound {
+    create: Option<CreateRequest>,
+    read: ReadRequest,
+    tail: Option<ReadRequest>,
+    query: QueryInfoRequest,
+    close: CloseRequest,
+    /// Bytes of the first READ (the whole range when it is not split).
+    pub first: usize,
+    /// Bytes of the range.
+    pub len: usize,
+}
+
+/// What a read compound reads from.
+pub enum ReadFrom {
+    /// Opens the file (or `file:stream`) by this wire name.
+    Name(String),
+    /// A handle already open (kept from the file's metadata fetch); closed at the end.
+    Handle(FileId),
+}
+
+impl ReadCompound {
+    /// `len` bytes from `offset`; `split` as [`aligned_split`] gives it (ignored unless
+    /// strictly inside the range).
+    pub fn new(from: ReadFrom, offset: u64, len: usize, split: Option<usize>) -> Self {
+        let first = split.filter(|&s| s > 0 && s < len).unwrap_or(len);
+        // The requests after a CREATE use the handle it opened (the sentinel, related);
+        // on a kept handle every request names it.
+        let (create, id) = match from {
+            ReadFrom::Name(name) => (Some(create(name, OpenFor::Read)), FileId::SENTINEL),
+            ReadFrom::Handle(id) => (None, id),
+        };
+        Self {
+            create,
+            read: read(id, offset, first as u32),
+            tail: (first < len).then(|| read(id, offset + first as u64, (len - first) as u32)),
+            query: query_all(id),
+            close: close(id),
+            first,
+            len,
+        }
+    }
+
+    /// The requests in order, with their credit charges.
+    pub fn ops(&self) -> Vec<super::link::Op<'_>> {
+        use smb2::types::Command;
+        let mut ops: Vec<super::link::Op<'_>> = Vec::with_capacity(5);
+        if let Some(c) = &self.create {
+            ops.push((Command::Create, c, 1));
+        }
+        ops.push((Command::Read, &self.read, credit_charge(self.first as u32)));
+        if let Some(t) = &self.tail {
+            ops.push((
+                Command::Read,
+                t,
+                credit_charge((self.len - self.first) as u32),
+            ));
+        }
+        ops.push((Command::QueryInfo, &self.query, 1));
+        ops.push((Command::Close, &self.close, 1));
+        ops
+    }
+
+    /// Index of the CREATE in [`ReadCompound::ops`], if the chain opens the file.
+    pub fn create_at(&self) -> Option<usize> {
+        self.create.as_ref().map(|_| 0)
+    }
+
+    /// Index of the first READ.
+    pub fn read_at(&self) -> usize {
+        usize::from(self.create.is_some())
+    }
+
+    /// Index of the tail READ, if the range is split.
+    pub fn tail_at(&self) -> Option<usize> {
+        self.tail.as_ref().map(|_| self.read_at() + 1)
+    }
+
+    /// Index of the QUERY_INFO.
+    pub fn query_at(&self) -> usize {
+        self.read_at() + 1 + usize::from(self.tail.is_some())
+    }
+
+    /// The range this READ (index `k` of the ops) fills in the caller's buffer.
+    pub fn range_of(&self, k: usize) -> Option<std::ops::Range<usize>> {
+        if k == self.read_at() {
+            Some(0..self.first)
+        } else if Some(k) == self.tail_at() {
+            Some(self.first..self.len)
+        } else {
+            None
+        }
+    }
 }
 
 /// The credits a request moving `bytes` costs (one per 64 KiB, at least one).
