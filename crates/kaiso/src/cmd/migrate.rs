@@ -11,6 +11,7 @@
 mod daemon;
 mod progress;
 mod protocol;
+mod rate;
 
 use anyhow::{Context, bail};
 use kaiso_store::control::{Client, NOT_MIGRATING, Request};

@@ -10,6 +10,7 @@
 
 use super::progress::{apply_progress, crawl_failure_entries, skipped_entries, status_skeleton};
 use super::protocol::{Call, FinishSummary, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
+use super::rate::{RateWindow, Reading};
 use super::{StartArgs, call, connect, spec_of};
 use crate::cmd::mount::{catch_signals, load_config};
 use anyhow::{Context, bail};
@@ -21,15 +22,11 @@ use kaiso_store::migrate::{
     CrawlState, Crawler, Migration, MigrationConfig, Migrations, Source, SourceError, SourcePath,
     SourceResult,
 };
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-
-/// Rates are measured over this window.
-const RATE_WINDOW: Duration = Duration::from_secs(10);
 
 /// One share being migrated by the daemon.
 struct Share {
@@ -39,8 +36,9 @@ struct Share {
     crawler: Option<Crawler>,
     paused: bool,
     started: Instant,
-    /// (when, bytes fetched, files completed) once a second, for rates.
-    samples: VecDeque<(Instant, u64, u64)>,
+    /// Counter readings since the crawl last started or resumed, for rates (empty while
+    /// paused: a paused share has no rate). See `super::rate`.
+    rate: RateWindow,
     /// Set while the share's source has not connected since the daemon started.
     source_down: Option<ReconnectWatch>,
     /// Whether the source answers the calls made through it (an outage mid-crawl).
@@ -198,6 +196,16 @@ impl Source for Watched {
     }
 }
 
+/// A reading of the counters the rates are made of, now.
+fn reading(m: &Migration) -> Reading {
+    let k = &m.counters;
+    Reading {
+        at: Instant::now(),
+        bytes: k.bytes_fetched.load(Ordering::Relaxed),
+        files: k.files_completed.load(Ordering::Relaxed),
+    }
+}
+
 /// What a crawl has done (directories listed, files completed, bytes fetched).
 fn progress_mark(m: &Migration) -> (u64, u64, u64) {
     let k = &m.counters;
@@ -280,6 +288,17 @@ pub fn finished_reports(state_dir: &Path, only: Option<&str>) -> Vec<(String, Pa
         .collect();
     out.sort();
     out
+}
+
+/// Why a new share may not be called `name`: a finished share of that name left its
+/// report (`<state_dir>/migrate/NAME.finished.txt`), which the new share's `finish`
+/// would overwrite. The name is free again once the report is moved away.
+fn finished_name_taken(state_dir: &Path, name: &str) -> Option<String> {
+    let (_, report) = finished_reports(state_dir, Some(name)).into_iter().next()?;
+    Some(format!(
+        "share {name} is finished (its report: {}); give the new share another --share name, or move that report away first",
+        report.display()
+    ))
 }
 
 /// Whether the share directory `dir` is what an interrupted finish left: its finish
@@ -548,6 +567,10 @@ impl Daemon {
         }
         let new_spec = !spec_file.exists();
         if new_spec {
+            // A finished share's report stays where it is: its name is not reused.
+            if let Some(why) = finished_name_taken(&self.state_dir(), &spec.name) {
+                return Err(why);
+            }
             if let Some(d) = spec_file.parent() {
                 private_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
             }
@@ -575,14 +598,20 @@ impl Daemon {
         // Without its source the crawl starts when the source connects.
         let reachable = source_down.as_ref().is_none_or(|w| w.down().is_none());
         let crawler = (!paused && reachable).then(|| Crawler::start(self.store.clone(), m.clone()));
+        // Only once its report is gone (moved away by the administrator, see
+        // `finished_name_taken`): the name is free again.
         self.lock_finished().retain(|f| f.spec.name != spec.name);
+        let mut rate = RateWindow::default();
+        if !paused {
+            rate.restart(reading(&m));
+        }
         shares.push(Share {
             spec,
             m,
             crawler,
             paused,
             started: Instant::now(),
-            samples: VecDeque::new(),
+            rate,
             source_down,
             health,
             retry: AutoResume::default(),
@@ -646,6 +675,8 @@ impl Daemon {
                     if let Some(c) = &s.crawler {
                         c.pause();
                     }
+                    // No rate while paused; none of its readings count after `resume`.
+                    s.rate.stop();
                     // Kept across a daemon restart.
                     s.spec.paused = true;
                     if let Err(e) = save_spec(&dir, &s.spec) {
@@ -657,6 +688,9 @@ impl Daemon {
                 let store = self.store.clone();
                 let dir = self.state_dir();
                 self.each(share.as_deref(), move |s| {
+                    if s.paused || !s.rate.running() {
+                        s.rate.restart(reading(&s.m));
+                    }
                     s.paused = false;
                     s.spec.paused = false;
                     if let Err(e) = save_spec(&dir, &s.spec) {
@@ -879,14 +913,13 @@ impl Daemon {
                 }];
             }
         }
-        if let (Some(first), Some(last)) = (s.samples.front(), s.samples.back()) {
-            let dt = last.0.duration_since(first.0).as_secs_f64();
-            if dt > 0.0 {
-                st.bytes_per_sec = last.1.saturating_sub(first.1) as f64 / dt;
-                st.files_per_sec = last.2.saturating_sub(first.2) as f64 / dt;
-            }
+        st.paused = s.paused;
+        if let Some((bytes, files)) = s.rate.rate(reading(&s.m)) {
+            st.bytes_per_sec = bytes;
+            st.files_per_sec = files;
         }
-        st.eta_secs = eta(&st);
+        // A paused share has no rate, so no ETA either (it does not end by itself).
+        st.eta_secs = if s.paused { None } else { eta(&st) };
         st
     }
 
@@ -962,21 +995,9 @@ impl Daemon {
     }
 
     fn sample(&self) {
-        let now = Instant::now();
         for s in self.lock().iter_mut() {
-            let k = &s.m.counters;
-            s.samples.push_back((
-                now,
-                k.bytes_fetched.load(Ordering::Relaxed),
-                k.files_completed.load(Ordering::Relaxed),
-            ));
-            while s
-                .samples
-                .front()
-                .is_some_and(|f| now.duration_since(f.0) > RATE_WINDOW)
-            {
-                s.samples.pop_front();
-            }
+            // Ignored while paused (the window is stopped).
+            s.rate.sample(reading(&s.m));
         }
     }
 
@@ -1141,7 +1162,15 @@ pub fn start(a: StartArgs) -> anyhow::Result<()> {
     // it stays paused until `resume`). Another --into is refused (`Daemon::add`).
     let mut paused = a.paused;
     let mut kept_pause = false;
-    if let Some(saved) = read_spec(&cfg.state_dir, &spec.name) {
+    let saved = read_spec(&cfg.state_dir, &spec.name);
+    if saved.is_none()
+        && let Some(why) = finished_name_taken(&cfg.state_dir, &spec.name)
+    {
+        // Before anything is opened or served (`Daemon::add` says the same to a share
+        // added to a running daemon).
+        bail!("{why}");
+    }
+    if let Some(saved) = saved {
         if saved.into != spec.into {
             bail!("{}", into_mismatch(&saved, &spec));
         }
@@ -1441,6 +1470,27 @@ mod tests {
             kaiso_store::migrate::report_path(&done).exists(),
             "the report stays"
         );
+    }
+
+    #[test]
+    fn a_finished_shares_name_is_not_given_to_a_new_share() {
+        let d = tempfile::tempdir().unwrap();
+        let mig = d.path().join("migrate");
+        std::fs::create_dir_all(mig.join("live")).unwrap();
+        assert_eq!(finished_name_taken(d.path(), "old"), None, "no report yet");
+        let report = kaiso_store::migrate::report_path(&mig.join("old"));
+        std::fs::write(&report, b"report").unwrap();
+        let why = finished_name_taken(d.path(), "old").expect("the name is taken");
+        assert!(
+            why.contains(&report.display().to_string()) && !why.contains('\n'),
+            "one line naming the kept report: {why}"
+        );
+        // A share whose finish was cut off after its report is still live (resumed, and
+        // its next finish completes it).
+        std::fs::write(mig.join("live").join("share.json"), b"{}").unwrap();
+        std::fs::write(kaiso_store::migrate::report_path(&mig.join("live")), b"r").unwrap();
+        assert_eq!(finished_name_taken(d.path(), "live"), None);
+        assert_eq!(finished_name_taken(d.path(), "other"), None);
     }
 
     #[test]

@@ -111,21 +111,34 @@ fn eta_text(s: &ShareStatus) -> String {
     match s.eta_secs {
         _ if s.state == "recounting" => "unknown (recounting)".into(),
         _ if s.remaining_stubs == 0 => "done".into(),
+        _ if s.paused => "none (paused)".into(),
         Some(e) => HumanDuration(Duration::from_secs_f64(e.max(0.0))).to_string(),
         None => "unknown".into(),
+    }
+}
+
+/// The rate figures: bytes and files per second, or `paused` (a paused share has none).
+fn rate_text(s: &ShareStatus) -> String {
+    if s.paused {
+        "paused".into()
+    } else {
+        format!(
+            "{}/s, {:.1} files/s",
+            HumanBytes(s.bytes_per_sec as u64),
+            s.files_per_sec
+        )
     }
 }
 
 /// One-line summary used by the progress bar.
 fn bar_message(s: &ShareStatus) -> String {
     format!(
-        "{} | files {}/{} | stubs {} | {}/s {:.0} files/s | ETA {}",
+        "{} | files {}/{} | stubs {} | {} | ETA {}",
         s.state,
         s.files_done,
         s.files_known,
         s.remaining_stubs,
-        HumanBytes(s.bytes_per_sec as u64),
-        s.files_per_sec,
+        rate_text(s),
         eta_text(s)
     )
 }
@@ -167,9 +180,8 @@ pub fn render(r: &StatusReply) -> String {
         ));
         if r.daemon {
             out.push_str(&format!(
-                "  rate       {}/s, {:.1} files/s   ETA {}\n",
-                HumanBytes(s.bytes_per_sec as u64),
-                s.files_per_sec,
+                "  rate       {}   ETA {}\n",
+                rate_text(s),
                 eta_text(s)
             ));
             out.push_str(&format!(
@@ -321,6 +333,28 @@ mod tests {
             assert!(t.contains(want), "{want:?} missing in\n{t}");
         }
         assert!(!settled(&r));
+    }
+
+    #[test]
+    fn a_paused_share_shows_paused_instead_of_a_rate_and_an_eta() {
+        let r = StatusReply {
+            daemon: true,
+            shares: vec![ShareStatus {
+                name: "docs".into(),
+                state: "paused".into(),
+                paused: true,
+                remaining_stubs: 4,
+                files_known: 4,
+                ..ShareStatus::default()
+            }],
+        };
+        let t = render(&r);
+        assert!(
+            t.contains("  rate       paused   ETA none (paused)\n"),
+            "{t}"
+        );
+        assert!(!t.contains("B/s"), "{t}");
+        assert!(bar_message(&r.shares[0]).contains("| paused | ETA none (paused)"));
     }
 
     #[test]

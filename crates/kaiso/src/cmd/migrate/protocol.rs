@@ -90,10 +90,15 @@ pub struct ShareStatus {
     pub demand_fetches: u64,
     pub crawl_fetches: u64,
     pub dirs_listed: u64,
-    /// Over the last ~10 s.
+    /// Paused by `kaiso migrate pause` (until `resume`): no rate and no ETA then.
+    #[serde(default)]
+    pub paused: bool,
+    /// Bytes (files) fetched over the last 10–11 s, or since the crawl started or
+    /// resumed if that is shorter (at least 1 s); 0 while paused or before 1 s. See
+    /// `super::rate`.
     pub bytes_per_sec: f64,
     pub files_per_sec: f64,
-    /// Estimated seconds to completion at the current rate (None: unknown).
+    /// Estimated seconds to completion at the current rate (None: unknown, or paused).
     pub eta_secs: Option<f64>,
     pub throttle_bytes_per_sec: Option<u64>,
     pub elapsed_secs: f64,
