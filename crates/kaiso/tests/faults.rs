@@ -570,7 +570,9 @@ fn mount_threads_out_of_range_is_refused_before_mounting() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // 1,024 worker threads start and, after the unmount, end: on a loaded 2-core machine
+    // either took longer than 20 s; 60 s bounds both (the loops end as soon as done).
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !common::is_mounted(&store.mountpoint) {
         if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
             let _ = child.kill();
@@ -589,17 +591,24 @@ fn mount_threads_out_of_range_is_refused_before_mounting() {
     if !unmounted {
         common::force_unmount(&store.mountpoint);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    let exited = child.try_wait().unwrap().is_some();
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
     assert_eq!(io.unwrap(), b"x");
     assert!(unmounted);
     assert!(
+        exited,
+        "--threads 1024: the daemon did not exit within 60 s of the unmount (killed): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
         out.status.success(),
-        "--threads 1024: {}",
+        "--threads 1024: {}: {}",
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -357,6 +357,9 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The daemon's own "serving after N ms" must be below this (see its use).
+const SERVE_BOUND_MS: u64 = 5000;
+
 /// `nfs-cat` of a path under the export (bounded).
 fn nfs_cat(port: u16, rel: &str) -> Vec<u8> {
     let url = format!("nfs://127.0.0.1/export/{rel}?nfsport={port}&mountport={port}&version=3");
@@ -405,6 +408,10 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         mnt.as_os_str(),
         os("--nfs"),
         os("127.0.0.1:0"),
+        // nfs-cat and nfs-ls below (libnfs) do not retry JUKEBOX: a demand fetch or a
+        // listing slower than the default 500 ms (a loaded machine) would fail them.
+        os("--jukebox-after"),
+        os("0"),
         os("--chunk"),
         os("1MiB"),
     ];
@@ -418,7 +425,10 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
         "serving after {} ms (daemon), mount visible after {wall:?}",
         d.serving_ms()
     );
-    assert!(d.serving_ms() < 1000, "{}", d.log_text());
+    // Under 1 s on an idle machine (printed above; docs/migration.md); the bound that
+    // fails the test leaves room for a loaded machine (713 ms seen at load 15 on 2
+    // cores), and still catches a start that waits for something.
+    assert!(d.serving_ms() < SERVE_BOUND_MS, "{}", d.log_text());
 
     // Nothing copied yet: the root lists from the source on first access.
     let v = status_json(&cfg);
@@ -556,7 +566,7 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     // Restart (resume from the stubs), let it complete, finish.
     let mut d = Daemon::start(&start_args, store.root.join("daemon2.log"), Some(&mnt))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(d.serving_ms() < 1000, "{}", d.log_text());
+    assert!(d.serving_ms() < SERVE_BOUND_MS, "{}", d.log_text());
     let o = finish_waiting(&cfg, 180);
     assert!(
         o.status.success(),

@@ -147,7 +147,10 @@ fn a_restart_with_one_source_gone_serves_the_store_and_resumes_when_it_is_back()
         "restart with source b gone: serving after {} ms",
         d.serving_ms()
     );
-    assert!(d.serving_ms() < 1000, "{}", d.log_text());
+    // "At once": not waiting for the gone source. The daemon serves in well under 1 s
+    // on an idle machine (printed above); a loaded 2-core machine took 713 ms, so the
+    // bound that fails the test is 5 s (waiting for the source would be for ever).
+    assert!(d.serving_ms() < 5000, "{}", d.log_text());
     // Samba on the mount would serve root only: the daemon says so.
     assert!(
         d.log_text().contains("allow_other is off"),
@@ -283,8 +286,9 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
     );
     assert!(
         t0.elapsed() < Duration::from_secs(1 + 4),
-        "failed after {:?}, not within the 1 s timeout and a margin",
-        t0.elapsed()
+        "failed after {:?}, not within the 1 s timeout and a margin; daemon log:\n{}",
+        t0.elapsed(),
+        d.log_text()
     );
     migrate_ok("resume", &cfg, &[]);
     let t1 = Instant::now();

@@ -44,14 +44,35 @@ fn fork_and_exec_follow_the_documented_rules() {
 fn a_second_process_is_refused_with_a_clear_error() {
     let s = Scratch::new("owner");
     let private = s.sub("private");
-    // The first process holds the pool while it sleeps (a shell redirect opens it).
+    // The first process holds the pool (a shell redirect opens it) and says so by
+    // creating `ready` outside the private directory; then it waits on its stdin (a
+    // builtin: no child left behind) until killed below, or until the pipe closes when
+    // the test fails early.
+    let ready = s.dir.join("ready");
     let mut holder = s
         .private_cmd(&private, "bash")
+        .stdin(std::process::Stdio::piped())
         .arg("-c")
-        .arg(format!("exec 3>{}/held; sleep 3", private.display()))
+        .arg(format!(
+            "exec 3>{}/held && : >{} && read -r _",
+            private.display(),
+            ready.display()
+        ))
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // Wait for the holder (not a fixed time: a loaded machine starts bash slowly).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !ready.exists() {
+        if let Some(st) = holder.try_wait().unwrap() {
+            panic!("the holder exited ({st}) before it held the pool");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = holder.kill();
+            let _ = holder.wait();
+            panic!("the holder did not hold the pool within 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = s
         .private_cmd(&private, "cat")
         .arg(private.join("held"))

@@ -1080,11 +1080,26 @@ fn crawl_pauses_throttles_stops_within_one_unit_and_yields_to_demand() {
         demand_time < Duration::from_secs(3),
         "demand reads took {demand_time:?}: waited behind the throttled crawl?"
     );
-    // Pause: nothing more is fetched once the units in flight are done.
+    // Pause: nothing more is fetched once the units in flight are done. Their end is
+    // awaited (no count moves for 500 ms), not guessed: a loaded machine's disk may take
+    // long over them. A crawl that kept going (a 256 KiB unit every ~0.1 s at 2 MiB/s)
+    // never stands still that long, and fails the 30 s bound.
     crawler.pause();
-    std::thread::sleep(Duration::from_millis(700));
     assert_eq!(crawler.state(), CrawlState::Paused);
-    let p0 = fetched();
+    let t_pause = std::time::Instant::now();
+    let mut p0 = fetched();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = fetched();
+        if now == p0 {
+            break;
+        }
+        assert!(
+            t_pause.elapsed() < Duration::from_secs(30),
+            "still fetching 30 s after the pause: {p0} then {now} bytes"
+        );
+        p0 = now;
+    }
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(fetched(), p0, "fetching while paused");
     crawler.resume();

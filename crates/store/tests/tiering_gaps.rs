@@ -213,8 +213,8 @@ fn new_files_avoid_a_file_system_filled_by_others() {
     // until a scan; the point is the space it takes).
     let filler = fs.path().join(".other-program");
     let _ = std::fs::write(&filler, vec![1u8; 4 * MIB as usize]);
-    // The store samples real free space every second.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    // The store samples real free space every second (20 s: room for a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while s.status().tiers[0].capacity > MIB && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
