@@ -1117,6 +1117,22 @@ fn complete_files_are_served_by_passthrough_stubs_are_not() {
 }
 
 /// `nfs-cat` of `url`, unchecked (bounded by `timeout`).
+/// A process stopped (SIGSTOP) until this is dropped (SIGCONT), also when a test panics.
+struct SourceStopped(u32);
+
+impl SourceStopped {
+    fn new(pid: u32) -> Self {
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        SourceStopped(pid)
+    }
+}
+
+impl Drop for SourceStopped {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
 fn nfs_cat_raw(url: &str) -> Output {
     Command::new("timeout")
         .args(["60", "nfs-cat"])
@@ -1129,6 +1145,13 @@ fn nfs_cat_raw(url: &str) -> Output {
 /// than `--jukebox-after` they fail with EAGAIN (-11); a retry joins the fetch the first
 /// call started, so repeating the command gets the data. With `--jukebox-after 0` the
 /// face waits for the fetch and one call returns every byte.
+///
+/// The source is a kaiso mount whose daemon is stopped (SIGSTOP) for the first call, so
+/// that call is slower than the 300 ms deadline whatever the machine's speed, and every
+/// later call, once the source runs again, is far below it even on a loaded machine. (With
+/// a 1 ms deadline and a quick source, a loaded machine answered JUKEBOX to nearly every
+/// call: each retry claimed one finished call and lost the next, and nfs-cat never got
+/// past the LOOKUP in 100 runs.)
 #[test]
 fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
     if !have("nfs-cat") {
@@ -1136,12 +1159,15 @@ fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
         eprintln!("notice: libnfs-utils absent; test not run (scripts/deps/cli.list)");
         return;
     }
+    fuse_or_skip!();
     let data = bytes(3, 32 << 20);
-    for jukebox_after in ["1ms", "0"] {
+    for jukebox_after in ["300ms", "0"] {
+        let old = Store::new("migcli-jb-src", StoreSpec::tiers(1));
+        old.seed(0, "big", &data);
+        let source_mount = old.mount();
+        let source_pid = source_mount.pid().expect("source daemon pid");
+        let src = old.mountpoint.clone();
         let store = Store::new("migcli-jb", StoreSpec::tiers(1));
-        let src = store.root.join("old");
-        fs::create_dir_all(&src).unwrap();
-        fs::write(src.join("big"), &data).unwrap();
         // The face logs each JUKEBOX answer at debug level.
         let d = Daemon::start_env(
             &[
@@ -1160,7 +1186,11 @@ fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
         .unwrap_or_else(|e| panic!("{e}"));
         let port = d.nfs_port();
         let url = format!("nfs://127.0.0.1/export/big?nfsport={port}&mountport={port}&version=3");
+        // The JUKEBOX case: the first call finds the source hung, so its listing or fetch
+        // outlasts the deadline; the source runs again as soon as nfs-cat returned.
+        let hung = (jukebox_after != "0").then(|| SourceStopped::new(source_pid));
         let first = nfs_cat_raw(&url);
+        drop(hung);
         let err = String::from_utf8_lossy(&first.stderr).into_owned();
         eprintln!(
             "--jukebox-after {jukebox_after}: nfs-cat exit {:?}, {} bytes, stderr {err:?}",
@@ -1179,10 +1209,9 @@ fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
             );
             continue;
         }
-        // A 32 MiB fetch (10 MiB units) takes longer than 1 ms: JUKEBOX, which libnfs
-        // hands to the caller as EAGAIN (-11). nfs-cat then names the failed step: a
-        // LOOKUP ("NFS3ERR_JUKEBOX(-11)") or, as here when the root listing is quick,
-        // the READ ("Failed to read from file").
+        // The hung source holds the root's listing (or the fetch) past 300 ms: JUKEBOX,
+        // which libnfs hands to the caller as EAGAIN (-11). nfs-cat then names the failed
+        // step: a LOOKUP ("NFS3ERR_JUKEBOX(-11)") or the READ ("Failed to read from file").
         assert!(
             !first.status.success()
                 && first.stdout.is_empty()
@@ -1213,7 +1242,7 @@ fn libnfs_clients_fail_on_jukebox_and_read_everything_with_jukebox_after_0() {
             std::thread::sleep(Duration::from_millis(100));
         }
         eprintln!(
-            "--jukebox-after 1ms: every byte after {tries} nfs-cat runs, {} JUKEBOX answers",
+            "--jukebox-after 300ms: every byte after {tries} nfs-cat runs, {} JUKEBOX answers",
             jukeboxes()
         );
     }
