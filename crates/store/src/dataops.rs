@@ -7,7 +7,7 @@
 use crate::error::{FsError, FsResult};
 use crate::handles::{FILLER_TOUCHED, FileState, Handle, STUB_ROW_CHANGED};
 use crate::store::Store;
-use crate::stub::{FetchBarrier, StubEntry, StubState};
+use crate::stub::{CheckpointDue, FetchBarrier, StubEntry, StubState};
 use crate::types::{Caller, FileAttr, FileKind, Ino, Opened};
 use crate::util;
 use kaiso_policy::{Op, TierState};
@@ -996,6 +996,14 @@ impl Store {
         self.checkpoint_after_fetched_data("FULL")
     }
 
+    /// This store's [`FetchBarrier`] if fetches are ordered now (none is created).
+    pub(crate) fn current_fetch_barrier(&self) -> Option<Arc<FetchBarrier>> {
+        self.fetch_barrier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// This store's [`FetchBarrier`] (created on first use). While fetches are ordered
     /// the store database does not checkpoint by itself: a checkpoint would make stub
     /// rows durable ahead of the fetched bytes they mark present. Its checkpoints go
@@ -1016,11 +1024,13 @@ impl Store {
             tracing::error!("store database: automatic checkpoint not turned off: {e}");
         }
         // The WAL file is cut back after each checkpoint, so a small state directory
-        // does not keep the largest WAL a burst of fetches made.
-        let _ = self
-            .db()
-            .conn
-            .pragma_update(None, "journal_size_limit", 4i64 << 20);
+        // does not keep the largest WAL a burst of fetches made (and its size tells what
+        // it holds, see `commit_counted`).
+        let _ = self.db().conn.pragma_update(
+            None,
+            "journal_size_limit",
+            crate::stub::STORE_WAL_KEPT_BYTES,
+        );
         *slot = Some(barrier.clone());
         barrier
     }
@@ -1632,14 +1642,51 @@ impl Store {
         };
         // Now and then the store database is checkpointed (it does not do so by itself
         // while fetches are ordered), with no lock of this file held.
-        // One fetch runs it; the others go on (each used to start a `syncfs` of its own,
-        // and all crawler threads stalled there for seconds).
-        if barrier.commit_counted() && !barrier.checkpoint_claim.swap(true, Ordering::AcqRel) {
-            let r = self.checkpoint_after_fetched_data("PASSIVE");
-            barrier.checkpoint_claim.store(false, Ordering::Release);
-            r?;
+        match barrier.commit_counted() {
+            CheckpointDue::No => {}
+            // A crawl's committer runs it (see `checkpoint_if_due`): crawler threads are
+            // not stalled in its `syncfs` while the WAL is under its bound.
+            CheckpointDue::Due if barrier.background_checkpointers.load(Ordering::Acquire) > 0 => {}
+            // One fetch runs it; the others go on (each used to start a `syncfs` of its
+            // own, and all crawler threads stalled there for seconds).
+            CheckpointDue::Due => {
+                if let Ok(_claim) = barrier.checkpoint_claim.try_lock() {
+                    self.checkpoint_after_fetched_data("PASSIVE")?;
+                }
+            }
+            // Past the WAL's hard bound: this fetch waits for the checkpoint under way
+            // instead of appending more, and runs one itself if the WAL is still past
+            // the bound then (the state directory must never fill, see
+            // `crate::stub::HOLD_WAL_BYTES`).
+            CheckpointDue::Hold => {
+                let _claim = barrier
+                    .checkpoint_claim
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if barrier.checkpoint_due() == CheckpointDue::Hold {
+                    self.checkpoint_after_fetched_data("PASSIVE")?;
+                }
+            }
         }
         Ok(written)
+    }
+
+    /// The store database's periodic checkpoint, if one is due (see
+    /// [`FetchBarrier::commit_counted`]) and no other thread runs one: for a background
+    /// thread registered in [`FetchBarrier::background_checkpointers`] (a crawl's
+    /// committer), so crawler threads do not stall in its `syncfs`. Nothing while
+    /// fetches are not ordered (the database checkpoints by itself then).
+    pub(crate) fn checkpoint_if_due(&self) -> FsResult<()> {
+        let Some(barrier) = self.current_fetch_barrier() else {
+            return Ok(());
+        };
+        if barrier.checkpoint_due() == CheckpointDue::No {
+            return Ok(());
+        }
+        if let Ok(_claim) = barrier.checkpoint_claim.try_lock() {
+            self.checkpoint_after_fetched_data("PASSIVE")?;
+        }
+        Ok(())
     }
 
     /// A fetch into stub file `state` found the file system of its tier full (filled by

@@ -105,6 +105,27 @@ pub(crate) fn pbytes(p: &Path) -> &[u8] {
     p.as_os_str().as_bytes()
 }
 
+/// Bytes the connection `conn` appended to its WAL so far: pages written (each a WAL
+/// frame) times the frame size (tests: the WAL cost of a crawl's rows).
+#[cfg(test)]
+pub(crate) fn wal_bytes_written(conn: &Connection) -> u64 {
+    let page: i64 = conn
+        .pragma_query_value(None, "page_size", |r| r.get(0))
+        .unwrap_or(4096);
+    let (mut cur, mut hi) = (0, 0);
+    // SAFETY: a live connection's handle, two integers to fill, no reset.
+    unsafe {
+        rusqlite::ffi::sqlite3_db_status(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBSTATUS_CACHE_WRITE,
+            &mut cur,
+            &mut hi,
+            0,
+        );
+    }
+    cur as u64 * (page as u64 + 24)
+}
+
 impl Db {
     pub fn open(state_dir: &Path) -> rusqlite::Result<Db> {
         let conn = Connection::open(state_dir.join("kaiso.db"))?;

@@ -519,21 +519,62 @@ pub struct FetchBarrier {
     order: std::sync::RwLock<()>,
     /// Store row commits of fetches since the last barrier (for a periodic checkpoint).
     pub(crate) commits_since: std::sync::atomic::AtomicU64,
-    /// Taken by the one fetch that runs the periodic checkpoint; the others go on
-    /// fetching instead of each starting a `syncfs` of its own.
-    pub(crate) checkpoint_claim: std::sync::atomic::AtomicBool,
+    /// Held by the one thread that runs the periodic checkpoint: the others go on
+    /// fetching instead of each starting a `syncfs` of its own, until the WAL reaches
+    /// [`HOLD_WAL_BYTES`]; then they wait for it here (back-pressure).
+    pub(crate) checkpoint_claim: Mutex<()>,
+    /// Background threads that run the periodic checkpoints (a crawl's committer, see
+    /// [`crate::Store::checkpoint_if_due`]): while one runs, fetches leave the due
+    /// checkpoints to it and only wait for it past [`HOLD_WAL_BYTES`].
+    pub(crate) background_checkpointers: std::sync::atomic::AtomicUsize,
     counts: BarrierCounts,
     /// The first [`SYNC_LOG_MAX`] syncs, oldest first (timelines, diagnostics).
     log: Mutex<Vec<BarrierSync>>,
     /// When the last sync made the store's rows durable (see `commit_counted`).
     last_sync: Mutex<std::time::Instant>,
+    /// Milliseconds each `syncfs` of a tier takes on top of its own time (tests: a disk
+    /// slowed by load, as on a busy CI machine).
+    #[cfg(test)]
+    pub(crate) slow_syncfs_ms: std::sync::atomic::AtomicU64,
 }
 
-/// Fetch commits, time and store-WAL size that make a periodic checkpoint due (see
-/// [`FetchBarrier::commit_counted`]).
+/// Fetch commits and time that make a periodic checkpoint due, and the store-WAL size
+/// that makes it due whatever they are (see [`FetchBarrier::commit_counted`]).
 const CHECKPOINT_MIN_COMMITS: u64 = 1000;
 const CHECKPOINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-const CHECKPOINT_WAL_BYTES: u64 = 16 << 20;
+const CHECKPOINT_WAL_BYTES: u64 = 3 << 20;
+
+/// The store WAL's hard bound: past it a fetch's row commit waits for the checkpoint
+/// under way (or runs one) instead of appending more.
+///
+/// A periodic checkpoint first makes every fetched byte durable (`syncfs` of each tier),
+/// which takes seconds on a loaded disk; fetches of small files kept appending about
+/// 5 KB each meanwhile, and the WAL reached 22 MB and filled a 64 MiB state directory
+/// together with the migration database's (CI, session 13). With this bound, the
+/// migration database's (`crate::migrate::state`, also 6 MiB) and the WAL file kept
+/// after a checkpoint ([`STORE_WAL_KEPT_BYTES`]), the two WALs never hold more than about
+/// 13 MiB, whatever the disk's speed: a 64 MiB state directory keeps room for both
+/// databases and ext4's own overhead. Above [`CHECKPOINT_WAL_BYTES`] and the size the
+/// WAL is cut back to, so a checkpoint is due before writers are held.
+pub(crate) const HOLD_WAL_BYTES: u64 = 6 << 20;
+
+/// The size the store's WAL file is cut back to when SQLite starts it over after a
+/// checkpoint (`journal_size_limit`, set while fetches are ordered): below
+/// [`CHECKPOINT_WAL_BYTES`], so the file's size tells how much the WAL holds.
+pub(crate) const STORE_WAL_KEPT_BYTES: i64 = 1 << 20;
+
+/// Whether a store checkpoint is due after a fetch's row commit (see
+/// [`FetchBarrier::commit_counted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointDue {
+    /// Not yet.
+    No,
+    /// Due: whoever is free to (a background thread, else the fetch) runs it.
+    Due,
+    /// The WAL is past [`HOLD_WAL_BYTES`]: the fetch waits for a checkpoint before it
+    /// goes on.
+    Hold,
+}
 
 /// One [`FetchBarrier::sync_then`]: when it started, how long it spent in `syncfs` and
 /// how long fetch writes were held back (the held part includes the caller's sync).
@@ -572,35 +613,65 @@ impl FetchBarrier {
             marks,
             order: std::sync::RwLock::new(()),
             commits_since: std::sync::atomic::AtomicU64::new(0),
-            checkpoint_claim: std::sync::atomic::AtomicBool::new(false),
+            checkpoint_claim: Mutex::new(()),
+            background_checkpointers: std::sync::atomic::AtomicUsize::new(0),
             counts: BarrierCounts::default(),
             log: Mutex::new(Vec::new()),
             last_sync: Mutex::new(std::time::Instant::now()),
+            #[cfg(test)]
+            slow_syncfs_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Counts one fetch's row commit; true when a periodic checkpoint of the store
-    /// database is due: [`CHECKPOINT_MIN_COMMITS`] commits since the last sync, and
-    /// [`CHECKPOINT_INTERVAL`] passed since it or the store's WAL grew past
-    /// [`CHECKPOINT_WAL_BYTES`]. Every checkpoint makes all fetched bytes durable first
-    /// (a `syncfs` of each tier in the middle of the crawl, which the crawl's writes
-    /// wait behind), so it bounds the WAL and what a power loss can take back, not more
-    /// often than that needs.
-    pub fn commit_counted(&self) -> bool {
+    /// Counts one fetch's row commit and tells whether a periodic checkpoint of the
+    /// store database is due: [`CHECKPOINT_MIN_COMMITS`] commits since the last sync and
+    /// [`CHECKPOINT_INTERVAL`] passed since it, or the store's WAL grew past
+    /// [`CHECKPOINT_WAL_BYTES`] ([`CheckpointDue::Hold`] past [`HOLD_WAL_BYTES`]). Every
+    /// checkpoint makes all fetched bytes durable first (a `syncfs` of each tier in the
+    /// middle of the crawl, which the crawl's writes wait behind), so it bounds the WAL
+    /// and what a power loss can take back, not more often than that needs.
+    pub fn commit_counted(&self) -> CheckpointDue {
         let n = self
             .commits_since
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1;
-        if n < CHECKPOINT_MIN_COMMITS {
-            return false;
+        self.due_after(n)
+    }
+
+    /// [`FetchBarrier::commit_counted`] without counting a commit (for a background
+    /// checkpointer).
+    pub fn checkpoint_due(&self) -> CheckpointDue {
+        self.due_after(
+            self.commits_since
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    fn due_after(&self, commits: u64) -> CheckpointDue {
+        if commits == 0 {
+            return CheckpointDue::No;
+        }
+        // One `stat` per fetch: the bound must hold whatever the fetch rate.
+        let wal = std::fs::metadata(&self.store_wal).map_or(0, |m| m.len());
+        if wal > HOLD_WAL_BYTES {
+            return CheckpointDue::Hold;
+        }
+        if wal >= CHECKPOINT_WAL_BYTES {
+            return CheckpointDue::Due;
+        }
+        if commits < CHECKPOINT_MIN_COMMITS {
+            return CheckpointDue::No;
         }
         let since = self
             .last_sync
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .elapsed();
-        since >= CHECKPOINT_INTERVAL
-            || std::fs::metadata(&self.store_wal).is_ok_and(|m| m.len() >= CHECKPOINT_WAL_BYTES)
+        if since >= CHECKPOINT_INTERVAL {
+            CheckpointDue::Due
+        } else {
+            CheckpointDue::No
+        }
     }
 
     /// The syncs made so far (the first [`SYNC_LOG_MAX`]), oldest first.
@@ -644,6 +715,11 @@ impl FetchBarrier {
         };
         for (tier, upto) in todo {
             let t = std::time::Instant::now();
+            #[cfg(test)]
+            std::thread::sleep(std::time::Duration::from_millis(
+                self.slow_syncfs_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ));
             syncfs(&self.tiers[tier])?;
             tally.syncfs_calls += 1;
             tally.syncfs += t.elapsed();
@@ -746,23 +822,28 @@ mod barrier_schedule_tests {
     fn a_checkpoint_is_due_after_enough_commits_and_time_or_wal_bytes() {
         let dir = tempfile::tempdir().unwrap();
         let b = barrier(dir.path());
+        let no = CheckpointDue::No;
         // Commits alone, right after a sync: not yet (the WAL is small).
         for _ in 0..CHECKPOINT_MIN_COMMITS * 3 {
-            assert!(!b.commit_counted());
+            assert_eq!(b.commit_counted(), no);
         }
-        // The WAL grown past its bound: due.
+        // The WAL grown past its checkpoint size: due; past its bound: writers hold.
         let wal = std::fs::File::create(dir.path().join("kaiso.db-wal")).unwrap();
         wal.set_len(CHECKPOINT_WAL_BYTES).unwrap();
-        assert!(b.commit_counted());
+        assert_eq!(b.commit_counted(), CheckpointDue::Due);
+        assert_eq!(b.checkpoint_due(), CheckpointDue::Due);
+        wal.set_len(HOLD_WAL_BYTES + 1).unwrap();
+        assert_eq!(b.commit_counted(), CheckpointDue::Hold);
         // A sync resets both; time alone makes it due again once there are commits.
         wal.set_len(0).unwrap();
         b.sync_then(|| Ok(())).unwrap();
-        assert!(!b.commit_counted());
+        assert_eq!(b.checkpoint_due(), no, "no commit since the sync");
+        assert_eq!(b.commit_counted(), no);
         *b.last_sync.lock().unwrap() = std::time::Instant::now() - CHECKPOINT_INTERVAL;
         for _ in 1..CHECKPOINT_MIN_COMMITS - 1 {
-            assert!(!b.commit_counted(), "too few commits");
+            assert_eq!(b.commit_counted(), no, "too few commits");
         }
-        assert!(b.commit_counted());
+        assert_eq!(b.commit_counted(), CheckpointDue::Due);
     }
 
     #[test]

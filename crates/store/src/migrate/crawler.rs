@@ -182,12 +182,30 @@ impl Committer {
         let thread = std::thread::Builder::new()
             .name("kaiso-commit".into())
             .spawn(move || {
+                // It also runs the periodic syncs of both databases (see
+                // `periodic_syncs`): the store's fetches leave their checkpoints to it
+                // while it is registered with their barrier (from the first fetch on).
+                let mut registered: Option<Arc<crate::stub::FetchBarrier>> = None;
                 while !halt.load(Ordering::Acquire) {
+                    if registered.is_none() {
+                        registered = store.current_fetch_barrier();
+                        if let Some(b) = &registered {
+                            b.background_checkpointers.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
                     m2.wait_for_deferred_listing(Duration::from_millis(50));
+                    if let Err(e) = m2.periodic_syncs(&store) {
+                        tracing::warn!(errno = e.errno(), "crawler: periodic sync failed");
+                        sh.fail(0, e.errno(), "sync state");
+                    }
                     if let Err(e) = m2.commit_listings(&store) {
                         tracing::warn!(errno = e.errno(), "crawler: committing listings failed");
                         sh.fail(0, e.errno(), "commit listings");
                     }
+                }
+                // Fetches checkpoint by themselves again.
+                if let Some(b) = registered {
+                    b.background_checkpointers.fetch_sub(1, Ordering::AcqRel);
                 }
                 // Whatever was deferred before the workers stopped.
                 if let Err(e) = m2.commit_listings(&store) {

@@ -1538,6 +1538,7 @@ impl Migration {
             _ => return Ok(()),
         }
         self.copy_metadata(store, row.ino, &row.src_path);
+        self.db.hold_for_wal().map_err(io)?;
         self.db
             .set_kind(row.ino, StubKind::PartialFile)
             .map_err(io)?;
@@ -1607,17 +1608,37 @@ impl Migration {
             None => Some((row.listed_size, row.listed_mtime_ns, ctime_ns)),
         };
         // Row removal, counter and completion record: one transaction.
+        self.db.hold_for_wal().map_err(io)?;
         if self.db.complete(ino, &row.src_path, done).map_err(io)? {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
         }
         // The database does not checkpoint by itself (see `state`): a group commit now
-        // and then bounds its WAL and what a power loss can take back.
-        if self.group_commit_due() {
+        // and then bounds its WAL and what a power loss can take back. While a crawl's
+        // committer runs, it makes them (`periodic_syncs`), off the crawler threads,
+        // which wait for one only past the WAL's bound (`hold_for_wal`).
+        if self.defer_listing_commits.load(Ordering::Acquire) {
+            if self.db.wal_sync_due() {
+                self.wake_committer();
+            }
+        } else if self.group_commit_due() {
             self.db.sync_unless_busy().map_err(io)?;
         }
         Ok(())
+    }
+
+    /// The periodic syncs of a running crawl, for its committer thread: the migration
+    /// database's group commit when due (see `group_commit_due`; it checkpoints a grown
+    /// WAL) and the store database's checkpoint when due (see
+    /// `crate::stub::FetchBarrier::commit_counted`). Both make the fetched data durable
+    /// first (`syncfs`), which is slow under load: here no crawler thread waits for it
+    /// until a WAL reaches its bound.
+    pub(crate) fn periodic_syncs(&self, store: &Store) -> FsResult<()> {
+        if self.group_commit_due() {
+            self.db.sync().map_err(io)?;
+        }
+        store.checkpoint_if_due()
     }
 
     /// Whether a completion should group-commit now: [`COMMITS_PER_GROUP_COMMIT`]

@@ -55,6 +55,19 @@
 //! This replaces one fsync per row change (`synchronous=FULL`, 3–4 per file) with one per
 //! listed directory, which is what made a migration slower than `rsync`.
 //!
+//! # How large the state directory grows
+//!
+//! The WAL is checkpointed only by a sync (a checkpoint makes rows durable, so it must
+//! come after the fetched data, see `sync`), and a sync waits for a `syncfs` of every
+//! tier, which takes seconds on a loaded disk. So the WAL is bounded by size, not by
+//! time: a sync is due past [`SYNC_WAL_BYTES`] (a crawl's committer thread makes it, off
+//! the crawler threads), and past [`HOLD_WAL_BYTES`] the crawl's writers wait for it
+//! ([`MigrationDb::hold_for_wal`]) instead of appending more. The store's WAL has the
+//! same bound (`crate::stub::HOLD_WAL_BYTES`), so both stay under about 13 MiB together
+//! whatever the disk's speed. A file costs about 6.7 KB of WAL (1 KiB pages,
+//! [`PAGE_SIZE`]; per-file row changes of concurrent callers share one transaction,
+//! [`MigrationDb::grouped`]).
+//!
 //! Reads never touch SQLite: the stub rows are mirrored in memory (loaded at open and
 //! updated after each commit under the same lock), so lookups on the fetch path cost a
 //! hash probe. The read-only handle used by `status` has no mirror and reads SQL.
@@ -171,6 +184,29 @@ pub struct MigrationDb {
     /// The store's fetch barrier: fetched bytes and the store's rows are made durable
     /// before this database's WAL (see `sync`).
     barrier: Mutex<Option<Arc<FetchBarrier>>>,
+    /// Row changes waiting to join the next group transaction (see `grouped`).
+    queue: Mutex<Queue>,
+}
+
+/// A per-file row change that joins a group transaction (see [`MigrationDb::grouped`]).
+enum Queued {
+    /// Dummy → partial.
+    Kind(u64, StubKind),
+    /// The row goes (if it is still the one for `src`), with its completion record.
+    Remove {
+        ino: u64,
+        src: Option<SourcePath>,
+        done: Option<(u64, i64, Option<i64>)>,
+    },
+}
+
+/// The group transaction's queue: changes not taken yet, in call order, and the results
+/// of changes another caller committed (by ticket).
+#[derive(Default)]
+struct Queue {
+    next: u64,
+    ops: Vec<(u64, Queued)>,
+    results: HashMap<u64, Result<bool, (std::io::ErrorKind, String)>>,
 }
 
 struct Inner {
@@ -183,24 +219,44 @@ struct Inner {
 const DELETED_BY_CLIENTS: &str = "deleted_by_clients";
 
 /// WAL size past which `sync` checkpoints it into the main database file.
-const CHECKPOINT_WAL_BYTES: u64 = 8 << 20;
+const CHECKPOINT_WAL_BYTES: u64 = 2 << 20;
 
 /// WAL size past which a sync is due whatever the number of commits (see
 /// [`MigrationDb::unsynced`]). A commit appends every page it touched to the WAL (a file's
-/// completion about 23 KiB), so counting commits alone let 8,000 small files grow the WAL
-/// to 180 MB before the first sync (audit s11): the state directory must stay small.
-const SYNC_WAL_BYTES: u64 = 16 << 20;
+/// completion about 6.7 KB with 1 KiB pages, 23 KiB with SQLite's default 4 KiB), so
+/// counting commits alone let 8,000 small files grow the WAL to 180 MB before the first
+/// sync (audit s11): the state directory must stay small.
+const SYNC_WAL_BYTES: u64 = 3 << 20;
 
-/// WAL size past which a periodic group commit waits for a sync under way (see
-/// [`MigrationDb::sync_unless_busy`]).
-const HOLD_WAL_BYTES: u64 = 24 << 20;
+/// The WAL's hard bound: past it, the crawl's writers ([`MigrationDb::hold_for_wal`])
+/// wait for the sync under way, which checkpoints the WAL, instead of appending more.
+///
+/// A sync makes the fetched data durable first (`syncfs` of every tier), which takes
+/// seconds on a loaded disk; small files complete faster than that, and the WAL grew to
+/// 25 MB meanwhile and filled a 64 MiB state directory together with the store's WAL
+/// (CI, session 13). With 6 MiB here and in the store (`crate::stub::HOLD_WAL_BYTES`),
+/// the two WALs stay under about 13 MiB whatever the disk's speed (a few writes outside
+/// the crawl may pass the bound by a transaction each), so a 64 MiB state directory
+/// keeps room for both databases and ext4's own overhead. It is twice the size that
+/// makes a sync due, so the crawl is held only when a sync is slower than the crawl
+/// takes to append 3 MiB (about 450 small files).
+pub(crate) const HOLD_WAL_BYTES: u64 = 6 << 20;
 
 /// Unsynced commits below which [`MigrationDb::unsynced`] does not look at the WAL's size.
 const WAL_SIZE_CHECK_AFTER: u64 = 64;
 
 /// The size the WAL file is cut back to when SQLite starts it over after a complete
-/// checkpoint (`journal_size_limit`): without it the file keeps its largest size.
-const WAL_KEPT_BYTES: u64 = 4 << 20;
+/// checkpoint (`journal_size_limit`): without it the file keeps its largest size. Below
+/// [`CHECKPOINT_WAL_BYTES`], so the file's size tells how much the WAL holds.
+const WAL_KEPT_BYTES: u64 = 1 << 20;
+
+/// The page size of new migration databases. Every commit appends each page it changed
+/// to the WAL, whole: a completion changes a few rows of 50-200 bytes in 3-4 tables, so
+/// with SQLite's default 4 KiB pages it cost about 23 KiB of WAL per file, with 1 KiB
+/// pages about 6.7 KB (measured, `the_wals_stay_bounded_…` in `migrate::tests`). The
+/// stub rows are mirrored in memory, so lookups never walk the deeper B-trees. A
+/// database created before keeps its page size.
+const PAGE_SIZE: u64 = 1024;
 
 /// Missing byte ranges of file stubs, by store inode number.
 pub(crate) type MissingByIno = HashMap<u64, Vec<(u64, u64)>>;
@@ -272,7 +328,8 @@ impl MigrationDb {
         }
         let conn = Connection::open(path).map_err(sql_err)?;
         conn.execute_batch(
-            &"PRAGMA journal_mode=WAL;
+            &"PRAGMA page_size=%p;
+             PRAGMA journal_mode=WAL;
              PRAGMA synchronous=NORMAL;
              PRAGMA wal_autocheckpoint=0;
              PRAGMA journal_size_limit=%d;
@@ -282,7 +339,8 @@ impl MigrationDb {
              CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS done(ino INTEGER PRIMARY KEY, src_path BLOB NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER, ident BLOB);
              CREATE TABLE IF NOT EXISTS listed(src_path BLOB PRIMARY KEY, names BLOB NOT NULL);"
-                .replace("%d", &WAL_KEPT_BYTES.to_string()),
+                .replace("%d", &WAL_KEPT_BYTES.to_string())
+                .replace("%p", &PAGE_SIZE.to_string()),
         )
         .map_err(|e| sql_err_in(path.parent(), e))?;
         // Columns older databases lack: the listed size/mtime (first version), the
@@ -343,6 +401,7 @@ impl MigrationDb {
             committed: AtomicU64::new(0),
             synced: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
+            queue: Mutex::new(Queue::default()),
             barrier: Mutex::new(None),
         }
     }
@@ -365,6 +424,22 @@ impl MigrationDb {
             return u64::MAX;
         }
         n
+    }
+
+    /// Back-pressure for the crawl's writers (completions, dummy → partial): past
+    /// [`HOLD_WAL_BYTES`] of WAL, waits for the sync under way (or makes one), which
+    /// checkpoints the WAL, so the WAL never grows without bound while a slow sync runs.
+    /// Call with no lock held that a fetch's write or a sync takes.
+    pub fn hold_for_wal(&self) -> std::io::Result<()> {
+        if self.wal_len() > HOLD_WAL_BYTES {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Whether a sync is due because of the WAL's size alone (see [`SYNC_WAL_BYTES`]).
+    pub fn wal_sync_due(&self) -> bool {
+        self.wal_len() > SYNC_WAL_BYTES
     }
 
     /// The WAL file's size now (0: none, or the read-only handle).
@@ -459,6 +534,12 @@ impl MigrationDb {
     /// Counts a commit for [`MigrationDb::sync`].
     fn committed(&self) {
         self.committed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Bytes this handle appended to its WAL so far (see `crate::db::wal_bytes_written`).
+    #[cfg(test)]
+    pub(crate) fn wal_bytes_written(&self) -> u64 {
+        crate::db::wal_bytes_written(&self.lock().conn)
     }
 
     /// Commits made so far, and how many of them are known durable.
@@ -685,17 +766,9 @@ impl MigrationDb {
             .map_err(sql_err)
     }
 
+    /// Dummy → partial (a group transaction, see [`MigrationDb::grouped`]).
     pub fn set_kind(&self, ino: u64, kind: StubKind) -> std::io::Result<()> {
-        let mut g = self.lock();
-        self.write(&mut g, |tx| {
-            tx.prepare_cached("UPDATE stubs SET kind=?2 WHERE ino=?1")
-                .and_then(|mut st| st.execute(params![ino as i64, kind.code()]))
-                .map_err(sql_err)
-        })?;
-        if let Some(r) = g.rows.as_mut().and_then(|m| m.get_mut(&ino)) {
-            r.kind = kind;
-        }
-        Ok(())
+        self.grouped(Queued::Kind(ino, kind)).map(|_| ())
     }
 
     pub fn lower_minsize(&self, ino: u64, size: u64) -> std::io::Result<()> {
@@ -736,43 +809,147 @@ impl MigrationDb {
         src: Option<&SourcePath>,
         done: Option<(u64, i64, Option<i64>)>,
     ) -> std::io::Result<bool> {
-        let mut g = self.lock();
-        let inner = &mut *g;
-        let ours = match existing(inner, ino)? {
-            Some(p) => src.is_none_or(|s| *s == p),
-            None => false,
+        self.grouped(Queued::Remove {
+            ino,
+            src: src.cloned(),
+            done,
+        })
+    }
+
+    /// Group commit of the per-file row changes of concurrent callers (crawler threads
+    /// completing files): each queues its change, and whoever gets the connection next
+    /// commits every change queued so far in one transaction and hands the others their
+    /// results. Each change is committed before its call returns, as with one
+    /// transaction per change, but the pages they share (the counter's, the last page of
+    /// `done`, neighbouring stub rows) go to the WAL once per group instead of once per
+    /// file.
+    fn grouped(&self, op: Queued) -> std::io::Result<bool> {
+        let queue = || self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let ticket = {
+            let mut q = queue();
+            let t = q.next;
+            q.next += 1;
+            q.ops.push((t, op));
+            t
         };
-        if !ours {
-            // Completed or given up by someone else already, or a new object that got
-            // the inode number of a deleted one: nothing of it is ours to record.
-            return Ok(false);
-        }
-        self.write(inner, |tx| {
-            if let (Some((size, mtime_ns, ctime_ns)), Some(src)) = (done, src) {
-                // The stub row's identity goes with it (it is deleted below).
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO done(ino,src_path,size,mtime_ns,ctime_ns,ident) VALUES(?1,?2,?3,?4,?5,(SELECT ident FROM stubs WHERE ino=?1))",
-                )
-                .and_then(|mut st| {
-                    st.execute(params![
-                        ino as i64,
-                        src.as_bytes(),
-                        size as i64,
-                        mtime_ns,
-                        ctime_ns
-                    ])
-                })
-                .map_err(sql_err)?;
+        let mut g = self.lock();
+        let ops = {
+            let mut q = queue();
+            // A caller that had the connection before committed ours (it hands the
+            // results out before it lets the connection go).
+            if let Some(r) = q.results.remove(&ticket) {
+                return r.map_err(|(kind, msg)| std::io::Error::new(kind, msg));
             }
-            tx.prepare_cached("DELETE FROM stubs WHERE ino=?1")
-                .and_then(|mut st| st.execute([ino as i64]))
-                .map_err(sql_err)?;
-            bump(tx, -1)
-        })?;
-        if let Some(m) = inner.rows.as_mut() {
-            m.remove(&ino);
+            std::mem::take(&mut q.ops)
+        };
+        let inner = &mut *g;
+        // Which removals apply: the row is still the one for their source path, and no
+        // earlier change of this group removed it. (Every queued change gets a result,
+        // an error included: its caller waits for it.)
+        let mut gone = std::collections::HashSet::new();
+        let mut applies = Vec::with_capacity(ops.len());
+        let mut r = Ok(());
+        for (_, op) in &ops {
+            applies.push(match op {
+                Queued::Kind(..) => true,
+                Queued::Remove { ino, src, .. } => {
+                    // Completed or given up by someone else already, or a new object
+                    // that got the inode number of a deleted one: nothing to record.
+                    let row = if gone.contains(ino) {
+                        None
+                    } else {
+                        existing(inner, *ino).unwrap_or_else(|e| {
+                            r = Err(e);
+                            None
+                        })
+                    };
+                    let ours = row.is_some_and(|p| src.as_ref().is_none_or(|s| *s == p));
+                    if ours {
+                        gone.insert(*ino);
+                    }
+                    ours
+                }
+            });
         }
-        Ok(true)
+        let removed = gone.len() as i64;
+        let r = if r.is_err() {
+            r
+        } else if applies.iter().any(|a| *a) {
+            self.write(inner, |tx| {
+                for ((_, op), ours) in ops.iter().zip(&applies) {
+                    match op {
+                        Queued::Kind(ino, kind) => {
+                            tx.prepare_cached("UPDATE stubs SET kind=?2 WHERE ino=?1")
+                                .and_then(|mut st| st.execute(params![*ino as i64, kind.code()]))
+                                .map_err(sql_err)?;
+                        }
+                        Queued::Remove { ino, src, done } if *ours => {
+                            if let (Some((size, mtime_ns, ctime_ns)), Some(src)) = (done, src) {
+                                // The stub row's identity goes with it (deleted below).
+                                tx.prepare_cached(
+                                    "INSERT OR REPLACE INTO done(ino,src_path,size,mtime_ns,ctime_ns,ident) VALUES(?1,?2,?3,?4,?5,(SELECT ident FROM stubs WHERE ino=?1))",
+                                )
+                                .and_then(|mut st| {
+                                    st.execute(params![
+                                        *ino as i64,
+                                        src.as_bytes(),
+                                        *size as i64,
+                                        mtime_ns,
+                                        ctime_ns
+                                    ])
+                                })
+                                .map_err(sql_err)?;
+                            }
+                            tx.prepare_cached("DELETE FROM stubs WHERE ino=?1")
+                                .and_then(|mut st| st.execute([*ino as i64]))
+                                .map_err(sql_err)?;
+                        }
+                        Queued::Remove { .. } => {}
+                    }
+                }
+                bump(tx, -removed)
+            })
+        } else {
+            Ok(())
+        };
+        if r.is_ok()
+            && let Some(m) = inner.rows.as_mut()
+        {
+            for ((_, op), ours) in ops.iter().zip(&applies) {
+                match op {
+                    Queued::Kind(ino, kind) => {
+                        if let Some(row) = m.get_mut(ino) {
+                            row.kind = *kind;
+                        }
+                    }
+                    Queued::Remove { ino, .. } if *ours => {
+                        m.remove(ino);
+                    }
+                    Queued::Remove { .. } => {}
+                }
+            }
+        }
+        let result = |ours: bool| match &r {
+            Ok(()) => Ok(ours),
+            Err(e) => Err((e.kind(), e.to_string())),
+        };
+        // Ours is among them (queued before we had the connection, and not taken by
+        // another caller, who would have left its result).
+        let mut mine = Err((
+            std::io::ErrorKind::Other,
+            "migration database: change lost from its group".to_string(),
+        ));
+        let mut q = queue();
+        for ((t, _), ours) in ops.iter().zip(&applies) {
+            if *t == ticket {
+                mine = result(*ours);
+            } else {
+                q.results.insert(*t, result(*ours));
+            }
+        }
+        drop(q);
+        drop(g);
+        mine.map_err(|(kind, msg)| std::io::Error::new(kind, msg))
     }
 
     /// A client deleted the object that was copied from `src`: its row (counter drops),
@@ -1086,11 +1263,19 @@ fn bump(tx: &rusqlite::Transaction<'_>, delta: i64) -> std::io::Result<()> {
     if delta == 0 {
         return Ok(());
     }
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO meta(key,value) VALUES('remaining', MAX(0, COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key='remaining'), 0) + ?1))",
-    )
-    .and_then(|mut st| st.execute([delta]))
-    .map_err(sql_err)?;
+    // An update in place rewrites one page; `INSERT OR REPLACE` deleted and reinserted
+    // the row, rewriting the key's index page as well (a WAL frame each, every file).
+    let n = tx
+        .prepare_cached(
+            "UPDATE meta SET value=MAX(0, CAST(value AS INTEGER) + ?1) WHERE key='remaining'",
+        )
+        .and_then(|mut st| st.execute([delta]))
+        .map_err(sql_err)?;
+    if n == 0 {
+        tx.prepare_cached("INSERT INTO meta(key,value) VALUES('remaining', MAX(0, ?1))")
+            .and_then(|mut st| st.execute([delta]))
+            .map_err(sql_err)?;
+    }
     Ok(())
 }
 
@@ -1176,6 +1361,13 @@ mod tests {
             "{syncs} syncs: the test did not exercise the WAL bound"
         );
         eprintln!("WAL peak {peak} bytes for {files} completions, {syncs} syncs");
+        // Grown past the size from which a sync checkpoints (below it, a sync only
+        // fsyncs the WAL).
+        let mut i = 0;
+        while std::fs::metadata(&wal).map_or(0, |m| m.len()) <= CHECKPOINT_WAL_BYTES {
+            db.set_meta(&format!("pad{i}"), "x").unwrap();
+            i += 1;
+        }
         db.sync().unwrap();
         // The next commit starts the WAL over.
         db.skip(&rows[0].src_path, SourceErrorKind::Changed, "test")
