@@ -1774,19 +1774,8 @@ impl Store {
         // (lock order: gate, then namespace): a client's rename cannot make it name
         // another file between the two, and a move cannot switch the tier (it switches
         // under the gate).
-        let (f, tier) = {
-            let ns = self.ns();
-            let entry = ns.files.get(&ino).ok_or(FsError::NOENT)?;
-            if !Arc::ptr_eq(&entry.state, state) {
-                return Err(FsError::NOENT);
-            }
-            let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(self.tiers[entry.tier as usize].backing(&p))?;
-            (f, entry.tier as usize)
-        };
-        // What is still missing of the range, within the current size.
+        // What is still missing of the range, within the current size (before the open:
+        // with nothing to write, nothing is opened, and no mode changed for the open).
         let size = state.size.load(Ordering::Acquire);
         let end = offset.saturating_add(data.len() as u64).min(size);
         let (pieces, pending) = match state
@@ -1804,9 +1793,23 @@ impl Store {
         if pieces.is_empty() {
             return Ok(StubWrite::default());
         }
+        let (f, ctime_before, tier) = {
+            let ns = self.ns();
+            let entry = ns.files.get(&ino).ok_or(FsError::NOENT)?;
+            if !Arc::ptr_eq(&entry.state, state) {
+                return Err(FsError::NOENT);
+            }
+            let p = ns.file_path(ino).ok_or(FsError::NOENT)?;
+            // A daemon that is not root opens a stub whose source mode denies its owner
+            // write (0444) with u+w added for the open alone and the mode put back at
+            // once, under the namespace lock (`crate::owner_write`).
+            let w = crate::owner_write::open_write(&self.tiers[entry.tier as usize].backing(&p))?;
+            (w.file, w.ctime_before, entry.tier as usize)
+        };
         // Until the store's last change below (dropped before the gate): clients keep
-        // seeing the ctime from before (see `crate::stub::CtimeMask`).
-        let _ctime = crate::stub::StoreWrite::begin(state, &f);
+        // seeing the ctime from before (see `crate::stub::CtimeMask`), the one from before
+        // the open's mode change if there was one.
+        let _ctime = crate::stub::StoreWrite::begin_at(state, &f, ctime_before);
         let client_changed = pending.is_none();
         let times = match pending {
             Some(t) => t,

@@ -48,6 +48,12 @@ impl From<io::Error> for FsError {
 
 impl From<rusqlite::Error> for FsError {
     fn from(e: rusqlite::Error) -> FsError {
+        // A full state directory is ENOSPC, which the crawl's failures and clients can
+        // tell apart from a broken database (EIO); the log names the cause.
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            tracing::error!(error = %e, "store database: state directory full");
+            return FsError::NOSPC;
+        }
         tracing::error!(error = %e, "metadata database error");
         FsError::IO
     }

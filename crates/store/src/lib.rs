@@ -20,6 +20,7 @@ mod namespace;
 pub mod operator;
 mod opsapi;
 mod orphan;
+mod owner_write;
 mod placement;
 mod scan;
 mod store;

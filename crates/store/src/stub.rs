@@ -318,8 +318,15 @@ pub(crate) struct StoreWrite<'a> {
 }
 
 impl<'a> StoreWrite<'a> {
-    pub(crate) fn begin(state: &'a crate::handles::FileState, f: &'a std::fs::File) -> Self {
-        let before = ctime_of(f);
+    /// Begins a store write into `f`, whose ctime before the store's first change is
+    /// `before`, or the one `f` has now if `None` (`before` is given when the store
+    /// changed the file already to open it: `crate::owner_write`).
+    pub(crate) fn begin_at(
+        state: &'a crate::handles::FileState,
+        f: &'a std::fs::File,
+        before: Option<SystemTime>,
+    ) -> Self {
+        let before = before.or_else(|| ctime_of(f));
         let mut m = state.ctime.lock().unwrap_or_else(|e| e.into_inner());
         m.mask = before.map(|b| match m.mask {
             // Only the store changed the file since its last write: still the old one.
