@@ -12,7 +12,7 @@ mod source_servers;
 use common::migrate_daemon::{
     Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
 };
-use common::{Store, StoreSpec, temp_dir};
+use common::{Scratch, Store, StoreSpec};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -22,21 +22,6 @@ use std::time::{Duration, Instant};
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)
-}
-
-/// A scratch directory removed on drop (sources live outside the store's directory).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        Scratch(temp_dir(tag))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `kaiso migrate start SOURCE CONFIG --mount MNT EXTRA…`, serving.

@@ -12,20 +12,12 @@
 mod common;
 
 use common::migrate_daemon::{Daemon, migrate_cmd, migrate_status_json, output_text};
-use common::{Store, StoreSpec, temp_dir};
+use common::{Scratch, Store, StoreSpec, temp_dir};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A small source: two files and a directory with one file (and `extra` names).
 fn source(tag: &str, extra: &[&str]) -> Scratch {

@@ -11,21 +11,12 @@ mod common;
 mod source_servers;
 
 use common::migrate_daemon::{Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes};
-use common::{Store, StoreSpec, temp_dir};
+use common::{Scratch, Store, StoreSpec, temp_dir};
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Polls the first share's status until `done_when` holds, bounded by `limit`.
 fn wait_share(

@@ -9,29 +9,14 @@ mod common;
 use common::migrate_daemon::{
     Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes, wait_share_status,
 };
-use common::{Store, StoreSpec, temp_dir};
+use common::{Scratch, Store, StoreSpec};
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
-
-/// A scratch directory removed on drop (sources live outside the store's directory).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        Scratch(temp_dir(tag))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// `n` files of `size` bytes in `root/dir`.
 fn make_source(root: &Path, dir: &str, n: usize, size: usize) {

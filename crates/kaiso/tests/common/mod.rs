@@ -195,6 +195,21 @@ fn toml_str(s: &str) -> String {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// A scratch directory outside any store (a migration's source, say), removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        Scratch(temp_dir(tag))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh, world-traversable temporary directory (nobody must be able to reach the
 /// mount points and plain directories inside it).
 pub fn temp_dir(tag: &str) -> PathBuf {
