@@ -272,6 +272,12 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
         Some(&mnt),
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // The root is not listed yet, so the read fails at its listing: one call. (A file
+    // looked up before the stop makes several calls, metadata copy then read, which the
+    // source's hung state fails within a grace each: `deadline::tests` in kaiso-source.
+    // Not done here: a directory's ACL read failing as unreachable stays in the skip
+    // report after the source is back, so `finish` would refuse; docs/migration.md,
+    // Limits.)
     // The old server hangs: every call into its mount blocks.
     let cont = Continue(pid);
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
@@ -285,7 +291,7 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
         t0.elapsed()
     );
     assert!(
-        t0.elapsed() < Duration::from_secs(1 + 4),
+        t0.elapsed() < Duration::from_millis(3500),
         "failed after {:?}, not within the 1 s timeout and a margin; daemon log:\n{}",
         t0.elapsed(),
         d.log_text()
@@ -298,10 +304,12 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
     eprintln!("crawl over the hung source stuck after {:?}", t1.elapsed());
     let failures = s["crawl_failures"].as_array().cloned().unwrap_or_default();
     assert!(!failures.is_empty(), "{s:#}");
-    // The log names the path and the deadline.
+    // The log names the path and the deadline (the first call past it, or a later one
+    // that failed after the grace: "… while an earlier call to it is hung (no return
+    // within 1.0 s …").
     let log = d.log_text();
     assert!(
-        log.contains("did not return within 1.0 s")
+        log.contains("within 1.0 s")
             && log.contains(&*old.mountpoint.to_string_lossy()),
         "{log}"
     );
