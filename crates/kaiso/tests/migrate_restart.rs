@@ -309,8 +309,7 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
     // within 1.0 s …").
     let log = d.log_text();
     assert!(
-        log.contains("within 1.0 s")
-            && log.contains(&*old.mountpoint.to_string_lossy()),
+        log.contains("within 1.0 s") && log.contains(&*old.mountpoint.to_string_lossy()),
         "{log}"
     );
     // The old server answers again: resume, the crawl completes, finish verifies.
