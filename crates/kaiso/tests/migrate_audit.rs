@@ -11,6 +11,7 @@ mod source_servers;
 
 use common::migrate_daemon::{
     Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
+    wait_logged_serving,
 };
 use common::{Scratch, Store, StoreSpec};
 use std::ffi::OsStr;
@@ -595,18 +596,7 @@ fn a_daemon_that_is_not_root_still_migrates_readable_files() {
         }
     }
     let guard = Stop(&mut child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("kaiso: serving after")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "not serving within 30 s:\n{}",
-            fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_logged_serving(&log);
     let status = wait_crawl_end(&store.config, Duration::from_secs(60));
     let fin = finish(&store.config);
     drop(guard);

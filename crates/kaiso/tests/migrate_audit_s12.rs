@@ -12,6 +12,7 @@ mod source_servers;
 
 use common::migrate_daemon::{
     Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
+    write_numbered_files,
 };
 use common::{Scratch, Store, StoreSpec};
 use std::ffi::OsStr;
@@ -41,17 +42,6 @@ fn add_share_b(src: &Path, store: &Store, extra: &[&str]) {
     args.extend(extra.iter().map(|a| os(a)));
     let o = common::migrate_daemon::run_kaiso_bounded(&args, &[], Duration::from_secs(30));
     assert!(o.status.success(), "add share b: {}", output_text(&o));
-}
-
-fn make_source(root: &Path, dir: &str, n: usize, size: usize) {
-    fs::create_dir_all(root.join(dir)).unwrap();
-    for i in 0..n {
-        fs::write(
-            root.join(dir).join(format!("f{i:03}")),
-            bytes(i as u64 + 1, size),
-        )
-        .unwrap();
-    }
 }
 
 /// `kaiso migrate start SOURCE CONFIG EXTRA…` (EXTRA names the faces), serving.
@@ -117,7 +107,7 @@ fn state_of(s: &serde_json::Value) -> String {
 fn migration_state_is_not_writable_by_other_users() {
     fuse_or_skip!();
     let src = Scratch::new("s12-perm-src");
-    make_source(&src.0, "d", 3, 1000);
+    write_numbered_files(&src.0, "d", 3, 1000);
     let store = Store::new("s12-perm", StoreSpec::tiers(1));
     let mut d = start(src.0.to_str().unwrap(), &store, &["--paused"], true)
         .unwrap_or_else(|e| panic!("kaiso migrate start: {e}"));
@@ -183,7 +173,7 @@ fn migration_state_is_not_writable_by_other_users() {
 fn a_restart_with_another_into_does_not_strand_the_share() {
     fuse_or_skip!();
     let src = Scratch::new("s12-into-src");
-    make_source(&src.0, "d", 4, 1000);
+    write_numbered_files(&src.0, "d", 4, 1000);
     fs::write(src.0.join("top"), bytes(99, 5000)).unwrap();
     let store = Store::new("s12-into", StoreSpec::tiers(1));
     let source = src.0.to_str().unwrap();
@@ -238,8 +228,8 @@ fn a_restart_with_another_into_does_not_strand_the_share() {
 fn a_paused_share_stays_paused_across_a_daemon_restart() {
     fuse_or_skip!();
     let (sa, sb) = (Scratch::new("s12-pause-a"), Scratch::new("s12-pause-b"));
-    make_source(&sa.0, "d", 4, 1000);
-    make_source(&sb.0, "d", 40, 256 * 1024);
+    write_numbered_files(&sa.0, "d", 4, 1000);
+    write_numbered_files(&sb.0, "d", 40, 256 * 1024);
     let store = Store::new("s12-pause", StoreSpec::tiers(1));
     let a_args = ["--into", "a", "--share", "a"];
     let mut d = start(sa.0.to_str().unwrap(), &store, &a_args, true)
@@ -332,7 +322,7 @@ fn crawl_stuck_on_a_stopped_ganesha(
         return None;
     }
     let src = Scratch::new(&format!("{tag}-src"));
-    make_source(&src.0, "d", 10, 256 * 1024);
+    write_numbered_files(&src.0, "d", 10, 256 * 1024);
     let ganesha = source_servers::Ganesha::start(&src.0);
     let url = format!(
         "nfs://127.0.0.1:{}{}?mountport={}&timeout=2",
@@ -442,9 +432,9 @@ fn a_crawl_stuck_on_an_outage_resumes_when_the_source_is_back() {
 fn a_stub_moved_into_another_shares_directory_still_completes() {
     fuse_or_skip!();
     let (sa, sb) = (Scratch::new("s12-xmv-a"), Scratch::new("s12-xmv-b"));
-    make_source(&sa.0, "d", 3, 100_000);
-    make_source(&sa.0, "sub/deep", 2, 1000);
-    make_source(&sb.0, "e", 3, 1000);
+    write_numbered_files(&sa.0, "d", 3, 100_000);
+    write_numbered_files(&sa.0, "sub/deep", 2, 1000);
+    write_numbered_files(&sb.0, "e", 3, 1000);
     let store = Store::new("s12-xmv", StoreSpec::tiers(1));
     let mut d = start(
         sa.0.to_str().unwrap(),
@@ -547,8 +537,8 @@ fn set_mtime(p: &Path, secs: i64) {
 fn client_changes_to_an_unlisted_directory_survive_its_listing() {
     fuse_or_skip!();
     let src = Scratch::new("s12-dirmeta-src");
-    make_source(&src.0, "dd/inner", 1, 10);
-    make_source(&src.0, "dacl", 1, 10);
+    write_numbered_files(&src.0, "dd/inner", 1, 10);
+    write_numbered_files(&src.0, "dacl", 1, 10);
     source_servers::set_xattr(&src.0.join("dd"), "user.tag", b"src");
     let o = std::process::Command::new("setfacl")
         .args(["-m", "u:1234:rx"])

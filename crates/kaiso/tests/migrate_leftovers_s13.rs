@@ -7,7 +7,8 @@
 mod common;
 
 use common::migrate_daemon::{
-    Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes, wait_share_status,
+    Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
+    wait_logged_serving, wait_share_status, write_numbered_files,
 };
 use common::{Scratch, Store, StoreSpec};
 use std::ffi::OsStr;
@@ -17,18 +18,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
-
-/// `n` files of `size` bytes in `root/dir`.
-fn make_source(root: &Path, dir: &str, n: usize, size: usize) {
-    fs::create_dir_all(root.join(dir)).unwrap();
-    for i in 0..n {
-        fs::write(
-            root.join(dir).join(format!("f{i:03}")),
-            bytes(i as u64 + 1, size),
-        )
-        .unwrap();
-    }
-}
 
 /// `kaiso migrate start SOURCE CONFIG [--mount MNT] EXTRA…`, serving.
 fn start(source: &Path, store: &Store, extra: &[&str], mounted: bool) -> Result<Daemon, String> {
@@ -99,7 +88,7 @@ fn settled_bytes(config: &Path) -> u64 {
 #[test]
 fn a_paused_share_shows_no_rate_and_no_eta() {
     let src = Scratch::new("s13-pause-src");
-    make_source(&src.0, "d", 40, MIB / 2);
+    write_numbered_files(&src.0, "d", 40, MIB / 2);
     let store = Store::new("s13-pause", StoreSpec::tiers(1));
     let mut d = start(
         &src.0,
@@ -156,7 +145,7 @@ fn a_paused_share_shows_no_rate_and_no_eta() {
 fn the_rate_after_a_resume_and_a_burst_is_bytes_over_the_time_they_took() {
     fuse_or_skip!();
     let src = Scratch::new("s13-burst-src");
-    make_source(&src.0, "d", 40, MIB / 2);
+    write_numbered_files(&src.0, "d", 40, MIB / 2);
     let burst = bytes(777, 6 * MIB);
     // Deeper than the 20 MiB of `d/`: the crawl (BFS, 1 MiB/s) does not reach it first.
     fs::create_dir_all(src.0.join("z/y")).unwrap();
@@ -228,9 +217,9 @@ fn the_rate_after_a_resume_and_a_burst_is_bytes_over_the_time_they_took() {
 #[test]
 fn a_finished_shares_name_is_refused_for_a_new_share() {
     let src1 = Scratch::new("s13-name-src1");
-    make_source(&src1.0, "d", 3, 1000);
+    write_numbered_files(&src1.0, "d", 3, 1000);
     let src2 = Scratch::new("s13-name-src2");
-    make_source(&src2.0, "e", 2, 500);
+    write_numbered_files(&src2.0, "e", 2, 500);
     let store = Store::new("s13-name", StoreSpec::tiers(1));
     let mut d = start(&src1.0, &store, &["--into", "a", "--share", "a"], false)
         .unwrap_or_else(|e| panic!("kaiso migrate start: {e}"));
@@ -370,18 +359,7 @@ fn a_daemon_that_is_not_root_fetches_into_read_only_files() {
         }
     }
     let guard = Stop(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("kaiso: serving after")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "not serving within 30 s:\n{}",
-            fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_logged_serving(&log);
     let v = wait_share_status(
         &store.config,
         Duration::from_secs(60),

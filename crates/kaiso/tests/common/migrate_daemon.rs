@@ -250,3 +250,31 @@ pub fn wait_share_status(
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `n` files of `size` seeded bytes, `f000`, `f001`…, in `root/dir` (created).
+pub fn write_numbered_files(root: &Path, dir: &str, n: usize, size: usize) {
+    fs::create_dir_all(root.join(dir)).unwrap();
+    for i in 0..n {
+        fs::write(
+            root.join(dir).join(format!("f{i:03}")),
+            seeded_bytes(i as u64 + 1, size),
+        )
+        .unwrap();
+    }
+}
+
+/// Waits (at most 30 s) until the daemon log `log` says "kaiso: serving after".
+pub fn wait_logged_serving(log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("kaiso: serving after")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not serving within 30 s:\n{}",
+            fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
