@@ -73,6 +73,9 @@ impl Variant {
 impl Drop for Variant {
     fn drop(&mut self) {
         common::stop(&mut self.child);
+        if std::thread::panicking() {
+            common::print_log_tails(&self._dir.path().join("log"));
+        }
     }
 }
 

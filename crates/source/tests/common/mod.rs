@@ -422,6 +422,27 @@ impl Samba {
 impl Drop for Samba {
     fn drop(&mut self) {
         stop(&mut self.child);
+        if std::thread::panicking() {
+            print_log_tails(&self.dir.path().join("log"));
+        }
+    }
+}
+
+/// The last lines of every log file in `dir` on stderr: a failing test shows what the
+/// server said (its directory is removed right after).
+pub fn print_log_tails(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let text = fs::read_to_string(e.path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        eprintln!(
+            "--- last lines of {} ---\n{}",
+            e.path().display(),
+            tail.join("\n")
+        );
     }
 }
 
