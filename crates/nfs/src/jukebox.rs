@@ -186,7 +186,9 @@ mod tests {
     #[test]
     fn fast_work_answers_directly() {
         rt().block_on(async {
-            let j = Jukebox::new(Some(Duration::from_millis(500)));
+            // A wait no scheduler delay reaches: instant work must be answered directly
+            // (a short wait would also time out on a machine too busy to start it soon).
+            let j = Jukebox::new(Some(Duration::from_secs(60)));
             assert_eq!(j.run(Key::new("read", 1), || Ok(7u32)).await, Ok(7));
             assert_eq!(j.replies(), 0);
             assert_eq!(j.pending(), 0, "collected results leave the table");
@@ -222,9 +224,18 @@ mod tests {
                 "retries joined the first run"
             );
             assert!(j.joined() >= 1);
-            // A new request after collection runs again.
+            // A new request after collection runs again (its blocking thread may start
+            // after the request's 100 ms wait on a busy machine: wait for it).
             let _ = j.run(key.clone(), job(runs.clone())).await;
-            assert_eq!(runs.load(Ordering::SeqCst), 2);
+            let t1 = Instant::now();
+            while runs.load(Ordering::SeqCst) < 2 && t1.elapsed() < Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(
+                runs.load(Ordering::SeqCst),
+                2,
+                "a request after collection did not run the work again within 10 s"
+            );
         });
     }
 
@@ -240,7 +251,18 @@ mod tests {
                 })
                 .await;
             assert_eq!(r, Err(nfsstat3::NFS3ERR_JUKEBOX));
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Wait for the work to finish (not a fixed sleep: its thread may start late on
+            // a busy machine, and invalidation keeps work still in flight).
+            let finished = || {
+                j.table()
+                    .get(&key)
+                    .is_some_and(|w| w.done.borrow().is_some())
+            };
+            let t0 = Instant::now();
+            while !finished() && t0.elapsed() < Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(finished(), "the 100 ms work did not finish within 10 s");
             assert_eq!(j.pending(), 1);
             j.invalidate(9);
             assert_eq!(j.pending(), 0);

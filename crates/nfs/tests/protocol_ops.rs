@@ -64,18 +64,29 @@ async fn create(c: &mut Client, dir: &nfs_fh3, name: &str, mode: u32) -> nfs_fh3
     }
 }
 
+/// Reads the whole file, retrying a JUKEBOX reply as a client does (a face with a short
+/// JUKEBOX deadline may answer one for resident data on a loaded machine), for 30 s.
 async fn read_all(c: &mut Client, fh: &nfs_fh3) -> Vec<u8> {
     let mut out = Vec::new();
+    let t0 = Instant::now();
     loop {
-        let r = c
-            .read(&READ3args {
-                file: fh.clone(),
-                offset: out.len() as u64,
-                count: 256 * 1024,
-            })
-            .await
-            .unwrap()
-            .unwrap();
+        let args = READ3args {
+            file: fh.clone(),
+            offset: out.len() as u64,
+            count: 256 * 1024,
+        };
+        let r = match c.read(&args).await.unwrap() {
+            Nfs3Result::Ok(r) => r,
+            Nfs3Result::Err((nfsstat3::NFS3ERR_JUKEBOX, _)) => {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "READ still answered JUKEBOX after 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Nfs3Result::Err((e, _)) => panic!("READ at {}: {e:?}", out.len()),
+        };
         out.extend_from_slice(&r.data);
         if r.eof || r.data.is_empty() {
             return out;

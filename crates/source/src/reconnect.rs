@@ -262,11 +262,21 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().join("src");
         let (tx, rx) = mpsc::channel();
+        // The retry is held back until the test lets it go (or 30 s pass): a call that
+        // waited for a retry would take that long, however fast or slow the machine.
+        let (go, held) = mpsc::channel::<()>();
+        let held = std::sync::Mutex::new(held);
         let r2 = root.clone();
         let (s, watch) = ReconnectingSource::start(
             format!("posix:{}", root.display()),
             "first error".into(),
-            Box::new(move || crate::PosixSource::open(&r2).map(|s| Box::new(s) as Box<dyn Source>)),
+            Box::new(move || {
+                let _ = held
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .recv_timeout(Duration::from_secs(30));
+                crate::PosixSource::open(&r2).map(|s| Box::new(s) as Box<dyn Source>)
+            }),
             Box::new(|_| Ok(())),
             Box::new(move || {
                 let _ = tx.send(());
@@ -277,13 +287,18 @@ mod tests {
         let e = s.stat(&f).unwrap_err();
         assert_eq!(e.kind, SourceErrorKind::Unreachable);
         assert!(e.message.contains("first error"), "{e}");
-        // At once: no wait for the retry (seconds away); 1 s leaves room for a loaded machine.
-        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        // At once: no wait for the retry (held back above for 30 s).
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the first call waited for the retry: {:?}",
+            t0.elapsed()
+        );
         assert!(watch.down().is_some());
         assert_eq!(s.describe(), format!("posix:{}", root.display()));
         // The source appears: the retry connects and says so.
         std::fs::create_dir(&root).unwrap();
         std::fs::write(root.join("f"), b"bytes").unwrap();
+        let _ = go.send(());
         rx.recv_timeout(Duration::from_secs(10)).expect("connected");
         assert!(watch.down().is_none());
         assert_eq!(s.stat(&f).unwrap().size, 5);

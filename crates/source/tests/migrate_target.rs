@@ -465,10 +465,10 @@ fn a_demand_read_never_waits_behind_a_throttled_crawl_unit_of_the_same_file() {
     crawler.stop();
     assert!(fetched_by_crawl >= 1, "the crawler never got into the file");
     eprintln!("slowest demand read beside a throttled crawl: {worst:?}");
-    // Behind the throttle: 4 s; a demand fetch of one 4 MiB unit is far quicker, even on
-    // a loaded machine's disk.
+    // Behind the throttle: 4 s less the 0.3 s waited above; a demand fetch of one 4 MiB
+    // unit is far quicker, even on a loaded machine's (or a slow CI) disk.
     assert!(
-        worst < Duration::from_secs(2),
+        worst < Duration::from_secs(3),
         "a demand read waited {worst:?} behind the throttled crawl"
     );
     store.shutdown();

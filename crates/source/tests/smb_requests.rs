@@ -88,7 +88,34 @@ fn smb_requests_per_file_of_a_crawl() {
     assert_eq!(entries.len(), files.len());
     assert!(dir_attr.is_some());
     let path = |name: &str| dir.join(name.as_bytes()).unwrap();
-    let listed = source.stats();
+    // The listing starts metadata prefetches in the background; one on a data connection
+    // counts its requests when it sends them and its fetch when the replies are in, so a
+    // snapshot taken while one is in flight does not add up (a CREATE and no fetch). Take
+    // one where every metadata compound sent is counted as a fetch (at most 10 s: at the
+    // latest, once all prefetches are done).
+    let listed = {
+        let t = std::time::Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let s = source.stats();
+            let l = since(s, before);
+            if l.compounds == l.metadata_fetches + 1 && l.creates == l.metadata_fetches + 1 {
+                if tries > 1 {
+                    eprintln!(
+                        "snapshot after the listing: {tries} tries, {:?}",
+                        t.elapsed()
+                    );
+                }
+                break s;
+            }
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "no snapshot without a metadata prefetch in flight within 10 s: {l:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
     // Metadata pass.
     for (i, (name, _)) in files.iter().enumerate() {
         let p = path(name);

@@ -1310,9 +1310,11 @@ mod lock_tests {
     /// CI failure of session 13 (`migrate_kill`, a directory rename test reopening its
     /// store): a child forked by another thread of the process while a store was open
     /// holds copies of all its descriptors until its `exec` closes them, one at a time.
-    /// Here the child gives the state directory's lock back at once and a tier's 300 ms
+    /// Here the child gives the state directory's lock back at once and a tier's 100 ms
     /// later, the store is dropped and opened again meanwhile: the open must wait for the
-    /// tier, not refuse it as "already a tier directory of another kaiso store".
+    /// tier, not refuse it as "already a tier directory of another kaiso store". (The
+    /// store retries for `RECENT_RELEASE`, 1 s: 100 ms leaves a loaded machine 10x the
+    /// time to run the child; a parent slower than the child only makes the test easier.)
     #[test]
     fn a_reopen_waits_for_a_tier_lock_a_forked_child_still_holds() {
         let dir = tempfile::tempdir().unwrap();
@@ -1337,7 +1339,7 @@ mod lock_tests {
                 libc::close(state_fd);
                 let ts = libc::timespec {
                     tv_sec: 0,
-                    tv_nsec: 300_000_000,
+                    tv_nsec: 100_000_000,
                 };
                 libc::nanosleep(&ts, std::ptr::null_mut());
                 libc::_exit(0);

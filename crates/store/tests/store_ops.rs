@@ -580,11 +580,13 @@ fn operator_errors_carry_errno_and_words() {
 fn a_reopen_waits_for_a_store_a_background_thread_still_holds() {
     let mut t = TestStore::new(&["1GiB"]);
     let held = t.store.take().unwrap();
+    // Taken before the holder starts: its 300 ms run from a later moment, however long
+    // a loaded machine keeps this thread from the next line.
+    let t0 = std::time::Instant::now();
     let holder = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(300));
         drop(held);
     });
-    let t0 = std::time::Instant::now();
     let cfg = kaiso_store::StoreConfig::from_toml_str(&t.cfg_text, "test.toml").unwrap();
     let s = kaiso_store::Store::open(cfg).expect("the old store of this process is released");
     assert!(

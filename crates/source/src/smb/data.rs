@@ -46,7 +46,7 @@ const FLAG_ASYNC: u32 = 0x2;
 const READ_REPLY_FIXED: usize = 16;
 /// Handles a data connection keeps open for files' next units and first reads (kept from
 /// their metadata fetch); the oldest beyond it are closed. smbd holds an open file (and a
-/// descriptor) per handle: 256 on each of at most 2 × `connections` data connections
+/// descriptor) per handle: 256 on each of at most `connections` data connections
 /// stays far below its per-process limit (`max open files`, 16,384 by default).
 pub const KEPT_PER_LINK: usize = 256;
 /// How long a kept handle waits for its file's next read before it is closed (also when
@@ -979,9 +979,11 @@ impl DataPool {
     pub fn new(config: &SmbConfig) -> Self {
         Self {
             off: AtomicBool::new(config.sign),
-            // File metadata is fetched here too (its handle kept for the read): twice the
-            // sessions, so reads do not wait behind the metadata fetched ahead.
-            max: config.connections * 2,
+            // As many as the crate's sessions: each is a process of smbd's (with twice as
+            // many smbd spent 0.06-0.17 CPU-s more on the bench's dataset (a) in each of
+            // 7 alternated pairs, session 14). The metadata fetched ahead uses at most
+            // all of them at a time (`Shared::prefetch_one`).
+            max: config.connections,
             config: config.clone(),
             idle: Mutex::new(Vec::new()),
             freed: Condvar::new(),
@@ -997,6 +999,11 @@ impl DataPool {
 
     pub fn is_off(&self) -> bool {
         self.off.load(Ordering::SeqCst)
+    }
+
+    /// Data connections at most.
+    pub fn max(&self) -> usize {
+        self.max
     }
 
     /// A connection for one call: the one holding `path`'s kept handle (waited for at
