@@ -1347,6 +1347,19 @@ impl Store {
         Ok(())
     }
 
+    /// The link count unlisted directory `ino` shows until it is listed: its source's
+    /// (from its parent's listing), for `find`, `ls -l` and the like. Kept in memory
+    /// only (the stub filler gives it again after a restart); ignored for a directory
+    /// already listed and for anything else.
+    pub fn stub_show_nlink(&self, ino: Ino, nlink: u32) {
+        let mut ns = self.ns();
+        if let Some(d) = ns.dirs.get_mut(&ino)
+            && d.unlisted
+        {
+            d.shown_nlink = Some(nlink);
+        }
+    }
+
     /// The filler listed directory `ino`.
     pub fn stub_dir_listed(&self, ino: Ino) -> FsResult<()> {
         self.stub_mark(ino, StubState::default())

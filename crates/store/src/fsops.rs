@@ -126,8 +126,14 @@ impl Store {
     fn attr_view(&self, ns: &mut Namespace, ino: Ino, client: bool) -> FsResult<FileAttr> {
         if let Some(d) = ns.dirs.get(&ino) {
             let unlisted = d.unlisted;
+            let shown_nlink = d.shown_nlink.filter(|_| unlisted);
             let (_, st) = self.dir_stat(&d.path)?;
             let mut attr = Self::attr_of(ino, &st);
+            if let Some(n) = shown_nlink {
+                // Not listed yet: its source's link count (2 + its subdirectories),
+                // not the 2 of its still empty backing directory.
+                attr.nlink = attr.nlink.max(n);
+            }
             if client {
                 attr.ctime = self.dir_ctime_shown(ino, unlisted, attr.ctime);
             }

@@ -26,6 +26,10 @@ pub(crate) struct DirNode {
     pub children: BTreeMap<OsString, Ino>,
     /// Migration stub: entries not listed yet.
     pub unlisted: bool,
+    /// Migration stub: the link count its source gave (its parent's listing), shown
+    /// while it is unlisted (its backing directory has no subdirectories yet). Not
+    /// persisted: the stub filler gives it again (see `Store::stub_show_nlink`).
+    pub shown_nlink: Option<u32>,
     pub lookups: u64,
 }
 
@@ -111,6 +115,7 @@ impl Namespace {
                 parent: ROOT_INO,
                 children: BTreeMap::new(),
                 unlisted: false,
+                shown_nlink: None,
                 lookups: 1,
             },
         );
@@ -233,6 +238,7 @@ impl Namespace {
                 parent,
                 children: BTreeMap::new(),
                 unlisted,
+                shown_nlink: None,
                 lookups: 0,
             },
         );

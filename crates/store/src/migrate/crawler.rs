@@ -1123,6 +1123,188 @@ mod tests {
         assert_eq!(s.m.remaining(), 0);
     }
 
+    /// A chain of `levels` directories named `d` below the root, each level (the root
+    /// too) holding a file `f` of 100 bytes; every listing is recorded with whether a
+    /// read-ahead thread made it.
+    struct ChainSource {
+        levels: usize,
+        listings: Arc<Mutex<Vec<(SourcePath, bool)>>>,
+    }
+
+    impl ChainSource {
+        /// (depth, is the file `f`) of `path`, if it exists.
+        fn at(&self, path: &SourcePath) -> SourceResult<(usize, bool)> {
+            let names: Vec<&[u8]> = path.components().collect();
+            let (dirs, file) = match names.split_last() {
+                Some((last, rest)) if *last == b"f" => (rest, true),
+                _ => (&names[..], false),
+            };
+            if dirs.len() > self.levels || dirs.iter().any(|n| *n != b"d") {
+                return Err(SourceError::new(SourceErrorKind::NotFound, path, "none"));
+            }
+            Ok((dirs.len(), file))
+        }
+
+        fn attr_of(depth: usize, file: bool) -> SourceAttr {
+            if file {
+                attr(SrcKind::Regular, 1000 + depth as u64, 100)
+            } else {
+                attr(SrcKind::Directory, 1 + depth as u64, 0)
+            }
+        }
+    }
+
+    impl Source for ChainSource {
+        fn describe(&self) -> String {
+            "chain".into()
+        }
+        fn features(&self) -> SourceFeatures {
+            SourceFeatures {
+                unix_ids: true,
+                ..SourceFeatures::default()
+            }
+        }
+        fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+            let (depth, file) = self.at(path)?;
+            Ok(Self::attr_of(depth, file))
+        }
+        fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+            let (depth, file) = self.at(path)?;
+            if file {
+                return Err(SourceError::new(SourceErrorKind::WrongKind, path, "file"));
+            }
+            let ahead = std::thread::current().name() == Some("kaiso-readahead");
+            self.listings.lock().unwrap().push((path.clone(), ahead));
+            let mut out = vec![SourceEntry {
+                name: b"f".to_vec(),
+                attr: Self::attr_of(depth, true),
+            }];
+            if depth < self.levels {
+                out.push(SourceEntry {
+                    name: b"d".to_vec(),
+                    attr: Self::attr_of(depth + 1, false),
+                });
+            }
+            Ok(out)
+        }
+        fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+            self.at(path)?;
+            let end = offset.saturating_add(len as u64).min(100);
+            Ok((offset.min(end)..end).map(|at| byte("f", at)).collect())
+        }
+        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(
+                SourceErrorKind::WrongKind,
+                path,
+                "no links",
+            ))
+        }
+        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+            Ok(SourceAcl::default())
+        }
+        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+            Ok(Vec::new())
+        }
+        fn read_stream(
+            &self,
+            path: &SourcePath,
+            _stream: &str,
+            _offset: u64,
+            _len: usize,
+        ) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(SourceErrorKind::Unsupported, path, "none"))
+        }
+    }
+
+    /// The listing read-ahead of a crawl runs down a deep chain by itself: with the
+    /// crawl's expansions held (the store's namespace locked by the test), every level
+    /// below is still listed, each exactly once, and the crawl then uses those listings.
+    #[test]
+    fn listing_read_ahead_runs_down_a_deep_chain_while_the_crawl_is_held() {
+        const LEVELS: usize = 40;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        let store = Store::open(StoreConfig::from_toml_str(&cfg, "test.toml").unwrap()).unwrap();
+        let listings = Arc::new(Mutex::new(Vec::new()));
+        let source = ChainSource {
+            levels: LEVELS,
+            listings: listings.clone(),
+        };
+        let mut mc = MigrationConfig::new("t");
+        mc.crawl_workers = 2;
+        let m = Migration::open(&store, Box::new(source), mc).unwrap();
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        let depth_of = |p: &SourcePath| p.components().count();
+        let listed = |at_least: usize| {
+            let until = Instant::now() + Duration::from_secs(60);
+            loop {
+                let got: std::collections::HashSet<usize> = listings
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .map(|(p, _)| depth_of(p))
+                    .collect();
+                if got.len() >= at_least || Instant::now() >= until {
+                    return got.len();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let crawler = Crawler::start(store.clone(), m.clone());
+        // Once level 2 is listed the crawl runs (and its read-ahead with it); from then
+        // on no expansion can go further while the namespace is locked.
+        assert!(listed(3) >= 3, "the crawl never listed level 2");
+        let held = store.ns();
+        let levels = listed(LEVELS + 1);
+        drop(held);
+        assert_eq!(
+            levels,
+            LEVELS + 1,
+            "with the crawl's expansions held, the listing read-ahead listed {levels} of \
+             {} levels: expected it to run down the whole chain by itself; listings \
+             (depth, by a read-ahead thread): {:?}",
+            LEVELS + 1,
+            listings
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(p, ahead)| (depth_of(p), *ahead))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(crawler.wait(Duration::from_secs(120)), CrawlState::Done);
+        drop(crawler);
+        assert_eq!(m.remaining(), 0);
+        let l = listings.lock().unwrap();
+        assert_eq!(l.len(), LEVELS + 1, "each level listed exactly once: {l:?}");
+        assert!(
+            l.iter().filter(|(_, ahead)| *ahead).count() >= LEVELS - 2,
+            "the levels below the top were listed by read-ahead threads: {l:?}"
+        );
+        // The deepest file arrived whole.
+        let mut ino = ROOT_INO;
+        for _ in 0..LEVELS {
+            let a = store.lookup(ino, OsStr::new("d")).unwrap();
+            store.forget(a.ino, 1);
+            ino = a.ino;
+        }
+        let f = store.lookup(ino, OsStr::new("f")).unwrap();
+        store.forget(f.ino, 1);
+        let fh = store.open_file(f.ino, libc::O_RDONLY, false).unwrap().fh;
+        let data = store.read(fh, 0, 200).unwrap();
+        store.release(fh).unwrap();
+        assert_eq!(data, (0..100).map(|at| byte("f", at)).collect::<Vec<u8>>());
+    }
+
     #[test]
     fn idle_workers_fetch_distinct_units_of_one_large_file_at_once() {
         let size = 12 * UNIT + 100;

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::readahead::ListingCache;
+use super::readahead::{ListingCache, subdirectories};
 use super::samba_meta::{self, DosAttrib, xattr_skip_reason};
 use super::source::{
     FileKind as SrcKind, Source, SourceAttr, SourceEntry, SourceError, SourceErrorKind, SourcePath,
@@ -260,6 +260,11 @@ pub struct Migration {
     me: Weak<Migration>,
     /// One metadata copy (dummy → partial) per file at a time.
     meta_gate: DirFillGate,
+    /// Listed directories whose own times and metadata are still to be copied (their row
+    /// stays): the copy found the source unreachable, or a crash came between marking
+    /// them listed and removing their row. Retried by every [`Migration::reconcile`]
+    /// (crawl rounds, `finish`). Rebuilt at open from the rows, which persist the mark.
+    meta_retry: Mutex<HashSet<Ino>>,
     /// Units being fetched (see [`UnitClaims`]).
     units: UnitClaims,
     /// Units a crawler thread is being admitted for (`begin_admission`): other threads
@@ -507,6 +512,7 @@ impl Migration {
         let m = Arc::new_cyclic(|me| Self {
             me: me.clone(),
             meta_gate: DirFillGate::new(),
+            meta_retry: Mutex::new(HashSet::new()),
             units: UnitClaims::default(),
             admitting: Mutex::new(HashSet::new()),
             last_group_commit: Mutex::new(Instant::now()),
@@ -613,6 +619,24 @@ impl Migration {
                 }
             }
         }
+        // A directory row whose directory the store holds listed: its times and metadata
+        // are still to do (see `meta_retry`). Nothing lists or expands yet. (In memory
+        // only: no call per directory into the tiers, so a large share opens as fast.)
+        let pending_meta: HashSet<Ino> = {
+            let dirs = m.db.dummy_dirs().map_err(e)?;
+            let ns = store.ns();
+            dirs.into_iter()
+                .filter(|ino| ns.dirs.get(ino).is_some_and(|d| !d.unlisted))
+                .collect()
+        };
+        if !pending_meta.is_empty() {
+            tracing::info!(
+                migration = %m.cfg.name,
+                dirs = pending_meta.len(),
+                "listed directories whose metadata is still to be copied: retried"
+            );
+        }
+        *m.meta_retry.lock().unwrap_or_else(|e| e.into_inner()) = pending_meta;
         let unclean = m.db.meta("clean").map_err(e)?.as_deref() != Some("1");
         m.db.set_meta("clean", "0").map_err(e)?;
         if unclean {
@@ -857,6 +881,41 @@ impl Migration {
         self.reconcile_inner(store, after_crash)
     }
 
+    /// For `finish`, before it counts the stubs: when every stub left waits only for its
+    /// metadata (a file whose data is all here, such as an empty file, or a listed
+    /// directory, whose metadata copy found the source unreachable), the copy is made
+    /// now, so `finish` does not refuse over an outage that has passed (directories by
+    /// the reconcile that follows). With anything else left, the crawl's work, nothing is
+    /// done here and `finish` refuses as before. A copy that fails again leaves its stub.
+    pub(crate) fn retry_metadata_only_stubs(&self, store: &Store) -> FsResult<()> {
+        self.wait_for_recount();
+        let rows = self.db.all().map_err(io)?;
+        let retry = self
+            .meta_retry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let metadata_only = |r: &StubRow| match r.kind {
+            StubKind::DummyDir => retry.contains(&r.ino),
+            StubKind::DummyFile | StubKind::PartialFile => {
+                store.stub_state(r.ino).missing.is_empty()
+            }
+        };
+        if !rows.iter().all(metadata_only) {
+            return Ok(());
+        }
+        for row in rows.iter().filter(|r| r.kind == StubKind::DummyFile) {
+            if let Err(e) = self.ensure_partial(store, row) {
+                tracing::warn!(
+                    errno = e.errno(),
+                    "finish: metadata of {} still not copied",
+                    row.src_path
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn reconcile_inner(&self, store: &Store, after_crash: bool) -> FsResult<u64> {
         for row in self.db.all().map_err(io)? {
             self.reconcile_row(store, &row, after_crash)?;
@@ -872,11 +931,22 @@ impl Migration {
         let exists = store.getattr(row.ino, None).is_ok_and(|a| a.nlink > 0)
             && !replaced(store, row.ino, row.ident.as_deref());
         let state = store.stub_state(row.ino);
-        if after_crash && exists && row.kind == StubKind::DummyDir && !state.unlisted_dir {
+        let meta_pending = row.kind == StubKind::DummyDir
+            && self
+                .meta_retry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&row.ino);
+        if (after_crash || meta_pending)
+            && exists
+            && row.kind == StubKind::DummyDir
+            && !state.unlisted_dir
+        {
             // Crashed after its entries were all created and it was marked listed,
-            // before its row went: clients may have used the entries since, so it is
-            // not listed again; only the tail (times, metadata, row) is redone. (A
-            // crash before that point leaves it unlisted: listed again, idempotently.)
+            // before its row went (or its metadata copy found the source unreachable):
+            // clients may have used the entries since, so it is not listed again; only
+            // the tail (times, metadata, row) is redone. (A crash before that point
+            // leaves it unlisted: listed again, idempotently.)
             if self.db.get(row.ino).map_err(io)?.as_ref() == Some(row) {
                 self.finish_dir(store, row.ino, row)?;
             }
@@ -997,7 +1067,7 @@ impl Migration {
                         Ok(None) => {}
                         Err(e) if creation_may_succeed_later(e) => {
                             tracing::warn!(
-                                "{child_src}: could not create on the destination: {e}; {} stays unlisted (retried)",
+                                "{child_src}: not created completely (destination full or failing, or the source unreachable for its metadata): {e}; {} stays unlisted (retried)",
                                 row.src_path
                             );
                             retry_later = Some(e);
@@ -1025,7 +1095,11 @@ impl Migration {
                 .map_err(io)?;
         }
         // Creating the entries touched the directory: its own times and metadata now.
-        self.restore_dir_attrs(store, ino, &row.src_path, dir_attr);
+        // A source unreachable for them leaves the directory unlisted with its row (its
+        // entries keep theirs): listed again by the next access or crawl round, so its
+        // metadata is never skipped for an outage, and no client sees the directory
+        // without it (a change a client made would be overwritten by a later copy).
+        self.restore_dir_attrs(store, ino, &row.src_path, dir_attr)?;
         // The store must never hold a listed directory whose entries' rows a power loss
         // could take back (they would be stubs nobody can fill), so the directory is
         // marked listed only once its rows are durable. A crawler's listing leaves that to
@@ -1123,60 +1197,98 @@ impl Migration {
         {
             return;
         }
-        let Some(me) = self.me.upgrade() else {
-            return;
-        };
-        for e in entries.iter().filter(|e| e.attr.kind == SrcKind::Directory) {
-            let Ok(path) = dir.join(&e.name) else {
-                continue;
-            };
-            if !self.listings.claim(&path) {
-                continue;
-            }
-            let m = me.clone();
-            let p = path.clone();
-            let spawned = std::thread::Builder::new()
-                .name("kaiso-readahead".into())
-                .spawn(move || {
-                    let listing = m.source.read_dir_with_attr(&p).ok();
-                    m.listings.fulfil(&p, listing);
-                });
-            if spawned.is_err() {
+        let claimed = subdirectories(dir, entries)
+            .into_iter()
+            .filter(|p| self.listings.claim(p))
+            .collect();
+        self.spawn_read_aheads(claimed);
+    }
+
+    /// One thread per claimed path, each running [`Migration::read_ahead_one`].
+    fn spawn_read_aheads(&self, claimed: Vec<SourcePath>) {
+        let me = self.me.upgrade();
+        for path in claimed {
+            let spawned = me.clone().map(|m| {
+                let p = path.clone();
+                std::thread::Builder::new()
+                    .name("kaiso-readahead".into())
+                    .spawn(move || m.read_ahead_one(&p))
+            });
+            if !matches!(spawned, Some(Ok(_))) {
                 self.listings.fulfil(&path, None);
             }
         }
     }
 
+    /// One read-ahead: the listing of `path`. While a crawl runs, the subdirectories
+    /// are claimed as the listing is handed over and read ahead in turn (recursively,
+    /// within the cache's bounds), so a deep tree's chain of dependent listings waits
+    /// one source round trip per level, not a round trip plus an expansion's local
+    /// work. Not while demand fetches are in flight or the crawl is paused or stopping.
+    fn read_ahead_one(&self, path: &SourcePath) {
+        let listing = self.source.read_dir_with_attr(path).ok();
+        let deeper = self.defer_listing_commits.load(Ordering::Acquire)
+            && self.counters.demand_in_flight.load(Ordering::Acquire) == 0
+            && !self.paused.load(Ordering::Acquire)
+            && !self.stop.load(Ordering::Acquire);
+        let below = match &listing {
+            Some((entries, _)) if deeper => subdirectories(path, entries),
+            _ => Vec::new(),
+        };
+        let claimed = self.listings.fulfil_and_claim(path, listing, below);
+        self.spawn_read_aheads(claimed);
+    }
+
     /// The tail of a listing whose directory is already marked listed: its own times
-    /// and metadata, then its row goes (after a crash between the two).
+    /// and metadata, then its row goes (after a crash between the two, or a metadata
+    /// copy that found the source unreachable). While the source is unreachable the row
+    /// stays, marked for the next [`Migration::reconcile`] (see `meta_retry`).
     fn finish_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
-        self.restore_dir_attrs(store, ino, &row.src_path, None);
+        let copied = self.restore_dir_attrs(store, ino, &row.src_path, None);
+        let mut retry = self.meta_retry.lock().unwrap_or_else(|e| e.into_inner());
+        if copied.is_err() {
+            retry.insert(ino);
+            return Ok(());
+        }
+        retry.remove(&ino);
+        drop(retry);
         self.listing_done(ino)
     }
 
     /// Gives a listed directory the source's times, xattrs and ACLs. `listed` are the
     /// directory's attributes the listing returned, if any (else one `stat` of the
-    /// source).
+    /// source). EIO when the source is unreachable (nothing is skipped for that: the
+    /// caller keeps the directory's row, so the copy is done again).
     fn restore_dir_attrs(
         &self,
         store: &Store,
         ino: Ino,
         src: &SourcePath,
         listed: Option<SourceAttr>,
-    ) {
+    ) -> FsResult<()> {
         let attr = match listed {
             Some(a) => Ok(a),
             None => self.source.stat(src),
         };
-        if let Ok(attr) = attr {
-            let set = SetAttr {
-                atime: Some(TimeSet::At(to_system_time(attr.atime))),
-                mtime: Some(TimeSet::At(to_system_time(attr.mtime))),
-                ..SetAttr::default()
-            };
-            let _ = store.stub_setattr(ino, &set, Caller::ROOT);
-            self.copy_metadata(store, ino, src);
-        }
+        let copied = match attr {
+            Ok(attr) => {
+                let set = SetAttr {
+                    atime: Some(TimeSet::At(to_system_time(attr.atime))),
+                    mtime: Some(TimeSet::At(to_system_time(attr.mtime))),
+                    ..SetAttr::default()
+                };
+                let _ = store.stub_setattr(ino, &set, Caller::ROOT);
+                self.copy_metadata(store, ino, src)
+            }
+            Err(e) if metadata_retried(&e) => Err(e),
+            // Gone from the source since its listing (reported by `finish`, which lists
+            // its parent again), or unreadable: it keeps the times of its listing.
+            Err(_) => Ok(()),
+        };
+        copied.map_err(|e| {
+            tracing::warn!("source: {e} (times and metadata of directory {src} retried)");
+            FsError::IO
+        })
     }
 
     /// Creates one entry from its source attributes; returns its stub row, if any. A
@@ -1230,6 +1342,11 @@ impl Migration {
         let symlink_target = if a.kind == SrcKind::Symlink {
             match self.source.read_link(src) {
                 Ok(t) => Some(OsStr::from_bytes(&t).to_os_string()),
+                // Its directory stays unlisted and is listed again (see `expand_dir`).
+                Err(e) if metadata_retried(&e) => {
+                    tracing::warn!("source: {e} (symlink {src} retried)");
+                    return Err(FsError::IO);
+                }
                 Err(e) => {
                     let _ = self.db.skip(src, e.kind, &e.message);
                     return Ok(None);
@@ -1255,6 +1372,11 @@ impl Migration {
             unlisted: a.kind == SrcKind::Directory,
         };
         let ino = store.stub_create(parent, name, &entry)?;
+        if a.kind == SrcKind::Directory && a.nlink > 2 {
+            // Until it is listed, it shows its source's link count (2 + subdirectories),
+            // not its empty backing directory's 2.
+            store.stub_show_nlink(ino, a.nlink);
+        }
         if let Some(n) = crate::stub::take_owner_not_given() {
             self.note_owner_not_given(src, n);
         }
@@ -1345,7 +1467,13 @@ impl Migration {
                 })
             }
             _ => {
-                self.copy_metadata(store, ino, src);
+                // A symlink, FIFO, socket or device is complete once created: while the
+                // source is unreachable for its metadata its directory stays unlisted and
+                // is listed again (see `expand_dir`), so the copy is retried.
+                if let Err(e) = self.copy_metadata(store, ino, src) {
+                    tracing::warn!("source: {e} (metadata of {src} retried)");
+                    return Err(FsError::IO);
+                }
                 None
             }
         })
@@ -1385,8 +1513,11 @@ impl Migration {
             && (a.nlink >= 2 || !self.source.features().unix_ids)
     }
 
-    /// Copies xattrs, ACLs and alternate data streams; problems go to the skip report.
-    fn copy_metadata(&self, store: &Store, ino: Ino, src: &SourcePath) {
+    /// Copies xattrs, ACLs and alternate data streams; problems go to the skip report,
+    /// except a source that is unreachable: then the copy stops there with that error,
+    /// reports nothing, and the caller keeps the entry's metadata to do (its stub row),
+    /// so the copy is made again, whole, once the source answers.
+    fn copy_metadata(&self, store: &Store, ino: Ino, src: &SourcePath) -> Result<(), SourceError> {
         let feats = self.source.features();
         if feats.xattrs {
             match self.source.xattrs(src) {
@@ -1407,7 +1538,7 @@ impl Migration {
                         }
                     }
                 }
-                Err(e) => self.metadata_skip(src, &e, "xattrs"),
+                Err(e) => self.metadata_skip(src, e, "xattrs")?,
             }
         }
         if feats.acls {
@@ -1445,7 +1576,7 @@ impl Migration {
                         }
                     }
                 }
-                Err(e) => self.metadata_skip(src, &e, "ACL"),
+                Err(e) => self.metadata_skip(src, e, "ACL")?,
             }
         }
         if feats.streams {
@@ -1472,6 +1603,7 @@ impl Migration {
                                     );
                                 }
                             }
+                            Err(e) if metadata_retried(&e) => return Err(e),
                             Err(e) => {
                                 let _ = self.db.skip(
                                     src,
@@ -1482,9 +1614,10 @@ impl Migration {
                         }
                     }
                 }
-                Err(e) => self.metadata_skip(src, &e, "streams"),
+                Err(e) => self.metadata_skip(src, e, "streams")?,
             }
         }
+        Ok(())
     }
 
     /// Stores the DOS attributes and creation time a source lists (SMB) where Samba keeps
@@ -1508,11 +1641,21 @@ impl Migration {
 
     /// Reports metadata the source would not give. A file the source no longer has is
     /// not reported here: its data fetch or completion reports it (removed on the source
-    /// after listing), once.
-    fn metadata_skip(&self, src: &SourcePath, e: &SourceError, what: &str) {
+    /// after listing), once. A source that is unreachable is not reported either: the
+    /// error is returned, and the copy is made again later (see [`metadata_retried`]).
+    fn metadata_skip(
+        &self,
+        src: &SourcePath,
+        e: SourceError,
+        what: &str,
+    ) -> Result<(), SourceError> {
+        if metadata_retried(&e) {
+            return Err(e);
+        }
         if e.kind != SourceErrorKind::NotFound {
             let _ = self.db.skip(src, e.kind, &format!("{what}: {}", e.message));
         }
+        Ok(())
     }
 
     /// Dummy → partial: copies the file's metadata once. One copy per file at a time
@@ -1537,7 +1680,14 @@ impl Migration {
             }
             _ => return Ok(()),
         }
-        self.copy_metadata(store, row.ino, &row.src_path);
+        if let Err(e) = self.copy_metadata(store, row.ino, &row.src_path) {
+            // Still a dummy: its metadata is copied again, whole, by the next access, the
+            // crawl's next visit or `finish` (never skipped for an outage). Until then
+            // its data is not fetched and clients' xattr and mode changes fail (EIO),
+            // so no later copy can overwrite them.
+            tracing::warn!("source: {e} (metadata of {} retried)", row.src_path);
+            return Err(FsError::IO);
+        }
         self.db.hold_for_wal().map_err(io)?;
         self.db
             .set_kind(row.ino, StubKind::PartialFile)
@@ -2098,6 +2248,15 @@ impl Migration {
         }
         !halted()
     }
+}
+
+/// Whether a metadata read (xattrs, ACL, streams, a symlink's target, a listed
+/// directory's attributes) that failed with `e` is made again later instead of being
+/// reported as skipped: the source was unreachable (a hung mount past its deadline, a
+/// dropped server), which passes. Permanent refusals (permission denied, unsupported,
+/// bad data) and `Io` (a protocol failure that may repeat forever) are reported.
+fn metadata_retried(e: &SourceError) -> bool {
+    e.kind == SourceErrorKind::Unreachable
 }
 
 /// Whether an entry the destination could not create may be created by a later try

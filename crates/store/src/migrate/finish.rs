@@ -180,6 +180,9 @@ fn finish_inner(
     stop: Option<FinishStop>,
     opts: FinishOptions,
 ) -> Result<FinishReport, String> {
+    // Stubs left only for metadata a source outage interrupted are copied now.
+    m.retry_metadata_only_stubs(store)
+        .map_err(|e| format!("metadata copy: errno {}", e.errno()))?;
     let remaining = m
         .reconcile(store)
         .map_err(|e| format!("reconcile: errno {}", e.errno()))?;

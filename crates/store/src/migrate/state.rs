@@ -1118,6 +1118,24 @@ impl MigrationDb {
         Ok(rows)
     }
 
+    /// The inodes of every directory row (not listed yet, or listed with its own
+    /// metadata still to copy): from the mirror, without copying the other rows.
+    pub fn dummy_dirs(&self) -> std::io::Result<Vec<u64>> {
+        let g = self.lock();
+        if let Some(m) = &g.rows {
+            return Ok(m
+                .values()
+                .filter(|r| r.kind == StubKind::DummyDir)
+                .map(|r| r.ino)
+                .collect());
+        }
+        Ok(select_rows(&g.conn)?
+            .into_iter()
+            .filter(|r| r.kind == StubKind::DummyDir)
+            .map(|r| r.ino)
+            .collect())
+    }
+
     /// Every stub row, by inode (for reconciliation and the final sweep).
     pub fn all(&self) -> std::io::Result<Vec<StubRow>> {
         let g = self.lock();

@@ -1230,3 +1230,502 @@ fn the_wals_stay_bounded_during_a_crawl_of_many_small_files_on_a_slow_disk() {
         assert_eq!(s.read_all(s.resolve(path)), content(*ino, *len), "{path}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Metadata reads that find the source unreachable are retried, never skipped (issue 4).
+// ---------------------------------------------------------------------------------------
+
+/// A [`MemSource`] with xattrs and symlinks whose metadata reads (xattrs, symlink
+/// targets) fail as unreachable for the paths in `down` and as permission denied for
+/// those in `denied`, as a test switches them. Every object has one xattr, `name` (see
+/// [`meta_xattr_name`]), whose value is `tag` followed by its path.
+struct FlakyMeta {
+    inner: MemSource,
+    name: &'static str,
+    links: HashMap<Vec<u8>, Vec<u8>>,
+    down: Arc<Mutex<Vec<&'static str>>>,
+    denied: Vec<&'static str>,
+    tag: Arc<Mutex<Vec<u8>>>,
+}
+
+/// Switches of a [`FlakyMeta`], kept by the test.
+#[derive(Clone)]
+struct MetaSwitch {
+    down: Arc<Mutex<Vec<&'static str>>>,
+    tag: Arc<Mutex<Vec<u8>>>,
+}
+
+impl MetaSwitch {
+    fn set_down(&self, paths: &[&'static str]) {
+        *self.down.lock().unwrap() = paths.to_vec();
+    }
+    fn set_tag(&self, tag: &[u8]) {
+        *self.tag.lock().unwrap() = tag.to_vec();
+    }
+    fn value(&self, path: &str) -> Vec<u8> {
+        let mut v = self.tag.lock().unwrap().clone();
+        v.extend_from_slice(path.as_bytes());
+        v
+    }
+}
+
+/// `user.kaiso_test`, or `trusted.kaiso_test` where the destination's file system takes
+/// no user xattrs (tmpfs before Linux 6.6): probed in `dir`.
+fn meta_xattr_name(dir: &std::path::Path) -> &'static str {
+    let probe = dir.join("xattr-probe");
+    std::fs::write(&probe, b"").unwrap();
+    let user = crate::util::lsetxattr(&probe, OsStr::new("user.kaiso_probe"), b"1", 0).is_ok();
+    std::fs::remove_file(&probe).unwrap();
+    if user {
+        "user.kaiso_test"
+    } else {
+        "trusted.kaiso_test"
+    }
+}
+
+impl FlakyMeta {
+    /// `links`: (path, target) symlinks added to `inner`.
+    fn new(
+        mut inner: MemSource,
+        links: &[(&str, &str)],
+        denied: &[&'static str],
+        name: &'static str,
+    ) -> (Self, MetaSwitch) {
+        let mut targets = HashMap::new();
+        for (i, (p, t)) in links.iter().enumerate() {
+            inner.objects.insert(
+                p.as_bytes().to_vec(),
+                attr(FileKind::Symlink, 500 + i as u64, t.len() as u64, 1),
+            );
+            targets.insert(p.as_bytes().to_vec(), t.as_bytes().to_vec());
+        }
+        let switch = MetaSwitch {
+            down: Arc::default(),
+            tag: Arc::new(Mutex::new(b"v1:".to_vec())),
+        };
+        let s = Self {
+            inner,
+            name,
+            links: targets,
+            down: switch.down.clone(),
+            denied: denied.to_vec(),
+            tag: switch.tag.clone(),
+        };
+        (s, switch)
+    }
+
+    /// The path as the tests name it ("" for the root).
+    fn rel(path: &SourcePath) -> String {
+        String::from_utf8_lossy(path.as_bytes())
+            .trim_start_matches('/')
+            .to_string()
+    }
+
+    fn check(&self, path: &SourcePath) -> SourceResult<()> {
+        let rel = Self::rel(path);
+        if self.down.lock().unwrap().iter().any(|d| *d == rel) {
+            return Err(SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                "server not responding (test)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Source for FlakyMeta {
+    fn describe(&self) -> String {
+        "flaky metadata".into()
+    }
+    fn features(&self) -> SourceFeatures {
+        SourceFeatures {
+            xattrs: true,
+            ..self.inner.features()
+        }
+    }
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        self.inner.stat(path)
+    }
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.inner.read_dir(path)
+    }
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.inner.read(path, offset, len)
+    }
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.check(path)?;
+        match self.links.get(path.as_bytes()) {
+            Some(t) => Ok(t.clone()),
+            None => self.inner.read_link(path),
+        }
+    }
+    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.check(path)?;
+        let rel = Self::rel(path);
+        if self.denied.iter().any(|d| *d == rel) {
+            return Err(SourceError::new(
+                SourceErrorKind::PermissionDenied,
+                path,
+                "permission denied (test)",
+            ));
+        }
+        if self.links.contains_key(path.as_bytes()) {
+            return Ok(Vec::new()); // no user xattrs on symlinks
+        }
+        let mut v = self.tag.lock().unwrap().clone();
+        v.extend_from_slice(rel.as_bytes());
+        Ok(vec![(self.name.as_bytes().to_vec(), v)])
+    }
+    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
+        self.inner.acl(path)
+    }
+    fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        self.inner.streams(path)
+    }
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.inner.read_stream(path, stream, offset, len)
+    }
+}
+
+/// A store in `dir` (tier `t0`, state `state`) opened again and again over one share.
+struct Reopen {
+    dir: tempfile::TempDir,
+    cfg: String,
+}
+
+impl Reopen {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("t0")).unwrap();
+        let cfg = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n[[tier]]\nname = \"t0\"\npath = \"{}\"\ncapacity = \"1GiB\"\nhigh_watermark = 1.0\nlow_watermark = 0.5\n",
+            dir.path().join("state").display(),
+            dir.path().join("t0").display()
+        );
+        Self { dir, cfg }
+    }
+
+    fn name(&self) -> &'static str {
+        meta_xattr_name(&self.dir.path().join("t0"))
+    }
+
+    /// The store and share "t" over `source`, registered as the store's filler.
+    fn open(&self, source: impl Source + 'static) -> (Arc<Store>, Arc<Migration>) {
+        let store = Store::open(StoreConfig::from_toml_str(&self.cfg, "t.toml").unwrap()).unwrap();
+        let mut mc = MigrationConfig::new("t");
+        mc.crawl_workers = 2;
+        mc.unit_size = 64 << 10;
+        let m = Migration::open(&store, Box::new(source), mc).expect("open the share");
+        let all = Migrations::new();
+        all.add(m.clone());
+        store.set_stub_filler(all);
+        (store, m)
+    }
+}
+
+fn lookup_in(store: &Store, parent: Ino, name: &str) -> crate::FsResult<Ino> {
+    let a = store.lookup(parent, OsStr::new(name))?;
+    store.forget(a.ino, 1);
+    Ok(a.ino)
+}
+
+fn xattr_of(store: &Store, ino: Ino, name: &str) -> crate::FsResult<Vec<u8>> {
+    store.getxattr(ino, OsStr::new(name))
+}
+
+/// Nothing in the skip report (a transient failure must not go there).
+fn assert_nothing_skipped(m: &Migration, when: &str) {
+    let skipped = m.skipped();
+    assert!(
+        skipped.is_empty(),
+        "{when}: expected an empty skip report (an unreachable source is retried, not \
+         skipped), got {skipped:?}"
+    );
+}
+
+fn finish_strict(store: &Store, m: &Migration) -> Result<super::FinishReport, String> {
+    super::finish_with(
+        store,
+        m,
+        super::FinishOptions {
+            accept_skipped: false,
+        },
+    )
+}
+
+/// A directory's listing succeeds but its own xattrs find the source unreachable: the
+/// lookup below it fails (EIO), the directory stays unlisted with its row (status: a
+/// pending directory), nothing is skipped. Once the source answers, the next lookup
+/// lists it again and copies its xattr; the crawl ends done and `finish` succeeds
+/// without accepting skips. (Before: "xattrs: server not responding" in the skip
+/// report, the directory listed without its xattr, `finish` refusing.)
+#[test]
+fn a_directorys_metadata_read_from_an_unreachable_source_is_retried_not_skipped() {
+    let r = Reopen::new();
+    let name = r.name();
+    let (source, switch) = FlakyMeta::new(
+        MemSource::new(&["d"], &[("d/f", 10, 3000)], true),
+        &[],
+        &[],
+        name,
+    );
+    let (store, m) = r.open(source);
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    switch.set_down(&["d"]);
+    let e = lookup_in(&store, d, "f")
+        .expect_err("a lookup in a directory whose metadata the source cannot give now");
+    assert_eq!(
+        e.errno(),
+        libc::EIO,
+        "expected EIO, got errno {}",
+        e.errno()
+    );
+    assert_nothing_skipped(&m, "after the failed metadata read");
+    assert!(
+        store.stub_state(d).unlisted_dir,
+        "the directory must stay unlisted (its metadata still to do)"
+    );
+    let p = m.progress(&store).unwrap();
+    assert_eq!(
+        (p.dirs_pending, p.file_stubs),
+        (1, 1),
+        "status: d pending (and d/f, created by the interrupted listing): {p:?}"
+    );
+    switch.set_down(&[]);
+    let f = lookup_in(&store, d, "f").expect("the lookup once the source answers");
+    assert_eq!(xattr_of(&store, d, name).unwrap(), switch.value("d"));
+    assert_eq!(xattr_of(&store, f, name).unwrap(), switch.value("d/f"));
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_nothing_skipped(&m, "after the crawl");
+    finish_strict(&store, &m).expect("finish without accepting skips");
+}
+
+/// A symlink's target and a file's xattrs read while the source is unreachable: the
+/// symlink's directory stays unlisted (its listing stops there), the file stays a dummy
+/// whose reads and xattr calls fail with EIO; nothing is skipped. A permanent refusal
+/// (permission denied) of another file's xattrs is still reported and does not stop it.
+/// Across an unclean stop (the state as a kill -9 leaves it) the dummy stays a dummy;
+/// once the source answers, a client read copies its xattr and data, and an empty file's
+/// pending metadata is copied by `finish` itself (no crawl ran): `finish` then refuses
+/// only over the refused file, which is the only entry of its report.
+#[test]
+fn file_and_symlink_metadata_from_an_unreachable_source_is_retried_across_a_restart() {
+    let r = Reopen::new();
+    let name = r.name();
+    let source = || {
+        FlakyMeta::new(
+            MemSource::new(
+                &["d"],
+                &[
+                    ("d/f", 10, 3000),
+                    ("d/g", 11, 2000),
+                    ("e", 12, 0),
+                    ("h", 13, 100),
+                ],
+                true,
+            ),
+            &[("d/l", "f")],
+            &["h"],
+            name,
+        )
+    };
+    let ((store, m), switch) = {
+        let (s, switch) = source();
+        (r.open(s), switch)
+    };
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    let e = lookup_in(&store, ROOT_INO, "e").unwrap();
+    let h = lookup_in(&store, ROOT_INO, "h").unwrap();
+    // h: refused for good, reported, its data still read.
+    assert!(matches!(xattr_of(&store, h, name), Err(x) if x.errno() == libc::ENODATA));
+    let fh = store.open_file(h, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(store.read(fh, 0, 100).unwrap(), content(13, 100));
+    store.release(fh).unwrap();
+    let skipped = m.skipped();
+    assert!(
+        skipped.len() == 1 && skipped[0].kind == "PermissionDenied",
+        "expected only h's refused xattrs in the skip report, got {skipped:?}"
+    );
+    // The symlink's target: the listing of d stops, d stays unlisted.
+    switch.set_down(&["d/l", "e"]);
+    let x = lookup_in(&store, d, "l").expect_err("a lookup in d while d/l cannot be read");
+    assert_eq!(x.errno(), libc::EIO);
+    assert!(store.stub_state(d).unlisted_dir);
+    // The empty file's xattrs.
+    let x = xattr_of(&store, e, name).expect_err("xattrs of e while the source cannot give them");
+    assert_eq!(
+        x.errno(),
+        libc::EIO,
+        "expected EIO, got errno {}",
+        x.errno()
+    );
+    assert_eq!(skipped, m.skipped(), "nothing more skipped");
+    drop(m);
+    drop(store); // unclean: no `close`
+    // Still down after the restart: nothing changed, nothing skipped.
+    let ((store, m), switch) = {
+        let (s, sw) = source();
+        sw.set_down(&["d/l", "e"]);
+        (r.open(s), sw)
+    };
+    let row =
+        m.db.get(e)
+            .unwrap()
+            .expect("e keeps its stub row across the restart");
+    assert_eq!(row.kind, super::state::StubKind::DummyFile);
+    assert_eq!(
+        xattr_of(&store, e, name).map_err(|x| x.errno()),
+        Err(libc::EIO)
+    );
+    assert_eq!(
+        skipped,
+        m.skipped(),
+        "nothing more skipped after the restart"
+    );
+    let p = m.progress(&store).unwrap();
+    assert!(
+        p.file_stubs >= 1 && p.dirs_pending == 1,
+        "status: e and d pending: {p:?}"
+    );
+    // The source answers: d is listed with its symlink, d/f read by a client.
+    switch.set_down(&[]);
+    let l = lookup_in(&store, d, "l").expect("d/l once the source answers");
+    assert_eq!(store.readlink(l).unwrap(), OsStr::new("f"));
+    for (f, ino, len) in [("f", 10, 3000), ("g", 11, 2000)] {
+        let f = lookup_in(&store, d, f).unwrap();
+        let fh = store.open_file(f, libc::O_RDONLY, false).unwrap().fh;
+        assert_eq!(store.read(fh, 0, len as u32).unwrap(), content(ino, len));
+        store.release(fh).unwrap();
+    }
+    // Only e is left, its metadata pending: `finish` copies it, then finishes (accepting
+    // h's refusal, which stays in its report).
+    assert_eq!(m.remaining(), 1, "only e left");
+    let strict = finish_strict(&store, &m).expect_err("h's refused xattrs are left out");
+    assert!(
+        strict.starts_with("1 source entries") && strict.contains("[PermissionDenied]"),
+        "expected finish to refuse over h alone: {strict}"
+    );
+    assert_eq!(
+        xattr_of(&store, e, name).unwrap(),
+        switch.value("e"),
+        "e's xattr, copied by the refused finish's retry"
+    );
+    let report = super::finish(&store, &m).expect("finish accepting h's skip");
+    assert!(
+        report.skipped.len() == 1 && report.skipped[0].src_path.as_bytes() == b"h",
+        "only h in the finish report: {:?}",
+        report.skipped
+    );
+    assert_eq!(xattr_of(&store, e, name).unwrap(), switch.value("e"));
+}
+
+/// A crash right after a directory was marked listed, before its row went, and the
+/// source unreachable for the directory's xattrs at the restart: the share opens (the
+/// recount does not fail), the row stays (status: pending), nothing is skipped, and it
+/// stays so across a clean stop; once the source answers, the next reconcile (a crawl
+/// round's end, `finish`) copies the xattr and the row goes.
+#[test]
+fn a_listed_directorys_metadata_left_by_a_crash_is_retried_once_the_source_answers() {
+    let r = Reopen::new();
+    let name = r.name();
+    let source = || {
+        FlakyMeta::new(
+            MemSource::new(&["d"], &[("d/f", 10, 3000)], true),
+            &[],
+            &[],
+            name,
+        )
+    };
+    let (src, switch) = source();
+    let (store, m) = r.open(src);
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    let f = lookup_in(&store, d, "f").unwrap();
+    let fh = store.open_file(f, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(store.read(fh, 0, 3000).unwrap(), content(10, 3000));
+    store.release(fh).unwrap();
+    assert!(m.db.get(d).unwrap().is_none());
+    // The crash: d listed in the store, its row back.
+    m.db.insert(
+        &[super::state::StubRow {
+            ino: d,
+            kind: super::state::StubKind::DummyDir,
+            src_path: SourcePath::parse(b"/d").unwrap(),
+            src_ino: 100,
+            minsize: 0,
+            listed_size: 0,
+            listed_mtime_ns: 0,
+            ident: None,
+        }],
+        &[],
+    )
+    .unwrap();
+    m.db.sync().unwrap();
+    assert!(!store.stub_state(d).unlisted_dir);
+    drop(m);
+    drop(store);
+    for clean in [false, true] {
+        let (src, sw) = source();
+        sw.set_down(&["d"]);
+        sw.set_tag(b"v2:");
+        let (store, m) = r.open(src);
+        assert_eq!(
+            m.db.get(d).unwrap().map(|r| r.kind),
+            Some(super::state::StubKind::DummyDir),
+            "d's row stays while its metadata cannot be read (open after a {} stop)",
+            if clean { "clean" } else { "unclean" }
+        );
+        assert_eq!(m.reconcile(&store).unwrap(), 1, "d pending");
+        assert_nothing_skipped(&m, "while the source is unreachable");
+        m.close();
+    }
+    let (src, sw) = source();
+    sw.set_tag(b"v2:");
+    let (store, m) = r.open(src);
+    assert_eq!(
+        m.reconcile(&store).unwrap(),
+        0,
+        "d's metadata copied, its row gone"
+    );
+    assert_eq!(xattr_of(&store, d, name).unwrap(), sw.value("d"));
+    assert_nothing_skipped(&m, "after the retry");
+    finish_strict(&store, &m).expect("finish without accepting skips");
+    let _ = switch;
+}
+
+/// An unlisted directory shows the link count its source listed (2 + its
+/// subdirectories), not 2 of its still empty backing directory; once listed, the same
+/// count from its own subdirectories.
+#[test]
+fn an_unlisted_directory_shows_its_sources_link_count() {
+    let mut source = MemSource::new(
+        &["d", "d/a", "d/b", "d/a/x", "e"],
+        &[("d/f", 10, 100)],
+        true,
+    );
+    source.objects.get_mut(b"d".as_slice()).unwrap().nlink = 4;
+    source.objects.get_mut(b"d/a".as_slice()).unwrap().nlink = 3;
+    let s = Setup::new(source, 1);
+    let d = s.lookup(ROOT_INO, "d");
+    let e = s.lookup(ROOT_INO, "e");
+    assert!(s.store.stub_state(d).unlisted_dir);
+    let nlink = |ino| s.store.getattr(ino, None).unwrap().nlink;
+    assert_eq!(
+        (nlink(d), nlink(e)),
+        (4, 2),
+        "unlisted d (two subdirectories on the source) and e (none)"
+    );
+    let a = s.lookup(d, "a");
+    assert!(!s.store.stub_state(d).unlisted_dir && s.store.stub_state(a).unlisted_dir);
+    assert_eq!((nlink(d), nlink(a)), (4, 3), "listed d, unlisted d/a");
+    s.lookup(a, "x");
+    assert_eq!(nlink(a), 3, "listed d/a");
+}

@@ -144,7 +144,8 @@ fn migrate_all(s: &Setup, kind: SrcKind, sub: &str, bytes: u64) -> Result<Cost> 
     };
     if let Some((me, server, io)) = cpu_at_start {
         let io_now = proxy::io_counts();
-        println!("  {}", log.report(t.elapsed()));
+        // Up to the crawl's end (`wall`), not past the durable `syncfs` above.
+        println!("  {}", log.report(wall));
         println!(
             "  delay proxies: {} reads, {} writes",
             io_now.0 - io.0,
