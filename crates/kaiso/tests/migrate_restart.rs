@@ -273,11 +273,9 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     // The root is not listed yet, so the read fails at its listing: one call. (A file
-    // looked up before the stop makes several calls, metadata copy then read, which the
-    // source's hung state fails within a grace each: `deadline::tests` in kaiso-source.
-    // Not done here: a directory's ACL read failing as unreachable stays in the skip
-    // report after the source is back, so `finish` would refuse; docs/migration.md,
-    // Limits.)
+    // looked up before the stop fails at its metadata copy, whose first call the hung
+    // source fails after the timeout; the copy is retried once the source answers,
+    // never skipped: migrate_retry_s14.rs.)
     // The old server hangs: every call into its mount blocks.
     let cont = Continue(pid);
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
