@@ -293,7 +293,7 @@ struct Stopped(i32);
 
 impl Stopped {
     fn new(pid: i32) -> Stopped {
-        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        common::sigstop_all_threads(pid);
         Stopped(pid)
     }
 }

@@ -1122,7 +1122,7 @@ struct SourceStopped(u32);
 
 impl SourceStopped {
     fn new(pid: u32) -> Self {
-        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        common::sigstop_all_threads(pid as i32);
         SourceStopped(pid)
     }
 }

@@ -278,7 +278,7 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
     // never skipped: migrate_retry_s14.rs.)
     // The old server hangs: every call into its mount blocks.
     let cont = Continue(pid);
-    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    common::sigstop_all_threads(pid as i32);
     let f1 = mnt.join("f1");
     let t0 = Instant::now();
     let r = bounded(Duration::from_secs(30), move || fs::read(f1).map(|_| ()))

@@ -165,7 +165,7 @@ impl World {
         assert_eq!(fs::metadata(&f1).unwrap().len(), F1_LEN as u64);
         let pid = self.source_pid();
         let cont = Continue(pid);
-        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        common::sigstop_all_threads(pid as i32);
         let got = bounded(Duration::from_secs(60), move || getxattr(&f1, XATTR))
             .expect("an xattr read through a hung source returns");
         assert_eq!(

@@ -740,3 +740,34 @@ pub fn as_nobody<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T
     .join()
     .expect("nobody thread panicked")
 }
+
+/// Stops process `pid` with SIGSTOP and waits (at most 10 s) until every one of its
+/// threads is in group stop. `kill` returns before that: the stop takes effect as each
+/// thread is next scheduled, and on a busy machine a FUSE or NFS server can still read
+/// and answer a request meanwhile (a test then sees an answer from a "stopped" server,
+/// or a client blocked on a request the server read just before stopping).
+pub fn sigstop_all_threads(pid: i32) {
+    assert_eq!(
+        unsafe { libc::kill(pid, libc::SIGSTOP) },
+        0,
+        "kill -STOP {pid}"
+    );
+    let start = std::time::Instant::now();
+    loop {
+        let tasks = fs::read_dir(format!("/proc/{pid}/task")).expect("threads of a process");
+        let running: Vec<char> = tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            // The state follows the parenthesised command name, which may hold spaces.
+            .filter_map(|stat| stat[stat.rfind(')')? + 2..].chars().next())
+            .filter(|state| *state != 'T')
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "threads of {pid} not stopped within 10 s of SIGSTOP: states {running:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -486,6 +486,29 @@ mod tests {
         }
     }
 
+    /// SIGSTOP to `pid`, then a wait (at most 10 s) until every thread of it is in group
+    /// stop: `kill` returns before that, and a thread not stopped yet could still answer.
+    fn stop_all_threads(pid: i32) {
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let t = Instant::now();
+        loop {
+            let running = fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .filter_map(|e| fs::read_to_string(e.ok()?.path().join("stat")).ok())
+                .filter_map(|stat| stat[stat.rfind(')')? + 2..].chars().next())
+                .filter(|state| *state != 'T')
+                .count();
+            if running == 0 {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{running} threads of {pid} not stopped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Sends SIGCONT to a stopped process when dropped (also when the test fails).
     struct Continue(i32);
 
@@ -533,8 +556,8 @@ mod tests {
         assert_eq!(size, 4 << 20, "the target's size through the NFS face");
 
         let old_pid = old_server.child.as_ref().unwrap().id() as i32;
-        assert_eq!(unsafe { libc::kill(old_pid, libc::SIGSTOP) }, 0);
         let resume = Continue(old_pid);
+        stop_all_threads(old_pid);
         let log = d.log.clone();
         let waker = std::thread::spawn(move || {
             let t = Instant::now();

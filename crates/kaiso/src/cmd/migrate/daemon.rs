@@ -889,7 +889,9 @@ impl Daemon {
         }
         let unreachable = s.source_down.as_ref().and_then(unreachable_state);
         let k = &s.m.counters;
-        st.bytes_fetched = k.bytes_fetched.load(Ordering::Relaxed);
+        // One reading for the bytes shown and the rate, so the two agree.
+        let now = reading(&s.m);
+        st.bytes_fetched = now.bytes;
         st.demand_fetches = k.demand_fetches.load(Ordering::Relaxed);
         st.crawl_fetches = k.crawl_fetches.load(Ordering::Relaxed);
         st.dirs_listed = k.dirs_listed.load(Ordering::Relaxed);
@@ -914,7 +916,7 @@ impl Daemon {
             }
         }
         st.paused = s.paused;
-        if let Some((bytes, files)) = s.rate.rate(reading(&s.m)) {
+        if let Some((bytes, files)) = s.rate.rate(now) {
             st.bytes_per_sec = bytes;
             st.files_per_sec = files;
         }
