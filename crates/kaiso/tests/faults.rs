@@ -216,8 +216,9 @@ fn tier_removed_while_mounted_keeps_other_tiers_serving() {
     assert_eq!(fs::read(m.path.join("slow-file")).unwrap(), b"slow");
     let gone = store.root.join("tier-gone");
     fs::rename(&store.tiers[1], &gone).unwrap();
-    // Longer than the store's 100 ms sampling of tier roots.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Until the store's sampling of tier roots (every 100 ms) has seen it gone: waited
+    // for, not assumed after a sleep (a loaded machine delays the sampler).
+    common::audit::wait_tier_online(&store.config, 1, false, Duration::from_secs(20));
     // A file on the vanished tier answers ENOENT (not a hang, EIO or a crash), whether
     // the kernel still knows its name or looks it up afresh.
     for name in ["slow-file", "sub/deep-file"] {

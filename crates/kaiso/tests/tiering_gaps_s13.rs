@@ -12,6 +12,7 @@ use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::time::Duration;
 
 /// `renameat2(a, b, RENAME_EXCHANGE)`.
 fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
@@ -128,8 +129,10 @@ fn a_create_while_the_fast_tiers_directory_is_away_lands_on_the_next_tier() {
             w.map_err(|e| e.to_string()),
             back.ok() == Some(data.into_bytes()),
         ));
-        // The return is noticed by the next root check (100 ms).
-        std::thread::sleep(std::time::Duration::from_millis(500));
+        // The return is noticed by the next root check (every 100 ms): each round (and
+        // the read of `old` below) starts with the store seeing t0 online again, waited
+        // for rather than assumed after a sleep (a loaded machine delays the check).
+        common::audit::wait_tier_online(&store.config, 0, true, Duration::from_secs(20));
     }
     let old = fs::read(m.path.join("old"));
     let on: Vec<Vec<usize>> = (0..3)

@@ -55,3 +55,30 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Whether tier `tier` (0 = the fastest) of the mounted store is online, as the store's
+/// root check (every 100 ms) last saw it and `kaiso status --json` reports it; None when
+/// the daemon did not answer.
+pub fn tier_online(config: &Path, tier: usize) -> Option<bool> {
+    status_json(config)?
+        .pointer(&format!("/tiers/{tier}/online"))?
+        .as_bool()
+}
+
+/// Waits until the store reports tier `tier` online (`online` true) or offline: the
+/// condition a test needs after renaming a tier's directory away or back, instead of a
+/// sleep that assumes the root check ran meanwhile. Bounded by `limit`; panics saying
+/// what was expected.
+pub fn wait_tier_online(config: &Path, tier: usize, online: bool, limit: Duration) {
+    let mut last = None;
+    let held = wait_for(limit, || {
+        last = tier_online(config, tier);
+        last == Some(online)
+    });
+    assert!(
+        held,
+        "tier {tier} of {}: expected the store to report online={online} within {limit:?} \
+         (`kaiso status --json`); last seen {last:?}",
+        config.display()
+    );
+}
