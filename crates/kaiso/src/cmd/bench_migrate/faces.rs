@@ -429,6 +429,19 @@ mod tests {
         bin
     }
 
+    /// A depth-3, width-10 grid under `scratch`/src with a 4 MiB target: the source
+    /// directory, the target's relative path and its first 64 KiB.
+    fn grid_source(scratch: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
+        let src = scratch.join("src");
+        let rel = dataset::grid_tree(&src, 3, 10, 4 << 20).unwrap();
+        let mut expect = vec![0u8; 64 << 10];
+        fs::File::open(src.join(&rel))
+            .unwrap()
+            .read_exact(&mut expect)
+            .unwrap();
+        (src, rel, expect)
+    }
+
     fn mounts() -> String {
         fs::read_to_string("/proc/self/mountinfo").unwrap()
     }
@@ -443,13 +456,7 @@ mod tests {
         }
         let bin = kaiso_bin();
         let tmp = tempfile::tempdir().unwrap();
-        let src = tmp.path().join("src");
-        let rel = dataset::grid_tree(&src, 3, 10, 4 << 20).unwrap();
-        let mut expect = vec![0u8; 64 << 10];
-        fs::File::open(src.join(&rel))
-            .unwrap()
-            .read_exact(&mut expect)
-            .unwrap();
+        let (src, rel, expect) = grid_source(tmp.path());
         let url = src.display().to_string();
         for face in [Face::Fuse, Face::Nfs] {
             let mut d = FaceDaemon::spawn(&bin, tmp.path(), &url, &[], face, &[]).unwrap();
@@ -530,13 +537,7 @@ mod tests {
         }
         let bin = kaiso_bin();
         let tmp = tempfile::tempdir().unwrap();
-        let src = tmp.path().join("src");
-        let rel = dataset::grid_tree(&src, 3, 10, 4 << 20).unwrap();
-        let mut expect = vec![0u8; 64 << 10];
-        fs::File::open(src.join(&rel))
-            .unwrap()
-            .read_exact(&mut expect)
-            .unwrap();
+        let (src, rel, expect) = grid_source(tmp.path());
         let src_url = src.display().to_string();
         let mut old_server =
             FaceDaemon::spawn(&bin, tmp.path(), &src_url, &[], Face::Nfs, &[]).unwrap();
