@@ -176,7 +176,17 @@ fn a_restart_with_one_source_gone_serves_the_store_and_resumes_when_it_is_back()
         "read of a stub of the gone source failed after {:?}",
         t0.elapsed()
     );
-    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    // "Promptly": a few ms on an idle machine (printed above). The bound that fails the
+    // test is 5 s, as for the serving time (up to 713 ms seen there at load 15-56 on 2
+    // cores): it catches a read that waits for the gone source (for ever; `bounded`
+    // gives up at 20 s).
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "a read of a stub of the gone source failed only after {:?}, expected at once \
+         (< 5 s); daemon log:\n{}",
+        t0.elapsed(),
+        d.log_text()
+    );
     let s = share_status(&cfg, "b");
     let state = s["state"].as_str().unwrap();
     assert!(
@@ -288,11 +298,20 @@ fn a_posix_source_on_a_hung_mount_fails_calls_after_its_timeout() {
         "read through the hung source failed after {:?}",
         t0.elapsed()
     );
+    // Failed by the URL's 1 s deadline: the daemon log names it. Not by the default 15 s
+    // one nor by a hang (`bounded` gives up at 30 s): about 1.0 s on an idle machine, 6.1 s
+    // once at load 56 on 2 cores (scheduling delay adds to the deadline), so the bound
+    // that fails the test is 10 s, below the 15 s that an ignored `?timeout=1` costs.
+    let took = t0.elapsed();
+    // The log line may trail the client's error: waited for (bounded).
+    let named = common::audit::wait_for(Duration::from_secs(10), || {
+        d.log_text().contains("within 1.0 s")
+    });
+    let log = d.log_text();
     assert!(
-        t0.elapsed() < Duration::from_millis(3500),
-        "failed after {:?}, not within the 1 s timeout and a margin; daemon log:\n{}",
-        t0.elapsed(),
-        d.log_text()
+        took < Duration::from_secs(10) && named,
+        "expected the read through the hung source to fail by its 1.0 s deadline (named \
+         in the daemon log, and < 10 s); it failed after {took:?}; daemon log:\n{log}"
     );
     migrate_ok("resume", &cfg, &[]);
     let t1 = Instant::now();
