@@ -25,6 +25,8 @@ fn since(a: SmbStats, b: SmbStats) -> SmbStats {
         compounds: a.compounds - b.compounds,
         singles: a.singles - b.singles,
         metadata_fetches: a.metadata_fetches - b.metadata_fetches,
+        eas_skipped: a.eas_skipped - b.eas_skipped,
+        eas_asked_apart: a.eas_asked_apart - b.eas_asked_apart,
         reads_compound: a.reads_compound - b.reads_compound,
         reads_opened: a.reads_opened - b.reads_opened,
         reads_continued: a.reads_continued - b.reads_continued,
@@ -148,34 +150,42 @@ fn smb_requests_per_file_of_a_crawl() {
     let n = files.len() as u64;
     let units = BIG.div_ceil(UNIT) as u64;
 
-    // The listing: one compound of CREATE, the directory's attributes, descriptor and
-    // EAs, two QUERY_DIRECTORYs (the second says "no more files") and CLOSE.
+    // The listing: one compound of CREATE, the directory's attributes and descriptor
+    // (not its EAs: the root's listing said it has none), two QUERY_DIRECTORYs (the
+    // second says "no more files") and CLOSE.
     // The files' metadata prefetch starts in the background right after the listing, so
-    // its compounds (CREATE and 4 QUERY_INFO each, no CLOSE: the handle is kept for the
-    // read) may already be counted here.
+    // its compounds (CREATE and 3 or 4 QUERY_INFO each, no CLOSE: the handle is kept for
+    // the read) may already be counted here.
     let l = since(listed, before);
     assert_eq!(l.round_trips, 1, "listing: {l:?}");
     let ahead = l.metadata_fetches;
     assert_eq!(
-        (
-            l.compounds - ahead,
-            l.creates - ahead,
-            l.queries - 4 * ahead,
-            l.listings,
-            l.closes
-        ),
-        (1, 1, 3, 2, 1),
+        (l.compounds - ahead, l.creates - ahead, l.listings, l.closes),
+        (1, 1, 2, 1),
         "listing (less {ahead} metadata compounds fetched ahead): {l:?}"
     );
-    // Metadata: one compound per file (CREATE, attributes, descriptor, streams, EAs; no
-    // CLOSE), fetched ahead in the background or by the first of the file's three calls:
-    // at most one round trip per file for the calls, never a second fetch.
+    // Metadata: one compound per file (CREATE, attributes, descriptor, streams, and the
+    // EAs only for the files whose listing showed some; no CLOSE), fetched ahead in the
+    // background or by the first of the file's three calls: at most one round trip per
+    // file for the calls, never a second fetch.
     // (Those fetched ahead during the listing's window are counted there.)
     let m = since(described, listed);
     assert_eq!(m.metadata_fetches + ahead, n, "metadata: {m:?}");
     assert!(m.round_trips <= n, "metadata: {m:?}");
     assert_eq!(m.creates + ahead, n, "metadata: {m:?}");
-    assert_eq!(m.queries + 4 * ahead, 4 * n, "metadata: {m:?}");
+    let with_eas = (0..FILES).filter(|i| i % 4 == 0).count() as u64;
+    let lm = since(described, before);
+    assert_eq!(
+        lm.queries,
+        2 + 3 * n + with_eas,
+        "listing and metadata: 2 QUERY_INFOs for the directory, 3 per file and one more \
+         per file with EAs ({with_eas}) expected: {lm:?}"
+    );
+    assert_eq!(
+        (lm.eas_skipped, lm.eas_asked_apart),
+        (1 + n - with_eas, 0),
+        "EA queries left out (the directory and the files without EAs): {lm:?}"
+    );
     assert_eq!(m.closes, 0, "metadata (handles kept for the reads): {m:?}");
     assert_eq!(
         described.kept_handles, n,
@@ -439,5 +449,105 @@ fn smb_small_file_ends_are_read_apart() {
             data.len(),
             1 + u64::from(split)
         );
+    }
+}
+
+/// The EA query is left out of a metadata compound when the object's listing said it has
+/// no EAs (EaSize 0), and EAs set after that listing are still copied: the compound's
+/// FileAllInformation shows their size and they are asked apart. A directory is listed
+/// with its own metadata, so its listing compound shows both: left out for a directory
+/// without EAs, asked apart for one that got an EA after its parent was listed, asked in
+/// the compound for one whose parent's listing showed EAs.
+#[test]
+fn smb_eas_are_asked_only_where_the_listing_shows_some() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    for d in ["plain", "later", "tagged"] {
+        std::fs::create_dir(share.path().join(d)).unwrap();
+    }
+    common::set_xattr(&share.path().join("tagged"), "user.tag", b"t");
+    let server = common::Samba::start(share.path());
+    let source = SmbSource::connect(server.config()).expect("connect");
+    // The root's listing gives each directory's EaSize; only then does "later" get an EA.
+    source.read_dir(&SourcePath::root()).unwrap();
+    common::set_xattr(&share.path().join("later"), "user.late", b"l");
+    let p = |s: &str| SourcePath::parse(s.as_bytes()).unwrap();
+    let list = |name: &str| {
+        let before = source.stats();
+        source.read_dir(&p(name)).unwrap();
+        let eas = source.xattrs(&p(name)).unwrap();
+        (eas, since(source.stats(), before))
+    };
+    let (eas, d) = list("plain");
+    assert!(eas.is_empty(), "plain: {eas:?}");
+    assert_eq!(
+        (d.eas_skipped, d.eas_asked_apart, d.queries, d.compounds),
+        (1, 0, 2, 1),
+        "plain: listing compound without the EA query, nothing asked apart: {d:?}"
+    );
+    let (eas, d) = list("later");
+    assert_eq!(
+        eas,
+        vec![(b"user.late".to_vec(), b"l".to_vec())],
+        "later: the EA set after the parent's listing"
+    );
+    assert_eq!(
+        (d.eas_skipped, d.eas_asked_apart, d.queries, d.compounds),
+        (1, 1, 3, 2),
+        "later: EA query left out, then asked apart in a compound of its own: {d:?}"
+    );
+    let (eas, d) = list("tagged");
+    assert_eq!(eas, vec![(b"user.tag".to_vec(), b"t".to_vec())], "tagged");
+    assert_eq!(
+        (d.eas_skipped, d.eas_asked_apart, d.queries, d.compounds),
+        (0, 0, 3, 1),
+        "tagged: EA query in the listing compound: {d:?}"
+    );
+}
+
+/// A file whose listing said "no EAs" but that has EAs when its metadata is fetched (set
+/// in between) still has them copied: its metadata compound leaves the EA query out,
+/// its FileAllInformation shows an EA size, and the EAs are asked apart; on the
+/// source's own data connections and through the crate's signed sessions (`sign=1`).
+/// The listing's hint is set directly (`assume_no_eas`): after a real listing the
+/// background prefetch would race with the test's setxattr.
+#[test]
+fn smb_eas_set_after_a_files_listing_are_still_copied() {
+    if !common::have(&["smbd", "smbpasswd", "smbclient"]) {
+        return;
+    }
+    let share = tempfile::tempdir().expect("tempdir");
+    for name in ["bare", "tagged"] {
+        std::fs::write(share.path().join(name), b"data").unwrap();
+    }
+    common::set_xattr(&share.path().join("tagged"), "user.tag", b"t");
+    let server = common::Samba::start(share.path());
+    for sign in [false, true] {
+        let mut config = server.config();
+        config.sign = sign;
+        let source = SmbSource::connect(config).expect("connect");
+        let p = |s: &str| SourcePath::parse(s.as_bytes()).unwrap();
+        for name in ["bare", "tagged"] {
+            source.assume_no_eas(&p(name));
+            let before = source.stats();
+            let eas = source.xattrs(&p(name)).unwrap();
+            assert!(source.acl(&p(name)).unwrap().owner_sid.is_some());
+            let d = since(source.stats(), before);
+            let want: Vec<(Vec<u8>, Vec<u8>)> = if name == "tagged" {
+                vec![(b"user.tag".to_vec(), b"t".to_vec())]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(eas, want, "EAs of {name} (sign={sign})");
+            let apart = u64::from(name == "tagged");
+            assert_eq!(
+                (d.metadata_fetches, d.eas_skipped, d.eas_asked_apart),
+                (1, 1, apart),
+                "{name} (sign={sign}): one metadata fetch without the EA query, \
+                 {apart} asked apart: {d:?}"
+            );
+        }
     }
 }

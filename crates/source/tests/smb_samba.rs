@@ -291,6 +291,81 @@ fn signal_group(pgid: i32, sig: i32) {
     assert_eq!(unsafe { libc::kill(-pgid, sig) }, 0, "kill -{sig} -{pgid}");
 }
 
+/// The fields of a `/proc/.../stat` line after the command name (which is in
+/// parentheses and may hold spaces): state, ppid, pgrp, ...
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    Some(stat[stat.rfind(')')? + 2..].split(' ').collect())
+}
+
+/// Every thread of every process in group `pgid` with its state (`/proc`).
+fn group_thread_states(pgid: i32) -> Vec<(i32, i32, char)> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) else {
+            continue; // gone meanwhile
+        };
+        let in_group = stat_fields(&stat)
+            .and_then(|f| f.get(2).and_then(|g| g.parse::<i32>().ok()))
+            == Some(pgid);
+        if !in_group {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let tid = t
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            if let Some(state) = std::fs::read_to_string(t.path().join("stat"))
+                .ok()
+                .and_then(|st| stat_fields(&st)?.first()?.chars().next())
+            {
+                out.push((pid, tid, state));
+            }
+        }
+    }
+    out
+}
+
+/// Stops every process of group `pgid` (smbd and its children) with SIGSTOP and waits
+/// (at most 10 s) until every thread of every one of them is in group stop ('T'; a
+/// zombie counts as stopped). `kill` returns before that: the stop takes effect as each
+/// thread is next scheduled, and on a busy machine a "stopped" smbd can still read and
+/// answer a request meanwhile.
+fn stop_group(pgid: i32) {
+    signal_group(pgid, libc::SIGSTOP);
+    let start = std::time::Instant::now();
+    loop {
+        let states = group_thread_states(pgid);
+        assert!(
+            !states.is_empty(),
+            "no process left in smbd's group {pgid} to stop"
+        );
+        let running: Vec<_> = states
+            .iter()
+            .filter(|(_, _, s)| !matches!(s, 'T' | 'Z' | 'X'))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "threads of smbd's group {pgid} not stopped within 10 s of SIGSTOP \
+             (pid, tid, state): {running:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A server that stops answering (SIGSTOP) makes a call fail within the configured
 /// timeout with an error naming the server, and the next call after it answers again
 /// reconnects. A server killed in the middle of a migration (kill -9 of smbd and its
@@ -317,7 +392,7 @@ fn smb_timeout_and_reconnect() {
     assert_eq!(source.stat(&f0).unwrap().size, 600_000);
 
     // A silent server: the call ends with Unreachable after about the timeout.
-    signal_group(pgid, libc::SIGSTOP);
+    stop_group(pgid);
     let s = source.clone();
     let p = f0.clone();
     let (r, took) = common::within(timeout * 3, "stat on a stopped server", move || s.stat(&p));

@@ -6,8 +6,8 @@
 //!
 //! A data connection is a blocking TCP socket used by one call at a time: NEGOTIATE
 //! (SMB 2.1 to 3.0.2), NTLM SESSION_SETUP, TREE_CONNECT, then CREATE, READ, QUERY_INFO
-//! and CLOSE for the files read on it, and files' metadata compounds (CREATE and four
-//! QUERY_INFOs) whose handles it keeps for the files' first reads. It is only used when the server requires neither
+//! and CLOSE for the files read on it, and files' metadata compounds (CREATE and up to
+//! four QUERY_INFOs) whose handles it keeps for the files' first reads. It is only used when the server requires neither
 //! signing nor encryption (of the session or the share) and the configuration does not
 //! ask for signing; otherwise the source reads through the crate's sessions, which sign
 //! or seal as the server asks. A data connection that fails is dropped: after a broken
@@ -475,16 +475,17 @@ impl DataLink {
 
     /// A file's metadata in one compound: CREATE (data, attributes, EAs and security
     /// descriptor access), FileAllInformation, the security descriptor, the streams
-    /// (`named_streams`) and the EAs, without a CLOSE: the handle is for the file's first
-    /// read. Returns each reply as a frame (the CREATE's first) and the handle (`None`
-    /// when the CREATE failed). The caller keeps or closes the handle.
+    /// (`named_streams`) and the EAs (`eas`), without a CLOSE: the handle is for the
+    /// file's first read. Returns each reply as a frame (the CREATE's first) and the
+    /// handle (`None` when the CREATE failed). The caller keeps or closes the handle.
     pub fn metadata(
         &mut self,
         name: String,
         named_streams: bool,
+        eas: bool,
         requests: &Requests,
     ) -> Result<(Vec<smb2::Frame>, Option<FileId>), Fail> {
-        let ops_owned = wire::metadata_requests(name, OpenFor::MetadataAndRead, named_streams);
+        let ops_owned = wire::metadata_requests(name, OpenFor::MetadataAndRead, named_streams, eas);
         let mut ops = ops_owned.ops();
         ops.pop(); // no CLOSE: the handle stays open
         for (c, _, _) in &ops {
@@ -871,10 +872,11 @@ impl DataPool {
         path: &SourcePath,
         name: &str,
         named_streams: bool,
+        eas: bool,
         requests: &Requests,
     ) -> Option<Result<Vec<smb2::Frame>, Fail>> {
         let mut link = self.take(path)?;
-        match link.metadata(name.to_string(), named_streams, requests) {
+        match link.metadata(name.to_string(), named_streams, eas, requests) {
             Ok((frames, Some(id))) => {
                 let raw = frames
                     .get(1)

@@ -189,24 +189,30 @@ pub fn aligned_split(offset: u64, len: usize, size: Option<u64>) -> Option<usize
 
 /// The requests of a file's metadata compound: CREATE, FileAllInformation, the security
 /// descriptor, the streams (when the share has named streams), the EAs (last before the
-/// CLOSE: a file without EAs answers with an error status) and CLOSE. Used by the crate's
-/// sessions (with the CLOSE) and the data connections (without: the handle is kept).
+/// CLOSE: a file without EAs answers with an error status; left out with `eas` false,
+/// when the file's listing said it has none) and CLOSE. Used by the crate's sessions
+/// (with the CLOSE) and the data connections (without: the handle is kept).
 pub struct MetadataRequests {
     create: CreateRequest,
     all: QueryInfoRequest,
     sd: QueryInfoRequest,
     streams: Option<QueryInfoRequest>,
-    eas: QueryInfoRequest,
+    eas: Option<QueryInfoRequest>,
     close: CloseRequest,
 }
 
-pub fn metadata_requests(name: String, open_for: OpenFor, named_streams: bool) -> MetadataRequests {
+pub fn metadata_requests(
+    name: String,
+    open_for: OpenFor,
+    named_streams: bool,
+    eas: bool,
+) -> MetadataRequests {
     MetadataRequests {
         create: create(name, open_for),
         all: query_all(FileId::SENTINEL),
         sd: query_security(FileId::SENTINEL),
         streams: named_streams.then(|| query_streams(FileId::SENTINEL)),
-        eas: query_eas(FileId::SENTINEL),
+        eas: eas.then(|| query_eas(FileId::SENTINEL)),
         close: close(FileId::SENTINEL),
     }
 }
@@ -223,7 +229,9 @@ impl MetadataRequests {
         if let Some(s) = &self.streams {
             ops.push((Command::QueryInfo, s, 1));
         }
-        ops.push((Command::QueryInfo, &self.eas, 1));
+        if let Some(e) = &self.eas {
+            ops.push((Command::QueryInfo, e, 1));
+        }
         ops.push((Command::Close, &self.close, 1));
         ops
     }
