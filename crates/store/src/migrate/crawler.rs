@@ -375,6 +375,11 @@ impl Crawler {
         if let Some(c) = self.committer.take() {
             c.stop(&self.migration);
         }
+        // Completions the workers deferred during a sync (none are deferred from now on:
+        // no committer runs).
+        if let Err(e) = self.migration.commit_deferred_completions() {
+            tracing::warn!(errno = e.errno(), "crawler: committing completions failed");
+        }
         let mut s = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         if *s == CrawlState::Running {
             *s = CrawlState::Stopped;
@@ -511,8 +516,12 @@ fn worker(store: &Store, m: &Migration, sh: &Shared) {
 /// Ends a round whose work is all done: done (counter 0), stuck (no progress since the
 /// last round), or a new round from the root.
 fn close_round(store: &Store, m: &Migration, sh: &Shared) {
-    // Listings still waiting for their commit hold rows: commit them before counting.
-    let reconciled = m.commit_listings(store).and_then(|()| m.reconcile(store));
+    // Listings still waiting for their commit hold rows, and completions deferred during
+    // a sync still hold theirs: commit both before counting.
+    let reconciled = m
+        .commit_listings(store)
+        .and_then(|()| m.commit_deferred_completions())
+        .and_then(|()| m.reconcile(store));
     *sh.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
     let remaining = match reconciled {
         Ok(n) => n,

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::meta_retry::{self, MetaRetries, MetadataRetry, Verdict};
 use super::readahead::{ListingCache, subdirectories};
 use super::samba_meta::{self, DosAttrib, xattr_skip_reason};
 use super::source::{
@@ -72,6 +73,12 @@ pub struct MigrationConfig {
     /// (default). Off: one thread fetches a file's units one after another (the crawl
     /// before session 9; for measuring the difference).
     pub share_units: bool,
+    /// An entry whose metadata read keeps failing as unreachable while the share's root
+    /// answers is given up (skip report, migrated without that metadata) at its first
+    /// failure with at least this many counted failures ...
+    pub meta_give_up_attempts: u32,
+    /// ... and at least this long after its first one (see [`super::meta_retry`]).
+    pub meta_give_up_after: Duration,
 }
 
 impl MigrationConfig {
@@ -84,6 +91,8 @@ impl MigrationConfig {
             crawl_workers: 2,
             throttle_bytes_per_sec: None,
             share_units: true,
+            meta_give_up_attempts: super::meta_retry::DEFAULT_GIVE_UP_ATTEMPTS,
+            meta_give_up_after: super::meta_retry::DEFAULT_GIVE_UP_AFTER,
         }
     }
 }
@@ -265,6 +274,9 @@ pub struct Migration {
     /// them listed and removing their row. Retried by every [`Migration::reconcile`]
     /// (crawl rounds, `finish`). Rebuilt at open from the rows, which persist the mark.
     meta_retry: Mutex<HashSet<Ino>>,
+    /// Counted failures of metadata reads, by source path, and unlisted directories whose
+    /// own metadata was copied (see [`super::meta_retry`]).
+    meta_retries: MetaRetries,
     /// Units being fetched (see [`UnitClaims`]).
     units: UnitClaims,
     /// Units a crawler thread is being admitted for (`begin_admission`): other threads
@@ -513,6 +525,7 @@ impl Migration {
             me: me.clone(),
             meta_gate: DirFillGate::new(),
             meta_retry: Mutex::new(HashSet::new()),
+            meta_retries: MetaRetries::default(),
             units: UnitClaims::default(),
             admitting: Mutex::new(HashSet::new()),
             last_group_commit: Mutex::new(Instant::now()),
@@ -856,6 +869,11 @@ impl Migration {
 
     /// Marks a clean stop (no recount needed at next open).
     pub fn close(&self) {
+        // Completions deferred during a sync are committed before the clean flag (the
+        // sync below covers both; it commits them itself if a sync runs now).
+        if let Err(e) = self.commit_deferred_completions() {
+            tracing::warn!(migration = %self.cfg.name, "deferred completions: {e:?}");
+        }
         // A recount still running is stopped; then the counter is not known right and
         // the stop counts as unclean (the next open recounts).
         self.recount.abort.store(true, Ordering::Release);
@@ -875,6 +893,9 @@ impl Migration {
     /// (clients may delete or complete stubs without telling us).
     /// Waits for a background recount after an unclean stop first.
     pub fn reconcile(&self, store: &Store) -> FsResult<u64> {
+        // A completion deferred during a sync still holds its row: committed first, or
+        // the row would be dropped here without its completion record.
+        self.commit_deferred_completions()?;
         self.wait_for_recount();
         let after_crash = self.recounted.load(Ordering::Relaxed)
             && !self.recount.completed.load(Ordering::Acquire);
@@ -882,21 +903,29 @@ impl Migration {
     }
 
     /// For `finish`, before it counts the stubs: when every stub left waits only for its
-    /// metadata (a file whose data is all here, such as an empty file, or a listed
-    /// directory, whose metadata copy found the source unreachable), the copy is made
-    /// now, so `finish` does not refuse over an outage that has passed (directories by
-    /// the reconcile that follows). With anything else left, the crawl's work, nothing is
-    /// done here and `finish` refuses as before. A copy that fails again leaves its stub.
+    /// metadata (a file whose data is all here, such as an empty file, a listed
+    /// directory whose metadata copy found the source unreachable, or an unlisted one
+    /// whose listing stopped at such an entry: see [`super::meta_retry`]), the copy is
+    /// made now, so `finish` does not refuse over an outage that has passed, and an
+    /// entry whose bound is reached is given up now rather than at the crawl's next
+    /// round (listed directories by the reconcile that follows). With anything else
+    /// left, the crawl's work, nothing is done here and `finish` refuses as before. A
+    /// copy that fails again leaves its stub.
     pub(crate) fn retry_metadata_only_stubs(&self, store: &Store) -> FsResult<()> {
         self.wait_for_recount();
+        let _counted = meta_retry::CountAttempts::here();
         let rows = self.db.all().map_err(io)?;
         let retry = self
             .meta_retry
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let blocked = |r: &StubRow| {
+            store.stub_state(r.ino).unlisted_dir
+                && self.meta_retries.blocks_listing(&self.db, &r.src_path)
+        };
         let metadata_only = |r: &StubRow| match r.kind {
-            StubKind::DummyDir => retry.contains(&r.ino),
+            StubKind::DummyDir => retry.contains(&r.ino) || blocked(r),
             StubKind::DummyFile | StubKind::PartialFile => {
                 store.stub_state(r.ino).missing.is_empty()
             }
@@ -904,8 +933,16 @@ impl Migration {
         if !rows.iter().all(metadata_only) {
             return Ok(());
         }
-        for row in rows.iter().filter(|r| r.kind == StubKind::DummyFile) {
-            if let Err(e) = self.ensure_partial(store, row) {
+        for row in &rows {
+            let done = match row.kind {
+                StubKind::DummyFile => self.ensure_partial(store, row),
+                // Listed as a client's `ls` would (the fill path, under its gate).
+                StubKind::DummyDir if !retry.contains(&row.ino) => {
+                    store.opendir(row.ino).and_then(|fh| store.releasedir(fh))
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = done {
                 tracing::warn!(
                     errno = e.errno(),
                     "finish: metadata of {} still not copied",
@@ -1243,7 +1280,17 @@ impl Migration {
     /// and metadata, then its row goes (after a crash between the two, or a metadata
     /// copy that found the source unreachable). While the source is unreachable the row
     /// stays, marked for the next [`Migration::reconcile`] (see `meta_retry`).
+    /// One copy per directory at a time (its metadata gate): a reconcile and a client's
+    /// xattr access ([`Migrations::fill_dir_meta`]) do not both copy, and neither after
+    /// the other is done (its row is gone then).
     fn finish_dir(&self, store: &Store, ino: Ino, row: &StubRow) -> FsResult<()> {
+        let Some(_copying) = self.meta_gate.enter(ino) else {
+            return Ok(());
+        };
+        let _held = Holding::new();
+        if self.db.get(ino).map_err(io)?.as_ref() != Some(row) {
+            return Ok(()); // done meanwhile
+        }
         let copied = self.restore_dir_attrs(store, ino, &row.src_path, None);
         let mut retry = self.meta_retry.lock().unwrap_or_else(|e| e.into_inner());
         if copied.is_err() {
@@ -1253,6 +1300,28 @@ impl Migration {
         retry.remove(&ino);
         drop(retry);
         self.listing_done(ino)
+    }
+
+    /// For a client's xattr access of listed directory `row` whose row stays: if its
+    /// times and metadata are still to do (`meta_retry`), they are copied now; EIO while
+    /// the source cannot give them (a client's change must not come before the copy).
+    /// A row that stays for another reason (its listing's commit is under way) needs
+    /// nothing: its metadata is copied.
+    fn finish_pending_dir_meta(&self, store: &Store, row: &StubRow) -> FsResult<()> {
+        let pending = |m: &Self| {
+            m.meta_retry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&row.ino)
+        };
+        if !pending(self) {
+            return Ok(());
+        }
+        self.finish_dir(store, row.ino, row)?;
+        if pending(self) && self.db.get(row.ino).map_err(io)?.is_some() {
+            return Err(FsError::IO);
+        }
+        Ok(())
     }
 
     /// Gives a listed directory the source's times, xattrs and ACLs. `listed` are the
@@ -1280,7 +1349,20 @@ impl Migration {
                 let _ = store.stub_setattr(ino, &set, Caller::ROOT);
                 self.copy_metadata(store, ino, src)
             }
-            Err(e) if metadata_retried(&e) => Err(e),
+            Err(e) if metadata_retried(&e) => {
+                let e = SourceError {
+                    message: format!("times: {}", e.message),
+                    ..e
+                };
+                match self.metadata_unreachable(src, &e) {
+                    // Given up: it keeps the times of its listing, and no metadata.
+                    Some(reason) => {
+                        let _ = self.db.skip(src, e.kind, &reason);
+                        Ok(())
+                    }
+                    None => Err(e),
+                }
+            }
             // Gone from the source since its listing (reported by `finish`, which lists
             // its parent again), or unreadable: it keeps the times of its listing.
             Err(_) => Ok(()),
@@ -1341,9 +1423,22 @@ impl Migration {
         }
         let symlink_target = if a.kind == SrcKind::Symlink {
             match self.source.read_link(src) {
-                Ok(t) => Some(OsStr::from_bytes(&t).to_os_string()),
-                // Its directory stays unlisted and is listed again (see `expand_dir`).
+                Ok(t) => {
+                    self.metadata_answered(src);
+                    Some(OsStr::from_bytes(&t).to_os_string())
+                }
+                // Its directory stays unlisted and is listed again (see `expand_dir`),
+                // until the read is given up (see `Migration::metadata_unreachable`):
+                // then the symlink is reported and left out, and the listing goes on.
                 Err(e) if metadata_retried(&e) => {
+                    let e = SourceError {
+                        message: format!("symlink target: {}", e.message),
+                        ..e
+                    };
+                    if let Some(reason) = self.metadata_unreachable(src, &e) {
+                        let _ = self.db.skip(src, e.kind, &reason);
+                        return Ok(None);
+                    }
                     tracing::warn!("source: {e} (symlink {src} retried)");
                     return Err(FsError::IO);
                 }
@@ -1516,8 +1611,125 @@ impl Migration {
     /// Copies xattrs, ACLs and alternate data streams; problems go to the skip report,
     /// except a source that is unreachable: then the copy stops there with that error,
     /// reports nothing, and the caller keeps the entry's metadata to do (its stub row),
-    /// so the copy is made again, whole, once the source answers.
+    /// so the copy is made again, whole, once the source answers — until the entry has
+    /// failed so too often over too long a time while the rest of the source answers
+    /// (see [`Migration::metadata_unreachable`]): then that is reported and the copy
+    /// counts as made (the caller goes on as after a success).
     fn copy_metadata(&self, store: &Store, ino: Ino, src: &SourcePath) -> Result<(), SourceError> {
+        // A directory's listing copies all of it again (its default ACL was left out):
+        // whatever happens, the mark of its own copy goes.
+        self.meta_retries.set_own_copied(ino, src, false);
+        self.copy_metadata_as(store, ino, src, CopyWhat::All)
+    }
+
+    /// [`Migration::copy_metadata`] of `what`.
+    fn copy_metadata_as(
+        &self,
+        store: &Store,
+        ino: Ino,
+        src: &SourcePath,
+        what: CopyWhat,
+    ) -> Result<(), SourceError> {
+        match self.copy_metadata_once(store, ino, src, what) {
+            Ok(()) => {
+                self.metadata_answered(src);
+                Ok(())
+            }
+            Err(e) => match self.metadata_unreachable(src, &e) {
+                Some(reason) => {
+                    let _ = self.db.skip(src, e.kind, &reason);
+                    Ok(())
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// A metadata read of `src` failed with `e`, an unreachable source. A crawler's (or
+    /// `finish`'s) read is counted when the share's root answers a `stat` now (one call: a source that answers nothing is an
+    /// outage of the whole share, retried without end); once the entry's counted failures
+    /// reach the share's bound (`meta_give_up_attempts` over at least
+    /// `meta_give_up_after`), the read is given up: returns the skip report's reason.
+    /// The counts persist in the state database (see [`super::meta_retry`]).
+    fn metadata_unreachable(&self, src: &SourcePath, e: &SourceError) -> Option<String> {
+        if !on_crawler_thread() && !meta_retry::counted_here() {
+            return None; // a client's read: retried, never counted
+        }
+        let counted = self.source.stat(&SourcePath::root()).is_ok();
+        let bound = (self.cfg.meta_give_up_attempts, self.cfg.meta_give_up_after);
+        match self
+            .meta_retries
+            .failed(&self.db, src, e, counted, bound, SystemTime::now())
+        {
+            Verdict::Retry => None,
+            Verdict::GiveUp(reason) => {
+                tracing::warn!("{src}: metadata given up: {reason}");
+                Some(reason)
+            }
+        }
+    }
+
+    /// A metadata read of `src` succeeded: its failure count (if any) goes.
+    fn metadata_answered(&self, src: &SourcePath) {
+        self.meta_retries.answered(&self.db, src);
+    }
+
+    /// Entries whose metadata the source has not given although its root answers,
+    /// retried until the share's bound (see [`super::meta_retry`]), for status.
+    pub fn metadata_retries(&self) -> Vec<MetadataRetry> {
+        let bound = (self.cfg.meta_give_up_attempts, self.cfg.meta_give_up_after);
+        self.meta_retries.list(&self.db, bound)
+    }
+
+    /// [`Migration::metadata_retries`] of a share's saved state (no daemon), with the
+    /// default bound.
+    pub fn saved_metadata_retries(
+        state_dir: &Path,
+        name: &str,
+    ) -> Result<Vec<MetadataRetry>, String> {
+        let path = share_dir(state_dir, name).join(DB_FILE);
+        let db =
+            MigrationDb::open_read_only(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bound = (
+            super::meta_retry::DEFAULT_GIVE_UP_ATTEMPTS,
+            super::meta_retry::DEFAULT_GIVE_UP_AFTER,
+        );
+        Ok(MetaRetries::saved(&db, bound))
+    }
+
+    /// Copies the own xattrs, access ACL, NT ACL and streams of unlisted directory `row`
+    /// (a client asked for its xattrs before listing it), once: one xattrs + ACL (+
+    /// streams) read of its path, no listing. Its default ACL is left to the listing,
+    /// which copies everything after creating the entries: set before, it would be
+    /// inherited by every entry the listing creates. The caller holds the directory's
+    /// fill gate, so no listing runs meanwhile. EIO while the source is unreachable (as
+    /// a dummy file's xattrs).
+    fn copy_own_dir_metadata(&self, store: &Store, row: &StubRow) -> FsResult<()> {
+        if self.meta_retries.own_copied(row.ino, &row.src_path) {
+            return Ok(());
+        }
+        if let Err(e) =
+            self.copy_metadata_as(store, row.ino, &row.src_path, CopyWhat::OwnOfUnlistedDir)
+        {
+            tracing::warn!(
+                "source: {e} (metadata of directory {} retried)",
+                row.src_path
+            );
+            return Err(FsError::IO);
+        }
+        self.meta_retries
+            .set_own_copied(row.ino, &row.src_path, true);
+        Ok(())
+    }
+
+    /// The copy of [`Migration::copy_metadata_as`], without the retry bound.
+    fn copy_metadata_once(
+        &self,
+        store: &Store,
+        ino: Ino,
+        src: &SourcePath,
+        what: CopyWhat,
+    ) -> Result<(), SourceError> {
         let feats = self.source.features();
         if feats.xattrs {
             match self.source.xattrs(src) {
@@ -1556,7 +1768,9 @@ impl Migration {
                     if let Some(v) = &acl.posix_access {
                         set("system.posix_acl_access", v);
                     }
-                    if let Some(v) = &acl.posix_default {
+                    if let Some(v) = &acl.posix_default
+                        && what == CopyWhat::All
+                    {
                         set("system.posix_acl_default", v);
                     }
                     match &acl.nt_security_descriptor {
@@ -1603,7 +1817,12 @@ impl Migration {
                                     );
                                 }
                             }
-                            Err(e) if metadata_retried(&e) => return Err(e),
+                            Err(e) if metadata_retried(&e) => {
+                                return Err(SourceError {
+                                    message: format!("stream {}: {}", s.name, e.message),
+                                    ..e
+                                });
+                            }
                             Err(e) => {
                                 let _ = self.db.skip(
                                     src,
@@ -1650,7 +1869,11 @@ impl Migration {
         what: &str,
     ) -> Result<(), SourceError> {
         if metadata_retried(&e) {
-            return Err(e);
+            // What failed, for the skip report should the read be given up.
+            return Err(SourceError {
+                message: format!("{what}: {}", e.message),
+                ..e
+            });
         }
         if e.kind != SourceErrorKind::NotFound {
             let _ = self.db.skip(src, e.kind, &format!("{what}: {}", e.message));
@@ -1757,13 +1980,25 @@ impl Migration {
             }
             None => Some((row.listed_size, row.listed_mtime_ns, ctime_ns)),
         };
-        // Row removal, counter and completion record: one transaction.
-        self.db.hold_for_wal().map_err(io)?;
-        if self.db.complete(ino, &row.src_path, done).map_err(io)? {
+        // Row removal, counter and completion record: one transaction. While a crawl's
+        // committer runs, a completion made during a sync is deferred to the group
+        // transaction after it instead of waiting for it (the WAL's bound would hold
+        // every crawler thread for the sync's `syncfs`; see
+        // `MigrationDb::complete_unless_syncing`).
+        let went = if self.defer_listing_commits.load(Ordering::Acquire) {
+            self.db
+                .complete_unless_syncing(ino, &row.src_path, done)
+                .map_err(io)?
+        } else {
+            self.db.hold_for_wal().map_err(io)?;
+            Some(self.db.complete(ino, &row.src_path, done).map_err(io)?)
+        };
+        if went == Some(true) {
             self.counters
                 .files_completed
                 .fetch_add(1, Ordering::Relaxed);
         }
+        self.count_deferred_completions();
         // The database does not checkpoint by itself (see `state`): a group commit now
         // and then bounds its WAL and what a power loss can take back. While a crawl's
         // committer runs, it makes them (`periodic_syncs`), off the crawler threads,
@@ -1788,7 +2023,38 @@ impl Migration {
         if self.group_commit_due() {
             self.db.sync().map_err(io)?;
         }
+        self.flush_deferred_completions()?;
         store.checkpoint_if_due()
+    }
+
+    /// Commits the completions deferred during a sync (see `complete`) unless a sync
+    /// is under way (it commits them at its end), and counts those whose row went.
+    /// For the committer.
+    pub(crate) fn flush_deferred_completions(&self) -> FsResult<()> {
+        let r = self.db.flush_deferred().map_err(io);
+        self.count_deferred_completions();
+        r
+    }
+
+    /// Commits the completions deferred during a sync now, even while a sync is under
+    /// way, and counts those whose row went: before the rows are counted or reconciled
+    /// (a reconcile drops the row of a file the store holds whole, and a deferred
+    /// completion's record would be lost with it), when a crawl stops, and at `close`.
+    pub(crate) fn commit_deferred_completions(&self) -> FsResult<()> {
+        let r = self.db.commit_deferred().map_err(io);
+        self.count_deferred_completions();
+        r
+    }
+
+    /// Adds the deferred completions committed since the last call to the count of
+    /// completed files.
+    fn count_deferred_completions(&self) {
+        let n = self.db.take_deferred_completed();
+        if n > 0 {
+            self.counters
+                .files_completed
+                .fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Whether a completion should group-commit now: [`COMMITS_PER_GROUP_COMMIT`]
@@ -2250,6 +2516,14 @@ impl Migration {
     }
 }
 
+/// What [`Migration::copy_metadata_as`] copies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CopyWhat {
+    All,
+    /// All but the default ACL (see [`Migration::copy_own_dir_metadata`]).
+    OwnOfUnlistedDir,
+}
+
 /// Whether a metadata read (xattrs, ACL, streams, a symlink's target, a listed
 /// directory's attributes) that failed with `e` is made again later instead of being
 /// reported as skipped: the source was unreachable (a hung mount past its deadline, a
@@ -2514,6 +2788,39 @@ impl Migrations {
         Some(m)
     }
 
+    /// A client reads the xattrs of directory `ino`, which has a stub row: unlisted, its
+    /// own xattrs and ACL are copied from the source (once; no listing: `ls -l` reads
+    /// every entry's ACL), so `getfattr`, `getfacl` and the kernel's ACL check see the
+    /// source's; listed with its metadata still to do (a crash, or an outage of its
+    /// copy), that copy is made now (as the next reconcile would), so a client's change
+    /// that follows is never overwritten by it. Under the directory's fill gate: no
+    /// listing runs meanwhile, and one that ran first leaves nothing to do.
+    fn fill_dir_meta(&self, store: &Store, m: &Migration, ino: Ino) -> FsResult<()> {
+        let _demand = m.demand();
+        m.crawler_yield();
+        let dummy_dir = |m: &Migration| -> FsResult<Option<StubRow>> {
+            Ok(m.owned_row(ino)?.filter(|r| r.kind == StubKind::DummyDir))
+        };
+        if store.stub_state(ino).unlisted_dir {
+            let Some(_gate) = self.dir_gate.enter(ino) else {
+                return Ok(()); // this thread's own listing of `ino` copies it
+            };
+            let _held = Holding::new();
+            if store.stub_state(ino).unlisted_dir {
+                return match dummy_dir(m)? {
+                    Some(row) => m.copy_own_dir_metadata(store, &row),
+                    None => Ok(()),
+                };
+            }
+            // Listed while we waited for the gate: as a listed one (its metadata gate;
+            // the fill gate's mark on this thread is gone with `_gate`).
+        }
+        match dummy_dir(m)? {
+            Some(row) => m.finish_pending_dir_meta(store, &row),
+            None => Ok(()),
+        }
+    }
+
     fn owner(&self, ino: Ino) -> FsResult<Option<(Arc<Migration>, StubRow)>> {
         for m in self.all() {
             if let Some(row) = m.owned_row(ino)? {
@@ -2572,10 +2879,12 @@ impl StubFiller for Migrations {
         }
     }
 
-    /// A dummy file's metadata is copied on first reference to its xattrs.
+    /// A dummy file's metadata is copied on first reference to its xattrs; so is a
+    /// dummy directory's own (see [`Migrations::fill_dir_meta`]).
     fn fill_meta(&self, store: &Store, ino: Ino) -> FsResult<()> {
         match self.owner(ino)? {
             Some((m, row)) if row.kind == StubKind::DummyFile => m.ensure_partial(store, &row),
+            Some((m, row)) if row.kind == StubKind::DummyDir => self.fill_dir_meta(store, &m, ino),
             _ => Ok(()),
         }
     }

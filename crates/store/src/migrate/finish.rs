@@ -187,8 +187,19 @@ fn finish_inner(
         .reconcile(store)
         .map_err(|e| format!("reconcile: errno {}", e.errno()))?;
     if remaining > 0 {
+        // Entries the source does not give metadata for keep stubs until their retry
+        // bound (see `meta_retry`): named, so the administrator knows what is waited for.
+        let retried = m.metadata_retries();
+        let named = match retried.first() {
+            None => String::new(),
+            Some(r) => format!(
+                "; {} entries wait for metadata the source does not give, e.g. {}",
+                retried.len(),
+                r.describe()
+            ),
+        };
         return Err(format!(
-            "{remaining} stubs remain; let the crawl finish first (kaiso migrate status)"
+            "{remaining} stubs remain; let the crawl finish first (kaiso migrate status){named}"
         ));
     }
     // Files deleted while the hook told us (their rows are gone); those whose deletion

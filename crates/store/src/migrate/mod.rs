@@ -11,6 +11,7 @@
 pub mod crawler;
 pub mod engine;
 pub mod finish;
+pub mod meta_retry;
 mod readahead;
 pub mod samba_meta;
 pub mod source;

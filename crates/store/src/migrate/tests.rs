@@ -1729,3 +1729,549 @@ fn an_unlisted_directory_shows_its_sources_link_count() {
     s.lookup(a, "x");
     assert_eq!(nlink(a), 3, "listed d/a");
 }
+
+// ---------------------------------------------------------------------------------------
+// Session 15 (metaretry): an unlisted directory's own metadata on getxattr; bounded
+// retries of metadata the source keeps leaving unanswered.
+
+/// A source wrapped to count calls per path, give directory `acl_dir` a POSIX access
+/// and default ACL, and fail `stat` of the root as unreachable while `root_down`.
+struct Counted<S> {
+    inner: S,
+    acl_dir: &'static str,
+    calls: Arc<Mutex<Vec<(&'static str, String)>>>,
+    root_down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The access ACL `Counted` gives: owner rwx, user 1234 none, group r-x, mask r-x,
+/// other r-x (the Linux xattr form).
+fn s15_access_acl() -> Vec<u8> {
+    s15_acl(&[
+        (0x01, 7, u32::MAX),
+        (0x02, 0, 1234),
+        (0x04, 5, u32::MAX),
+        (0x10, 5, u32::MAX),
+        (0x20, 5, u32::MAX),
+    ])
+}
+
+/// The default ACL `Counted` gives: owner rwx, user 4321 rwx, group r-x, mask rwx, other none.
+fn s15_default_acl() -> Vec<u8> {
+    s15_acl(&[
+        (0x01, 7, u32::MAX),
+        (0x02, 7, 4321),
+        (0x04, 5, u32::MAX),
+        (0x10, 7, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ])
+}
+
+fn s15_acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+impl<S: Source> Counted<S> {
+    fn new(inner: S, acl_dir: &'static str) -> Self {
+        Self {
+            inner,
+            acl_dir,
+            calls: Arc::default(),
+            root_down: Arc::default(),
+        }
+    }
+    fn note(&self, what: &'static str, path: &SourcePath) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((what, FlakyMeta::rel(path)));
+    }
+}
+
+/// How many `what` calls `calls` holds for `path`.
+fn s15_count(calls: &Mutex<Vec<(&'static str, String)>>, what: &str, path: &str) -> usize {
+    calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(w, p)| *w == what && p == path)
+        .count()
+}
+
+impl<S: Source> Source for Counted<S> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn features(&self) -> SourceFeatures {
+        SourceFeatures {
+            acls: true,
+            ..self.inner.features()
+        }
+    }
+    fn stat(&self, path: &SourcePath) -> SourceResult<SourceAttr> {
+        if path.is_root() && self.root_down.load(Ordering::SeqCst) {
+            return Err(SourceError::new(
+                SourceErrorKind::Unreachable,
+                path,
+                "server not responding (test: whole source)",
+            ));
+        }
+        self.inner.stat(path)
+    }
+    fn read_dir(&self, path: &SourcePath) -> SourceResult<Vec<SourceEntry>> {
+        self.note("read_dir", path);
+        self.inner.read_dir(path)
+    }
+    fn read(&self, path: &SourcePath, offset: u64, len: usize) -> SourceResult<Vec<u8>> {
+        self.inner.read(path, offset, len)
+    }
+    fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+        self.note("read_link", path);
+        self.inner.read_link(path)
+    }
+    fn xattrs(&self, path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.note("xattrs", path);
+        self.inner.xattrs(path)
+    }
+    fn acl(&self, path: &SourcePath) -> SourceResult<SourceAcl> {
+        self.note("acl", path);
+        let mut acl = self.inner.acl(path)?;
+        if FlakyMeta::rel(path) == self.acl_dir {
+            acl.posix_access = Some(s15_access_acl());
+            acl.posix_default = Some(s15_default_acl());
+        }
+        Ok(acl)
+    }
+    fn streams(&self, path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+        self.inner.streams(path)
+    }
+    fn read_stream(
+        &self,
+        path: &SourcePath,
+        stream: &str,
+        offset: u64,
+        len: usize,
+    ) -> SourceResult<Vec<u8>> {
+        self.inner.read_stream(path, stream, offset, len)
+    }
+}
+
+/// Whether the destination's file system in `dir` takes POSIX ACLs.
+fn s15_tier_takes_acls(dir: &std::path::Path) -> bool {
+    let probe = dir.join("acl-probe");
+    std::fs::create_dir(&probe).unwrap();
+    let ok = crate::util::lsetxattr(
+        &probe,
+        OsStr::new("system.posix_acl_access"),
+        &s15_access_acl(),
+        0,
+    )
+    .is_ok();
+    std::fs::remove_dir(&probe).unwrap();
+    ok
+}
+
+/// Share "t" of `r` over `source`, giving metadata up after `attempts` counted failures
+/// and `after`.
+fn s15_open(
+    r: &Reopen,
+    source: impl Source + 'static,
+    attempts: u32,
+    after: Duration,
+) -> (Arc<Store>, Arc<Migration>) {
+    let store = Store::open(StoreConfig::from_toml_str(&r.cfg, "t.toml").unwrap()).unwrap();
+    let mut mc = MigrationConfig::new("t");
+    mc.crawl_workers = 2;
+    mc.unit_size = 64 << 10;
+    mc.meta_give_up_attempts = attempts;
+    mc.meta_give_up_after = after;
+    let m = Migration::open(&store, Box::new(source), mc).expect("open the share");
+    let all = Migrations::new();
+    all.add(m.clone());
+    store.set_stub_filler(all);
+    (store, m)
+}
+
+/// `getxattr`/`listxattr` of a directory not listed yet show the source's xattrs and
+/// access ACL (copied with one xattrs + one ACL read of the directory, no listing); the
+/// directory stays unlisted, and asking again reads nothing more. Its default ACL comes
+/// with the listing, after the entries were created: none of them inherits it. After the
+/// listing everything is there, and the crawl and a strict `finish` complete.
+/// (Before: no xattr and no ACL until the directory was listed.)
+#[test]
+fn getxattr_of_an_unlisted_directory_copies_its_own_xattrs_and_acl_without_listing_it() {
+    let r = Reopen::new();
+    let name = r.name();
+    let acls = s15_tier_takes_acls(&r.dir.path().join("t0"));
+    let (flaky, switch) = FlakyMeta::new(
+        MemSource::new(&["d", "d/sub"], &[("d/f", 10, 3000)], true),
+        &[],
+        &[],
+        name,
+    );
+    let source = Counted::new(flaky, "d");
+    let calls = source.calls.clone();
+    let (store, m) = s15_open(&r, source, 5, Duration::from_secs(900));
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    assert!(store.stub_state(d).unlisted_dir);
+    assert_eq!(
+        xattr_of(&store, d, name).expect("the source's xattr of unlisted d"),
+        switch.value("d")
+    );
+    let names = store.listxattr(d).unwrap();
+    assert!(
+        names.split(|b| *b == 0).any(|n| n == name.as_bytes()),
+        "listxattr of unlisted d names {name}: {:?}",
+        String::from_utf8_lossy(&names)
+    );
+    if acls {
+        assert_eq!(
+            xattr_of(&store, d, "system.posix_acl_access").expect("d's access ACL"),
+            s15_access_acl()
+        );
+        let mode = store.getattr(d, None).unwrap().perm & 0o777;
+        assert_eq!(
+            mode & 0o070,
+            0o050,
+            "group bits = the ACL mask r-x: {mode:o}"
+        );
+    } else {
+        eprintln!("the destination takes no POSIX ACLs here: ACL part not checked");
+    }
+    assert!(
+        store.stub_state(d).unlisted_dir,
+        "d must stay unlisted (its own metadata only, not a listing)"
+    );
+    assert_eq!(
+        (
+            s15_count(&calls, "xattrs", "d"),
+            s15_count(&calls, "acl", "d")
+        ),
+        (1, 1),
+        "one xattrs and one ACL read of d for three xattr calls"
+    );
+    xattr_of(&store, d, name).unwrap();
+    assert_eq!(s15_count(&calls, "xattrs", "d"), 1, "copied once");
+    // The listing: d's entries, then all of d's metadata again (with its default ACL).
+    let f = lookup_in(&store, d, "f").unwrap();
+    let sub = lookup_in(&store, d, "sub").unwrap();
+    assert!(!store.stub_state(d).unlisted_dir);
+    assert_eq!(
+        xattr_of(&store, d, name).unwrap(),
+        switch.value("d"),
+        "kept"
+    );
+    if acls {
+        assert_eq!(
+            xattr_of(&store, d, "system.posix_acl_access").unwrap(),
+            s15_access_acl()
+        );
+        assert_eq!(
+            xattr_of(&store, d, "system.posix_acl_default").expect("d's default ACL once listed"),
+            s15_default_acl()
+        );
+        for (what, ino) in [("d/f", f), ("d/sub", sub)] {
+            for acl in ["system.posix_acl_access", "system.posix_acl_default"] {
+                let got = xattr_of(&store, ino, acl).map_err(|e| e.errno());
+                assert_eq!(
+                    got,
+                    Err(libc::ENODATA),
+                    "{what} must not inherit d's default ACL as {acl}"
+                );
+            }
+        }
+    }
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(crawler.wait(Duration::from_secs(60)), CrawlState::Done);
+    drop(crawler);
+    assert_nothing_skipped(&m, "after the crawl");
+    finish_strict(&store, &m).expect("finish without accepting skips");
+    assert_eq!(xattr_of(&store, d, name).unwrap(), switch.value("d"));
+}
+
+/// `getxattr` of an unlisted directory while the source is unreachable for its xattrs:
+/// EIO (not an empty answer), nothing skipped, still unlisted; once it answers, the copy
+/// is made.
+#[test]
+fn getxattr_of_an_unlisted_directory_fails_while_the_source_cannot_give_its_metadata() {
+    let r = Reopen::new();
+    let name = r.name();
+    let (flaky, switch) = FlakyMeta::new(MemSource::new(&["d"], &[], true), &[], &[], name);
+    let (store, m) = s15_open(&r, flaky, 5, Duration::from_secs(900));
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    switch.set_down(&["d"]);
+    assert_eq!(
+        xattr_of(&store, d, name).map_err(|e| e.errno()),
+        Err(libc::EIO),
+        "expected EIO while d's xattrs cannot be read"
+    );
+    assert_nothing_skipped(&m, "after the failed read");
+    assert!(store.stub_state(d).unlisted_dir);
+    switch.set_down(&[]);
+    assert_eq!(xattr_of(&store, d, name).unwrap(), switch.value("d"));
+    assert!(store.stub_state(d).unlisted_dir);
+    assert!(
+        m.metadata_retries().is_empty(),
+        "a success clears the count"
+    );
+}
+
+/// A listed directory whose times and metadata a crash left to do (its row back, as in
+/// `a_listed_directorys_metadata_left_by_a_crash_is_retried_once_the_source_answers`):
+/// a client's `getxattr` copies them at once (no stale answer), and a client's
+/// `setxattr` that follows is not overwritten by a later reconcile.
+#[test]
+fn a_listed_directorys_pending_metadata_is_copied_before_a_clients_xattr_call() {
+    let r = Reopen::new();
+    let name = r.name();
+    let source = || {
+        FlakyMeta::new(
+            MemSource::new(&["d"], &[("d/f", 10, 3000)], true),
+            &[],
+            &[],
+            name,
+        )
+    };
+    let (src, _switch) = source();
+    let (store, m) = r.open(src);
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    lookup_in(&store, d, "f").unwrap();
+    assert!(m.db.get(d).unwrap().is_none());
+    m.db.insert(
+        &[super::state::StubRow {
+            ino: d,
+            kind: super::state::StubKind::DummyDir,
+            src_path: SourcePath::parse(b"/d").unwrap(),
+            src_ino: 100,
+            minsize: 0,
+            listed_size: 0,
+            listed_mtime_ns: 0,
+            ident: None,
+        }],
+        &[],
+    )
+    .unwrap();
+    m.close();
+    drop(m);
+    drop(store);
+    let (src, sw) = source();
+    sw.set_tag(b"v2:");
+    let (store, m) = r.open(src);
+    assert!(m.db.get(d).unwrap().is_some(), "d's row is back");
+    assert_eq!(
+        xattr_of(&store, d, name).unwrap(),
+        sw.value("d"),
+        "getxattr shows the source's metadata, copied now"
+    );
+    assert!(m.db.get(d).unwrap().is_none(), "its row went with the copy");
+    store
+        .setxattr(d, OsStr::new(name), b"client", 0)
+        .expect("a client's setxattr");
+    assert_eq!(m.reconcile(&store).unwrap(), 1, "d/f left (its data)");
+    assert_eq!(
+        xattr_of(&store, d, name).unwrap(),
+        b"client".to_vec(),
+        "the client's value stays"
+    );
+}
+
+/// Metadata unreachable fewer times than the bound, then answered: copied, nothing
+/// skipped, the count cleared. Attempts are counted for the crawl's and `finish`'s reads
+/// (here `finish`'s: both entries wait only for their metadata), never for a client's.
+/// The count survives an unclean stop (kill -9): after a restart, the failure that
+/// reaches the bound gives the entry up — reported with its attempts and last error,
+/// migrated without that metadata, plain `finish` refusing over it by name, `finish`
+/// accepting skips completing. Before the bound, plain `finish` names what it waits for.
+#[test]
+fn metadata_unreachable_below_the_bound_is_retried_and_the_count_survives_a_restart() {
+    let r = Reopen::new();
+    let name = r.name();
+    let source = || {
+        FlakyMeta::new(
+            MemSource::new(&[], &[("e", 12, 0), ("f", 13, 0)], true),
+            &[],
+            &[],
+            name,
+        )
+    };
+    let (src, switch) = source();
+    let (store, m) = s15_open(&r, src, 3, Duration::ZERO);
+    let e = lookup_in(&store, ROOT_INO, "e").unwrap();
+    let f = lookup_in(&store, ROOT_INO, "f").unwrap();
+    switch.set_down(&["e", "f"]);
+    for n in 1..=2 {
+        let strict = finish_strict(&store, &m).expect_err("e and f remain");
+        assert!(
+            strict.contains("2 stubs remain")
+                && strict.contains("2 entries wait for metadata")
+                && strict.contains("attempt"),
+            "finish {n} names what it waits for: {strict}"
+        );
+    }
+    let attempts = |m: &Migration| -> Vec<(Vec<u8>, u32)> {
+        m.metadata_retries()
+            .into_iter()
+            .map(|r| (r.src_path.as_bytes().to_vec(), r.attempts))
+            .collect()
+    };
+    assert_eq!(attempts(&m), [(b"e".to_vec(), 2), (b"f".to_vec(), 2)]);
+    assert_eq!(
+        xattr_of(&store, f, name).map_err(|x| x.errno()),
+        Err(libc::EIO),
+        "a client's read while f is down"
+    );
+    assert_eq!(
+        attempts(&m),
+        [(b"e".to_vec(), 2), (b"f".to_vec(), 2)],
+        "a client's failed read is not counted"
+    );
+    switch.set_down(&["e"]);
+    assert_eq!(xattr_of(&store, f, name).unwrap(), switch.value("f"));
+    assert_nothing_skipped(&m, "after f answered below the bound");
+    assert_eq!(attempts(&m), [(b"e".to_vec(), 2)], "f's count cleared");
+    drop(m);
+    drop(store); // unclean
+    let (src, switch) = source();
+    switch.set_down(&["e"]);
+    let (store, m) = s15_open(&r, src, 3, Duration::ZERO);
+    assert_eq!(
+        attempts(&m),
+        [(b"e".to_vec(), 2)],
+        "e's count kept across the restart"
+    );
+    // The third failure (finish's) reaches the bound: e given up, so finish refuses
+    // over it as left out, not as a stub.
+    let strict = finish_strict(&store, &m).expect_err("e was left out");
+    assert!(
+        strict.starts_with("1 source entries")
+            && strict.contains("/e")
+            && strict.contains("source unreachable after 3 attempts"),
+        "plain finish names e: {strict}"
+    );
+    let skipped = m.skipped();
+    assert!(
+        skipped.len() == 1
+            && skipped[0].src_path.as_bytes() == b"e"
+            && skipped[0].kind == "Unreachable"
+            && skipped[0]
+                .reason
+                .contains("source unreachable after 3 attempts over")
+            && skipped[0]
+                .reason
+                .contains("xattrs: server not responding (test)"),
+        "expected e in the skip report with its attempts and last error: {skipped:?}"
+    );
+    assert!(m.metadata_retries().is_empty());
+    assert_eq!(
+        xattr_of(&store, e, name).map_err(|x| x.errno()),
+        Err(libc::ENODATA),
+        "e migrated without the source's xattr"
+    );
+    let report = super::finish(&store, &m).expect("finish accepting skips");
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+}
+
+/// An entry the source never gives metadata for while the rest answers (a file's
+/// xattrs, a symlink's target, which stops its directory's listing): the crawl, which
+/// retries them every round, gives them up at the bound and ends done instead of stuck;
+/// plain `finish` refuses naming them, `finish` accepting skips completes, and the rest
+/// (the directory's other entries) is all migrated.
+#[test]
+fn metadata_never_given_is_skipped_at_the_bound_and_the_crawl_and_finish_complete() {
+    let r = Reopen::new();
+    let name = r.name();
+    let (src, switch) = FlakyMeta::new(
+        MemSource::new(&["d"], &[("d/f", 10, 3000), ("e", 12, 100)], true),
+        &[("d/l", "f")],
+        &[],
+        name,
+    );
+    switch.set_down(&["d/l", "e"]);
+    let (store, m) = s15_open(&r, src, 3, Duration::ZERO);
+    let crawler = Crawler::start(store.clone(), m.clone());
+    assert_eq!(
+        crawler.wait(Duration::from_secs(120)),
+        CrawlState::Done,
+        "the crawl gives the two entries up and ends done: {:?}",
+        crawler.failures()
+    );
+    drop(crawler);
+    let skipped = m.skipped();
+    let paths: Vec<&[u8]> = skipped.iter().map(|s| s.src_path.as_bytes()).collect();
+    assert_eq!(paths, [b"d/l".as_slice(), b"e"], "{skipped:?}");
+    assert!(
+        skipped
+            .iter()
+            .all(|s| s.reason.contains("source unreachable after 3 attempts")),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[0].reason.contains("symlink target"),
+        "says what was not read: {skipped:?}"
+    );
+    let strict = finish_strict(&store, &m).expect_err("two entries left out");
+    assert!(strict.starts_with("2 source entries"), "{strict}");
+    super::finish(&store, &m).expect("finish accepting skips");
+    let d = lookup_in(&store, ROOT_INO, "d").unwrap();
+    let f = lookup_in(&store, d, "f").unwrap();
+    let fh = store.open_file(f, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(store.read(fh, 0, 3000).unwrap(), content(10, 3000));
+    store.release(fh).unwrap();
+    assert_eq!(xattr_of(&store, f, name).unwrap(), switch.value("d/f"));
+    assert_eq!(
+        lookup_in(&store, d, "l").map_err(|x| x.errno()),
+        Err(libc::ENOENT),
+        "the symlink whose target was never given is left out"
+    );
+    let e = lookup_in(&store, ROOT_INO, "e").unwrap();
+    let fh = store.open_file(e, libc::O_RDONLY, false).unwrap().fh;
+    assert_eq!(
+        store.read(fh, 0, 100).unwrap(),
+        content(12, 100),
+        "e's data"
+    );
+    store.release(fh).unwrap();
+}
+
+/// Failures while the whole source is down (its root does not answer either) are an
+/// outage, not an entry's problem: never counted, never given up. Nor is an entry given
+/// up before the bound's time has passed, however often it fails.
+#[test]
+fn metadata_is_not_given_up_during_a_whole_source_outage_nor_before_the_bounds_time() {
+    let r = Reopen::new();
+    let name = r.name();
+    let (flaky, switch) =
+        FlakyMeta::new(MemSource::new(&[], &[("e", 12, 0)], true), &[], &[], name);
+    let source = Counted::new(flaky, "none");
+    let root_down = source.root_down.clone();
+    let (store, m) = s15_open(&r, source, 2, Duration::from_secs(3600));
+    lookup_in(&store, ROOT_INO, "e").unwrap();
+    switch.set_down(&["e"]);
+    root_down.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        let strict = finish_strict(&store, &m).expect_err("e remains");
+        assert!(strict.contains("1 stubs remain"), "{strict}");
+    }
+    assert!(
+        m.metadata_retries().is_empty(),
+        "nothing counted while the root does not answer: {:?}",
+        m.metadata_retries()
+    );
+    root_down.store(false, Ordering::SeqCst);
+    for _ in 0..5 {
+        let strict = finish_strict(&store, &m).expect_err("not given up before an hour");
+        assert!(strict.contains("1 stubs remain"), "{strict}");
+    }
+    let retries = m.metadata_retries();
+    assert!(
+        retries.len() == 1 && retries[0].attempts == 5,
+        "five counted failures: {retries:?}"
+    );
+    assert_nothing_skipped(&m, "below the bound's time");
+    assert_eq!(m.remaining(), 1);
+}

@@ -887,6 +887,7 @@ impl Daemon {
                 ));
             }
         }
+        st.metadata_retries = super::progress::metadata_retry_entries(s.m.metadata_retries());
         let unreachable = s.source_down.as_ref().and_then(unreachable_state);
         let k = &s.m.counters;
         // One reading for the bytes shown and the rate, so the two agree.
@@ -939,7 +940,11 @@ impl Daemon {
                     .as_ref()
                     .is_some_and(|c| c.state() == CrawlState::Stuck);
                 let reconnecting = s.source_down.as_ref().is_some_and(|w| w.down().is_some());
-                if !stuck || s.paused || reconnecting || s.health.down().is_none() {
+                // Stuck on entries whose metadata the source does not give while it
+                // answers (their retries' root `stat` leaves the health "answering"):
+                // resumed too, at most every NO_PROGRESS_HOLD, so their bound is reached.
+                let retrying = !s.m.metadata_retries().is_empty();
+                if !stuck || s.paused || reconnecting || (s.health.down().is_none() && !retrying) {
                     s.retry.next = None;
                     s.retry.wait = Duration::ZERO;
                     return None;

@@ -1,7 +1,9 @@
 //! Progress figures of a share (the engine's `Migration::progress`, or its saved state
 //! without a daemon), their text rendering and the `--watch` progress bars.
 
-use super::protocol::{CrawlFailureEntry, ShareSpec, ShareStatus, SkippedEntry, StatusReply};
+use super::protocol::{
+    CrawlFailureEntry, MetadataRetryEntry, ShareSpec, ShareStatus, SkippedEntry, StatusReply,
+};
 use indicatif::{HumanBytes, HumanDuration, MultiProgress, ProgressBar, ProgressStyle};
 use kaiso_store::migrate::{CrawlFailure, Migration, Progress, Skipped};
 use std::path::Path;
@@ -27,6 +29,24 @@ pub fn crawl_failure_entries(failures: Vec<CrawlFailure>) -> Vec<CrawlFailureEnt
             ino: f.ino,
             step: f.what.to_string(),
             error: std::io::Error::from_raw_os_error(f.errno).to_string(),
+        })
+        .collect()
+}
+
+/// Entries whose metadata is retried as the protocol carries them.
+pub fn metadata_retry_entries(
+    retries: Vec<kaiso_store::migrate::meta_retry::MetadataRetry>,
+) -> Vec<MetadataRetryEntry> {
+    retries
+        .into_iter()
+        .map(|r| MetadataRetryEntry {
+            path: r.src_path.to_string(),
+            attempts: r.attempts,
+            give_up_attempts: r.give_up_attempts,
+            give_up_after_secs: r.give_up_after.as_secs(),
+            first_failed_unix: r.first_failed_unix,
+            last_error: r.last_error.clone(),
+            text: r.describe(),
         })
         .collect()
 }
@@ -63,6 +83,9 @@ pub fn offline_status(state_dir: &Path, only: Option<&str>) -> anyhow::Result<St
         }
         let p = Migration::saved_progress(state_dir, &spec.name).map_err(anyhow::Error::msg)?;
         apply_progress(&mut s, p);
+        s.metadata_retries = metadata_retry_entries(
+            Migration::saved_metadata_retries(state_dir, &spec.name).unwrap_or_default(),
+        );
         reply.shares.push(s);
     }
     // Finished shares (their report is left where their state was), also one whose
@@ -213,6 +236,15 @@ pub fn render(r: &StatusReply) -> String {
             ));
             for f in &s.crawl_failures {
                 out.push_str(&format!("    inode {} ({}): {}\n", f.ino, f.step, f.error));
+            }
+        }
+        if !s.metadata_retries.is_empty() {
+            out.push_str(&format!(
+                "  retried    {} entries whose metadata the source does not give (skipped at the bound):\n",
+                s.metadata_retries.len()
+            ));
+            for r in &s.metadata_retries {
+                out.push_str(&format!("    {}\n", r.text));
             }
         }
         // Notices (something migrated differently, e.g. owners not kept) are in the

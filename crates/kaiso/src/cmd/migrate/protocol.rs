@@ -110,6 +110,27 @@ pub struct ShareStatus {
     /// when, the source's error, and that the daemon retries (None otherwise).
     #[serde(default)]
     pub source_problem: Option<String>,
+    /// Entries whose metadata the source has not given although it answers: retried
+    /// until the share's bound, then skipped (`kaiso_store::migrate::meta_retry`).
+    #[serde(default)]
+    pub metadata_retries: Vec<MetadataRetryEntry>,
+}
+
+/// An entry whose metadata read keeps failing as unreachable while its source answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetadataRetryEntry {
+    /// Source path (lossy UTF-8 for display).
+    pub path: String,
+    /// Counted failures so far.
+    pub attempts: u32,
+    /// Given up at a failure once both are reached.
+    pub give_up_attempts: u32,
+    pub give_up_after_secs: u64,
+    /// Seconds since the Unix epoch of the first counted failure.
+    pub first_failed_unix: u64,
+    pub last_error: String,
+    /// One line saying all of it.
+    pub text: String,
 }
 
 /// One object the crawl could not fetch, and why.
