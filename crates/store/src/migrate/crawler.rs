@@ -1012,35 +1012,7 @@ mod tests {
             let end = offset.saturating_add(len as u64).min(size);
             Ok((offset.min(end)..end).map(|at| byte(&name, at)).collect())
         }
-        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(
-                SourceErrorKind::WrongKind,
-                path,
-                "no links",
-            ))
-        }
-        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-            Ok(Vec::new())
-        }
-        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
-            Ok(SourceAcl::default())
-        }
-        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-            Ok(Vec::new())
-        }
-        fn read_stream(
-            &self,
-            path: &SourcePath,
-            _stream: &str,
-            _offset: u64,
-            _len: usize,
-        ) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(
-                SourceErrorKind::Unsupported,
-                path,
-                "no streams",
-            ))
-        }
+        source_without_metadata!();
     }
 
     struct Setup {
@@ -1201,31 +1173,7 @@ mod tests {
             let end = offset.saturating_add(len as u64).min(100);
             Ok((offset.min(end)..end).map(|at| byte("f", at)).collect())
         }
-        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(
-                SourceErrorKind::WrongKind,
-                path,
-                "no links",
-            ))
-        }
-        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-            Ok(Vec::new())
-        }
-        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
-            Ok(SourceAcl::default())
-        }
-        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-            Ok(Vec::new())
-        }
-        fn read_stream(
-            &self,
-            path: &SourcePath,
-            _stream: &str,
-            _offset: u64,
-            _len: usize,
-        ) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(SourceErrorKind::Unsupported, path, "none"))
-        }
+        source_without_metadata!();
     }
 
     /// The listing read-ahead of a crawl runs down a deep chain by itself: with the

@@ -1056,27 +1056,7 @@ mod source_change_tests {
             let from = (offset as usize).min(data.len());
             Ok(data[from..(from + len).min(data.len())].to_vec())
         }
-        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(SourceErrorKind::WrongKind, path, "none"))
-        }
-        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
-            Ok(Vec::new())
-        }
-        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
-            Ok(SourceAcl::default())
-        }
-        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
-            Ok(Vec::new())
-        }
-        fn read_stream(
-            &self,
-            path: &SourcePath,
-            _stream: &str,
-            _offset: u64,
-            _len: usize,
-        ) -> SourceResult<Vec<u8>> {
-            Err(SourceError::new(SourceErrorKind::Unsupported, path, "none"))
-        }
+        source_without_metadata!();
     }
 
     fn bytes(seed: u8, len: usize) -> Vec<u8> {

@@ -8,6 +8,44 @@
 //! - [`samba_meta`]: DOS attributes and NT ACLs of SMB sources in Samba's xattr forms.
 //! - `readahead`: source listings of subdirectories fetched ahead of their expansion.
 
+/// For test sources that hold plain files and directories only: the [`Source`] methods
+/// of a source without symlinks, xattrs, ACLs or streams. Defined before the modules so
+/// their tests can use it.
+#[cfg(test)]
+macro_rules! source_without_metadata {
+    () => {
+        fn read_link(&self, path: &SourcePath) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(
+                SourceErrorKind::WrongKind,
+                path,
+                "no links",
+            ))
+        }
+        fn xattrs(&self, _path: &SourcePath) -> SourceResult<Vec<(Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn acl(&self, _path: &SourcePath) -> SourceResult<SourceAcl> {
+            Ok(SourceAcl::default())
+        }
+        fn streams(&self, _path: &SourcePath) -> SourceResult<Vec<SourceStream>> {
+            Ok(Vec::new())
+        }
+        fn read_stream(
+            &self,
+            path: &SourcePath,
+            _stream: &str,
+            _offset: u64,
+            _len: usize,
+        ) -> SourceResult<Vec<u8>> {
+            Err(SourceError::new(
+                SourceErrorKind::Unsupported,
+                path,
+                "no streams",
+            ))
+        }
+    };
+}
+
 pub mod crawler;
 pub mod engine;
 pub mod finish;
