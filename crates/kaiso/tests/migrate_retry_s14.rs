@@ -14,7 +14,7 @@ mod common;
 use common::migrate_daemon::{
     Daemon, migrate_cmd, migrate_status_json, output_text, seeded_bytes as bytes,
 };
-use common::{Mount, Store, StoreSpec, cstr};
+use common::{Mount, Store, StoreSpec, cstr, getxattr};
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -46,19 +46,6 @@ fn bounded<T: Send + 'static>(
         let _ = tx.send(f());
     });
     rx.recv_timeout(limit).ok()
-}
-
-/// The value of xattr `name` of `p`, or the errno.
-fn getxattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
-    let c = cstr(p);
-    let n = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 4096];
-    let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
 }
 
 fn setxattr(p: &Path, name: &str, value: &[u8]) {

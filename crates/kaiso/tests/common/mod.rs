@@ -594,6 +594,19 @@ pub fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("path without NUL")
 }
 
+/// The value of xattr `name` of `p` (not following a symlink), or the errno.
+pub fn getxattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let c = cstr(p);
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let r = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(errno());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
 /// The calling thread's errno.
 pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(0)
