@@ -1015,6 +1015,16 @@ impl Store {
                         continue;
                     }
                 }
+                // A file exchanged with a directory whose parent its tier cannot make
+                // (no free inodes or space) moves to a tier that needs no new
+                // directory first, as a rename's file does.
+                if let Some((file, to)) =
+                    self.exchange_preflight(&ns, parent, name, src, newparent, newname, dst)?
+                {
+                    drop(ns);
+                    self.move_for_name(file, &to)?;
+                    continue;
+                }
                 let (src_dir, dst_dir) = (ns.is_dir(src), ns.is_dir(dst));
                 let r = self.exchange_locked(&mut ns, parent, name, src, newparent, newname, dst);
                 drop(ns);
@@ -1321,6 +1331,151 @@ impl Store {
             })
     }
 
+    /// The copies an exchange of `a` (at `ap`) and `b` (at `bp`) swaps, tier by tier: a
+    /// directory's copy on every tier that holds it, a file's on its own tier.
+    fn exchange_steps(
+        &self,
+        ns: &Namespace,
+        (a, ap): (Ino, &Path),
+        (b, bp): (Ino, &Path),
+    ) -> FsResult<Vec<ExchangeStep>> {
+        let copy = |ti: usize, ino: Ino, p: &Path| -> FsResult<Option<u64>> {
+            let on_tier = match ns.files.get(&ino) {
+                Some(f) => f.tier as usize == ti,
+                None => ns.is_dir(ino),
+            };
+            if !on_tier {
+                return Ok(None);
+            }
+            let st = util::lstat_opt(&self.tiers[ti].backing(p))?;
+            // A directory's copy is a directory (anything else there is shadowed).
+            Ok(st
+                .filter(|st| !ns.is_dir(ino) || st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                .map(|st| st.st_ino))
+        };
+        let mut steps = Vec::new();
+        for ti in 0..self.tiers.len() {
+            let (ca, cb) = (copy(ti, a, ap)?, copy(ti, b, bp)?);
+            if ca.is_some() || cb.is_some() {
+                steps.push(ExchangeStep {
+                    tier: ti as u8,
+                    a: ca,
+                    b: cb,
+                });
+            }
+        }
+        Ok(steps)
+    }
+
+    /// Before an exchange changes anything: makes the parent directory each tier needs
+    /// (a copy of one name that goes where the other name has no copy on that tier). A
+    /// tier whose file system has no room for it (ENOSPC or EDQUOT, e.g. no free inodes)
+    /// is not the end when the copy there is a regular file: Some((file, tiers)) asks the
+    /// caller to move it first, to a tier holding the other name's directory (where the
+    /// exchange needs no new directory) or its parent, else any with room. A directory's
+    /// copy does not move between tiers: ENOSPC then, with nothing changed.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_preflight(
+        &self,
+        ns: &Namespace,
+        parent: Ino,
+        name: &OsStr,
+        a: Ino,
+        newparent: Ino,
+        newname: &OsStr,
+        b: Ino,
+    ) -> FsResult<Option<(Ino, Vec<u8>)>> {
+        if a == b {
+            return Ok(None);
+        }
+        let ap = ns.child_path(parent, name).ok_or(FsError::NOENT)?;
+        let bp = ns.child_path(newparent, newname).ok_or(FsError::NOENT)?;
+        let a_parent = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
+        let b_parent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
+        let steps = self.exchange_steps(ns, (a, &ap), (b, &bp))?;
+        for s in &steps {
+            let (need, side, other) = match (s.a, s.b) {
+                (Some(_), None) => (&b_parent, a, b),
+                (None, Some(_)) => (&a_parent, b, a),
+                _ => continue,
+            };
+            let e = match self.ensure_dir(s.tier, need) {
+                Ok(()) => continue,
+                Err(e) => e,
+            };
+            let file = ns.files.get(&side).filter(|f| f.kind == FileKind::File);
+            let Some(f) = file.filter(|_| no_room(e)) else {
+                return Err(e);
+            };
+            let size = f.state.size.load(Ordering::Relaxed);
+            let holds_other = |t: u8| {
+                steps.iter().any(|x| {
+                    x.tier == t
+                        && if other == a {
+                            x.a.is_some()
+                        } else {
+                            x.b.is_some()
+                        }
+                })
+            };
+            let has_parent = |t: u8| {
+                util::lstat_opt(&self.tiers[t as usize].backing(need))
+                    .ok()
+                    .flatten()
+                    .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            };
+            let n = self.tiers.len() as u8;
+            let mut to: Vec<u8> = (f.tier + 1..n)
+                .chain(0..f.tier)
+                .filter(|t| self.tiers[*t as usize].fits(size))
+                .collect();
+            to.sort_by_key(|&t| (!holds_other(t), !has_parent(t)));
+            if to.is_empty() {
+                return Err(FsError::NOSPC);
+            }
+            return Ok(Some((side, to)));
+        }
+        Ok(None)
+    }
+
+    /// One tier's part of an exchange (see [`ExchangeStep`]); undone by running it again
+    /// with `undo` (an exchange is its own inverse, a one-sided rename goes back).
+    fn exchange_step(
+        &self,
+        s: &ExchangeStep,
+        (ap, a_parent): (&Path, &Path),
+        (bp, b_parent): (&Path, &Path),
+        undo: bool,
+    ) -> FsResult<()> {
+        let t = &self.tiers[s.tier as usize];
+        match (s.a.is_some(), s.b.is_some(), undo) {
+            (true, true, _) => {
+                util::renameat2(&t.backing(ap), &t.backing(bp), libc::RENAME_EXCHANGE)?
+            }
+            (true, false, false) => {
+                self.ensure_dir(s.tier, b_parent)?;
+                std::fs::rename(t.backing(ap), t.backing(bp))?;
+            }
+            (false, true, false) => {
+                self.ensure_dir(s.tier, a_parent)?;
+                std::fs::rename(t.backing(bp), t.backing(ap))?;
+            }
+            (true, false, true) => std::fs::rename(t.backing(bp), t.backing(ap))?,
+            (false, true, true) => std::fs::rename(t.backing(ap), t.backing(bp))?,
+            (false, false, _) => {}
+        }
+        Ok(())
+    }
+
+    /// renameat2(RENAME_EXCHANGE) of `a` (parent/name) and `b` (newparent/newname), with
+    /// the namespace lock held and [`Store::exchange_preflight`] passed. Each tier swaps
+    /// its copies in one system call (`renameat2` exchange where it holds both, a rename
+    /// where it holds one). Over several tiers the swap is all or nothing: journalled
+    /// first (`exchange`: both paths and each tier's backing inode numbers, so the next
+    /// start finishes an interrupted one), and a tier that refuses its part has the tiers
+    /// already swapped swapped back, the error returned with the tree unchanged. The
+    /// directory records are swapped in the same database transaction that closes the
+    /// journal row. Never EXDEV.
     #[allow(clippy::too_many_arguments)]
     fn exchange_locked(
         &self,
@@ -1345,25 +1500,56 @@ impl Store {
         let bp = ns.child_path(newparent, newname).ok_or(FsError::NOENT)?;
         let a_parent = ns.dir_path(parent).ok_or(FsError::NOENT)?.to_path_buf();
         let b_parent = ns.dir_path(newparent).ok_or(FsError::NOENT)?.to_path_buf();
-        for (ti, t) in self.tiers.iter().enumerate() {
-            let ha = util::lstat_opt(&t.backing(&ap))?.is_some()
-                && (a_dir || ns.files.get(&a).is_some_and(|f| f.tier == ti as u8));
-            let hb = util::lstat_opt(&t.backing(&bp))?.is_some()
-                && (b_dir || ns.files.get(&b).is_some_and(|f| f.tier == ti as u8));
-            match (ha, hb) {
-                (true, true) => {
-                    util::renameat2(&t.backing(&ap), &t.backing(&bp), libc::RENAME_EXCHANGE)?
+        let steps = self.exchange_steps(ns, (a, &ap), (b, &bp))?;
+        let journal = if steps.len() > 1 {
+            let row = JournalRow {
+                id: 0,
+                kind: "exchange".into(),
+                ino: a,
+                from_tier: 0,
+                to_tier: 0,
+                src_bino: 0,
+                dst_bino: 0,
+                names: vec![ap.clone(), bp.clone()],
+                tmp: PathBuf::from(ExchangeStep::encode(&steps)),
+                state: "exchanging".into(),
+            };
+            let id = self.commit_durable(|db| db.journal_add(&row))?;
+            self.rename_fail_at(FailPoint::RenameAfterJournal)?;
+            Some(id)
+        } else {
+            None
+        };
+        for (i, s) in steps.iter().enumerate() {
+            let r = self.exchange_step(s, (&ap, &a_parent), (&bp, &b_parent), false);
+            if let Err(e) = r {
+                let mut undone = true;
+                for d in steps[..i].iter().rev() {
+                    let back = self.exchange_step(d, (&ap, &a_parent), (&bp, &b_parent), true);
+                    if let Err(u) = back {
+                        undone = false;
+                        tracing::error!(
+                            tier = %self.tiers[d.tier as usize].cfg.name,
+                            error = ?u,
+                            "exchange of {} and {} not rolled back; finished at the next start",
+                            ap.display(),
+                            bp.display()
+                        );
+                    }
                 }
-                (true, false) => {
-                    self.ensure_dir(ti as u8, &b_parent)?;
-                    std::fs::rename(t.backing(&ap), t.backing(&bp))?;
+                if let (true, Some(id)) = (undone, journal) {
+                    if let Err(e) = self.db().journal_done(id) {
+                        tracing::warn!(error = %e, "journal row of a rolled-back exchange left");
+                    }
                 }
-                (false, true) => {
-                    self.ensure_dir(ti as u8, &a_parent)?;
-                    std::fs::rename(t.backing(&bp), t.backing(&ap))?;
-                }
-                (false, false) => {}
+                return Err(e);
             }
+            if i == 0 && journal.is_some() {
+                self.rename_fail_at(FailPoint::RenameAfterFirstTier)?;
+            }
+        }
+        if journal.is_some() {
+            self.rename_fail_at(FailPoint::RenameBeforeDone)?;
         }
         // Swap the names in the index.
         let placeholder = OsString::from("\0kaiso-exchange");
@@ -1385,18 +1571,17 @@ impl Store {
         if let Some(d) = ns.dirs.get_mut(&newparent) {
             d.children.insert(newname.to_os_string(), a);
         }
-        let db = self.db();
         if a_dir {
             ns.rename_dir(a, ROOT_INO, &placeholder);
-            db.rename_dirs(&ap, Path::new(&placeholder))?;
         }
         if b_dir {
             ns.rename_dir(b, parent, name);
-            db.rename_dirs(&bp, &ap)?;
         }
         if a_dir {
             ns.rename_dir(a, newparent, newname);
-            db.rename_dirs(Path::new(&placeholder), &bp)?;
+        }
+        if a_dir || b_dir || journal.is_some() {
+            exchange_dir_rows(&self.db(), &ap, &bp, journal)?;
         }
         Ok(())
     }
@@ -1864,5 +2049,197 @@ fn unreachable_node(ino: Ino, tier: u8) -> FileNode {
         names: Vec::new(),
         state: FileState::new(ino, tier, 0),
         lookups: 0,
+    }
+}
+
+/// One tier's part of an exchange: the backing inode numbers of the copies of the two
+/// names it holds (None: no copy of that name there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ExchangeStep {
+    pub tier: u8,
+    pub a: Option<u64>,
+    pub b: Option<u64>,
+}
+
+impl ExchangeStep {
+    /// The steps as an `exchange` journal row keeps them (in its `tmp` field):
+    /// `tier:a:b` per tier, comma-separated, 0 for no copy.
+    pub(crate) fn encode(steps: &[ExchangeStep]) -> String {
+        steps
+            .iter()
+            .map(|s| format!("{}:{}:{}", s.tier, s.a.unwrap_or(0), s.b.unwrap_or(0)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The steps of an `exchange` journal row (None if the text is not one).
+    pub(crate) fn decode(text: &str) -> Option<Vec<ExchangeStep>> {
+        text.split(',')
+            .map(|part| {
+                let mut it = part.split(':');
+                let tier = it.next()?.parse().ok()?;
+                let a: u64 = it.next()?.parse().ok()?;
+                let b: u64 = it.next()?.parse().ok()?;
+                it.next().is_none().then_some(ExchangeStep {
+                    tier,
+                    a: (a != 0).then_some(a),
+                    b: (b != 0).then_some(b),
+                })
+            })
+            .collect()
+    }
+
+    /// What a tier shows of this step, from the backing inode numbers at the two paths
+    /// now: Some(true) swapped, Some(false) not yet, None neither (changed since).
+    pub(crate) fn state(&self, (at_a, at_b): (Option<u64>, Option<u64>)) -> Option<bool> {
+        let before =
+            self.a.is_none_or(|a| at_a == Some(a)) && self.b.is_none_or(|b| at_b == Some(b));
+        let after =
+            self.a.is_none_or(|a| at_b == Some(a)) && self.b.is_none_or(|b| at_a == Some(b));
+        match (before, after) {
+            (true, false) => Some(false),
+            (false, true) => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// Swaps the `dirs` records of the directories at `ap` and `bp` (and everything below
+/// them) and, if given, removes journal row `journal`, in one transaction: an
+/// `exchange` row still there at the next start means the records were not swapped.
+pub(crate) fn exchange_dir_rows(
+    db: &crate::db::Db,
+    ap: &Path,
+    bp: &Path,
+    journal: Option<i64>,
+) -> rusqlite::Result<()> {
+    let tx = db.conn.unchecked_transaction()?;
+    let rows: Vec<(Vec<u8>, i64)> = {
+        let mut st = tx.prepare("SELECT path, ino FROM dirs")?;
+        let it = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        it.collect::<rusqlite::Result<_>>()?
+    };
+    let (a, b) = (crate::db::pbytes(ap), crate::db::pbytes(bp));
+    let under = |p: &[u8], f: &[u8]| {
+        p == f || (p.len() > f.len() && p.starts_with(f) && p[f.len()] == b'/')
+    };
+    let mut moved = Vec::new();
+    for (p, ino) in rows {
+        let to = if under(&p, a) {
+            Some([b, &p[a.len()..]].concat())
+        } else if under(&p, b) {
+            Some([a, &p[b.len()..]].concat())
+        } else {
+            None
+        };
+        if let Some(to) = to {
+            tx.execute("DELETE FROM dirs WHERE path=?1", [&p])?;
+            moved.push((to, ino));
+        }
+    }
+    for (to, ino) in moved {
+        tx.execute(
+            "INSERT OR REPLACE INTO dirs(path, ino) VALUES(?1,?2)",
+            rusqlite::params![to, ino],
+        )?;
+    }
+    if let Some(id) = journal {
+        tx.execute("DELETE FROM journal WHERE id=?1", [id])?;
+    }
+    tx.commit()
+}
+
+#[cfg(test)]
+mod exchange_tests {
+    use crate::types::{ROOT_INO, rename_flags};
+    use crate::{FailPoint, Store, StoreConfig};
+    use std::path::Path;
+
+    /// Every file under `dir` (relative path, contents), sorted.
+    fn files(dir: &Path) -> Vec<(String, String)> {
+        fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if e.file_type().unwrap().is_dir() {
+                    walk(base, &p, out);
+                } else {
+                    let rel = p.strip_prefix(base).unwrap().display().to_string();
+                    out.push((rel, std::fs::read_to_string(&p).unwrap_or_default()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
+    /// Session 16: an exchange of directories whose copies are on several tiers is
+    /// journalled, tier by tier. Stopped at each step (as a crash there leaves it: the
+    /// store dropped, nothing undone) and reopened, the exchange is finished on every
+    /// tier (or not begun, when stopped right after the journal row: rolled forward
+    /// too), never half done.
+    #[test]
+    fn an_interrupted_exchange_of_directories_on_two_tiers_is_finished_at_the_next_open() {
+        for fp in [
+            FailPoint::RenameAfterJournal,
+            FailPoint::RenameAfterFirstTier,
+            FailPoint::RenameBeforeDone,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let t = |i: usize| dir.path().join(format!("t{i}"));
+            for (tier, rel) in [(0, "x/f0"), (1, "x/f1"), (1, "y/g")] {
+                let p = t(tier).join(rel);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(&p, rel).unwrap();
+            }
+            let mut text = format!(
+                "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n",
+                dir.path().join("state").display()
+            );
+            for i in 0..2 {
+                text.push_str(&format!(
+                    "[[tier]]\nname = \"t{i}\"\npath = \"{}\"\ncapacity = \"64MiB\"\n",
+                    t(i).display()
+                ));
+            }
+            let cfg = || StoreConfig::from_toml_str(&text, "test.toml").unwrap();
+            let store = Store::open(cfg()).unwrap();
+            store.set_fail_point(Some(fp));
+            let r = store.rename(
+                ROOT_INO,
+                "x".as_ref(),
+                ROOT_INO,
+                "y".as_ref(),
+                rename_flags::EXCHANGE,
+            );
+            assert!(
+                r.is_err(),
+                "{fp:?}: the injected failure stops the exchange"
+            );
+            drop(store);
+            let store = Store::open(cfg()).unwrap();
+            let done = (
+                files(&t(0)),
+                files(&t(1)),
+                store.db().journal().unwrap().len(),
+            );
+            let expect = (
+                vec![("y/f0".to_string(), "x/f0".to_string())],
+                vec![
+                    ("x/g".to_string(), "y/g".to_string()),
+                    ("y/f1".to_string(), "x/f1".to_string()),
+                ],
+                0,
+            );
+            assert_eq!(done, expect, "{fp:?}: tiers and journal after the reopen");
+            // The index agrees: y holds x's files, x holds y's.
+            let y = store.lookup(ROOT_INO, "y".as_ref()).unwrap().ino;
+            let x = store.lookup(ROOT_INO, "x".as_ref()).unwrap().ino;
+            assert!(store.lookup(y, "f0".as_ref()).is_ok(), "{fp:?}: y/f0");
+            assert!(store.lookup(y, "f1".as_ref()).is_ok(), "{fp:?}: y/f1");
+            assert!(store.lookup(x, "g".as_ref()).is_ok(), "{fp:?}: x/g");
+            store.shutdown();
+        }
     }
 }

@@ -1753,6 +1753,58 @@ pub(crate) fn recover_row(store: &Store, row: &JournalRow) {
                 );
             }
         }
+        "exchange" => {
+            // Roll forward: each tier not swapped yet (its backing inode numbers still at
+            // the old paths) is swapped now, then the directory records are swapped and
+            // the row closed in one transaction (so a row left means they were not).
+            let steps = crate::fsops::ExchangeStep::decode(&String::from_utf8_lossy(
+                util::name_bytes(row.tmp.as_os_str()),
+            ));
+            let (Some(steps), [ap, bp]) = (steps, &row.names[..]) else {
+                tracing::warn!(id = row.id, "unreadable exchange journal row ignored");
+                return;
+            };
+            for s in &steps {
+                let Some(t) = tiers.get(s.tier as usize) else {
+                    continue;
+                };
+                let now = (ino_at(s.tier, ap), ino_at(s.tier, bp));
+                let r = match (s.state(now), s.a.is_some(), s.b.is_some()) {
+                    (Some(false), true, true) => {
+                        util::renameat2(&t.backing(ap), &t.backing(bp), libc::RENAME_EXCHANGE)
+                    }
+                    (Some(false), true, false) => bp
+                        .parent()
+                        .map_or(Ok(()), |p| t.create_dir_all(p))
+                        .and_then(|()| std::fs::rename(t.backing(ap), t.backing(bp))),
+                    (Some(false), false, true) => ap
+                        .parent()
+                        .map_or(Ok(()), |p| t.create_dir_all(p))
+                        .and_then(|()| std::fs::rename(t.backing(bp), t.backing(ap))),
+                    (Some(true), _, _) => Ok(()),
+                    _ => {
+                        tracing::warn!(
+                            tier = %t.cfg.name,
+                            "exchange of {} and {}: changed since, left as it is",
+                            ap.display(),
+                            bp.display()
+                        );
+                        Ok(())
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::error!(tier = %t.cfg.name, error = %e, "interrupted exchange not finished");
+                }
+            }
+            if let Err(e) = crate::fsops::exchange_dir_rows(&store.db(), ap, bp, Some(row.id)) {
+                tracing::warn!(error = %e, "directory records of an interrupted exchange");
+            }
+            tracing::warn!(
+                "finished an interrupted exchange of {} and {}",
+                ap.display(),
+                bp.display()
+            );
+        }
         other => tracing::warn!(kind = other, "unknown journal entry ignored"),
     }
 }

@@ -1093,29 +1093,54 @@ impl Store {
     /// Sample every tier's root directory (one `stat` each; the checker thread calls this
     /// every 100 ms). A root that vanished takes its tier offline; one that is back (or a
     /// different directory now at its path) has its tree merged into the namespace again.
+    ///
+    /// Each change is one observable step: a vanished tier is taken offline and its files
+    /// recorded as unreachable together, under the namespace lock (taken only when the
+    /// root may have changed) and the vanished-files table's lock; a returned tier stays
+    /// offline, with its files counted unreachable, until the walk that puts its names
+    /// back is over, and is then published online with the table entry cleared in one
+    /// step. So `kaiso status` never shows a tier offline whose files are listed as fine,
+    /// nor online while its names are not back yet.
     pub(crate) fn check_tier_roots(&self) {
         for (ti, t) in self.tiers.iter().enumerate() {
+            if !t.root_may_have_changed() {
+                continue;
+            }
+            let ns = self.ns();
             match t.check_root() {
                 RootChange::Unchanged => {}
-                RootChange::Vanished => {
-                    let ns = self.ns();
-                    self.note_tier_vanished(ti as u8, &ns);
-                }
-                RootChange::Returned => {
+                RootChange::Vanished => self.note_tier_vanished(ti as u8, &ns),
+                RootChange::Returned { generation } => {
+                    drop(ns);
                     let started = std::time::Instant::now();
                     let r = self.reattach_tier(ti as u8);
+                    let online = self.publish_tier_online(ti as u8, generation);
                     tracing::warn!(
                         tier = %t.cfg.name,
                         path = %t.root.display(),
                         entries = r.entries,
                         reattached = r.reattached,
                         shadowed = r.shadowed,
+                        online,
                         took_ms = started.elapsed().as_millis() as u64,
                         "tier directory is back: its files are shown again"
                     );
                 }
             }
         }
+    }
+
+    /// Publish tier `ti` online after the walk of its tree asked for by the root check
+    /// `generation`, and forget the files recorded when it vanished, in one step for
+    /// `tier_health` (under the vanished-files table's lock). Nothing changes if the root
+    /// changed again since (the next check handles it): false then.
+    pub(crate) fn publish_tier_online(&self, ti: u8, generation: u64) -> bool {
+        let mut vanished = self.vanished.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.tiers[ti as usize].publish_online(generation) {
+            return false;
+        }
+        vanished.remove(&ti);
+        true
     }
 
     /// Merge tier `ti`'s tree into the namespace index after its root directory came back:
@@ -1126,11 +1151,14 @@ impl Store {
     /// Cost: one `readdir` per directory and one `lstat` per name of this tier, with the
     /// index lock held for one directory's batch at a time.
     pub fn reattach_tier(&self, ti: u8) -> ReattachReport {
+        // Kept in the table (the tier still shows its files unreachable) until the tier is
+        // published online after this walk (`Store::publish_tier_online`).
         let held = self
             .vanished
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&ti)
+            .get(&ti)
+            .cloned()
             .unwrap_or_default();
         let tier = &self.tiers[ti as usize];
         let mut report = ReattachReport::default();
@@ -1353,5 +1381,152 @@ mod lock_tests {
             Ok(s) => s.shutdown(),
             Err(e) => panic!("reopen while a forked child held the tier lock: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tier_online_tests {
+    use crate::types::ROOT_INO;
+    use crate::{Store, StoreConfig};
+    use std::ffi::OsStr;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const FILES: [&str; 3] = ["cold0", "cold1", "cold2"];
+
+    /// A store of two tiers (mover off) with `FILES` on the second, and its directory.
+    fn open_two_tiers() -> (tempfile::TempDir, Arc<Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["t0", "t1"] {
+            std::fs::create_dir(dir.path().join(t)).unwrap();
+        }
+        for f in FILES {
+            std::fs::write(dir.path().join("t1").join(f), b"cold").unwrap();
+        }
+        let mut text = format!(
+            "[store]\nstate_dir = \"{}\"\n[store.mover]\nenabled = false\n",
+            dir.path().join("state").display()
+        );
+        for t in ["t0", "t1"] {
+            text.push_str(&format!(
+                "[[tier]]\nname = \"{t}\"\npath = \"{}\"\ncapacity = \"64MiB\"\n",
+                dir.path().join(t).display()
+            ));
+        }
+        let store = Store::open(StoreConfig::from_toml_str(&text, "test.toml").unwrap()).unwrap();
+        (dir, store)
+    }
+
+    /// Tier t1's (online, unreachable files) as `kaiso status` shows them.
+    fn t1_health(store: &Store) -> (bool, u64) {
+        let h = &store.tier_health()[1];
+        (h.online, h.unreachable_files)
+    }
+
+    /// For `bound`, while the test holds the namespace lock (so the root checker cannot
+    /// finish a change that needs it), every sample of t1's health must satisfy `ok`.
+    fn hold_and_watch(store: &Store, bound: Duration, ok: impl Fn((bool, u64)) -> bool) {
+        let _ns = store.ns();
+        let t0 = Instant::now();
+        while t0.elapsed() < bound {
+            let h = t1_health(store);
+            assert!(
+                ok(h),
+                "t1 (online, unreachable files) = {h:?} while the namespace lock was held"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Session 16: a tier whose directory vanished was marked offline before its files
+    /// were recorded as unreachable (`Tier::check_root`, then `note_tier_vanished` once
+    /// the namespace lock was free): a status in between showed it offline with 0
+    /// unreachable files. Expected: offline and "3 files unreachable" are seen together.
+    /// The test holds the namespace lock for 2 s (20 root checks) after the directory
+    /// goes: the old store shows "offline, 0 unreachable" then; this one changes nothing
+    /// until the lock is free, and then both at once.
+    #[test]
+    fn a_vanished_tier_is_offline_only_with_its_files_unreachable() {
+        let (dir, store) = open_two_tiers();
+        assert_eq!(t1_health(&store), (true, 0));
+        std::fs::rename(dir.path().join("t1"), dir.path().join("t1-away")).unwrap();
+        let consistent = |(online, n): (bool, u64)| online == (n == 0) && (online || n == 3);
+        hold_and_watch(&store, Duration::from_secs(2), consistent);
+        let t0 = Instant::now();
+        loop {
+            let h = t1_health(&store);
+            assert!(consistent(h), "t1 (online, unreachable files) = {h:?}");
+            if h == (false, 3) {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "t1 not offline with 3 unreachable files within 20 s: {h:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        store.shutdown();
+    }
+
+    /// Session 16: a tier whose directory came back was marked online before the walk
+    /// that puts its names back: a status in between showed it online while its files
+    /// could not be found. Expected: online only once every name is back. The names
+    /// drop out first (a `getattr` of each while the tier is away); the test then holds
+    /// the namespace lock for 2 s after the directory returns (the walk needs it): the
+    /// old store shows t1 online then with the names absent; this one keeps it offline
+    /// with its 3 files unreachable until the walk is over.
+    #[test]
+    fn a_returned_tier_is_online_only_with_its_names_back() {
+        let (dir, store) = open_two_tiers();
+        let inos: Vec<u64> = {
+            let ns = store.ns();
+            FILES
+                .iter()
+                .map(|f| ns.child(ROOT_INO, OsStr::new(f)).expect("seeded name"))
+                .collect()
+        };
+        std::fs::rename(dir.path().join("t1"), dir.path().join("t1-away")).unwrap();
+        for &ino in &inos {
+            assert!(
+                store.getattr(ino, None).is_err(),
+                "getattr of a file of a tier away"
+            );
+        }
+        let names_back = |store: &Store| {
+            let ns = store.ns();
+            FILES
+                .iter()
+                .filter(|f| ns.child(ROOT_INO, OsStr::new(f)).is_some())
+                .count()
+        };
+        assert_eq!(names_back(&store), 0, "names of the tier away still shown");
+        assert_eq!(t1_health(&store), (false, 3));
+        std::fs::rename(dir.path().join("t1-away"), dir.path().join("t1")).unwrap();
+        hold_and_watch(&store, Duration::from_secs(2), |h| h == (false, 3));
+        let t0 = Instant::now();
+        loop {
+            // Health and names under one namespace lock: online means all names back.
+            let ns = store.ns();
+            let h = t1_health(&store);
+            let back = FILES
+                .iter()
+                .filter(|f| ns.child(ROOT_INO, OsStr::new(f)).is_some())
+                .count();
+            drop(ns);
+            if h.0 {
+                assert_eq!((h, back), ((true, 0), 3), "t1 online with names missing");
+                break;
+            }
+            assert_eq!(h, (false, 3), "t1 offline: its files unreachable");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "t1 not online within 20 s of its return: {h:?}, {back} names back"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for &ino in &inos {
+            assert!(store.getattr(ino, None).is_ok(), "getattr after the return");
+        }
+        store.shutdown();
     }
 }

@@ -74,6 +74,9 @@ struct RootState {
     /// that is really gone ([`Tier::root_now`]). Reopened when another directory stands
     /// at the path.
     held: Option<(std::os::fd::OwnedFd, RootId)>,
+    /// Counts the changes of `id`: a walk of the tree after a return publishes the tier
+    /// online only if no change came after the one it walked ([`Tier::publish_online`]).
+    generation: u64,
 }
 
 /// What [`Tier::root_now`] found at the root path, compared with the directory kaiso holds.
@@ -99,8 +102,9 @@ pub(crate) enum RootChange {
     /// missing mountpoint directory).
     Vanished,
     /// A root directory is there again, or a different one now stands at the path (a
-    /// file system mounted or unmounted there): its tree must be looked at again.
-    Returned,
+    /// file system mounted or unmounted there): its tree must be looked at again, and
+    /// only then is the tier published online ([`Tier::publish_online`] with `generation`).
+    Returned { generation: u64 },
 }
 
 /// Room taken on a tier by [`Tier::hold`]: given back on drop unless kept.
@@ -208,6 +212,7 @@ impl Tier {
             root_state: Mutex::new(RootState {
                 id: root_identity(&cfg_root),
                 held: open_root(&cfg_root),
+                generation: 0,
             }),
             rewalk: AtomicBool::new(false),
             online: AtomicBool::new(true),
@@ -421,13 +426,28 @@ impl Tier {
         *self.offline_since.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sample the root directory's presence and identity (one `stat`): the store calls
-    /// this every 100 ms. A root that vanished takes the tier offline; one that is back,
-    /// or replaced by another directory at the same path, brings it online again and
-    /// asks the caller to look at its tree again.
-    pub fn check_root(&self) -> RootChange {
+    /// Whether the root directory may have changed since the last [`Tier::check_root`]
+    /// (one `stat`, the state not changed): the store takes its namespace lock before the
+    /// check that records a change, so taking the tier offline and recording its files
+    /// are one step for every observer.
+    pub(crate) fn root_may_have_changed(&self) -> bool {
+        let st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
         let now = root_identity(&self.root);
+        st.id != now
+            || self.rewalk.load(Ordering::Acquire)
+            || (now.is_some() && st.held.as_ref().map(|h| h.1) != now)
+    }
+
+    /// Sample the root directory's presence and identity (one `stat`, under the root
+    /// state's lock, so samples and their effects are ordered as the `stat`s were): the
+    /// store calls this every 100 ms. A root that vanished is reported (the store then
+    /// records the tier's files and takes it offline in one step,
+    /// [`crate::store::Store::note_tier_vanished`]); one that is back, or replaced by
+    /// another directory at the same path, is reported as returned: the caller walks its
+    /// tree again and then publishes the tier online ([`Tier::publish_online`]).
+    pub(crate) fn check_root(&self) -> RootChange {
         let mut st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = root_identity(&self.root);
         let rewalk = now.is_some() && self.rewalk.load(Ordering::Acquire);
         if st.id == now && !rewalk {
             // A descriptor that could not be reopened at the last change: try again.
@@ -438,34 +458,64 @@ impl Tier {
         }
         self.rewalk.store(false, Ordering::Release);
         st.id = now;
-        *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) =
-            now.is_none().then(std::time::SystemTime::now);
-        self.online.store(now.is_some(), Ordering::Release);
+        st.generation += 1;
         if now.is_some() {
             // Another directory at the path (a file system mounted there): hold that one.
             if st.held.as_ref().map(|h| h.1) != now {
                 st.held = open_root(&self.root).or(st.held.take());
             }
-            RootChange::Returned
+            RootChange::Returned {
+                generation: st.generation,
+            }
         } else {
             RootChange::Vanished
         }
     }
 
+    /// Mark the tier offline (its root is missing): nothing is placed or moved there.
+    /// Called with the files it held recorded in the same step
+    /// ([`crate::store::Store::note_tier_vanished`]).
+    pub(crate) fn set_offline(&self) {
+        let mut since = self.offline_since.lock().unwrap_or_else(|e| e.into_inner());
+        if since.is_none() {
+            *since = Some(std::time::SystemTime::now());
+        }
+        self.online.store(false, Ordering::Release);
+    }
+
+    /// Mark the tier online after the walk of its returned tree that [`Tier::check_root`]
+    /// asked for with `generation`: only if the root is still the one that was walked (no
+    /// vanishing or other directory since). False: left as it is (offline if it was), for
+    /// the next check.
+    pub(crate) fn publish_online(&self, generation: u64) -> bool {
+        let st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.generation != generation
+            || st.id.is_none()
+            || self.rewalk.load(Ordering::Acquire)
+            || root_identity(&self.root) != st.id
+        {
+            return false;
+        }
+        *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.online.store(true, Ordering::Release);
+        true
+    }
+
     /// The root path compared with the directory kaiso holds, at once (an operation found
-    /// a name of this tier missing by path): a root missing now takes the tier offline
-    /// here, without waiting for the next [`Tier::check_root`]; another directory at the
-    /// path makes that check walk the tier again.
+    /// a name of this tier missing by path): a root missing now is reported to the first
+    /// caller that sees it (`first`), which records the tier's files and takes it offline
+    /// in one step under the namespace lock it holds
+    /// ([`crate::store::Store::note_tier_vanished`]), without waiting for the next
+    /// [`Tier::check_root`]; another directory at the path makes that check walk the
+    /// tier again.
     pub(crate) fn root_now(&self) -> RootNow {
-        let now = root_identity(&self.root);
         let mut st = self.root_state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = root_identity(&self.root);
         let Some(now) = now else {
             let first = st.id.is_some();
             if first {
                 st.id = None;
-                *self.offline_since.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(std::time::SystemTime::now());
-                self.online.store(false, Ordering::Release);
+                st.generation += 1;
             }
             return RootNow::Missing { first };
         };
@@ -779,8 +829,9 @@ impl crate::store::Store {
         }
     }
 
-    /// Tier `ti` was just taken offline: record the files it holds (shown as unreachable,
-    /// and given their numbers back when it returns). `ns` is the held namespace lock.
+    /// Tier `ti`'s root was just found missing: record the files it holds (shown as
+    /// unreachable, and given their numbers back when it returns) and take it offline, in
+    /// one step (under the table's lock). `ns` is the held namespace lock.
     pub(crate) fn note_tier_vanished(&self, ti: u8, ns: &crate::namespace::Namespace) {
         let held: std::collections::HashSet<crate::types::Ino> = ns
             .files
@@ -795,10 +846,11 @@ impl crate::store::Store {
             files = held.len(),
             "tier directory vanished: its files are unavailable until it returns"
         );
-        self.vanished
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(ti, held);
+        // One step for every observer: `tier_health` reads the table and the flag under
+        // this lock, and operations look at the flag under the namespace lock `ns`.
+        let mut vanished = self.vanished.lock().unwrap_or_else(|e| e.into_inner());
+        vanished.insert(ti, held);
+        t.set_offline();
     }
 }
 
@@ -818,34 +870,97 @@ mod tests {
         .expect("tier")
     }
 
+    /// What the store does with a root change (`Store::check_tier_roots`): a vanished
+    /// root takes the tier offline (with its files recorded), a returned one is
+    /// published online after the walk of its tree.
+    fn apply(t: &Tier, c: RootChange) -> RootChange {
+        match c {
+            RootChange::Vanished => t.set_offline(),
+            RootChange::Returned { generation } => {
+                assert!(t.publish_online(generation), "published")
+            }
+            RootChange::Unchanged => {}
+        }
+        c
+    }
+
+    fn returned(c: RootChange) -> bool {
+        matches!(c, RootChange::Returned { .. })
+    }
+
     #[test]
     fn root_that_vanishes_takes_the_tier_offline_until_it_returns() {
         let d = tempfile::tempdir().expect("tempdir");
         let root = d.path().join("t");
         std::fs::create_dir(&root).unwrap();
         let t = tier_at(&root, 1 << 30);
-        assert_eq!(t.check_root(), RootChange::Unchanged);
+        assert_eq!(apply(&t, t.check_root()), RootChange::Unchanged);
         assert!(t.online() && t.fits(1) && t.fits_below_high(1));
         let away = d.path().join("away");
         std::fs::rename(&root, &away).unwrap();
-        assert_eq!(t.check_root(), RootChange::Vanished);
+        assert!(t.root_may_have_changed());
+        assert!(t.online(), "a check alone does not take the tier offline");
+        assert_eq!(apply(&t, t.check_root()), RootChange::Vanished);
         assert!(!t.online() && !t.fits(1) && !t.fits_below_high(1));
+        assert!(!t.root_may_have_changed());
         assert_eq!(t.check_root(), RootChange::Unchanged);
-        // The same directory back: online again, its tree to be merged.
+        // The same directory back: its tree to be merged, online only once published.
         std::fs::rename(&away, &root).unwrap();
-        assert_eq!(t.check_root(), RootChange::Returned);
+        let back = t.check_root();
+        assert!(returned(back), "{back:?}");
+        assert!(!t.online(), "online before the walk of the returned tree");
+        apply(&t, back);
         assert!(t.online() && t.fits(1));
         assert_eq!(t.check_root(), RootChange::Unchanged);
         // Another directory at the same path (a file system mounted there): also a return.
         std::fs::rename(&root, &away).unwrap();
         std::fs::create_dir(&root).unwrap();
-        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(returned(apply(&t, t.check_root())));
         assert!(t.online());
         // A file is no tier root.
         std::fs::remove_dir(&root).unwrap();
         std::fs::write(&root, b"x").unwrap();
-        assert_eq!(t.check_root(), RootChange::Vanished);
+        assert_eq!(apply(&t, t.check_root()), RootChange::Vanished);
         assert!(!t.online());
+    }
+
+    /// A walk after a return publishes the tier online only if its root did not change
+    /// again meanwhile: a root that vanished (or was replaced) during the walk leaves the
+    /// tier offline for the next check.
+    #[test]
+    fn a_return_is_published_only_for_the_root_that_was_walked() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().join("t");
+        std::fs::create_dir(&root).unwrap();
+        let t = tier_at(&root, 1 << 30);
+        let away = d.path().join("away");
+        std::fs::rename(&root, &away).unwrap();
+        apply(&t, t.check_root());
+        std::fs::rename(&away, &root).unwrap();
+        let RootChange::Returned { generation } = t.check_root() else {
+            panic!("a return expected")
+        };
+        // Gone again during the walk (not seen by any check yet).
+        std::fs::rename(&root, &away).unwrap();
+        assert!(
+            !t.publish_online(generation),
+            "published with the root missing"
+        );
+        assert!(!t.online());
+        // Seen by an operation (`root_now`) during the walk, and back: still the old walk.
+        assert_eq!(t.root_now(), RootNow::Missing { first: true });
+        std::fs::rename(&away, &root).unwrap();
+        assert!(
+            !t.publish_online(generation),
+            "published across another change"
+        );
+        assert!(!t.online() && t.offline_since().is_some());
+        let RootChange::Returned { generation: next } = t.check_root() else {
+            panic!("a new return expected")
+        };
+        assert!(next > generation);
+        assert!(t.publish_online(next));
+        assert!(t.online() && t.offline_since().is_none());
     }
 
     /// An operation that finds a name missing by path checks the root at once: a
@@ -878,11 +993,12 @@ mod tests {
         // Still away at the check: offline at once (the first caller records the files).
         std::fs::rename(&root, &away).unwrap();
         assert_eq!(t.root_now(), RootNow::Missing { first: true });
+        t.set_offline(); // as the first caller's `note_tier_vanished`
         assert!(!t.online() && t.offline_since().is_some());
         assert_eq!(t.root_now(), RootNow::Missing { first: false });
         assert_eq!(t.check_root(), RootChange::Unchanged);
         std::fs::rename(&away, &root).unwrap();
-        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(returned(apply(&t, t.check_root())));
         assert!(t.online());
         // Really gone: not in the held directory either.
         std::fs::remove_file(root.join("a/f")).unwrap();
@@ -895,13 +1011,13 @@ mod tests {
         assert_eq!(t.root_now(), RootNow::Other);
         std::fs::remove_dir(&root).unwrap();
         std::fs::rename(&away, &root).unwrap();
-        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(returned(apply(&t, t.check_root())));
         assert_eq!(t.check_root(), RootChange::Unchanged);
         // A different directory that stays: held from its return on.
         std::fs::rename(&root, &away).unwrap();
         std::fs::create_dir(&root).unwrap();
         std::fs::write(root.join("new"), b"yz").unwrap();
-        assert_eq!(t.check_root(), RootChange::Returned);
+        assert!(returned(apply(&t, t.check_root())));
         assert_eq!(t.root_now(), RootNow::Held);
         let st = t.lstat_held(Path::new("new")).unwrap().unwrap();
         assert_eq!(st.map(|s| s.st_size), Some(2), "the new root is held");
@@ -966,10 +1082,10 @@ mod tests {
         // Replaced between two samples.
         assert!(tmpfs(false) && tmpfs(true), "remount tmpfs");
         let second = root_identity(&root).expect("identity");
-        let changed = t.check_root();
+        let changed = apply(&t, t.check_root());
         assert!(tmpfs(false));
         assert_ne!(first, second, "same identity after a new mount");
-        assert_eq!(changed, RootChange::Returned, "{first:?} -> {second:?}");
+        assert!(returned(changed), "{first:?} -> {second:?}: {changed:?}");
         assert!(t.online() && t.offline_since().is_none());
     }
 
