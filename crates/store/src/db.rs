@@ -51,6 +51,16 @@ fn decode_times(b: &[u8]) -> Option<StubTimes> {
     Some((one(&b[..12])?, one(&b[12..])?))
 }
 
+/// The page size of new store databases. Every commit appends each page it changed to
+/// the WAL, whole: a fetch that completes a file deletes its stub row (about 100 B), one
+/// commit per file, which cost a 4 KiB page of WAL with SQLite's default (about 5 KB a
+/// file with the B-tree's other pages), and the WAL's bound
+/// (`crate::stub::HOLD_WAL_BYTES`) then held the crawl while a checkpoint's `syncfs` ran.
+/// With 1 KiB pages it costs about 2 KB (measured: docs/reproduction/migration.md §3,
+/// session 16). The migration databases use the same size
+/// (`crate::migrate::state`). A database created before keeps its page size.
+pub(crate) const PAGE_SIZE: i64 = 1024;
+
 pub(crate) struct Db {
     pub conn: Connection,
 }
@@ -130,6 +140,8 @@ impl Db {
     pub fn open(state_dir: &Path) -> rusqlite::Result<Db> {
         let conn = Connection::open(state_dir.join("kaiso.db"))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Before the first write: only a new database takes it (see `PAGE_SIZE`).
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(
@@ -563,6 +575,59 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fetch that completes a file deletes its stub row, one commit per file: with the
+    /// store's own page size that costs well under a 4 KiB page of WAL (it cost about
+    /// 5 KB with SQLite's default pages, and the crawl was held at the WAL's bound while
+    /// a checkpoint's `syncfs` ran). A database created before keeps its page size.
+    #[test]
+    fn a_completed_stub_costs_less_than_a_default_page_of_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path()).unwrap();
+        let page: i64 = db
+            .conn
+            .pragma_query_value(None, "page_size", |r| r.get(0))
+            .unwrap();
+        assert_eq!(page, PAGE_SIZE, "a new store database takes PAGE_SIZE");
+        // Rows as a listing writes them: missing ranges, pending times, an identity.
+        const FILES: u64 = 2000;
+        let now = std::time::SystemTime::now();
+        let tx = db.conn.unchecked_transaction().unwrap();
+        for ino in 1000..1000 + FILES {
+            note_stub_identity(ino, vec![7; 21]);
+            db.set_stub(ino, false, &[(0, 100_000)], Some((now, now)))
+                .unwrap();
+        }
+        tx.commit().unwrap();
+        let before = wal_bytes_written(&db.conn);
+        for ino in 1000..1000 + FILES {
+            db.set_stub(ino, false, &[], Some((now, now))).unwrap();
+        }
+        let per_file = (wal_bytes_written(&db.conn) - before) / FILES;
+        eprintln!("WAL bytes per completed stub: {per_file}");
+        assert!(
+            per_file < 2500,
+            "a completed stub should cost under 2500 B of WAL (one small page and a share \
+             of its B-tree's rebalancing), not {per_file} B"
+        );
+        assert!(db.stubs().unwrap().is_empty());
+        drop(db);
+        // An existing database with SQLite's default pages keeps them.
+        let old_dir = tempfile::tempdir().unwrap();
+        {
+            let old = Connection::open(old_dir.path().join("kaiso.db")).unwrap();
+            old.execute_batch("PRAGMA page_size=4096; CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);")
+                .unwrap();
+        }
+        let old = Db::open(old_dir.path()).unwrap();
+        let page: i64 = old
+            .conn
+            .pragma_query_value(None, "page_size", |r| r.get(0))
+            .unwrap();
+        assert_eq!(page, 4096, "an existing database keeps its page size");
+        old.set_stub(5, false, &[(0, 1)], None).unwrap();
+        assert_eq!(old.stubs().unwrap(), vec![(5, false, vec![(0, 1)], None)]);
+    }
 
     /// A database from before backing identities gets the column; its rows have none
     /// (trusted as before). A new stub's noted identity is written with its row and kept

@@ -557,8 +557,9 @@ const CHECKPOINT_WAL_BYTES: u64 = 3 << 20;
 /// A periodic checkpoint first makes every fetched byte durable (`syncfs` of each tier),
 /// which takes seconds on a loaded disk; fetches of small files kept appending about
 /// 5 KB each meanwhile, and the WAL reached 22 MB and filled a 64 MiB state directory
-/// together with the migration database's (CI, session 13). With this bound, the
-/// migration database's (`crate::migrate::state`, also 6 MiB) and the WAL file kept
+/// together with the migration database's (CI, session 13); about 2 KB a file since new
+/// store databases use 1 KiB pages (`crate::db::PAGE_SIZE`, session 16). With this
+/// bound, the migration database's (`crate::migrate::state`, also 6 MiB) and the WAL file kept
 /// after a checkpoint ([`STORE_WAL_KEPT_BYTES`]), the two WALs never hold more than about
 /// 13 MiB, whatever the disk's speed: a 64 MiB state directory keeps room for both
 /// databases and ext4's own overhead. Above [`CHECKPOINT_WAL_BYTES`] and the size the
