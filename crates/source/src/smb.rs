@@ -36,7 +36,7 @@
 //!   and after a listing every listed file's metadata is fetched ahead in the background
 //!   (at most 4 compounds in flight per session, 8,192 files queued). On the source's
 //!   own data connections (below) the CREATE also asks for read access and the CLOSE is
-//!   left out: the handle is kept for the file's first read (at most 256 per connection,
+//!   left out: the handle is kept for the file's first read (at most 1,024 per connection,
 //!   closed after 30 s unread, checked every 5 s; `data::KEPT_PER_LINK`, `KEPT_TTL`), so
 //!   smbd opens each file once instead of twice (its open is the dearest part of its
 //!   work per small file); a read waits up to 1 s for the connection holding its handle.
@@ -215,6 +215,9 @@ const PREFETCH_PER_LINK: usize = 4;
 /// Files queued for a background metadata fetch at most; more are left to the engine's
 /// own calls.
 const PREFETCH_QUEUE: usize = 8192;
+/// Metadata compounds a background fetch sends together on one data connection at most
+/// (see `Shared::ahead_worker`).
+const PREFETCH_BATCH: usize = 16;
 /// Output buffer of one QUERY_DIRECTORY: about 2,000 entries.
 const LIST_BUFFER: u32 = 256 << 10;
 
@@ -278,6 +281,10 @@ pub struct SmbStats {
     pub reads_reopened: u64,
     /// Handles kept open on idle data connections when the counters were read.
     pub kept_handles: u64,
+    /// Waits for metadata replies on the data connections: the files' metadata fetched
+    /// ahead goes out several compounds at a time on one connection (up to 16), and
+    /// each such batch (or a call's compound of its own) counts once.
+    pub metadata_windows: u64,
 }
 
 #[derive(Default)]
@@ -314,9 +321,10 @@ struct Shared {
     next_link: AtomicUsize,
     prefetch: Prefetch,
     prefetch_slots: Arc<tokio::sync::Semaphore>,
-    /// Background metadata fetches on the data connections at a time: one per connection
-    /// (a data connection carries one call at a time; more would only wait in the pool).
-    direct_prefetch_slots: Arc<tokio::sync::Semaphore>,
+    /// Listed files whose metadata is fetched ahead on the data connections, and the
+    /// workers draining them (at most one per data connection: a data connection carries
+    /// one call at a time; more would only wait in the pool).
+    ahead: Mutex<Ahead>,
     /// Files waiting for or in a background metadata fetch.
     prefetch_queued: AtomicUsize,
     kept: Mutex<HashMap<SourcePath, Kept>>,
@@ -460,7 +468,7 @@ impl SmbSource {
             prefetch_slots: Arc::new(tokio::sync::Semaphore::new(
                 config.connections * PREFETCH_PER_LINK,
             )),
-            direct_prefetch_slots: Arc::new(tokio::sync::Semaphore::new(data.max())),
+            ahead: Mutex::new(Ahead::default()),
             prefetch_queued: AtomicUsize::new(0),
             config,
             rt,
@@ -530,12 +538,16 @@ impl SmbSource {
             reads_on_metadata_handle: get(&self.shared.data.reads_on_kept),
             reads_reopened: get(&self.shared.data.reads_again),
             kept_handles: self.shared.data.kept_handles() as u64,
+            metadata_windows: get(&self.shared.data.metadata_windows),
         }
     }
 
     /// Fetches the metadata of the listed regular files ahead, on idle sessions, so the
-    /// crawl's metadata pass finds it waiting.
+    /// crawl's metadata pass finds it waiting: on the data connections when there are
+    /// some (several files per round trip, see `Shared::ahead_worker`), else one task
+    /// per file on the crate's sessions.
     fn prefetch_listed(&self, dir: &SourcePath, entries: &[SourceEntry]) {
+        let mut paths = Vec::new();
         for e in entries {
             if e.attr.kind != FileKind::Regular {
                 continue;
@@ -547,11 +559,21 @@ impl SmbSource {
                 self.shared.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
                 break; // enough queued: the engine's own calls fetch the rest
             }
+            paths.push(path);
+        }
+        if paths.is_empty() {
+            return;
+        }
+        if !self.shared.data.is_off() {
+            self.shared.queue_ahead(paths);
+            return;
+        }
+        for path in paths {
             let s = self.shared.clone();
             self.shared.rt.spawn(async move {
-                let permit = s.prefetch_slots.clone().acquire_owned().await;
-                if permit.is_ok() {
-                    s.prefetch_one(&path).await;
+                let eas = s.prefetch.claim(&path, true).then(|| s.ask_eas(&path));
+                if let Some(eas) = eas {
+                    s.prefetch_through_crate(&path, eas).await;
                 }
                 s.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
             });
@@ -559,7 +581,36 @@ impl SmbSource {
     }
 }
 
-/// What the first session's failure means for the user, in one line.
+/// Listed files waiting for their metadata to be fetched ahead on the data connections,
+/// and the workers fetching it.
+#[derive(Default)]
+struct Ahead {
+    queue: std::collections::VecDeque<SourcePath>,
+    workers: usize,
+}
+
+/// Takes up to `n` paths from `queue`: every `stride`-th, from the front, so that the
+/// files of one directory (queued together) spread over the data connections whose
+/// handles their reads will want, instead of waiting for one.
+fn take_strided(
+    queue: &mut std::collections::VecDeque<SourcePath>,
+    n: usize,
+    stride: usize,
+) -> Vec<SourcePath> {
+    let stride = stride.max(1);
+    let mut out = Vec::with_capacity(n);
+    let mut i = 0usize;
+    queue.retain(|p| {
+        let take = out.len() < n && i.is_multiple_of(stride);
+        i += 1;
+        if take {
+            out.push(p.clone());
+        }
+        !take
+    });
+    out
+}
+
 fn connect_error(config: &SmbConfig, fail: &Fail) -> SourceError {
     let root = SourcePath::root();
     let kind = kind_of(fail);
@@ -912,25 +963,52 @@ impl Shared {
     /// The metadata compound on one of the source's own data connections, its handle
     /// kept there for the file's first read: smbd opens the file once, not once for the
     /// metadata and once for the data. `None`: that path is off or not usable for this
-    /// file now (see `data::DataPool::metadata`); the caller fetches through the crate.
+    /// file now (see `data::DataPool::metadata_batch`); the caller fetches through the crate.
     /// Blocking (the data connections are blocking sockets).
     fn fetch_metadata_direct(&self, path: &SourcePath, eas: bool) -> Option<Result<Fetched, Fail>> {
+        self.fetch_metadata_direct_batch(vec![(path.clone(), eas)])
+            .pop()
+            .flatten()
+    }
+
+    /// [`Shared::fetch_metadata_direct`] for several files (`(path, eas)`) on one data
+    /// connection, their compounds sent together (one round trip). One answer per item.
+    fn fetch_metadata_direct_batch(
+        &self,
+        items: Vec<(SourcePath, bool)>,
+    ) -> Vec<Option<Result<Fetched, Fail>>> {
+        let mut out: Vec<Option<Result<Fetched, Fail>>> = items.iter().map(|_| None).collect();
         if self.data.is_off() {
-            return None;
+            return out;
         }
-        let name = Self::win_path(path).ok()?.replace('/', "\\");
-        let frames = self
-            .data
-            .metadata(path, &name, self.named_streams, eas, &self.requests)?;
-        self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
-        Some(frames.and_then(|f| {
-            let (mut fetched, eas_missing) = self.fetched(path, &f, eas)?;
-            if eas_missing {
-                // EAs appeared since the listing: asked apart (rare), through the crate.
-                fetched.xattrs = Some(self.eas_alone(path));
+        let mut at = Vec::with_capacity(items.len());
+        let mut wire_items = Vec::with_capacity(items.len());
+        for (i, (path, eas)) in items.iter().enumerate() {
+            if let Ok(name) = Self::win_path(path) {
+                at.push(i);
+                wire_items.push((path.clone(), name.replace('/', "\\"), *eas));
             }
-            Ok(fetched)
-        }))
+        }
+        if wire_items.is_empty() {
+            return out;
+        }
+        let answers = self
+            .data
+            .metadata_batch(wire_items, self.named_streams, &self.requests);
+        for (i, answer) in at.into_iter().zip(answers) {
+            let Some(frames) = answer else { continue };
+            let (path, eas) = (&items[i].0, items[i].1);
+            self.stats.metadata_fetches.fetch_add(1, Ordering::Relaxed);
+            out[i] = Some(frames.and_then(|f| {
+                let (mut fetched, eas_missing) = self.fetched(path, &f, eas)?;
+                if eas_missing {
+                    // EAs appeared since the listing: asked apart (rare), through the crate.
+                    fetched.xattrs = Some(self.eas_alone(path));
+                }
+                Ok(fetched)
+            }));
+        }
+        out
     }
 
     /// A file's EAs in a compound of its own (CREATE for EA access, the query, CLOSE).
@@ -1060,45 +1138,84 @@ impl Shared {
         })
     }
 
-    /// A background fetch of one file's metadata, on an idle session; a failure leaves
-    /// nothing (the engine's own call then reports it).
-    async fn prefetch_one(self: &Arc<Self>, path: &SourcePath) {
-        if !self.prefetch.claim(path, true) {
-            return;
-        }
-        let eas = self.ask_eas(path);
-        // On a data connection (its handle kept for the read) when there are some.
-        let direct = if self.data.is_off() {
-            None
-        } else {
-            let _permit = self
-                .direct_prefetch_slots
-                .clone()
-                .acquire_owned()
-                .await
-                .ok();
-            let (s, p) = (self.clone(), path.clone());
-            tokio::task::spawn_blocking(move || s.fetch_metadata_direct(&p, eas))
-                .await
-                .ok()
-                .flatten()
-        };
-        let fetched = match direct {
-            Some(r) => r.unwrap_or_default(),
-            None => {
-                let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
-                match self.least_busy(i) {
-                    Some(link) => {
-                        let _busy = link.busy_guard();
-                        self.fetch_metadata(&link, path, eas)
-                            .await
-                            .unwrap_or_default()
-                    }
-                    None => Fetched::default(),
-                }
+    /// A background fetch of one file's metadata (claimed by the caller) through the
+    /// crate, on an idle session; a failure leaves nothing (the engine's own call then
+    /// reports it).
+    async fn prefetch_through_crate(self: &Arc<Self>, path: &SourcePath, eas: bool) {
+        let permit = self.prefetch_slots.clone().acquire_owned().await;
+        let i = self.next_link.fetch_add(1, Ordering::Relaxed) % self.slots.links.len();
+        let fetched = match (permit, self.least_busy(i)) {
+            (Ok(_permit), Some(link)) => {
+                let _busy = link.busy_guard();
+                self.fetch_metadata(&link, path, eas)
+                    .await
+                    .unwrap_or_default()
             }
+            _ => Fetched::default(),
         };
         self.prefetch.finish(path, fetched);
+    }
+
+    /// Queues listed files for their metadata to be fetched ahead on the data
+    /// connections, and starts workers for them (one per connection at most).
+    fn queue_ahead(self: &Arc<Self>, paths: Vec<SourcePath>) {
+        let mut a = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        a.queue.extend(paths);
+        let want = self.data.max().min(a.queue.len());
+        while a.workers < want {
+            a.workers += 1;
+            let s = self.clone();
+            self.rt.spawn_blocking(move || s.ahead_worker());
+        }
+    }
+
+    /// Fetches queued files' metadata ahead until the queue is empty: each turn takes a
+    /// share of the queue (as many files as there are connections to share them, 1 to
+    /// [`PREFETCH_BATCH`]) and sends their compounds together on one data connection,
+    /// so a backlog costs one round trip per batch instead of one per file, while a
+    /// short queue still spreads over every connection. A file that the data
+    /// connection could not fetch goes through the crate.
+    fn ahead_worker(self: &Arc<Self>) {
+        let workers = self.data.max();
+        loop {
+            let batch = {
+                let mut a = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+                if a.queue.is_empty() {
+                    a.workers -= 1;
+                    return;
+                }
+                let n = a.queue.len().div_ceil(workers).clamp(1, PREFETCH_BATCH);
+                take_strided(&mut a.queue, n, workers)
+            };
+            let taken = batch.len();
+            // A file fetched lately (by a call of the crawl's) or being fetched is skipped.
+            let claimed: Vec<(SourcePath, bool)> = batch
+                .into_iter()
+                .filter(|p| self.prefetch.claim(p, true))
+                .map(|p| {
+                    let eas = self.ask_eas(&p);
+                    (p, eas)
+                })
+                .collect();
+            self.prefetch_queued
+                .fetch_sub(taken - claimed.len(), Ordering::SeqCst);
+            let answers = self.fetch_metadata_direct_batch(claimed.clone());
+            for ((path, eas), answer) in claimed.into_iter().zip(answers) {
+                match answer {
+                    Some(r) => {
+                        self.prefetch.finish(&path, r.unwrap_or_default());
+                        self.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    None => {
+                        let s = self.clone();
+                        self.rt.spawn(async move {
+                            s.prefetch_through_crate(&path, eas).await;
+                            s.prefetch_queued.fetch_sub(1, Ordering::SeqCst);
+                        });
+                    }
+                }
+            }
+        }
     }
 
     /// One of an object's metadata answers: fetched ahead by an earlier call, or fetched

@@ -40,6 +40,7 @@ fn since(a: SmbStats, b: SmbStats) -> SmbStats {
         reads_on_metadata_handle: a.reads_on_metadata_handle - b.reads_on_metadata_handle,
         reads_reopened: a.reads_reopened - b.reads_reopened,
         kept_handles: a.kept_handles,
+        metadata_windows: a.metadata_windows - b.metadata_windows,
     }
 }
 
