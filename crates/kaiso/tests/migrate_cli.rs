@@ -599,6 +599,57 @@ fn migrate_posix_serve_pause_kill_resume_finish() {
     m.unmount();
 }
 
+/// `--meta-give-up-attempts` and `--meta-give-up-after` reach the share's spec (which a
+/// restarted daemon reads again): the values given, and the defaults (5, 15 min) when
+/// not given; `--help` shows both flags.
+#[test]
+fn meta_give_up_flags_reach_the_share_spec() {
+    let help = kaiso_env(
+        &[os("migrate"), os("start"), os("--help")],
+        &[],
+        Duration::from_secs(30),
+    );
+    let help_text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help_text.contains("--meta-give-up-attempts <N>")
+            && help_text.contains("--meta-give-up-after <DUR>"),
+        "migrate start --help: {help_text}"
+    );
+    for (flags, attempts, after_ms) in [
+        (
+            &[
+                "--meta-give-up-attempts",
+                "2",
+                "--meta-give-up-after",
+                "90s",
+            ][..],
+            2,
+            90_000,
+        ),
+        (&[][..], 5, 900_000),
+    ] {
+        let store = Store::new("migcli-giveup", StoreSpec::tiers(1));
+        let src = store.root.join("old");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("f"), b"source file").unwrap();
+        let mut args = vec![src.as_os_str(), store.config.as_os_str(), os("--paused")];
+        args.extend(flags.iter().map(|f| os(f)));
+        let _d =
+            Daemon::start(&args, store.root.join("d.log"), None).unwrap_or_else(|e| panic!("{e}"));
+        let spec_path = store.state.join("migrate/main/share.json");
+        let t0 = Instant::now();
+        while !spec_path.exists() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let spec: serde_json::Value = serde_json::from_slice(
+            &fs::read(&spec_path).unwrap_or_else(|e| panic!("{}: {e}", spec_path.display())),
+        )
+        .unwrap();
+        assert_eq!(spec["meta_give_up_attempts"], attempts, "{flags:?}: {spec}");
+        assert_eq!(spec["meta_give_up_after_ms"], after_ms, "{flags:?}: {spec}");
+    }
+}
+
 /// A FIFO in the source: created as a FIFO, never opened by the crawl (opening it would
 /// block until a writer appears).
 #[test]
@@ -680,6 +731,33 @@ fn migrate_errors_are_one_clear_line() {
         (
             vec![os("/tmp"), cfg.as_os_str(), os("--rate"), os("fast")],
             "bad rate \"fast\"",
+        ),
+        (
+            vec![
+                os("/tmp"),
+                cfg.as_os_str(),
+                os("--meta-give-up-attempts"),
+                os("0"),
+            ],
+            "--meta-give-up-attempts 0: give 1 to 1000000 failures",
+        ),
+        (
+            vec![
+                os("/tmp"),
+                cfg.as_os_str(),
+                os("--meta-give-up-attempts"),
+                os("many"),
+            ],
+            "--meta-give-up-attempts",
+        ),
+        (
+            vec![
+                os("/tmp"),
+                cfg.as_os_str(),
+                os("--meta-give-up-after"),
+                os("soon"),
+            ],
+            "--meta-give-up-after: bad duration \"soon\"",
         ),
         // A regular file where the share's directory should be.
         (

@@ -30,6 +30,8 @@ pub fn status(e: FsError) -> nfsstat3 {
         libc::ESTALE => nfsstat3::NFS3ERR_STALE,
         libc::EBADF => nfsstat3::NFS3ERR_BADHANDLE,
         libc::ENOTSUP | libc::ENOSYS => nfsstat3::NFS3ERR_NOTSUPP,
+        // "Try again later": only after the face's own retries ran out (`fs::Retry`),
+        // and turned into NFS3ERR_IO when JUKEBOX is off (`Jukebox::settle`).
         libc::EAGAIN | libc::EBUSY => nfsstat3::NFS3ERR_JUKEBOX,
         _ => nfsstat3::NFS3ERR_IO,
     }

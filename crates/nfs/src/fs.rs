@@ -29,6 +29,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Entries fetched from the store per READDIR(PLUS) step.
 const DIR_BATCH: usize = 512;
@@ -62,6 +63,80 @@ fn st<T>(r: FsResult<T>) -> Res<T> {
     r.map_err(status)
 }
 
+/// Retries of store calls that failed for a reason that passes, within a bound.
+///
+/// Which failures pass: EAGAIN and EBUSY (e.g. a rename that kept meeting moves of the
+/// file), and EIO from a call on an object that was a stub when the call began (a file
+/// with data still on the migration source, a directory not listed yet): the store
+/// answers EIO when the source did not answer a fetch (a timeout, a dropped connection)
+/// and keeps the stub, so a later try can succeed. EIO on a resident object (a failing
+/// disk) is not retried.
+///
+/// The call is tried again with a growing pause (20 ms … 1 s) until it succeeds, fails
+/// otherwise, or `limit` has passed since the first try; the last answer stands. The
+/// client meanwhile waits (`--jukebox-after 0`) or gets NFS3ERR_JUKEBOX and joins the
+/// work when it asks again (see [`Jukebox`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retry {
+    pub limit: Duration,
+}
+
+impl Retry {
+    /// `f` (store calls about `objects`), tried again while it fails for a reason that
+    /// passes; `what` names the operation in the log. Call only around store calls that
+    /// may be repeated (fail before they change anything, or repeat to the same result).
+    pub(crate) fn run<T>(
+        self,
+        s: &Store,
+        what: &str,
+        objects: &[Ino],
+        mut f: impl FnMut() -> FsResult<T>,
+    ) -> FsResult<T> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        let mut tries = 0u32;
+        loop {
+            let stub = objects.iter().any(|&i| !s.stub_state(i).is_complete());
+            let r = f();
+            tries += 1;
+            let e = match r {
+                Err(e) if passes(e, stub) => e,
+                r => {
+                    if tries > 1 {
+                        tracing::info!(
+                            what,
+                            ?objects,
+                            tries,
+                            ok = r.is_ok(),
+                            "NFS: store call retried"
+                        );
+                    }
+                    return r;
+                }
+            };
+            let spent = start.elapsed();
+            if spent >= self.limit {
+                tracing::warn!(what, ?objects, tries, error = %e, "NFS: store call still failing after {spent:?}; giving up");
+                return Err(e);
+            }
+            if tries == 1 {
+                tracing::warn!(what, ?objects, error = %e, "NFS: store call failed (migration source unreachable or store busy); trying again for up to {:?}", self.limit);
+            }
+            std::thread::sleep(pause.min(self.limit - spent));
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Whether a store failure `e` passes (see [`Retry`]); `stub`: the call was about a stub.
+fn passes(e: FsError, stub: bool) -> bool {
+    match e.errno() {
+        libc::EAGAIN | libc::EBUSY => true,
+        libc::EIO => stub,
+        _ => false,
+    }
+}
+
 impl KaisoNfs {
     pub fn new(
         store: Arc<Store>,
@@ -85,6 +160,13 @@ impl KaisoNfs {
             self.files.clone(),
             cred,
         )
+    }
+
+    /// Retries of store calls that fail for a reason that passes.
+    pub(crate) fn retry(&self) -> Retry {
+        Retry {
+            limit: self.jukebox.retry_for(),
+        }
     }
 
     /// A work key; callers other than root get their own (a permission decision is part
@@ -143,17 +225,19 @@ impl KaisoNfs {
     fn list(
         store: &Store,
         cred: &Cred,
+        retry: Retry,
         dir: Ino,
         cookie: u64,
     ) -> Res<(Vec<(DirEntry, FileAttr)>, bool)> {
         Self::check(store, cred, dir, R)?;
-        let fh = st(store.opendir(dir))?;
+        let fh = st(retry.run(store, "opendir", &[dir], || store.opendir(dir)))?;
         let mut out = Vec::new();
         let mut at = cookie;
         let mut eof = false;
         let r = (|| {
             while out.len() < DIR_BATCH {
-                let batch = st(store.readdirplus(fh, at))?;
+                let batch =
+                    st(retry.run(store, "readdirplus", &[dir], || store.readdirplus(fh, at)))?;
                 let Some(last) = batch.last() else {
                     eof = true;
                     break;
@@ -210,9 +294,10 @@ impl KaisoNfs {
         T: Clone + Send + Sync + 'static,
         F: FnOnce(&Store, &OpenFiles) -> Res<T> + Send + 'static,
     {
+        let jukebox = self.jukebox.clone();
         self.call(key, move |s, files| {
             let before = s.getattr(dir, None).ok();
-            let result = f(s, files);
+            let result = f(s, files).map_err(|e| jukebox.settle(e));
             let after = s.getattr(dir, None).ok();
             Ok(DirChange {
                 before,
@@ -233,12 +318,13 @@ impl KaisoNfs {
         make: F,
     ) -> Res<DirChange<FileAttr>>
     where
-        F: FnOnce(&Store, Caller) -> FsResult<FileAttr> + Send + 'static,
+        F: Fn(&Store, Caller) -> FsResult<FileAttr> + Send + 'static,
     {
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.dir_change(key, dir, move |s, _| {
             Self::check(s, &cred, dir, W | X)?;
-            let a = st(make(s, cred.caller()))?;
+            let a = st(retry.run(s, "make", &[dir], || make(s, cred.caller())))?;
             s.forget(a.ino, 1);
             Self::apply(s, a.ino, set, &cred)
         })
@@ -308,6 +394,7 @@ impl KaisoNfs {
         let name = name_of(name)?;
         let cred = self.cred.clone();
         let jukebox = self.jukebox.clone();
+        let retry = self.retry();
         let key = self
             .key("link", ino)
             .extra(&dir.to_ne_bytes())
@@ -318,7 +405,7 @@ impl KaisoNfs {
                     Self::check(s, &cred, dir, W | X)?;
                     cred.may_link(&Self::obj(s, ino)?)?;
                 }
-                let a = st(s.link(ino, dir, &name))?;
+                let a = st(retry.run(s, "link", &[dir], || s.link(ino, dir, &name)))?;
                 s.forget(a.ino, 1);
                 Ok(a)
             })
@@ -355,6 +442,7 @@ impl NfsReadFileSystem for KaisoNfs {
         let raw = filename.as_ref().to_vec();
         let key = self.key("lookup", dir).extra(&raw);
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.call(key, move |s, _| {
             Self::check(s, &cred, dir, X)?;
             match raw.as_slice() {
@@ -373,7 +461,9 @@ impl NfsReadFileSystem for KaisoNfs {
                 }
                 _ => {}
             }
-            let a = st(s.lookup(dir, OsStr::from_bytes(&raw)))?;
+            let a = st(retry.run(s, "lookup", &[dir], || {
+                s.lookup(dir, OsStr::from_bytes(&raw))
+            }))?;
             // NFS holds no kernel-style lookup references.
             s.forget(a.ino, 1);
             Ok(FileHandleU64::new(a.ino))
@@ -390,6 +480,7 @@ impl NfsReadFileSystem for KaisoNfs {
             return Ok(FileHandleU64::new(ROOT_INO));
         }
         let store = self.store.clone();
+        let retry = self.retry();
         // Name by name through `lookup`, which lists dummy directories on the way.
         let walk = move || -> Res<FileHandleU64> {
             let mut ino = ROOT_INO;
@@ -397,7 +488,7 @@ impl NfsReadFileSystem for KaisoNfs {
                 let std::path::Component::Normal(name) = c else {
                     return Err(nfsstat3::NFS3ERR_NOENT);
                 };
-                let a = st(store.lookup(ino, name))?;
+                let a = st(retry.run(&store, "mount", &[ino], || store.lookup(ino, name)))?;
                 store.forget(a.ino, 1);
                 ino = a.ino;
             }
@@ -420,6 +511,7 @@ impl NfsReadFileSystem for KaisoNfs {
         let ino = id.as_u64();
         let count = count.min(IO_MAX);
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.call(
             self.key("read", ino).range(offset, count as u64),
             move |s, files| {
@@ -427,7 +519,8 @@ impl NfsReadFileSystem for KaisoNfs {
                     cred.may_read_data(&Self::obj(s, ino)?)?;
                 }
                 let f = st(files.get(ino, false))?;
-                let data = st(s.read(f.fh, offset, count))?;
+                // A stub's missing data is fetched from the migration source here.
+                let data = st(retry.run(s, "read", &[ino], || s.read(f.fh, offset, count)))?;
                 let size = st(s.getattr(ino, Some(f.fh)))?.size;
                 let eof = offset + data.len() as u64 >= size;
                 Ok((data, eof))
@@ -513,10 +606,11 @@ impl DirIter {
     async fn fill(&mut self) -> Res<()> {
         let (dir, cookie) = (self.dir, self.cookie);
         let cred = self.fs.cred.clone();
+        let retry = self.fs.retry();
         let (entries, eof) = self
             .fs
             .call(self.fs.key("readdir", dir).range(cookie, 0), move |s, _| {
-                KaisoNfs::list(s, &cred, dir, cookie)
+                KaisoNfs::list(s, &cred, retry, dir, cookie)
             })
             .await?;
         self.eof = eof;
@@ -554,6 +648,7 @@ impl NfsFileSystem for KaisoNfs {
         let ino = id.as_u64();
         let set = set_attr(&setattr);
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.jukebox.invalidate(ino);
         let key = self
             .key("setattr", ino)
@@ -563,7 +658,8 @@ impl NfsFileSystem for KaisoNfs {
             if !cred.is_root() {
                 cred.check_setattr(&Self::obj(s, ino)?, &mut set)?;
             }
-            st(s.setattr(ino, &set, cred.caller())).map(|a| fattr(&a))
+            st(retry.run(s, "setattr", &[ino], || s.setattr(ino, &set, cred.caller())))
+                .map(|a| fattr(&a))
         })
         .await
     }
@@ -591,6 +687,7 @@ impl NfsFileSystem for KaisoNfs {
             .extra(&[stable as u8])
             .extra(&digest.to_ne_bytes());
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.call(key, move |s, files| {
             if !cred.is_root() {
                 cred.may_write_data(&Self::obj(s, ino)?)?;
@@ -598,7 +695,9 @@ impl NfsFileSystem for KaisoNfs {
             let f = st(files.get(ino, true))?;
             let mut done = 0usize;
             while done < data.len() {
-                let n = st(s.write(f.fh, offset + done as u64, &data[done..]))? as usize;
+                let at = offset + done as u64;
+                let n = st(retry.run(s, "write", &[ino], || s.write(f.fh, at, &data[done..])))?
+                    as usize;
                 if n == 0 {
                     return Err(nfsstat3::NFS3ERR_IO);
                 }
@@ -627,18 +726,22 @@ impl NfsFileSystem for KaisoNfs {
         let mode = set.mode.take().unwrap_or(0o644);
         let cred = self.cred.clone();
         let caller = self.cred.caller();
+        let retry = self.retry();
         let key = self.key("create", dir).extra(name.as_bytes());
         self.call(key, move |s, files| {
             Self::check(s, &cred, dir, W | X)?;
-            let ino = match s.create(
-                dir,
-                &name,
-                libc::S_IFREG | (mode & 0o7777),
-                0,
-                libc::O_RDWR,
-                caller,
-                false,
-            ) {
+            let made = retry.run(s, "create", &[dir], || {
+                s.create(
+                    dir,
+                    &name,
+                    libc::S_IFREG | (mode & 0o7777),
+                    0,
+                    libc::O_RDWR,
+                    caller,
+                    false,
+                )
+            });
+            let ino = match made {
                 Ok((a, opened)) => {
                     let _ = s.release(opened.fh);
                     s.forget(a.ino, 1);
@@ -673,21 +776,24 @@ impl NfsFileSystem for KaisoNfs {
         let name = name_of(filename)?;
         let cred = self.cred.clone();
         let caller = self.cred.caller();
+        let retry = self.retry();
         // A retransmitted EXCLUSIVE create is caught by the RPC layer's replay tracker or
         // joins the in-flight call here; otherwise an existing name is EXIST.
         self.call(
             self.key("create_excl", dir).extra(name.as_bytes()),
             move |s, _| {
                 Self::check(s, &cred, dir, W | X)?;
-                let (a, opened) = st(s.create(
-                    dir,
-                    &name,
-                    libc::S_IFREG | 0o644,
-                    0,
-                    libc::O_RDWR,
-                    caller,
-                    false,
-                ))?;
+                let (a, opened) = st(retry.run(s, "create", &[dir], || {
+                    s.create(
+                        dir,
+                        &name,
+                        libc::S_IFREG | 0o644,
+                        0,
+                        libc::O_RDWR,
+                        caller,
+                        false,
+                    )
+                }))?;
                 let _ = s.release(opened.fh);
                 s.forget(a.ino, 1);
                 Ok(FileHandleU64::new(a.ino))
@@ -711,19 +817,20 @@ impl NfsFileSystem for KaisoNfs {
         let name = name_of(filename)?;
         let jukebox = self.jukebox.clone();
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.call(
             self.key("remove", dir).extra(name.as_bytes()),
             move |s, files| {
                 // REMOVE and RMDIR both arrive here (the crate maps both to `remove`).
-                let a = st(s.lookup(dir, &name))?;
+                let a = st(retry.run(s, "lookup", &[dir], || s.lookup(dir, &name)))?;
                 s.forget(a.ino, 1);
                 if !cred.is_root() {
                     cred.may_delete(&Self::obj(s, dir)?, &a)?;
                 }
                 if a.kind == FileKind::Dir {
-                    st(s.rmdir(dir, &name))?;
+                    st(retry.run(s, "rmdir", &[dir, a.ino], || s.rmdir(dir, &name)))?;
                 } else {
-                    st(s.unlink(dir, &name))?;
+                    st(retry.run(s, "unlink", &[dir], || s.unlink(dir, &name)))?;
                     files.forget(a.ino);
                 }
                 jukebox.invalidate(a.ino);
@@ -748,6 +855,7 @@ impl NfsFileSystem for KaisoNfs {
             .extra(&to.to_ne_bytes())
             .extra(newname.as_bytes());
         let cred = self.cred.clone();
+        let retry = self.retry();
         self.call(key, move |s, files| {
             if !cred.is_root() {
                 Self::may_rename(s, &cred, from, &name, to, &newname)?;
@@ -756,7 +864,9 @@ impl NfsFileSystem for KaisoNfs {
             if let Some(r) = &replaced {
                 s.forget(r.ino, 1);
             }
-            st(s.rename(from, &name, to, &newname, 0))?;
+            st(retry.run(s, "rename", &[from, to], || {
+                s.rename(from, &name, to, &newname, 0)
+            }))?;
             if let Some(r) = replaced {
                 files.forget(r.ino);
             }
@@ -786,11 +896,14 @@ impl NfsFileSystem for KaisoNfs {
         set.mode = None; // symlink permissions are not settable on Linux
         let cred = self.cred.clone();
         let caller = self.cred.caller();
+        let retry = self.retry();
         self.call(
             self.key("symlink", dir).extra(name.as_bytes()),
             move |s, _| {
                 Self::check(s, &cred, dir, W | X)?;
-                let a = st(s.symlink(dir, &name, &target, caller))?;
+                let a = st(retry.run(s, "symlink", &[dir], || {
+                    s.symlink(dir, &name, &target, caller)
+                }))?;
                 s.forget(a.ino, 1);
                 let a = if set.uid.is_some() || set.gid.is_some() {
                     Self::apply(s, a.ino, set, &cred)?

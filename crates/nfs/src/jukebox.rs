@@ -60,10 +60,17 @@ struct Work {
     finished_at: Mutex<Option<Instant>>,
 }
 
+/// How long a store call that failed for a reason that passes (the migration source did
+/// not answer a fetch, or the store was busy) is tried again by default (see
+/// [`crate::fs`]'s `Retry`).
+pub const RETRY_FOR: Duration = Duration::from_secs(60);
+
 /// The in-flight table and the JUKEBOX deadline.
 pub struct Jukebox {
     /// `None`: never answer JUKEBOX, wait for every call.
     after: Option<Duration>,
+    /// How long a call failing for a reason that passes is tried again.
+    retry_for: Duration,
     inflight: Mutex<HashMap<Key, Arc<Work>>>,
     replies: AtomicU64,
     joined: AtomicU64,
@@ -71,11 +78,34 @@ pub struct Jukebox {
 
 impl Jukebox {
     pub fn new(after: Option<Duration>) -> Jukebox {
+        Jukebox::with_retry(after, RETRY_FOR)
+    }
+
+    /// As [`Jukebox::new`], trying a store call that fails for a reason that passes
+    /// again for up to `retry_for`.
+    pub fn with_retry(after: Option<Duration>, retry_for: Duration) -> Jukebox {
         Jukebox {
             after,
+            retry_for,
             inflight: Mutex::new(HashMap::new()),
             replies: AtomicU64::new(0),
             joined: AtomicU64::new(0),
+        }
+    }
+
+    /// How long a store call failing for a reason that passes is tried again.
+    pub fn retry_for(&self) -> Duration {
+        self.retry_for
+    }
+
+    /// The status a client gets for `e`, a failure of the work itself: "try again later"
+    /// (a store call still busy when its retries ran out) only to clients that were
+    /// promised JUKEBOX; with JUKEBOX off the face waits, so it must not answer it now.
+    pub fn settle(&self, e: nfsstat3) -> nfsstat3 {
+        if e == nfsstat3::NFS3ERR_JUKEBOX && self.after.is_none() {
+            nfsstat3::NFS3ERR_IO
+        } else {
+            e
         }
     }
 
@@ -162,6 +192,7 @@ impl Jukebox {
             .downcast_ref::<Result<T, nfsstat3>>()
             .cloned()
             .unwrap_or(Err(nfsstat3::NFS3ERR_SERVERFAULT))
+            .map_err(|e| self.settle(e))
     }
 
     /// Work in flight or finished and not collected yet.

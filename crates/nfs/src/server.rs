@@ -27,6 +27,10 @@ pub struct ServeOptions {
     pub allow: AllowList,
     /// Answer NFS3ERR_JUKEBOX when a call takes longer than this; `None`: always wait.
     pub jukebox_after: Option<Duration>,
+    /// How long a store call that failed for a reason that passes (the migration source
+    /// did not answer a fetch: EIO on a stub; EAGAIN, EBUSY) is tried again before its
+    /// error is answered.
+    pub retry_for: Duration,
     /// Export path clients mount (`/export` → `nfs://host/export`).
     pub export: String,
     /// Close an NFS-opened store handle after this long without use.
@@ -41,7 +45,8 @@ pub struct ServeOptions {
 }
 
 impl ServeOptions {
-    /// 127.0.0.1:<port>, loopback clients only, JUKEBOX after 500 ms, export `/export`,
+    /// 127.0.0.1:<port>, loopback clients only, JUKEBOX after 500 ms, failures that pass
+    /// retried for [`crate::jukebox::RETRY_FOR`], export `/export`,
     /// root squashed except for loopback clients, anonymous user 65534:65534.
     pub fn loopback(port: u16) -> ServeOptions {
         let id = Identity::default();
@@ -49,6 +54,7 @@ impl ServeOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], port)),
             allow: AllowList::loopback(),
             jukebox_after: Some(Duration::from_millis(500)),
+            retry_for: crate::jukebox::RETRY_FOR,
             export: "/export".into(),
             handle_idle: Duration::from_secs(10),
             squash: id.squash,
@@ -101,7 +107,7 @@ impl NfsServer {
             .enable_all()
             .build()
             .context("cannot start the NFS runtime")?;
-        let jukebox = Arc::new(Jukebox::new(opts.jukebox_after));
+        let jukebox = Arc::new(Jukebox::with_retry(opts.jukebox_after, opts.retry_for));
         let files = Arc::new(OpenFiles::new(store.clone(), opts.handle_idle, 4096));
         let stats = Arc::new(ServerStats::default());
         let fs = KaisoNfs::new(store, jukebox.clone(), files.clone(), Cred::ROOT);

@@ -78,6 +78,15 @@ pub struct StartArgs {
     /// Serve, but do not crawl until `kaiso migrate resume`.
     #[arg(long)]
     pub paused: bool,
+    /// A source entry whose metadata (xattrs, ACL, streams, symlink target, a directory's
+    /// times) keeps failing as unreachable while the rest of the source answers is given
+    /// up (reported as skipped, migrated without it) after this many counted failures
+    /// (1 to 1000000) ...
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub meta_give_up_attempts: u32,
+    /// ... and at least this long after its first one (e.g. 15m, 90s; 0: attempts only).
+    #[arg(long, default_value = "15m", value_name = "DUR")]
+    pub meta_give_up_after: String,
     /// FUSE worker threads.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
@@ -418,6 +427,14 @@ pub(crate) fn spec_of(a: &StartArgs) -> anyhow::Result<ShareSpec> {
     if chunk < 4096 {
         bail!("--chunk {}: at least 4KiB", a.chunk);
     }
+    if !(1..=1_000_000).contains(&a.meta_give_up_attempts) {
+        bail!(
+            "--meta-give-up-attempts {}: give 1 to 1000000 failures",
+            a.meta_give_up_attempts
+        );
+    }
+    let give_up_after = kaiso_nfs::parse_duration(&a.meta_give_up_after)
+        .map_err(|e| anyhow::anyhow!("--meta-give-up-after: {e}"))?;
     Ok(ShareSpec {
         name,
         url: a.source.clone(),
@@ -429,6 +446,8 @@ pub(crate) fn spec_of(a: &StartArgs) -> anyhow::Result<ShareSpec> {
         rate: a.rate.as_deref().map(parse_rate).transpose()?.flatten(),
         // Set by `pause` only (`--paused` holds for this start): see `daemon::start`.
         paused: false,
+        meta_give_up_attempts: a.meta_give_up_attempts,
+        meta_give_up_after_ms: give_up_after.as_millis().min(u64::MAX as u128) as u64,
     })
 }
 

@@ -459,6 +459,8 @@ fn open_share(
     cfg.order = order;
     cfg.crawl_workers = spec.parallel;
     cfg.throttle_bytes_per_sec = spec.rate;
+    cfg.meta_give_up_attempts = spec.meta_give_up_attempts;
+    cfg.meta_give_up_after = Duration::from_millis(spec.meta_give_up_after_ms);
     let health = Arc::new(SourceHealth::default());
     let source = Box::new(Watched {
         inner: source,
@@ -1455,6 +1457,8 @@ mod tests {
                 chunk: 1 << 20,
                 rate: None,
                 paused: false,
+                meta_give_up_attempts: 5,
+                meta_give_up_after_ms: 900_000,
             };
             std::fs::write(dir.join("share.json"), serde_json::to_vec(&spec).unwrap()).unwrap();
             dir

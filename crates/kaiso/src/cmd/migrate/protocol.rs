@@ -23,6 +23,21 @@ pub struct ShareSpec {
     /// share paused. (`start --paused` holds for that start only.)
     #[serde(default)]
     pub paused: bool,
+    /// A source entry whose metadata read keeps failing as unreachable (while the share's
+    /// root answers) is given up after this many counted failures ...
+    #[serde(default = "default_meta_give_up_attempts")]
+    pub meta_give_up_attempts: u32,
+    /// ... over at least this many milliseconds (`--meta-give-up-after`).
+    #[serde(default = "default_meta_give_up_after_ms")]
+    pub meta_give_up_after_ms: u64,
+}
+
+fn default_meta_give_up_attempts() -> u32 {
+    kaiso_store::migrate::meta_retry::DEFAULT_GIVE_UP_ATTEMPTS
+}
+
+fn default_meta_give_up_after_ms() -> u64 {
+    kaiso_store::migrate::meta_retry::DEFAULT_GIVE_UP_AFTER.as_millis() as u64
 }
 
 /// A migrate request.
