@@ -164,7 +164,7 @@ impl KaisoFs {
             backing: Mutex::new(Backing::default()),
             replaced: Mutex::default(),
             removed_dirs: Mutex::default(),
-            gate: WorkerGate::with_busy_poll(opts.threads, opts.busy_poll),
+            gate: WorkerGate::with_options(opts.threads, opts.busy_poll, opts.follow),
         }
     }
 
@@ -374,8 +374,8 @@ impl fuser::Filesystem for KaisoFs {
         self.store.shutdown();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _serving = self.gate.serve();
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.lookup(parent.0, name) {
             // Inode 0 with a timeout: the kernel caches the negative entry, so repeated
             // lookups of a missing name (and the lookup before a create) cost no round trip.
@@ -396,8 +396,8 @@ impl fuser::Filesystem for KaisoFs {
         self.removed_dirs_lock().remove(&ino.0);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _serving = self.gate.serve();
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.ttl, &attr(&a)),
             Err(e) if e == FsError::NOENT && fh.is_none() => reply.error(self.gone_errno(ino.0)),
@@ -423,7 +423,7 @@ impl fuser::Filesystem for KaisoFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         let set = SetAttr {
             mode,
             uid,
@@ -439,8 +439,8 @@ impl fuser::Filesystem for KaisoFs {
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _serving = self.gate.serve();
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.readlink(ino.0) {
             Ok(t) => reply.data(t.as_encoded_bytes()),
             Err(e) => reply.error(self.ino_errno(ino.0, e)),
@@ -457,7 +457,7 @@ impl fuser::Filesystem for KaisoFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.entry(
             reply,
             self.store
@@ -474,20 +474,20 @@ impl fuser::Filesystem for KaisoFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.entry(
             reply,
             self.store.mkdir(parent.0, name, mode, umask, caller(req)),
         );
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _serving = self.gate.serve();
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve_for(req.pid());
         Self::empty(reply, self.store.unlink(parent.0, name));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _serving = self.gate.serve();
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve_for(req.pid());
         // The directory's node id, to remember it removed (the lookup's reference is
         // given back below: the kernel holds its own).
         let ino = self.store.lookup(parent.0, name).ok().map(|a| a.ino);
@@ -509,7 +509,7 @@ impl fuser::Filesystem for KaisoFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.entry(
             reply,
             self.store.symlink(parent.0, link_name, target, caller(req)),
@@ -518,7 +518,7 @@ impl fuser::Filesystem for KaisoFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -526,7 +526,7 @@ impl fuser::Filesystem for KaisoFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         // Only a plain rename replaces its target (NOREPLACE fails, EXCHANGE keeps both).
         let held = if flags.is_empty() {
             self.hold_rename_target(newparent.0, newname)
@@ -548,21 +548,21 @@ impl fuser::Filesystem for KaisoFs {
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.link(ino.0, newparent.0, newname) {
             Ok(a) => reply.entry(&self.ttl, &attr(&a), Generation(0)),
             Err(e) => reply.error(self.ino_errno(ino.0, e)),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _serving = self.gate.serve();
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.open_file(ino.0, flags.0, self.passthrough_on()) {
             Ok(o) => {
                 if let Some(file) = &o.passthrough {
@@ -588,7 +588,7 @@ impl fuser::Filesystem for KaisoFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -597,7 +597,7 @@ impl fuser::Filesystem for KaisoFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
@@ -607,7 +607,7 @@ impl fuser::Filesystem for KaisoFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -617,7 +617,7 @@ impl fuser::Filesystem for KaisoFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         match self.store.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
@@ -631,19 +631,19 @@ impl fuser::Filesystem for KaisoFs {
     /// dirty pages before close returns.
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         reply.error(Errno::ENOSYS);
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -651,7 +651,7 @@ impl fuser::Filesystem for KaisoFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         // The backing id goes first: once the store counts the handle closed the file may
         // move, and a later open must not get this (old) copy's backing id.
         self.drop_backing(fh.0);
@@ -661,18 +661,18 @@ impl fuser::Filesystem for KaisoFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         Self::empty(reply, self.store.fsync(fh.0, datasync));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let _serving = self.gate.serve();
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(self.ino_errno(ino.0, e)),
@@ -681,13 +681,13 @@ impl fuser::Filesystem for KaisoFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.readdir(fh.0, offset) {
             Ok(entries) => {
                 for e in entries {
@@ -703,13 +703,13 @@ impl fuser::Filesystem for KaisoFs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.readdirplus(fh.0, offset) {
             Ok(entries) => {
                 let mut full = false;
@@ -740,30 +740,30 @@ impl fuser::Filesystem for KaisoFs {
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         Self::empty(reply, self.store.releasedir(fh.0));
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         Self::empty(reply, self.store.fsyncdir(ino.0));
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _serving = self.gate.serve();
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -774,7 +774,7 @@ impl fuser::Filesystem for KaisoFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -782,33 +782,33 @@ impl fuser::Filesystem for KaisoFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         let value = dosattrib_to_store(&self.store, ino.0, name, value);
         let r = self.store.setxattr(ino.0, name, &value, flags);
         self.ino_empty(ino.0, reply, r);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         let stored = self.store.getxattr(ino.0, name);
         let r = offline_dosattrib(&self.store, ino.0, name, stored, req.pid());
         self.xattr_reply(ino.0, reply, size, r);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _serving = self.gate.serve();
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _serving = self.gate.serve_for(req.pid());
         // Only what is stored: the OFFLINE bit is Samba's alone (see `offline_dosattrib`).
         let r = self.store.listxattr(ino.0);
         self.xattr_reply(ino.0, reply, size, r);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _serving = self.gate.serve();
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _serving = self.gate.serve_for(req.pid());
         self.ino_empty(ino.0, reply, self.store.removexattr(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.ino_empty(
             ino.0,
             reply,
@@ -826,7 +826,7 @@ impl fuser::Filesystem for KaisoFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.create(
             parent.0,
             name,
@@ -873,7 +873,7 @@ impl fuser::Filesystem for KaisoFs {
     /// TCGETS to see whether the file is a terminal).
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -882,13 +882,13 @@ impl fuser::Filesystem for KaisoFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         reply.error(Errno::ENOTTY);
     }
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -896,7 +896,7 @@ impl fuser::Filesystem for KaisoFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         Self::empty(reply, self.store.fallocate(fh.0, offset, length, mode));
     }
 
@@ -906,7 +906,7 @@ impl fuser::Filesystem for KaisoFs {
     /// modes and cut the length at the source's end (as it knew the size).
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino_in: INodeNo,
         fh_in: FileHandle,
         offset_in: u64,
@@ -917,7 +917,7 @@ impl fuser::Filesystem for KaisoFs {
         flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         self.stats.copies.fetch_add(1, Ordering::Relaxed);
         if !flags.is_empty() {
             reply.error(Errno::EINVAL);
@@ -935,14 +935,14 @@ impl fuser::Filesystem for KaisoFs {
 
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _serving = self.gate.serve();
+        let _serving = self.gate.serve_for(req.pid());
         match self.store.lseek(fh.0, offset, whence) {
             Ok(o) => reply.offset(o),
             Err(e) => reply.error(errno(e)),

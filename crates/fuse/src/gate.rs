@@ -22,13 +22,28 @@
 //! adaptive window ([`crate::busy_poll`]), so the next request of a burst is read without
 //! the thread going to sleep (and paying a wake-up), unless tasks are waiting for a CPU.
 //!
+//! The reading worker may also follow the caller's CPU ([`crate::follow`]): when one
+//! caller dominates, the worker that goes back to reading as the only reader restricts
+//! itself to the CPU a sampler thread last chose (an atomic it reads between requests:
+//! workers never read another process's `/proc` nor wait for the sampler), and gives it
+//! back when the rule says so.
+//! Only a worker between requests changes its own CPUs; a worker that parks gives them
+//! back first, and the watchdog gives them back to a worker whose request runs for
+//! [`STALL`] and to the reader of a mount gone idle.
+//!
 //! Setting the environment variable [`ALL_READ_ENV`] to `1` turns the gate off (every
-//! worker reads, as fuser does by itself, and none polls), for comparisons.
+//! worker reads, as fuser does by itself, and none polls or follows), for comparisons.
 
 use crate::busy_poll::{
     BusyPoll, MachineDemand, Outcome, PollRule, PollState, Polled, poll_for_request,
 };
+use crate::follow::{
+    CallerProbe, CpuSet, Decision, FollowCaller, FollowRule, FollowState, FollowStats, QUIET_GAP,
+    SAMPLE_EVERY, Sample, Why,
+};
+use std::cell::Cell;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,8 +61,8 @@ const IDLE_CHECKS: u32 = 100;
 struct State {
     /// Workers outside a request (reading from the kernel, or about to).
     readers: usize,
-    /// Requests being served: (id, start).
-    busy: Vec<(u64, Instant)>,
+    /// Requests being served: (id, start, the serving worker's thread id).
+    busy: Vec<(u64, Instant, i32)>,
     next_id: u64,
     parked: usize,
     /// Parked workers told to go back to reading, not yet gone.
@@ -66,6 +81,62 @@ struct State {
     polls: PollStats,
     /// The request id of the last forget served (the nodes of a batch share one).
     last_forget: Option<u64>,
+    /// Pinned workers given all CPUs back by the watchdog (for [`FollowStats`]).
+    unpinned_by_watchdog: u64,
+    /// Workers restricted to one CPU: (thread id, CPU).
+    pinned: Vec<(i32, u32)>,
+}
+
+impl State {
+    /// The CPU thread `tid` is restricted to, if any.
+    fn pinned_cpu(&self, tid: i32) -> Option<u32> {
+        self.pinned.iter().find(|(t, _)| *t == tid).map(|&(_, c)| c)
+    }
+}
+
+/// Following the caller's CPU (see [`crate::follow`]). The workers and the sampler
+/// thread share atomics only: a worker publishes the caller of the request it starts and
+/// counts requests, and reads the sampler's decision between requests; it never reads
+/// another process's `/proc` (that read waits while the caller execs, and the exec may be
+/// waiting for this worker's reply) and never waits for the sampler.
+struct Follow {
+    rule: FollowRule,
+    /// The CPUs the workers may run on when not following (the process's at the mount).
+    all: CpuSet,
+    /// The caller (thread id) of the last request started (0: none yet).
+    caller: AtomicU32,
+    /// Requests started since the sampler last looked.
+    requests: AtomicU32,
+    /// The CPU the reading worker is to stay on (-1: none), set by the sampler.
+    target: AtomicI64,
+    /// The thread id of the worker restricted to `target` (0: none), for its run delay.
+    reader: AtomicI32,
+    /// The sampler sleeps until a request starts (the mount went idle).
+    asleep: AtomicBool,
+    /// The session ends: the sampler stops.
+    closed: AtomicBool,
+    sampler: OnceLock<std::thread::Thread>,
+    /// The sampler's counters (only the sampler and `follow_stats` lock this).
+    stats: Mutex<FollowStats>,
+}
+
+impl Follow {
+    fn target(&self) -> Option<u32> {
+        u32::try_from(self.target.load(Ordering::Relaxed)).ok()
+    }
+}
+
+/// This thread's id, and its run delay at its last sample (ns, when).
+fn tid() -> i32 {
+    thread_local! {
+        static TID: Cell<i32> = const { Cell::new(0) };
+    }
+    TID.with(|t| {
+        if t.get() == 0 {
+            t.set(crate::follow::gettid());
+        }
+        t.get()
+    })
 }
 
 struct Inner {
@@ -79,6 +150,8 @@ struct Inner {
     device: OnceLock<OwnedFd>,
     /// Whether tasks wait for a CPU (read by the worker about to poll).
     demand: Mutex<MachineDemand>,
+    /// Following the caller's CPU, if on.
+    follow: Option<Follow>,
 }
 
 impl Inner {
@@ -136,10 +209,16 @@ impl WorkerGate {
     /// after a reply (the device to poll is given by [`WorkerGate::attach_device`]). With
     /// one worker nobody stands by; with [`ALL_READ_ENV`] set the gate does nothing.
     pub fn with_busy_poll(threads: usize, busy_poll: BusyPoll) -> WorkerGate {
+        WorkerGate::with_options(threads, busy_poll, FollowCaller::OFF)
+    }
+
+    /// [`WorkerGate::with_busy_poll`], whose reading worker also follows the caller's CPU
+    /// as `follow` says (requests started with [`WorkerGate::serve_for`]).
+    pub fn with_options(threads: usize, busy_poll: BusyPoll, follow: FollowCaller) -> WorkerGate {
         // (A gate that never polls never samples the machine: no file to keep open.)
         let sample = !busy_poll.under_load && !busy_poll.max.is_zero();
         let demand = MachineDemand::new(!sample);
-        WorkerGate::with_demand(threads, busy_poll, demand)
+        WorkerGate::with_demand(threads, busy_poll, follow, demand)
     }
 
     /// [`WorkerGate::with_busy_poll`] with the machine's demand for CPUs read from
@@ -147,11 +226,32 @@ impl WorkerGate {
     pub(crate) fn with_demand(
         threads: usize,
         busy_poll: BusyPoll,
+        follow: FollowCaller,
         demand: MachineDemand,
     ) -> WorkerGate {
         let rule = PollRule::new(busy_poll.max);
         let stand_by = threads > 1;
-        if (!stand_by && !rule.enabled()) || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1") {
+        let follow = follow
+            .enabled
+            .then(|| CpuSet::of(0))
+            .flatten()
+            .map(|all| Follow {
+                rule: FollowRule {
+                    under_load: follow.under_load,
+                },
+                all,
+                caller: AtomicU32::new(0),
+                requests: AtomicU32::new(0),
+                target: AtomicI64::new(-1),
+                reader: AtomicI32::new(0),
+                asleep: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                sampler: OnceLock::new(),
+                stats: Mutex::new(FollowStats::default()),
+            });
+        if (!stand_by && !rule.enabled() && follow.is_none())
+            || std::env::var(ALL_READ_ENV).is_ok_and(|v| v == "1")
+        {
             return WorkerGate { inner: None };
         }
         let inner = Arc::new(Inner {
@@ -165,7 +265,25 @@ impl WorkerGate {
             rule,
             device: OnceLock::new(),
             demand: Mutex::new(demand),
+            follow,
         });
+        if inner.follow.is_some() {
+            let w = inner.clone();
+            let spawned = std::thread::Builder::new()
+                .name("kaiso-fuse-follow".into())
+                .spawn(move || sampler(&w));
+            match spawned {
+                Ok(t) => {
+                    if let Some(f) = &inner.follow {
+                        let _ = f.sampler.set(t.thread().clone());
+                    }
+                }
+                Err(e) => {
+                    // Without a sampler the target stays "none": nothing is followed.
+                    tracing::warn!(error = %e, "cannot start the FUSE follow sampler");
+                }
+            }
+        }
         if !stand_by {
             // Nobody parks, so nobody needs handing back.
             return WorkerGate { inner: Some(inner) };
@@ -194,9 +312,15 @@ impl WorkerGate {
         Ok(())
     }
 
-    /// A request starts on this worker.
+    /// A request starts on this worker (its caller unknown: not sampled for following).
     pub fn serve(&self) -> Serving<'_> {
-        self.start(None)
+        self.start(None, 0)
+    }
+
+    /// A request of thread `pid` (the request header's pid: the caller's thread id, 0 if
+    /// unknown) starts on this worker.
+    pub fn serve_for(&self, pid: u32) -> Serving<'_> {
+        self.start(None, pid)
     }
 
     /// One node of a FORGET or BATCH_FORGET request (`unique`: the request's id) starts.
@@ -206,10 +330,10 @@ impl WorkerGate {
     /// busy-poll (the rest of its batch, not a new request, comes next). The first node
     /// of a batch polls in vain: one window per batch.
     pub fn serve_forget(&self, unique: u64) -> Serving<'_> {
-        self.start(Some(unique))
+        self.start(Some(unique), 0)
     }
 
-    fn start(&self, forget: Option<u64>) -> Serving<'_> {
+    fn start(&self, forget: Option<u64>, pid: u32) -> Serving<'_> {
         let Some(g) = self.inner.as_deref() else {
             return Serving {
                 gate: None,
@@ -231,10 +355,23 @@ impl WorkerGate {
         s.readers = s.readers.saturating_sub(1);
         let id = s.next_id;
         s.next_id += 1;
-        s.busy.push((id, Instant::now()));
+        s.busy.push((id, Instant::now(), tid()));
         if s.watchdog_asleep {
             s.watchdog_asleep = false;
             g.watchdog.notify_one();
+        }
+        drop(s);
+        if let Some(f) = &g.follow {
+            // Hand the caller to the sampler (atomics only: nothing here waits).
+            if pid != 0 {
+                f.caller.store(pid, Ordering::Relaxed);
+            }
+            f.requests.fetch_add(1, Ordering::Relaxed);
+            if f.asleep.load(Ordering::Relaxed) && f.asleep.swap(false, Ordering::AcqRel) {
+                if let Some(t) = f.sampler.get() {
+                    t.unpark();
+                }
+            }
         }
         Serving {
             gate: Some(g),
@@ -249,6 +386,12 @@ impl WorkerGate {
     pub fn close(&self) {
         if let Some(g) = self.inner.as_deref() {
             g.lock().closing = true;
+            if let Some(f) = &g.follow {
+                f.closed.store(true, Ordering::SeqCst);
+                if let Some(t) = f.sampler.get() {
+                    t.unpark();
+                }
+            }
             g.parked.notify_all();
             g.watchdog.notify_all();
         }
@@ -265,6 +408,21 @@ impl WorkerGate {
         }
     }
 
+    /// How following the caller's CPU went so far (see [`FollowStats`]).
+    pub fn follow_stats(&self) -> FollowStats {
+        let Some(g) = self.inner.as_deref() else {
+            return FollowStats::default();
+        };
+        let Some(f) = &g.follow else {
+            return FollowStats::default();
+        };
+        let unpinned_by_watchdog = g.lock().unpinned_by_watchdog;
+        FollowStats {
+            unpinned_by_watchdog,
+            ..*f.stats.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+
     /// How the busy polls so far ended (see [`PollStats`]).
     pub fn poll_stats(&self) -> PollStats {
         self.inner
@@ -277,11 +435,13 @@ impl Drop for Serving<'_> {
     fn drop(&mut self) {
         let Some(g) = self.gate else { return };
         let mut s = g.lock();
-        if let Some(i) = s.busy.iter().position(|(id, _)| *id == self.id) {
+        if let Some(i) = s.busy.iter().position(|(id, _, _)| *id == self.id) {
             s.busy.swap_remove(i);
         }
         if self.may_park && g.stand_by && s.readers > 0 && !s.closing {
-            // Another worker is reading: stand by instead of queueing behind it.
+            // Another worker is reading: stand by instead of queueing behind it (on all
+            // CPUs: it may come back to read when the reader is stuck, or alone).
+            place(g, &mut s, None);
             s.parked += 1;
             let deadline = Instant::now() + PARK_TIMEOUT;
             loop {
@@ -304,6 +464,12 @@ impl Drop for Serving<'_> {
             return;
         }
         s.readers += 1;
+        // The only reader goes where the caller is, if the rule says so; a worker that
+        // reads beside others does not.
+        let cpu = (s.readers == 1 && !s.closing)
+            .then(|| g.follow.as_ref().and_then(Follow::target))
+            .flatten();
+        place(g, &mut s, cpu);
         if !self.may_poll || !s.busy.is_empty() || s.closing || s.readers > 1 {
             // Other requests are in service, or another worker reads too: no gap to
             // learn from, and nothing to gain from polling.
@@ -356,6 +522,151 @@ impl Drop for Serving<'_> {
     }
 }
 
+/// The sampler: every [`SAMPLE_EVERY`] while requests come, reads the CPU the last
+/// caller ran on (`/proc/<tid>/stat`: may block while that caller execs, which nothing
+/// waits for) and the restricted reader's run delay, feeds the rule and publishes its
+/// decision; sleeps once the mount is quiet for [`QUIET_GAP`].
+fn sampler(g: &Inner) {
+    let Some(f) = &g.follow else { return };
+    let mut probe = CallerProbe::default();
+    let mut state = FollowState::default();
+    let mut last = Instant::now();
+    let mut quiet_since: Option<Instant> = None;
+    // The restricted reader's run delay at the previous sample: (tid, ns, when).
+    let mut delay_at: Option<(i32, u64, Instant)> = None;
+    let publish = |state: &FollowState, decision: Option<Decision>, delay: Option<u64>| {
+        f.target
+            .store(state.pinned().map_or(-1, i64::from), Ordering::Relaxed);
+        let mut st = f.stats.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = decision {
+            st.samples += 1;
+            st.max_run_delay_milli = st.max_run_delay_milli.max(delay.unwrap_or(0));
+            match d {
+                Decision::Keep => {}
+                Decision::Pin(_) if st.pinned_to.is_some() => st.moves += 1,
+                Decision::Pin(_) => st.pins += 1,
+                Decision::Release(Why::Spread) => st.released_spread += 1,
+                Decision::Release(Why::Load) => st.released_load += 1,
+                Decision::Release(Why::Sparse) => st.released_sparse += 1,
+            }
+        }
+        st.pinned_to = state.pinned();
+    };
+    while !f.closed.load(Ordering::SeqCst) {
+        std::thread::sleep(SAMPLE_EVERY);
+        let now = Instant::now();
+        let requests = f.requests.swap(0, Ordering::Relaxed);
+        if requests == 0 {
+            let since = *quiet_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < QUIET_GAP {
+                continue;
+            }
+            // Idle: nothing followed; sleep until a request starts.
+            if state.pinned().is_some() {
+                f.stats
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .released_sparse += 1;
+            }
+            state = FollowRule::idle(state);
+            publish(&state, None, None);
+            delay_at = None;
+            f.asleep.store(true, Ordering::SeqCst);
+            while f.asleep.load(Ordering::SeqCst) && !f.closed.load(Ordering::SeqCst) {
+                if f.requests.load(Ordering::SeqCst) > 0 {
+                    f.asleep.store(false, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::park();
+            }
+            quiet_since = None;
+            last = Instant::now();
+            continue;
+        }
+        quiet_since = None;
+        let caller = f.caller.load(Ordering::Relaxed);
+        let cpu = probe.cpu_of(caller);
+        // The run delay of the worker restricted to the followed CPU (this process's own
+        // thread: its /proc never waits on a caller).
+        let reader = f.reader.load(Ordering::Relaxed);
+        let delay_ns = (reader != 0)
+            .then(|| crate::follow::run_delay_ns_of(reader))
+            .flatten();
+        let run_delay_milli = match (delay_at, delay_ns) {
+            (Some((t, d0, at)), Some(d1)) if t == reader => {
+                let wall = u64::try_from(now.saturating_duration_since(at).as_nanos())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                Some(d1.saturating_sub(d0).saturating_mul(1000) / wall)
+            }
+            _ => None,
+        };
+        delay_at = delay_ns.map(|d| (reader, d, now));
+        let elapsed_ns =
+            u64::try_from(now.saturating_duration_since(last).as_nanos()).unwrap_or(u64::MAX);
+        last = now;
+        let x = Sample {
+            cpu,
+            requests,
+            elapsed_ns,
+            others_wait: false,
+            run_delay_milli,
+        };
+        let (next, decision) = f.rule.update(state, x);
+        state = next;
+        publish(&state, Some(decision), run_delay_milli);
+    }
+}
+
+/// Restricts this worker to `cpu` (`None`: the CPUs of the mount), unless it is already.
+fn place(g: &Inner, s: &mut State, cpu: Option<u32>) {
+    let Some(f) = &g.follow else { return };
+    let me = tid();
+    let cpu = cpu.filter(|&c| f.all.contains(c));
+    let now = s.pinned_cpu(me);
+    if now == cpu {
+        return;
+    }
+    let set = match cpu {
+        Some(c) => CpuSet::one(c),
+        None => Some(f.all),
+    };
+    let Some(set) = set else { return };
+    match set.apply(0) {
+        Ok(()) => {
+            s.pinned.retain(|&(t, _)| t != me);
+            if let Some(c) = cpu {
+                s.pinned.push((me, c));
+                f.reader.store(me, Ordering::Relaxed);
+            } else {
+                let _ = f
+                    .reader
+                    .compare_exchange(me, 0, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, ?cpu, "cannot move the reading FUSE worker"),
+    }
+}
+
+/// Gives worker `t` the CPUs of the mount back, if it is restricted (by the watchdog).
+fn unpin_other(g: &Inner, s: &mut State, t: i32) {
+    let Some(f) = &g.follow else { return };
+    if s.pinned_cpu(t).is_none() {
+        return;
+    }
+    // Forgotten even if the call fails (the thread ended): it re-applies what it needs.
+    s.pinned.retain(|&(x, _)| x != t);
+    // Only a thread of this process (a worker that ended must not leave its id, maybe
+    // reused, to be moved).
+    let ours = std::path::Path::new(&format!("/proc/self/task/{t}")).exists();
+    if ours && f.all.apply(t).is_ok() {
+        s.unpinned_by_watchdog += 1;
+    }
+    let _ = f
+        .reader
+        .compare_exchange(t, 0, Ordering::Relaxed, Ordering::Relaxed);
+}
+
 /// Hands a parked worker back to the kernel when nobody reads and a request is stuck.
 fn watchdog(g: &Inner) {
     let mut idle = 0u32;
@@ -365,7 +676,12 @@ fn watchdog(g: &Inner) {
             return;
         }
         if idle >= IDLE_CHECKS {
-            // Nothing served for a while: sleep until the next request.
+            // Nothing served for a while: the reader gives its CPU back, and the watchdog
+            // sleeps until the next request.
+            let tids: Vec<i32> = s.pinned.iter().map(|&(t, _)| t).collect();
+            for t in tids {
+                unpin_other(g, &mut s, t);
+            }
             s.watchdog_asleep = true;
             while s.watchdog_asleep && !s.closing {
                 s = g.watchdog.wait(s).unwrap_or_else(|e| e.into_inner());
@@ -383,7 +699,19 @@ fn watchdog(g: &Inner) {
             continue;
         }
         idle = 0;
-        let stuck = s.busy.iter().any(|(_, at)| at.elapsed() >= STALL);
+        let stuck = s.busy.iter().any(|(_, at, _)| at.elapsed() >= STALL);
+        if stuck && !s.pinned.is_empty() {
+            // A long request is not served on a CPU chosen for short ones.
+            let long: Vec<i32> = s
+                .busy
+                .iter()
+                .filter(|(_, at, _)| at.elapsed() >= STALL)
+                .map(|&(_, _, t)| t)
+                .collect();
+            for t in long {
+                unpin_other(g, &mut s, t);
+            }
+        }
         if stuck && s.readers + s.released == 0 && s.parked > s.released {
             s.released += 1;
             s.stall_releases += 1;
@@ -581,7 +909,12 @@ mod tests {
             max: Duration::from_millis(1),
             under_load: false,
         };
-        let gate = WorkerGate::with_demand(4, busy_poll, MachineDemand::sampling(Some(&file)));
+        let gate = WorkerGate::with_demand(
+            4,
+            busy_poll,
+            FollowCaller::OFF,
+            MachineDemand::sampling(Some(&file)),
+        );
         let (rx, mut tx) = std::io::pipe().unwrap();
         tx.write_all(b"x").unwrap();
         gate.attach_device(&rx).unwrap();

@@ -10,10 +10,12 @@
 pub mod busy_poll;
 #[cfg(test)]
 mod copy_tests;
+pub mod follow;
 mod fs;
 pub mod gate;
 
 pub use busy_poll::BusyPoll;
+pub use follow::{FollowCaller, FollowStats};
 pub use fs::{FaceStats, INIT_FLAGS, KaisoFs, negative_attr};
 pub use gate::{PollStats, WorkerGate};
 
@@ -38,6 +40,8 @@ pub struct MountOptions {
     pub ttl: std::time::Duration,
     /// Busy-polling of `/dev/fuse` between the requests of a burst (see [`busy_poll`]).
     pub busy_poll: BusyPoll,
+    /// Whether the reading worker follows the CPU of a dominant caller (see [`follow`]).
+    pub follow: FollowCaller,
 }
 
 impl MountOptions {
@@ -62,6 +66,7 @@ impl Default for MountOptions {
             passthrough: true,
             ttl: DEFAULT_TTL,
             busy_poll: BusyPoll::default(),
+            follow: FollowCaller::default(),
         }
     }
 }
@@ -185,14 +190,28 @@ impl Mounted {
         self.gate.poll_stats()
     }
 
+    /// How following the caller's CPU went so far (see [`follow`]).
+    pub fn follow_stats(&self) -> FollowStats {
+        self.gate.follow_stats()
+    }
+
     /// Unmount and wait for the worker threads.
     pub fn unmount(mut self) -> std::io::Result<()> {
         let p = self.gate.poll_stats();
+        let f = self.gate.follow_stats();
         tracing::info!(
             busy_polls_caught = p.caught,
             busy_polls_missed = p.missed,
             busy_polls_gave_way = p.gave_way,
             busy_polls_held_for_others = p.held_for_others,
+            follow_samples = f.samples,
+            follow_pins = f.pins,
+            follow_moves = f.moves,
+            follow_released_spread = f.released_spread,
+            follow_released_load = f.released_load,
+            follow_released_sparse = f.released_sparse,
+            follow_unpinned_by_watchdog = f.unpinned_by_watchdog,
+            follow_max_run_delay_permille = f.max_run_delay_milli,
             "unmounting"
         );
         // Parked workers go back to reading, where they see the unmount.

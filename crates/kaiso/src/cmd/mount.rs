@@ -35,6 +35,15 @@ pub struct MountArgs {
     #[arg(long, default_value_t = kaiso_fuse::busy_poll::DEFAULT_MAX.as_micros() as u64,
           value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub busy_poll_us: u64,
+    /// Move the reading FUSE worker to the CPU of the process sending the requests while
+    /// one caller dominates them (experimental, off by default; KAISO_FUSE_FOLLOW=1 does
+    /// the same). It gives the CPU back when callers spread over CPUs, requests are
+    /// sparse, the worker waits for its CPU or a request runs long.
+    #[arg(long, conflicts_with = "no_follow_caller_cpu")]
+    pub follow_caller_cpu: bool,
+    /// Never move the reading FUSE worker to its caller's CPU (KAISO_FUSE_FOLLOW=0).
+    #[arg(long)]
+    pub no_follow_caller_cpu: bool,
 }
 
 #[derive(clap::Args)]
@@ -293,6 +302,16 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         busy_poll: kaiso_fuse::BusyPoll {
             max: Duration::from_micros(a.busy_poll_us),
             ..Default::default()
+        },
+        follow: kaiso_fuse::FollowCaller {
+            enabled: if a.follow_caller_cpu {
+                true
+            } else if a.no_follow_caller_cpu {
+                false
+            } else {
+                kaiso_fuse::FollowCaller::default().enabled
+            },
+            ..kaiso_fuse::FollowCaller::default()
         },
     };
     let signalled = catch_signals();
