@@ -308,20 +308,7 @@ fn mkdir_succeeds_when_the_fast_tier_has_no_free_inodes() {
     fs::create_dir(&fast_dir).unwrap();
     fs::write(fast_dir.join("a"), b"on t0").unwrap();
     // Use up every free inode of the small file system outside the tier directory.
-    let filler = small.mnt.join("filler");
-    fs::create_dir(&filler).unwrap();
-    let mut made = 0u32;
-    loop {
-        match fs::File::create(filler.join(format!("i{made}"))) {
-            Ok(_) => made += 1,
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling inodes: {e}"),
-        }
-        assert!(
-            made < 100_000,
-            "the small file system never ran out of inodes"
-        );
-    }
+    common::fill_inodes(&small.mnt);
     let store = Store::new("audit12-inodes", StoreSpec::tiers(2));
     // Point tier 0 at the directory on the full file system.
     let cfg = fs::read_to_string(&store.config).unwrap().replace(

@@ -8,51 +8,9 @@ mod common;
 #[path = "../../source/tests/common/loop_ext4.rs"]
 mod loop_ext4;
 
-use common::{Store, StoreSpec};
-use std::ffi::CString;
+use common::{Store, StoreSpec, exchange, fill_inodes};
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-
-/// `renameat2(a, b, RENAME_EXCHANGE)`.
-fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
-    let (a, b) = (
-        CString::new(a.as_os_str().as_bytes()).unwrap(),
-        CString::new(b.as_os_str().as_bytes()).unwrap(),
-    );
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Uses up every free inode of the file system mounted at `mnt` (in `mnt/filler`).
-fn fill_inodes(mnt: &Path) {
-    let filler = mnt.join("filler");
-    fs::create_dir(&filler).unwrap();
-    let mut made = 0u32;
-    loop {
-        match fs::File::create(filler.join(format!("i{made}"))) {
-            Ok(_) => made += 1,
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-            Err(e) => panic!("filling inodes: {e}"),
-        }
-        assert!(
-            made < 100_000,
-            "the small file system never ran out of inodes"
-        );
-    }
-}
 
 /// Every entry under `root` as "path dir" or "path = contents", sorted (no modes or
 /// times: the mount and a plain directory are compared).
