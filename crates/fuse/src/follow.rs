@@ -45,9 +45,6 @@ use std::time::Duration;
 pub const UNDER_LOAD_ENV: &str = "KAISO_FUSE_FOLLOW_UNDER_LOAD";
 /// Shortest time between two samples of the caller's CPU.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(1);
-/// Fewest requests between two samples (unless requests are sparse, see
-/// [`SPARSE_GAP`]).
-pub const SAMPLE_REQUESTS: u32 = 8;
 /// Requests further apart than this on average (between two samples) are sparse:
 /// nothing to gain from following, and the worker gives its CPU back.
 pub const SPARSE_GAP: Duration = Duration::from_millis(5);
@@ -345,30 +342,6 @@ impl CallerProbe {
         };
         cpu_from_stat(std::str::from_utf8(&buf[..n]).ok()?)
     }
-}
-
-/// This thread's time spent waiting on a run queue so far, ns
-/// (`/proc/thread-self/schedstat`, second field).
-pub fn own_run_delay_ns() -> Option<u64> {
-    thread_local! {
-        static SCHEDSTAT: std::cell::RefCell<Option<std::fs::File>> =
-            const { std::cell::RefCell::new(None) };
-    }
-    SCHEDSTAT.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.is_none() {
-            *cell = std::fs::File::open("/proc/thread-self/schedstat").ok();
-        }
-        let f = cell.as_ref()?;
-        let mut buf = [0u8; 96];
-        let n = f.read_at(&mut buf, 0).ok()?;
-        std::str::from_utf8(&buf[..n])
-            .ok()?
-            .split_ascii_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    })
 }
 
 /// Thread `tid` of this process's time spent waiting on a run queue so far, ns
